@@ -1,0 +1,24 @@
+//! islands: an in-memory OLTP engine that deploys itself as *hardware islands*.
+//!
+//! An island is one shared-nothing database instance: its own tables, its own
+//! write-ahead log, its own worker threads pinned to a group of cores. This crate
+//! is the engine. Its modules follow the data path of a transaction:
+//!
+//! - [`topology`]: the machine as a tree (sockets, L3 domains, cores) and described topologies.
+//! - [`storage`]: tables with a fixed schema, row arenas, hash / ordered / secondary indexes.
+//! - [`cc`]: concurrency control, one scheme chosen when the island opens.
+//! - [`txn`]: the transaction handle stored procedures run against.
+//! - [`wal`]: the island's write-ahead log, group commit, checkpoints, recovery.
+//! - [`island`]: one island: tables + scheme + log + workers.
+//! - [`bench`]: the closed-loop driver, statistics, reports.
+
+pub mod bench;
+pub mod cc;
+pub mod error;
+pub mod island;
+pub mod storage;
+pub mod topology;
+pub mod txn;
+pub mod wal;
+
+pub use error::{Abort, AbortReason, Error};

@@ -1,0 +1,1 @@
+//! txn (being written)

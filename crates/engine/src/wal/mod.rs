@@ -1,0 +1,1 @@
+//! wal (being written)
