@@ -9,11 +9,13 @@
 //! - [`cc`]: concurrency control, one scheme chosen when the island opens.
 //! - [`txn`]: the transaction handle stored procedures run against.
 //! - [`wal`]: the island's write-ahead log, group commit, checkpoints, recovery.
+//! - [`deploy`]: deployments: how many islands, which cores, which sites each holds.
 //! - [`island`]: one island: tables + scheme + log + workers.
 //! - [`bench`]: the closed-loop driver, statistics, reports.
 
 pub mod bench;
 pub mod cc;
+pub mod deploy;
 pub mod error;
 pub mod island;
 pub mod storage;
