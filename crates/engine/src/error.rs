@@ -98,9 +98,17 @@ pub enum Error {
     #[error("unknown table id {0}")]
     NoSuchTable(u16),
     #[error("key {key:#x} does not fit the key layout of table '{table}': {why}")]
-    BadKey { table: String, key: u64, why: String },
+    BadKey {
+        table: String,
+        key: u64,
+        why: String,
+    },
     #[error("row of {got} bytes given to table '{table}', whose rows are {want} bytes")]
-    RowSize { table: String, got: usize, want: usize },
+    RowSize {
+        table: String,
+        got: usize,
+        want: usize,
+    },
     #[error("write-ahead log failed, the island refuses further writes: {0}")]
     LogFailed(String),
     #[error("invalid configuration: {0}")]

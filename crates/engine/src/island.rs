@@ -1,1 +1,387 @@
-//! island (being written)
+//! One island: a database instance with its tables, its concurrency control
+//! scheme, its write-ahead log and its worker handles.
+//!
+//! Opening an island recovers it: the newest checkpoint is loaded and the log
+//! after it replayed. Replay applies a logged write only if its transaction id
+//! is newer than the row's (the per-row version order), so batches that
+//! different workers handed to the log in any order replay to the same state.
+//!
+//! Invariant for a single-worker island (`cc = none`): at most one [`Txn`]
+//! exists at a time. Its tables use single-owner indexes and plain stores, so a
+//! second worker would race; [`Island::worker`] refuses to create one.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::cc::{CcKind, ConcurrencyControl};
+use crate::storage::{Catalog, RowCache, TableDef, TableId};
+use crate::txn::Txn;
+use crate::wal::{Durability, LogRecord, Wal, WalConfig};
+use crate::Error;
+
+/// How to open an island.
+#[derive(Clone, Debug)]
+pub struct IslandConfig {
+    /// A name for messages and reports, e.g. `island-0`.
+    pub name: String,
+    pub cc: CcKind,
+    /// Worker threads that will run transactions on this island.
+    pub workers: usize,
+    pub durability: Durability,
+    /// Where the log and checkpoints live. Required unless durability is `off`.
+    pub log_dir: Option<PathBuf>,
+    /// Log segment size in bytes.
+    pub segment_bytes: u64,
+}
+
+impl IslandConfig {
+    pub fn new(cc: CcKind, workers: usize) -> IslandConfig {
+        IslandConfig {
+            name: "island-0".into(),
+            cc,
+            workers,
+            durability: Durability::Off,
+            log_dir: None,
+            segment_bytes: 64 << 20,
+        }
+    }
+
+    pub fn durable(mut self, durability: Durability, dir: impl Into<PathBuf>) -> IslandConfig {
+        self.durability = durability;
+        self.log_dir = Some(dir.into());
+        self
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        if self.workers == 0 {
+            return Err(Error::Config(format!(
+                "{}: an island needs at least one worker",
+                self.name
+            )));
+        }
+        if self.cc == CcKind::None && self.workers != 1 {
+            return Err(Error::Config(format!(
+                "{}: concurrency control 'none' needs exactly one worker per island (got {}); use no_wait, wait_die or occ",
+                self.name, self.workers
+            )));
+        }
+        if self.durability != Durability::Off && self.log_dir.is_none() {
+            return Err(Error::Config(format!(
+                "{}: durability '{}' needs a log directory",
+                self.name, self.durability
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What recovery found and did.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryReport {
+    pub checkpoint_rows: u64,
+    pub log_records: u64,
+    pub applied_writes: u64,
+    pub skipped_writes: u64,
+    /// A torn or corrupt log tail that was cut off, as the log reported it.
+    pub truncated: Option<String>,
+    pub max_tid: u64,
+}
+
+impl std::fmt::Display for RecoveryReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "recovered {} checkpoint rows and {} log records ({} writes applied, {} superseded)",
+            self.checkpoint_rows, self.log_records, self.applied_writes, self.skipped_writes
+        )?;
+        if let Some(t) = &self.truncated {
+            write!(f, "; {t}")?;
+        }
+        Ok(())
+    }
+}
+
+/// State shared by an island's workers.
+pub(crate) struct Shared {
+    pub(crate) catalog: Catalog,
+    pub(crate) cc: Box<dyn ConcurrencyControl>,
+    pub(crate) wal: Option<Arc<Wal>>,
+    ts: AtomicU64,
+    workers_alive: AtomicUsize,
+    recovered_tid: u64,
+    pub(crate) cfg: IslandConfig,
+}
+
+impl Shared {
+    #[inline]
+    pub(crate) fn next_ts(&self) -> u64 {
+        self.ts.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub(crate) fn worker_gone(&self) {
+        self.workers_alive.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn log_failure(&self) -> Option<Error> {
+        self.wal.as_ref().and_then(|w| w.failed()).map(Error::from)
+    }
+}
+
+/// A database instance. Cheap to clone (an `Arc`).
+#[derive(Clone)]
+pub struct Island {
+    shared: Arc<Shared>,
+}
+
+impl Island {
+    /// Opens an island with these tables, recovering from its log directory.
+    pub fn open(cfg: IslandConfig, tables: &[TableDef]) -> Result<(Island, RecoveryReport), Error> {
+        cfg.check()?;
+        let concurrent = cfg.workers > 1;
+        let catalog = Catalog::new(tables, concurrent)?;
+        let mut report = RecoveryReport::default();
+        let wal = match (cfg.durability, &cfg.log_dir) {
+            (Durability::Off, _) | (_, None) => None,
+            (d, Some(dir)) => {
+                let (wal, rec) = Wal::open(WalConfig {
+                    dir: dir.clone(),
+                    durability: d,
+                    segment_bytes: cfg.segment_bytes,
+                })
+                .map_err(|e| {
+                    Error::Config(format!(
+                        "{}: cannot open the log in {}: {e}",
+                        cfg.name,
+                        dir.display()
+                    ))
+                })?;
+                report = recover(&catalog, rec)?;
+                Some(wal)
+            }
+        };
+        let shared = Arc::new(Shared {
+            catalog,
+            cc: cfg.cc.build(),
+            wal,
+            ts: AtomicU64::new(0),
+            workers_alive: AtomicUsize::new(0),
+            recovered_tid: report.max_tid,
+            cfg,
+        });
+        Ok((Island { shared }, report))
+    }
+
+    pub fn config(&self) -> &IslandConfig {
+        &self.shared.cfg
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.shared.catalog
+    }
+
+    /// Looks up a table id by name.
+    pub fn table_id(&self, name: &str) -> Result<TableId, Error> {
+        self.shared
+            .catalog
+            .by_name(name)
+            .map(|t| t.id)
+            .ok_or_else(|| Error::Config(format!("no table named '{name}'")))
+    }
+
+    /// A transaction context for one worker thread. At most `workers` exist at once.
+    pub fn worker(&self) -> Result<Txn, Error> {
+        let max = self.shared.cfg.workers;
+        let n = self.shared.workers_alive.fetch_add(1, Ordering::AcqRel);
+        if n >= max {
+            self.shared.workers_alive.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::Config(format!(
+                "{}: all {max} worker handles are in use",
+                self.shared.cfg.name
+            )));
+        }
+        // Worker ids make commit tids unique per worker without coordination.
+        Ok(Txn::new(
+            Arc::clone(&self.shared),
+            n as u16,
+            self.shared.recovered_tid,
+        ))
+    }
+
+    /// A bulk loader: puts rows directly, outside transactions. It counts as a
+    /// worker handle, so it cannot run beside a single-worker island's worker.
+    pub fn loader(&self) -> Result<Loader, Error> {
+        let n = self.shared.workers_alive.fetch_add(1, Ordering::AcqRel);
+        if n >= self.shared.cfg.workers {
+            self.shared.workers_alive.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::Config(
+                "a loader cannot run while all worker handles are in use".into(),
+            ));
+        }
+        Ok(Loader {
+            shared: Arc::clone(&self.shared),
+            caches: (0..self.shared.catalog.tables.len())
+                .map(|_| RowCache::default())
+                .collect(),
+        })
+    }
+
+    /// Writes a checkpoint of every table and drops the log it makes redundant.
+    /// Safe while workers run (a fuzzy snapshot: recovery replays the log from
+    /// the checkpoint's start, and per-row versions make the replay idempotent).
+    pub fn checkpoint(&self) -> Result<u64, Error> {
+        let Some(wal) = &self.shared.wal else {
+            return Ok(0);
+        };
+        let start = wal.next_seq();
+        let mut rows: Vec<(u16, u64, u64, Vec<u8>)> = Vec::new();
+        for t in &self.shared.catalog.tables {
+            t.for_each_row(|key, tid, data| {
+                rows.push((
+                    t.id,
+                    key,
+                    tid,
+                    crate::storage::schema::row_bytes(data).to_vec(),
+                ));
+            });
+        }
+        let n = rows.len() as u64;
+        wal.write_checkpoint(
+            start,
+            rows.iter()
+                .map(|(t, k, tid, d)| (*t, *k, *tid, d.as_slice())),
+        )
+        .map_err(Error::from)?;
+        Ok(n)
+    }
+
+    /// Waits until everything submitted to the log is durable, then stops the log writer.
+    pub fn shutdown(&self) {
+        if let Some(w) = &self.shared.wal {
+            w.shutdown();
+        }
+    }
+
+    /// The island's log, if it has one (for statistics).
+    pub fn wal(&self) -> Option<&Arc<Wal>> {
+        self.shared.wal.as_ref()
+    }
+}
+
+/// Direct row access for bulk loading (see [`Island::loader`]).
+pub struct Loader {
+    shared: Arc<Shared>,
+    caches: Vec<RowCache>,
+}
+
+impl Loader {
+    /// Puts a row with `key`, filling its columns with `fill`.
+    pub fn put(
+        &mut self,
+        table: TableId,
+        key: u64,
+        fill: impl FnOnce(&mut crate::storage::RowMut),
+    ) -> Result<(), Error> {
+        let t = self.shared.catalog.table(table);
+        let mut img = vec![0u64; t.schema.row_words()];
+        fill(&mut crate::storage::RowMut {
+            words: &mut img,
+            schema: &t.schema,
+        });
+        t.put_direct(&mut self.caches[table as usize], key, 0, &img)?;
+        Ok(())
+    }
+
+    /// Like [`Loader::put`] with a reusable image buffer, for large loads.
+    pub fn put_with(
+        &mut self,
+        table: TableId,
+        key: u64,
+        img: &mut Vec<u64>,
+        fill: impl FnOnce(&mut crate::storage::RowMut),
+    ) -> Result<(), Error> {
+        let t = self.shared.catalog.table(table);
+        img.clear();
+        img.resize(t.schema.row_words(), 0);
+        fill(&mut crate::storage::RowMut {
+            words: img,
+            schema: &t.schema,
+        });
+        t.put_direct(&mut self.caches[table as usize], key, 0, img)?;
+        Ok(())
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        self.shared.worker_gone();
+    }
+}
+
+/// Loads the checkpoint, then replays the log with the per-row version rule.
+fn recover(catalog: &Catalog, rec: crate::wal::Recovery) -> Result<RecoveryReport, Error> {
+    let mut report = RecoveryReport {
+        truncated: rec.truncated.as_ref().map(|t| t.to_string()),
+        ..Default::default()
+    };
+    let mut caches: Vec<RowCache> = (0..catalog.tables.len())
+        .map(|_| RowCache::default())
+        .collect();
+    let table = |id: u16| -> Result<&crate::storage::Table, Error> {
+        catalog.tables.get(id as usize).ok_or_else(|| {
+            Error::Recovery(format!(
+                "the log names table {id}, which this schema does not have"
+            ))
+        })
+    };
+    let mut img: Vec<u64> = Vec::new();
+    if let Some(cp) = &rec.checkpoint {
+        for (tid_table, key, tid, bytes) in cp.rows.iter() {
+            let t = table(*tid_table)?;
+            img.clear();
+            img.resize(t.schema.row_words(), 0);
+            crate::storage::schema::fill_words(&mut img, bytes);
+            t.put_direct(&mut caches[*tid_table as usize], *key, *tid, &img)?;
+            report.checkpoint_rows += 1;
+            report.max_tid = report.max_tid.max(*tid);
+        }
+    }
+    // Deleted keys with the tid that deleted them, so an older put replayed
+    // later cannot bring a row back.
+    let mut tombstones: HashMap<(u16, u64), u64> = HashMap::new();
+    for r in &rec.records {
+        report.log_records += 1;
+        #[allow(irrefutable_let_patterns)]
+        let LogRecord::Commit { tid, writes, .. } = r
+        else {
+            continue;
+        };
+        report.max_tid = report.max_tid.max(*tid);
+        for w in writes {
+            let t = table(w.table)?;
+            let current = match t.lookup(w.key) {
+                Some(rid) => crate::storage::tid_of(t.version(rid).load(Ordering::Acquire)),
+                None => tombstones.get(&(w.table, w.key)).copied().unwrap_or(0),
+            };
+            if current >= *tid && current != 0 {
+                report.skipped_writes += 1;
+                continue;
+            }
+            report.applied_writes += 1;
+            match &w.row {
+                Some(bytes) => {
+                    img.clear();
+                    img.resize(t.schema.row_words(), 0);
+                    crate::storage::schema::fill_words(&mut img, bytes);
+                    t.put_direct(&mut caches[w.table as usize], w.key, *tid, &img)?;
+                }
+                None => {
+                    t.delete_direct(&mut caches[w.table as usize], w.key);
+                    tombstones.insert((w.table, w.key), *tid);
+                }
+            }
+        }
+    }
+    Ok(report)
+}

@@ -1,1 +1,391 @@
-//! storage (being written)
+//! Storage: tables with a declared schema, rows in arenas, and their indexes.
+//!
+//! A table owns one row arena, one primary index (hash for point access, or
+//! ordered where ranges are needed) and any number of non-unique secondary
+//! indexes (ordered, keyed by a function of the row). Storage knows nothing of
+//! transactions: the `cc` and `txn` layers decide who may read and write a row
+//! and when. What storage guarantees is that every row slot has a version word
+//! (`tid`), a lock word and its key, and that a slot is never freed to the
+//! allocator, so concurrent readers can always validate what they read.
+//!
+//! Version word: `tid << 2 | PRESENT << 1 | LOCKED`. A zeroed slot is absent.
+
+pub mod arena;
+pub mod hash;
+pub mod ordered;
+pub mod schema;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use arena::{RowCache, RowId};
+pub use schema::{Col, ColType, Column, RowMut, RowRef, Schema};
+
+use arena::{Arena, HEADER_WORDS, W_KEY, W_TID};
+use hash::HashIndex;
+use ordered::OrderedIndex;
+
+use crate::Error;
+
+pub type TableId = u16;
+
+pub const LOCKED: u64 = 1;
+pub const PRESENT: u64 = 2;
+
+#[inline]
+pub fn tid_of(word: u64) -> u64 {
+    word >> 2
+}
+#[inline]
+pub fn make_word(tid: u64, present: bool) -> u64 {
+    (tid << 2) | if present { PRESENT } else { 0 }
+}
+
+/// How a table's primary key is indexed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrimaryKind {
+    /// Point access only (fastest).
+    Hash,
+    /// Point access and range scans.
+    Ordered,
+}
+
+/// A non-unique secondary index: a key computed from the row.
+#[derive(Clone)]
+pub struct SecondaryDef {
+    pub name: String,
+    pub key: fn(&RowRef) -> u64,
+}
+
+/// A table as the application declares it.
+#[derive(Clone)]
+pub struct TableDef {
+    pub name: String,
+    pub columns: Vec<(String, ColType)>,
+    /// Most rows the table may hold at once; fixed at start.
+    pub capacity: u64,
+    pub primary: PrimaryKind,
+    pub secondary: Vec<SecondaryDef>,
+}
+
+impl TableDef {
+    pub fn new(
+        name: &str,
+        columns: &[(&str, ColType)],
+        capacity: u64,
+        primary: PrimaryKind,
+    ) -> TableDef {
+        TableDef {
+            name: name.into(),
+            columns: columns
+                .iter()
+                .map(|(n, t)| ((*n).to_string(), *t))
+                .collect(),
+            capacity,
+            primary,
+            secondary: vec![],
+        }
+    }
+
+    pub fn with_secondary(mut self, name: &str, key: fn(&RowRef) -> u64) -> TableDef {
+        self.secondary.push(SecondaryDef {
+            name: name.into(),
+            key,
+        });
+        self
+    }
+}
+
+pub struct Table {
+    pub id: TableId,
+    pub name: String,
+    pub schema: Schema,
+    pub(crate) arena: Arena,
+    pub(crate) hash: Option<HashIndex>,
+    pub(crate) ordered: Option<OrderedIndex>,
+    pub(crate) secondary: Vec<(SecondaryDef, OrderedIndex)>,
+}
+
+/// Index of a secondary index within its table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SecondaryId(pub u16);
+
+impl Table {
+    pub fn new(id: TableId, def: &TableDef, concurrent: bool) -> Result<Table, Error> {
+        let cols: Vec<(&str, ColType)> =
+            def.columns.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+        let schema =
+            Schema::new(&cols).map_err(|e| Error::Config(format!("table '{}': {e}", def.name)))?;
+        if def.capacity == 0 {
+            return Err(Error::Config(format!(
+                "table '{}' has capacity 0",
+                def.name
+            )));
+        }
+        let arena = Arena::new(schema.row_words(), def.capacity);
+        let (hash, ordered) = match def.primary {
+            PrimaryKind::Hash => (Some(HashIndex::new(def.capacity, concurrent)), None),
+            PrimaryKind::Ordered => (None, Some(OrderedIndex::new(concurrent))),
+        };
+        Ok(Table {
+            id,
+            name: def.name.clone(),
+            schema,
+            arena,
+            hash,
+            ordered,
+            secondary: def
+                .secondary
+                .iter()
+                .map(|s| (s.clone(), OrderedIndex::new(concurrent)))
+                .collect(),
+        })
+    }
+
+    pub fn secondary(&self, name: &str) -> Option<SecondaryId> {
+        self.secondary
+            .iter()
+            .position(|(d, _)| d.name == name)
+            .map(|i| SecondaryId(i as u16))
+    }
+
+    #[inline]
+    pub fn lookup(&self, key: u64) -> Option<RowId> {
+        match &self.hash {
+            Some(h) => h.get(&self.arena, key),
+            None => self
+                .ordered
+                .as_ref()
+                .and_then(|o| o.get(ordered::key_of(key))),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn words(&self, rid: RowId) -> &[AtomicU64] {
+        self.arena.row(rid)
+    }
+
+    #[inline]
+    pub(crate) fn data(&self, rid: RowId) -> &[AtomicU64] {
+        &self.arena.row(rid)[HEADER_WORDS..]
+    }
+
+    #[inline]
+    pub(crate) fn version(&self, rid: RowId) -> &AtomicU64 {
+        &self.arena.row(rid)[W_TID]
+    }
+
+    #[inline]
+    pub(crate) fn key_word(&self, rid: RowId) -> &AtomicU64 {
+        &self.arena.row(rid)[W_KEY]
+    }
+
+    /// Copies a row's data into `out` (no consistency check; callers validate).
+    #[inline]
+    pub(crate) fn copy_out(&self, rid: RowId, out: &mut [u64]) {
+        for (o, w) in out.iter_mut().zip(self.data(rid)) {
+            *o = w.load(Ordering::Relaxed);
+        }
+    }
+
+    /// Writes a row's data from `src` (the caller holds the row's lock or owns the island).
+    #[inline]
+    pub(crate) fn copy_in(&self, rid: RowId, src: &[u64]) {
+        for (w, s) in self.data(rid).iter().zip(src) {
+            w.store(*s, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds `key → rid` to the primary index. `Some(existing)` if the key was present.
+    pub(crate) fn index_primary(&self, key: u64, rid: RowId) -> Result<Option<RowId>, Error> {
+        match &self.hash {
+            Some(h) => match h.insert(&self.arena, key, rid) {
+                Ok(hash::Inserted::Ok) => Ok(None),
+                Ok(hash::Inserted::Exists(r)) => Ok(Some(r)),
+                Err(hash::IndexFull) => Err(self.full()),
+            },
+            None => Ok(self
+                .ordered
+                .as_ref()
+                .and_then(|o| o.insert(ordered::key_of(key), rid))),
+        }
+    }
+
+    pub(crate) fn unindex_primary(&self, key: u64, rid: RowId) {
+        match &self.hash {
+            Some(h) => {
+                h.remove(key, rid);
+            }
+            None => {
+                if let Some(o) = &self.ordered {
+                    o.remove(ordered::key_of(key));
+                }
+            }
+        }
+    }
+
+    pub(crate) fn index_secondary(&self, key: u64, rid: RowId, row: &RowRef) {
+        for (def, idx) in &self.secondary {
+            idx.insert(ordered::pair((def.key)(row), key), rid);
+        }
+    }
+
+    pub(crate) fn unindex_secondary(&self, key: u64, row: &RowRef) {
+        for (def, idx) in &self.secondary {
+            idx.remove(ordered::pair((def.key)(row), key));
+        }
+    }
+
+    pub(crate) fn full(&self) -> Error {
+        Error::TableFull {
+            table: self.name.clone(),
+            capacity: self.arena.capacity(),
+        }
+    }
+
+    pub(crate) fn alloc(&self, cache: &mut RowCache) -> Result<RowId, Error> {
+        self.arena.alloc(cache).ok_or_else(|| self.full())
+    }
+
+    /// Puts a committed row directly, outside any transaction: for loaders and
+    /// recovery, while no worker runs. Replaces an existing row with the same key.
+    pub fn put_direct(
+        &self,
+        cache: &mut RowCache,
+        key: u64,
+        tid: u64,
+        data: &[u64],
+    ) -> Result<RowId, Error> {
+        if let Some(rid) = self.lookup(key) {
+            let old: Vec<u64> = self
+                .data(rid)
+                .iter()
+                .map(|w| w.load(Ordering::Relaxed))
+                .collect();
+            self.unindex_secondary(
+                key,
+                &RowRef {
+                    words: &old,
+                    schema: &self.schema,
+                },
+            );
+            self.copy_in(rid, data);
+            self.version(rid)
+                .store(make_word(tid, true), Ordering::Release);
+            self.index_secondary(
+                key,
+                rid,
+                &RowRef {
+                    words: data,
+                    schema: &self.schema,
+                },
+            );
+            return Ok(rid);
+        }
+        let rid = self.alloc(cache)?;
+        self.key_word(rid).store(key, Ordering::Release);
+        self.copy_in(rid, data);
+        self.version(rid)
+            .store(make_word(tid, true), Ordering::Release);
+        self.index_primary(key, rid)?;
+        self.index_secondary(
+            key,
+            rid,
+            &RowRef {
+                words: data,
+                schema: &self.schema,
+            },
+        );
+        Ok(rid)
+    }
+
+    /// Deletes a row directly (recovery only). Returns whether it existed.
+    pub fn delete_direct(&self, cache: &mut RowCache, key: u64) -> bool {
+        let Some(rid) = self.lookup(key) else {
+            return false;
+        };
+        let old: Vec<u64> = self
+            .data(rid)
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect();
+        self.unindex_secondary(
+            key,
+            &RowRef {
+                words: &old,
+                schema: &self.schema,
+            },
+        );
+        self.unindex_primary(key, rid);
+        let t = tid_of(self.version(rid).load(Ordering::Acquire));
+        self.version(rid)
+            .store(make_word(t, false), Ordering::Release);
+        self.arena.free(cache, rid);
+        true
+    }
+
+    /// Calls `f(key, tid, data)` for every present row, each read consistently
+    /// (retried while a writer holds it). Safe while workers run: this is how a
+    /// fuzzy checkpoint reads the table.
+    pub fn for_each_row(&self, mut f: impl FnMut(u64, u64, &[u64])) {
+        let mut buf = vec![0u64; self.schema.row_words()];
+        for rid in 0..self.arena.high_water() {
+            if !self.arena.is_allocated(rid) {
+                continue;
+            }
+            loop {
+                let v1 = self.version(rid).load(Ordering::Acquire);
+                if v1 & LOCKED != 0 {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let key = self.key_word(rid).load(Ordering::Acquire);
+                self.copy_out(rid, &mut buf);
+                std::sync::atomic::fence(Ordering::Acquire);
+                let v2 = self.version(rid).load(Ordering::Acquire);
+                if v1 != v2 {
+                    continue;
+                }
+                if v1 & PRESENT != 0 {
+                    f(key, tid_of(v1), &buf);
+                }
+                break;
+            }
+        }
+    }
+
+    /// Number of present rows (walks the arena; for tests and reports).
+    pub fn count_rows(&self) -> u64 {
+        let mut n = 0;
+        self.for_each_row(|_, _, _| n += 1);
+        n
+    }
+}
+
+/// All tables of one island.
+pub struct Catalog {
+    pub tables: Vec<Table>,
+}
+
+impl Catalog {
+    pub fn new(defs: &[TableDef], concurrent: bool) -> Result<Catalog, Error> {
+        if defs.len() > u16::MAX as usize {
+            return Err(Error::Config("too many tables".into()));
+        }
+        let mut tables = Vec::with_capacity(defs.len());
+        for (i, d) in defs.iter().enumerate() {
+            if defs[..i].iter().any(|o| o.name == d.name) {
+                return Err(Error::Config(format!("table '{}' declared twice", d.name)));
+            }
+            tables.push(Table::new(i as TableId, d, concurrent)?);
+        }
+        Ok(Catalog { tables })
+    }
+
+    pub fn table(&self, id: TableId) -> &Table {
+        &self.tables[id as usize]
+    }
+
+    pub fn by_name(&self, name: &str) -> Option<&Table> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+}

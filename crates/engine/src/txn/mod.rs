@@ -1,1 +1,932 @@
-//! txn (being written)
+//! The transaction handle that stored procedures run against.
+//!
+//! A [`Txn`] is a worker thread's transaction context: it is created once per
+//! worker and reused for every transaction, so its access set, row buffers and
+//! log buffer stop allocating after warm-up.
+//!
+//! Stored procedures are `async` Rust functions over `&mut Txn`:
+//!
+//! ```ignore
+//! async fn transfer(tx: &mut Txn, from: u64, to: u64, amount: i64) -> Result<(), Abort> {
+//!     let a = tx.get_for_update(ACCOUNTS, from).await?.ok_or(Abort::User("no such account"))?;
+//!     let b = tx.get_for_update(ACCOUNTS, to).await?.ok_or(Abort::User("no such account"))?;
+//!     let bal = tx.row(a).i64(BALANCE);
+//!     tx.row_mut(a).set_i64(BALANCE, bal - amount);
+//!     let bal = tx.row(b).i64(BALANCE);
+//!     tx.row_mut(b).set_i64(BALANCE, bal + amount);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Why `async`: an island with one worker thread must keep executing other
+//! transactions and serving requests while one of its transactions waits for a
+//! remote island's reply. With `async` procedures the compiler writes the
+//! continuation state machine: a remote operation returns `Pending`, the
+//! island's executor parks that transaction and polls another one. Local
+//! operations complete on the first poll, so a local-only transaction costs no
+//! more than a plain function call. Hand-written continuation state machines
+//! would give the same behaviour at the cost of turning every procedure (TPC-C
+//! has five) inside out.
+//!
+//! Writes are buffered in the transaction and installed at commit (deferred
+//! update), so an abort never undoes a row in place. Rows are addressed by
+//! handles ([`RowH`]) into the access set, which keeps the borrow checker out
+//! of the way of procedures that hold several rows at once.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use crate::cc::{CcKind, Held, Observed, TxnMeta, WriteLock};
+use crate::island::Shared;
+use crate::storage::hash::HashIndex;
+use crate::storage::ordered::{key_of, pair};
+use crate::storage::{tid_of, RowCache, RowId, RowMut, RowRef, SecondaryId, Table, TableId};
+use crate::wal::{BatchSeq, LogBuffer};
+use crate::{Abort, AbortReason, Error};
+
+/// A row the transaction accessed: an index into its access set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowH(u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Read,
+    Insert,
+    Delete,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Access {
+    table: TableId,
+    rid: RowId,
+    key: u64,
+    kind: Kind,
+    /// The image was changed (updates and inserts).
+    dirty: bool,
+    seen: Observed,
+    held: Held,
+    /// Offset of the working image in `buf`.
+    off: u32,
+    /// Offset of the image as read, kept for tables with secondary indexes
+    /// (to move index entries when indexed columns change); `u32::MAX` if none.
+    orig: u32,
+}
+
+/// A point miss: the key was absent; validated through its hash stripe.
+#[derive(Clone, Copy, Debug)]
+struct Miss {
+    table: TableId,
+    stripe: u32,
+    version: u64,
+}
+
+/// A range scan, remembered so commit can check that it would see the same entries.
+#[derive(Clone, Copy, Debug)]
+struct Scan {
+    table: TableId,
+    secondary: Option<SecondaryId>,
+    lo: u128,
+    hi: u128,
+    reverse: bool,
+    /// Index entries visited (not counting the transaction's own inserts).
+    visited: u32,
+    /// The scan reached the end of its range before its limit.
+    exhausted: bool,
+    digest: u64,
+}
+
+/// What a commit produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Committed {
+    pub tid: u64,
+    /// The transaction wrote log records; it is durable once the batch holding
+    /// them is (see [`Txn::flush_log`]).
+    pub logged: bool,
+}
+
+/// A worker's transaction context. See the module documentation.
+pub struct Txn {
+    shared: Arc<Shared>,
+    worker: u16,
+    meta: TxnMeta,
+    acc: Vec<Access>,
+    buf: Vec<u64>,
+    misses: Vec<Miss>,
+    scans: Vec<Scan>,
+    scan_out: Vec<RowH>,
+    wl: Vec<(WriteLock, u32)>,
+    locks: Vec<WriteLock>,
+    caches: Vec<RowCache>,
+    log: LogBuffer,
+    last_tid: u64,
+    validate: bool,
+    has_inserts: bool,
+}
+
+impl Txn {
+    pub(crate) fn new(shared: Arc<Shared>, worker: u16, last_tid: u64) -> Txn {
+        let n = shared.catalog.tables.len();
+        let validate = shared.cc.kind() != CcKind::None;
+        Txn {
+            shared,
+            worker,
+            meta: TxnMeta { ts: 0 },
+            acc: Vec::with_capacity(64),
+            buf: Vec::with_capacity(4096),
+            misses: Vec::new(),
+            scans: Vec::new(),
+            scan_out: Vec::new(),
+            wl: Vec::new(),
+            locks: Vec::new(),
+            caches: (0..n).map(|_| RowCache::default()).collect(),
+            log: LogBuffer::new(),
+            last_tid,
+            validate,
+            has_inserts: false,
+        }
+    }
+
+    pub fn worker_id(&self) -> u16 {
+        self.worker
+    }
+
+    pub fn cc_kind(&self) -> CcKind {
+        self.shared.cc.kind()
+    }
+
+    /// Starts a transaction. `retry` keeps the wait-die timestamp of the
+    /// previous attempt, so a retried transaction ages and eventually wins.
+    pub fn begin(&mut self, retry: bool) {
+        debug_assert!(self.acc.is_empty(), "begin inside a transaction");
+        if !retry || self.meta.ts == 0 {
+            self.meta.ts = self.shared.next_ts();
+        }
+    }
+
+    #[inline]
+    fn find(&self, table: TableId, rid: RowId) -> Option<RowH> {
+        self.acc
+            .iter()
+            .rposition(|a| a.rid == rid && a.table == table)
+            .map(|i| RowH(i as u32))
+    }
+
+    fn push_image(&mut self, words: usize) -> u32 {
+        let off = self.buf.len();
+        self.buf.resize(off + words, 0);
+        off as u32
+    }
+
+    /// Reads a row by primary key. `None` if absent.
+    pub async fn get(&mut self, table: TableId, key: u64) -> Result<Option<RowH>, Abort> {
+        self.point(table, key, false)
+    }
+
+    /// Reads a row by primary key with the intent to update it (2PL takes the
+    /// exclusive lock now). Change it through [`Txn::row_mut`].
+    pub async fn get_for_update(
+        &mut self,
+        table: TableId,
+        key: u64,
+    ) -> Result<Option<RowH>, Abort> {
+        self.point(table, key, true)
+    }
+
+    fn point(&mut self, table: TableId, key: u64, for_update: bool) -> Result<Option<RowH>, Abort> {
+        let t = self.shared.catalog.table(table);
+        let Some(rid) = t.lookup(key) else {
+            self.record_miss(table, key);
+            return Ok(None);
+        };
+        if let Some(h) = self.find(table, rid) {
+            let a = &self.acc[h.0 as usize];
+            if a.key == key && a.kind != Kind::Delete && (a.seen.present || a.kind == Kind::Insert)
+            {
+                return Ok(Some(h));
+            }
+            return Ok(None);
+        }
+        self.read_rid(table, rid, key, for_update)
+            .map_err(Abort::Conflict)
+    }
+
+    fn record_miss(&mut self, table: TableId, key: u64) {
+        if !self.validate {
+            return;
+        }
+        let t = self.shared.catalog.table(table);
+        match &t.hash {
+            Some(h) => {
+                let stripe = HashIndex::stripe_of(key);
+                let mut version = h.stripe_version(stripe);
+                let mut spins = 0;
+                while version & 1 == 1 {
+                    spins += 1;
+                    crate::cc::backoff(spins);
+                    version = h.stripe_version(stripe);
+                }
+                self.misses.push(Miss {
+                    table,
+                    stripe: stripe as u32,
+                    version,
+                });
+            }
+            None => {
+                // Nothing is indexed under the key: validated as an empty scan.
+                let k = key_of(key);
+                self.scans.push(Scan {
+                    table,
+                    secondary: None,
+                    lo: k,
+                    hi: k,
+                    reverse: false,
+                    visited: 0,
+                    exhausted: true,
+                    digest: DIGEST_SEED,
+                });
+            }
+        }
+    }
+
+    /// Reads row `rid` (known to the index under `key`) into a new access entry.
+    fn read_rid(
+        &mut self,
+        table: TableId,
+        rid: RowId,
+        key: u64,
+        for_update: bool,
+    ) -> Result<Option<RowH>, AbortReason> {
+        let shared = &*self.shared;
+        let t = shared.catalog.table(table);
+        let words = t.schema.row_words();
+        let off = self.buf.len();
+        self.buf.resize(off + words, 0);
+        let (seen, held) = shared.cc.read(
+            t,
+            rid,
+            key,
+            &mut self.buf[off..off + words],
+            for_update,
+            &self.meta,
+        )?;
+        let orig = if seen.present && !t.secondary.is_empty() {
+            let o = self.buf.len();
+            self.buf.extend_from_within(off..off + words);
+            o as u32
+        } else {
+            u32::MAX
+        };
+        let h = RowH(self.acc.len() as u32);
+        self.acc.push(Access {
+            table,
+            rid,
+            key,
+            kind: Kind::Read,
+            dirty: false,
+            seen,
+            held,
+            off: off as u32,
+            orig,
+        });
+        Ok(seen.present.then_some(h))
+    }
+
+    /// Inserts a row with `key`; its columns start zeroed: set them through
+    /// [`Txn::row_mut`]. `Ok(None)` if a committed row with that key exists.
+    pub async fn insert(&mut self, table: TableId, key: u64) -> Result<Option<RowH>, Abort> {
+        let shared = Arc::clone(&self.shared);
+        let t = shared.catalog.table(table);
+        let rid = t.alloc(&mut self.caches[table as usize])?;
+        let old = t.version(rid).load(std::sync::atomic::Ordering::Acquire);
+        let held = shared.cc.claim_insert(t, rid, &self.meta);
+        t.key_word(rid)
+            .store(key, std::sync::atomic::Ordering::Release);
+        match t.index_primary(key, rid) {
+            Ok(None) => {}
+            Ok(Some(existing)) => {
+                self.undo_claim(t, rid, held);
+                if let Some(h) = self.find(table, existing) {
+                    // Our own row: present unless we deleted it.
+                    let a = &mut self.acc[h.0 as usize];
+                    if a.kind != Kind::Delete {
+                        return Ok(None);
+                    }
+                    // Deleted earlier in this transaction: the insert becomes an
+                    // overwrite of that row with a fresh (zeroed) image.
+                    a.kind = Kind::Read;
+                    a.dirty = true;
+                    let off = a.off as usize;
+                    self.buf[off..off + t.schema.row_words()].fill(0);
+                    return Ok(Some(h));
+                }
+                // Someone else's row: a committed duplicate is an answer (and is
+                // validated like a read); an uncommitted one is a conflict.
+                return match self.read_rid(table, existing, key, false) {
+                    Ok(Some(_)) => Ok(None),
+                    Ok(None) => Err(Abort::Conflict(AbortReason::DuplicateKey)),
+                    Err(r) => Err(Abort::Conflict(r)),
+                };
+            }
+            Err(e) => {
+                self.undo_claim(t, rid, held);
+                return Err(e.into());
+            }
+        }
+        let off = self.push_image(t.schema.row_words());
+        let h = RowH(self.acc.len() as u32);
+        self.acc.push(Access {
+            table,
+            rid,
+            key,
+            kind: Kind::Insert,
+            dirty: true,
+            seen: Observed {
+                version: old,
+                present: false,
+            },
+            held,
+            off,
+            orig: u32::MAX,
+        });
+        self.has_inserts = true;
+        Ok(Some(h))
+    }
+
+    fn undo_claim(&mut self, t: &Table, rid: RowId, held: Held) {
+        self.shared.cc.release(t, rid, held);
+        t.arena.free(&mut self.caches[t.id as usize], rid);
+    }
+
+    /// Deletes a row the transaction has read (or inserted).
+    pub async fn delete(&mut self, h: RowH) -> Result<(), Abort> {
+        let a = &mut self.acc[h.0 as usize];
+        match a.kind {
+            Kind::Read => {
+                a.kind = Kind::Delete;
+                a.dirty = false;
+                Ok(())
+            }
+            Kind::Insert => Err(Abort::Failed(Error::Config(
+                "deleting a row inserted by the same transaction is not supported".into(),
+            ))),
+            Kind::Delete => Ok(()),
+        }
+    }
+
+    /// The current image of a row the transaction holds.
+    #[inline]
+    pub fn row(&self, h: RowH) -> RowRef<'_> {
+        let a = &self.acc[h.0 as usize];
+        let t = self.shared.catalog.table(a.table);
+        let off = a.off as usize;
+        RowRef {
+            words: &self.buf[off..off + t.schema.row_words()],
+            schema: &t.schema,
+        }
+    }
+
+    /// Write access to a row's image; the change is installed at commit.
+    #[inline]
+    pub fn row_mut(&mut self, h: RowH) -> RowMut<'_> {
+        let a = &mut self.acc[h.0 as usize];
+        debug_assert!(a.kind != Kind::Delete, "writing a deleted row");
+        a.dirty = true;
+        let t = self.shared.catalog.table(a.table);
+        let off = a.off as usize;
+        RowMut {
+            words: &mut self.buf[off..off + t.schema.row_words()],
+            schema: &t.schema,
+        }
+    }
+
+    /// The primary key of a row the transaction holds.
+    pub fn key(&self, h: RowH) -> u64 {
+        self.acc[h.0 as usize].key
+    }
+
+    /// Scans the primary ordered index over keys `[lo, hi]`, ascending or
+    /// descending, returning at most `limit` present rows. Read them with
+    /// [`Txn::scan_row`]`(0..n)`.
+    pub async fn scan(
+        &mut self,
+        table: TableId,
+        lo: u64,
+        hi: u64,
+        limit: usize,
+        reverse: bool,
+    ) -> Result<usize, Abort> {
+        self.scan_index(
+            table,
+            None,
+            key_of(lo),
+            key_of(hi) | u64::MAX as u128,
+            limit,
+            reverse,
+        )
+    }
+
+    /// Rows whose secondary key equals `skey`, in primary-key order (at most `limit`).
+    pub async fn scan_secondary(
+        &mut self,
+        table: TableId,
+        idx: SecondaryId,
+        skey: u64,
+        limit: usize,
+        reverse: bool,
+    ) -> Result<usize, Abort> {
+        self.scan_index(
+            table,
+            Some(idx),
+            pair(skey, 0),
+            pair(skey, u64::MAX),
+            limit,
+            reverse,
+        )
+    }
+
+    /// Resolves a secondary index by name (do it once, outside the hot path).
+    /// Panics if the table has no such index: that is a schema/program mismatch.
+    pub fn catalog_secondary(&self, table: TableId, name: &str) -> SecondaryId {
+        let t = self.shared.catalog.table(table);
+        t.secondary(name)
+            .unwrap_or_else(|| panic!("table '{}' has no secondary index '{name}'", t.name))
+    }
+
+    /// The i-th row of the last scan.
+    pub fn scan_row(&self, i: usize) -> RowH {
+        self.scan_out[i]
+    }
+
+    fn scan_index(
+        &mut self,
+        table: TableId,
+        sec: Option<SecondaryId>,
+        lo: u128,
+        hi: u128,
+        limit: usize,
+        reverse: bool,
+    ) -> Result<usize, Abort> {
+        let shared = Arc::clone(&self.shared);
+        let t = shared.catalog.table(table);
+        let idx = match sec {
+            Some(s) => &t.secondary[s.0 as usize].1,
+            None => match &t.ordered {
+                Some(o) => o,
+                None => {
+                    return Err(Abort::Failed(Error::Config(format!(
+                        "table '{}' has a hash primary index: it cannot be range-scanned",
+                        t.name
+                    ))))
+                }
+            },
+        };
+        let want = limit.max(1);
+        // A secondary scan must see this transaction's own changes to indexed
+        // columns, which reach the index only at commit: scan the whole key
+        // group, then correct it with the rows this transaction changed.
+        let own_changes = sec.is_some()
+            && self
+                .acc
+                .iter()
+                .any(|a| a.table == table && (a.dirty || a.kind == Kind::Delete));
+        let limit = if own_changes { usize::MAX } else { want };
+        let mut out = std::mem::take(&mut self.scan_out);
+        out.clear();
+        let mut visited = 0u32;
+        let mut digest = DIGEST_SEED;
+        let mut exhausted = true;
+        let mut failed = None;
+        idx.scan(lo, hi, reverse, |k, rid| {
+            let pk = if sec.is_some() {
+                k as u64
+            } else {
+                (k >> 64) as u64
+            };
+            let h = match self.find(table, rid) {
+                Some(h) => {
+                    let a = &self.acc[h.0 as usize];
+                    if a.kind != Kind::Insert {
+                        visited += 1;
+                        digest = mix(digest, k, rid);
+                    }
+                    (a.kind != Kind::Delete && (a.seen.present || a.kind == Kind::Insert))
+                        .then_some(h)
+                }
+                None => {
+                    visited += 1;
+                    digest = mix(digest, k, rid);
+                    match self.read_rid(table, rid, pk, false) {
+                        Ok(h) => h,
+                        Err(r) => {
+                            failed = Some(r);
+                            return false;
+                        }
+                    }
+                }
+            };
+            if let Some(h) = h {
+                out.push(h);
+                if out.len() == limit {
+                    exhausted = false;
+                    return false;
+                }
+            }
+            true
+        });
+        if let Some(r) = failed {
+            self.scan_out = out;
+            return Err(Abort::Conflict(r));
+        }
+        if own_changes {
+            let (def, _) = &t.secondary[sec.map_or(0, |s| s.0 as usize)];
+            let skey = (lo >> 64) as u64;
+            let words = t.schema.row_words();
+            let image_key = |a: &Access, buf: &[u64]| {
+                let o = a.off as usize;
+                (def.key)(&RowRef {
+                    words: &buf[o..o + words],
+                    schema: &t.schema,
+                })
+            };
+            out.retain(|h| {
+                let a = &self.acc[h.0 as usize];
+                !(a.dirty && image_key(a, &self.buf) != skey)
+            });
+            for (i, a) in self.acc.iter().enumerate() {
+                let h = RowH(i as u32);
+                if a.table == table
+                    && a.dirty
+                    && a.kind != Kind::Delete
+                    && image_key(a, &self.buf) == skey
+                    && !out.contains(&h)
+                {
+                    out.push(h);
+                }
+            }
+            out.sort_unstable_by_key(|h| self.acc[h.0 as usize].key);
+            if reverse {
+                out.reverse();
+            }
+            out.truncate(want);
+        }
+        self.scan_out = out;
+        if self.validate {
+            self.scans.push(Scan {
+                table,
+                secondary: sec,
+                lo,
+                hi,
+                reverse,
+                visited,
+                exhausted,
+                digest,
+            });
+        }
+        Ok(self.scan_out.len())
+    }
+
+    /// Commits: locks the write set, validates reads, misses and scans, writes
+    /// the redo record to this worker's log buffer and installs the writes.
+    pub fn commit(&mut self) -> Result<Committed, Abort> {
+        let shared = Arc::clone(&self.shared);
+        let cc = &*shared.cc;
+        let tables = &shared.catalog.tables;
+        let writes = self.acc.iter().any(|a| a.dirty || a.kind == Kind::Delete);
+        if writes {
+            if let Some(e) = shared.log_failure() {
+                self.abort();
+                return Err(Abort::Failed(e));
+            }
+        }
+        // 1. Lock the write set.
+        self.locks.clear();
+        self.wl.clear();
+        for (i, a) in self.acc.iter().enumerate() {
+            if a.dirty || a.kind == Kind::Delete {
+                self.locks.push(WriteLock {
+                    table: a.table,
+                    rid: a.rid,
+                    held: a.held,
+                    seen: a.seen.version,
+                    inserted: a.kind == Kind::Insert,
+                });
+                self.wl.push((self.locks[self.locks.len() - 1], i as u32));
+            }
+        }
+        if !self.locks.is_empty() {
+            // The scheme may reorder `locks`; map results back by (table, rid).
+            let r = cc.lock_write_set(tables, &mut self.locks, &self.meta);
+            for l in &self.locks {
+                if let Some(a) = self.acc.iter_mut().find(|a| {
+                    a.rid == l.rid && a.table == l.table && (a.dirty || a.kind == Kind::Delete)
+                }) {
+                    a.held = l.held;
+                }
+            }
+            if let Err(reason) = r {
+                self.abort();
+                return Err(Abort::Conflict(reason));
+            }
+        }
+        // 2. Validate.
+        if self.validate {
+            if let Err(reason) = self.validate_all() {
+                self.abort();
+                return Err(Abort::Conflict(reason));
+            }
+        }
+        // 3. The commit tid: above every version seen and this worker's last.
+        let mut tid = self.last_tid;
+        for a in &self.acc {
+            tid = tid.max(tid_of(a.seen.version));
+        }
+        tid += 1;
+        self.last_tid = tid;
+        // 4. Log.
+        let logged = writes && shared.wal.is_some();
+        if logged {
+            self.log.commit_begin(tid);
+            for a in &self.acc {
+                let t = &tables[a.table as usize];
+                if a.kind == Kind::Delete {
+                    self.log.delete(a.table, a.key);
+                } else if a.dirty {
+                    let off = a.off as usize;
+                    let img = &self.buf[off..off + t.schema.row_words()];
+                    self.log
+                        .put(a.table, a.key, crate::storage::schema::row_bytes(img));
+                }
+            }
+            self.log.record_end();
+        }
+        // 5. Install and release.
+        for i in 0..self.acc.len() {
+            let a = self.acc[i];
+            let t = &tables[a.table as usize];
+            let words = t.schema.row_words();
+            let off = a.off as usize;
+            match a.kind {
+                Kind::Delete => {
+                    if a.orig != u32::MAX {
+                        let o = a.orig as usize;
+                        t.unindex_secondary(
+                            a.key,
+                            &RowRef {
+                                words: &self.buf[o..o + words],
+                                schema: &t.schema,
+                            },
+                        );
+                    }
+                    t.unindex_primary(a.key, a.rid);
+                    cc.install(t, a.rid, tid, None, a.held);
+                    t.arena.free(&mut self.caches[a.table as usize], a.rid);
+                }
+                Kind::Insert => {
+                    let img = &self.buf[off..off + words];
+                    t.index_secondary(
+                        a.key,
+                        a.rid,
+                        &RowRef {
+                            words: img,
+                            schema: &t.schema,
+                        },
+                    );
+                    cc.install(t, a.rid, tid, Some(img), a.held);
+                }
+                Kind::Read if a.dirty => {
+                    let img = &self.buf[off..off + words];
+                    if a.orig != u32::MAX {
+                        let o = a.orig as usize;
+                        let old = RowRef {
+                            words: &self.buf[o..o + words],
+                            schema: &t.schema,
+                        };
+                        let new = RowRef {
+                            words: img,
+                            schema: &t.schema,
+                        };
+                        for (def, idx) in &t.secondary {
+                            let (ko, kn) = ((def.key)(&old), (def.key)(&new));
+                            if ko != kn {
+                                idx.remove(pair(ko, a.key));
+                                idx.insert(pair(kn, a.key), a.rid);
+                            }
+                        }
+                    }
+                    cc.install(t, a.rid, tid, Some(img), a.held);
+                }
+                Kind::Read => cc.release(t, a.rid, a.held),
+            }
+        }
+        self.clear();
+        Ok(Committed { tid, logged })
+    }
+
+    fn validate_all(&self) -> Result<(), AbortReason> {
+        let shared = &*self.shared;
+        for a in &self.acc {
+            if a.kind == Kind::Read && !a.dirty {
+                let t = shared.catalog.table(a.table);
+                if !shared.cc.validate_read(t, a.rid, &a.seen, a.held) {
+                    return Err(AbortReason::ReadValidation);
+                }
+            }
+        }
+        for m in &self.misses {
+            let t = shared.catalog.table(m.table);
+            let h = t.hash.as_ref().expect("miss recorded on a hash table");
+            let mut now = h.stripe_version(m.stripe as usize);
+            // Our own inserts on that stripe moved it by two each.
+            for a in &self.acc {
+                if a.kind == Kind::Insert
+                    && a.table == m.table
+                    && HashIndex::stripe_of(a.key) == m.stripe as usize
+                {
+                    now = now.wrapping_sub(2);
+                }
+            }
+            if now != m.version {
+                return Err(AbortReason::Phantom);
+            }
+        }
+        for s in &self.scans {
+            let t = shared.catalog.table(s.table);
+            // Visit one entry more than the scan did when it ran to the end of
+            // its range, to catch an insert after the last entry.
+            let limit = if s.exhausted {
+                s.visited.saturating_add(1)
+            } else {
+                s.visited
+            };
+            if self.rescan(t, s, limit) != (s.visited, s.digest) {
+                return Err(AbortReason::Phantom);
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-walks a scan's range, skipping this transaction's own inserts.
+    fn rescan(&self, t: &Table, s: &Scan, limit: u32) -> (u32, u64) {
+        let idx = match s.secondary {
+            Some(sec) => &t.secondary[sec.0 as usize].1,
+            None => t.ordered.as_ref().expect("scan on an ordered table"),
+        };
+        let mut visited = 0u32;
+        let mut digest = DIGEST_SEED;
+        if limit == 0 {
+            return (0, digest);
+        }
+        idx.scan(s.lo, s.hi, s.reverse, |k, rid| {
+            if self.has_inserts
+                && self
+                    .acc
+                    .iter()
+                    .any(|a| a.kind == Kind::Insert && a.rid == rid && a.table == t.id)
+            {
+                return true;
+            }
+            visited += 1;
+            digest = mix(digest, k, rid);
+            visited < limit
+        });
+        (visited, digest)
+    }
+
+    /// Aborts: releases everything and forgets the transaction's writes.
+    pub fn abort(&mut self) {
+        let shared = Arc::clone(&self.shared);
+        for a in &self.acc {
+            let t = shared.catalog.table(a.table);
+            if a.kind == Kind::Insert {
+                t.unindex_primary(a.key, a.rid);
+                shared.cc.release(t, a.rid, a.held);
+                t.arena.free(&mut self.caches[a.table as usize], a.rid);
+            } else {
+                shared.cc.release(t, a.rid, a.held);
+            }
+        }
+        self.clear();
+    }
+
+    fn clear(&mut self) {
+        self.acc.clear();
+        self.buf.clear();
+        self.misses.clear();
+        self.scans.clear();
+        self.scan_out.clear();
+        self.has_inserts = false;
+    }
+
+    /// Hands this worker's buffered log records to the island's log. Returns the
+    /// batch number: commits made before this call are durable once
+    /// [`Txn::durable_batch`] reaches it. `None` if there was nothing to log.
+    pub fn flush_log(&mut self) -> Result<Option<BatchSeq>, Error> {
+        match &self.shared.wal {
+            Some(w) if !self.log.is_empty() => {
+                w.submit(&mut self.log).map(Some).map_err(Error::from)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Bytes of log records buffered and not yet handed to the log.
+    pub fn log_pending_bytes(&self) -> usize {
+        self.log.len_bytes()
+    }
+
+    /// The newest batch known durable (in `async` mode: written).
+    #[inline]
+    pub fn durable_batch(&self) -> BatchSeq {
+        match &self.shared.wal {
+            Some(w) => w.durable_seq(),
+            None => BatchSeq::MAX,
+        }
+    }
+
+    /// Runs a stored procedure to completion on this worker, retrying conflicts
+    /// (with back-off) up to `max_retries` times. A convenience for tests,
+    /// examples and loaders; the benchmark driver has its own loop.
+    pub fn execute<T>(
+        &mut self,
+        max_retries: u32,
+        mut f: impl for<'a> FnMut(
+            &'a mut Txn,
+        )
+            -> std::pin::Pin<Box<dyn Future<Output = Result<T, Abort>> + 'a>>,
+    ) -> Result<T, Abort> {
+        let mut attempt = 0;
+        loop {
+            self.begin(attempt > 0);
+            let r = poll_local(f(self));
+            match r {
+                Ok(v) => match self.commit() {
+                    Ok(_) => return Ok(v),
+                    Err(Abort::Conflict(r)) if attempt < max_retries => {
+                        let _ = r;
+                    }
+                    Err(e) => return Err(e),
+                },
+                Err(Abort::Conflict(r)) if attempt < max_retries => {
+                    let _ = r;
+                    self.abort();
+                }
+                Err(e) => {
+                    self.abort();
+                    return Err(e);
+                }
+            }
+            attempt += 1;
+            backoff_retry(attempt);
+        }
+    }
+}
+
+impl Drop for Txn {
+    fn drop(&mut self) {
+        if !self.acc.is_empty() {
+            self.abort();
+        }
+        if let Some(w) = &self.shared.wal {
+            if !self.log.is_empty() {
+                let _ = w.submit(&mut self.log);
+            }
+        }
+        self.shared.worker_gone();
+    }
+}
+
+/// Exponential back-off between retries of an aborted transaction.
+pub fn backoff_retry(attempt: u32) {
+    let spins = 1u32 << attempt.min(10);
+    for _ in 0..spins {
+        std::hint::spin_loop();
+    }
+    if attempt > 8 {
+        std::thread::yield_now();
+    }
+}
+
+/// Polls a procedure that only touches this island: it completes on the first
+/// poll. A procedure that suspends here is waiting for a remote island, which a
+/// local worker cannot serve: that is reported as an error.
+pub fn poll_local<T>(fut: impl Future<Output = Result<T, Abort>>) -> Result<T, Abort> {
+    let mut fut = pin!(fut);
+    let mut cx = Context::from_waker(Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        Poll::Ready(r) => r,
+        Poll::Pending => Err(Abort::Failed(Error::Config(
+            "a stored procedure suspended (remote operation) on a worker without an executor"
+                .into(),
+        ))),
+    }
+}
+
+const DIGEST_SEED: u64 = 0x243f_6a88_85a3_08d3;
+
+#[inline]
+fn mix(d: u64, k: u128, rid: RowId) -> u64 {
+    let x = (k as u64) ^ ((k >> 64) as u64).rotate_left(17) ^ rid.rotate_left(41);
+    crate::storage::hash::hash_key(d ^ x)
+}

@@ -1,0 +1,286 @@
+//! The hash primary index: open addressing over one preallocated slot array.
+//!
+//! Written by hand because it is the hottest structure of the engine: a point
+//! lookup is one hash, usually one cache line of slots and one row key compare,
+//! with no lock and no allocation. A slot is one word holding a row id and a tag
+//! of the key's hash; the key itself lives in the row, so a hit is confirmed
+//! against the row. Sized at creation for the table's capacity (load at most
+//! 1/2), never resized: limits are fixed at start.
+//!
+//! Mutations (insert, delete) of one key are serialized by the key's *stripe*.
+//! A stripe word is also a version: odd while a mutation runs, bumped by two on
+//! every insert or delete. A transaction that looked up a missing key records the
+//! stripe version and validates it at commit, which keeps point misses
+//! serializable (no phantom inserts). On a single-worker island the stripe words
+//! are plain stores: no read-modify-write atomics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::arena::{Arena, RowId, W_KEY};
+
+const EMPTY: u64 = 0;
+const TOMB: u64 = 1;
+const RID_BITS: u32 = 40;
+const RID_MASK: u64 = (1 << RID_BITS) - 1;
+const STRIPES: usize = 4096;
+
+#[inline]
+pub fn hash_key(key: u64) -> u64 {
+    // A strong 64-bit mixer (the splitmix64 finalizer): keys are often dense integers.
+    let mut z = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+pub struct HashIndex {
+    slots: Box<[AtomicU64]>,
+    mask: usize,
+    stripes: Box<[AtomicU64]>,
+    concurrent: bool,
+}
+
+/// What an insert found.
+pub enum Inserted {
+    Ok,
+    /// The key is already indexed, pointing at this row.
+    Exists(RowId),
+}
+
+impl HashIndex {
+    pub fn new(capacity: u64, concurrent: bool) -> HashIndex {
+        let n = ((capacity.max(8) * 2) as usize).next_power_of_two();
+        assert!(capacity < RID_MASK - 2, "hash index capacity too large");
+        HashIndex {
+            slots: (0..n).map(|_| AtomicU64::new(EMPTY)).collect(),
+            mask: n - 1,
+            stripes: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
+            concurrent,
+        }
+    }
+
+    #[inline]
+    fn tag(h: u64) -> u64 {
+        (h >> 40) | 1 // never zero, so a slot is never EMPTY or TOMB
+    }
+
+    #[inline]
+    fn pack(h: u64, rid: RowId) -> u64 {
+        (Self::tag(h) << RID_BITS) | (rid + 2)
+    }
+
+    #[inline]
+    fn unpack(v: u64) -> RowId {
+        (v & RID_MASK) - 2
+    }
+
+    #[inline]
+    pub fn stripe_of(key: u64) -> usize {
+        (hash_key(key) as usize) & (STRIPES - 1)
+    }
+
+    /// The version of a key's stripe: even when stable.
+    #[inline]
+    pub fn stripe_version(&self, stripe: usize) -> u64 {
+        self.stripes[stripe].load(Ordering::Acquire)
+    }
+
+    #[inline]
+    pub fn get(&self, arena: &Arena, key: u64) -> Option<RowId> {
+        let h = hash_key(key);
+        let tag = Self::tag(h);
+        let mut i = (h as usize) & self.mask;
+        loop {
+            let v = self.slots[i].load(Ordering::Acquire);
+            if v == EMPTY {
+                return None;
+            }
+            if v != TOMB && (v >> RID_BITS) == tag {
+                let rid = Self::unpack(v);
+                if arena.row(rid)[W_KEY].load(Ordering::Acquire) == key {
+                    return Some(rid);
+                }
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    fn lock_stripe(&self, s: usize) {
+        let w = &self.stripes[s];
+        if !self.concurrent {
+            w.store(w.load(Ordering::Relaxed) + 1, Ordering::Release);
+            return;
+        }
+        loop {
+            let v = w.load(Ordering::Relaxed);
+            if v & 1 == 0
+                && w.compare_exchange_weak(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    fn unlock_stripe(&self, s: usize) {
+        let w = &self.stripes[s];
+        w.store(w.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+
+    /// Indexes `key → rid` unless the key is present. The row's key word must
+    /// already hold `key`.
+    pub fn insert(&self, arena: &Arena, key: u64, rid: RowId) -> Result<Inserted, IndexFull> {
+        let h = hash_key(key);
+        let s = (h as usize) & (STRIPES - 1);
+        self.lock_stripe(s);
+        let r = self.insert_locked(arena, key, h, rid);
+        self.unlock_stripe(s);
+        r
+    }
+
+    fn insert_locked(
+        &self,
+        arena: &Arena,
+        key: u64,
+        h: u64,
+        rid: RowId,
+    ) -> Result<Inserted, IndexFull> {
+        let tag = Self::tag(h);
+        'retry: loop {
+            let mut i = (h as usize) & self.mask;
+            let mut first_tomb = None;
+            for _ in 0..=self.mask {
+                let v = self.slots[i].load(Ordering::Acquire);
+                if v == EMPTY {
+                    let (at, expect) = match first_tomb {
+                        Some(t) => (t, TOMB),
+                        None => (i, EMPTY),
+                    };
+                    if self.cas(at, expect, Self::pack(h, rid)) {
+                        return Ok(Inserted::Ok);
+                    }
+                    // Another stripe's insert took that slot: probe again.
+                    continue 'retry;
+                }
+                if v == TOMB {
+                    first_tomb.get_or_insert(i);
+                } else if (v >> RID_BITS) == tag {
+                    let other = Self::unpack(v);
+                    if arena.row(other)[W_KEY].load(Ordering::Acquire) == key {
+                        return Ok(Inserted::Exists(other));
+                    }
+                }
+                i = (i + 1) & self.mask;
+            }
+            if let Some(t) = first_tomb {
+                if self.cas(t, TOMB, Self::pack(h, rid)) {
+                    return Ok(Inserted::Ok);
+                }
+                continue 'retry;
+            }
+            return Err(IndexFull);
+        }
+    }
+
+    #[inline]
+    fn cas(&self, i: usize, expect: u64, new: u64) -> bool {
+        if self.concurrent {
+            self.slots[i]
+                .compare_exchange(expect, new, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        } else {
+            self.slots[i].store(new, Ordering::Release);
+            true
+        }
+    }
+
+    /// Removes `key → rid`. Returns whether it was there.
+    pub fn remove(&self, key: u64, rid: RowId) -> bool {
+        let h = hash_key(key);
+        let s = (h as usize) & (STRIPES - 1);
+        self.lock_stripe(s);
+        let want = Self::pack(h, rid);
+        let mut i = (h as usize) & self.mask;
+        let mut found = false;
+        for _ in 0..=self.mask {
+            let v = self.slots[i].load(Ordering::Acquire);
+            if v == EMPTY {
+                break;
+            }
+            if v == want {
+                // Slots are only written under their key's stripe or by CAS from
+                // EMPTY/TOMB, so this entry cannot change under us.
+                self.slots[i].store(TOMB, Ordering::Release);
+                found = true;
+                break;
+            }
+            i = (i + 1) & self.mask;
+        }
+        self.unlock_stripe(s);
+        found
+    }
+}
+
+/// The hash index has no free slot left.
+#[derive(Debug)]
+pub struct IndexFull;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn setup(cap: u64) -> (Arena, HashIndex) {
+        (Arena::new(1, cap), HashIndex::new(cap, true))
+    }
+
+    proptest! {
+        #[test]
+        fn matches_a_hashmap(ops in proptest::collection::vec((0u8..3, 0u64..64), 1..400)) {
+            let (arena, idx) = setup(128);
+            let mut cache = Default::default();
+            let mut model: HashMap<u64, RowId> = HashMap::new();
+            for (op, key) in ops {
+                match op {
+                    0 => {
+                        let rid = arena.alloc(&mut cache).unwrap();
+                        arena.row(rid)[W_KEY].store(key, Ordering::Release);
+                        match idx.insert(&arena, key, rid).unwrap() {
+                            Inserted::Ok => { prop_assert!(!model.contains_key(&key)); model.insert(key, rid); }
+                            Inserted::Exists(r) => { prop_assert_eq!(model.get(&key), Some(&r)); arena.free(&mut cache, rid); }
+                        }
+                    }
+                    1 => {
+                        if let Some(rid) = model.remove(&key) {
+                            prop_assert!(idx.remove(key, rid));
+                            arena.row(rid)[W_KEY].store(u64::MAX, Ordering::Release);
+                            arena.free(&mut cache, rid);
+                        } else {
+                            prop_assert!(idx.get(&arena, key).is_none());
+                        }
+                    }
+                    _ => prop_assert_eq!(idx.get(&arena, key), model.get(&key).copied()),
+                }
+            }
+            for (k, r) in &model {
+                prop_assert_eq!(idx.get(&arena, *k), Some(*r));
+            }
+        }
+    }
+
+    #[test]
+    fn stripe_version_moves_on_insert() {
+        let (arena, idx) = setup(16);
+        let mut cache = Default::default();
+        let s = HashIndex::stripe_of(7);
+        let v0 = idx.stripe_version(s);
+        let rid = arena.alloc(&mut cache).unwrap();
+        arena.row(rid)[W_KEY].store(7, Ordering::Release);
+        idx.insert(&arena, 7, rid).unwrap();
+        assert_eq!(idx.stripe_version(s), v0 + 2);
+        assert!(idx.remove(7, rid));
+        assert_eq!(idx.stripe_version(s), v0 + 4);
+    }
+}

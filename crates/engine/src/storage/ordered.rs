@@ -1,0 +1,192 @@
+//! Ordered indexes with range scans, for primary keys that need ranges and for
+//! non-unique secondary indexes.
+//!
+//! Keys are `u128`: a unique index on a `u64` key uses `(key << 64)`, a
+//! non-unique secondary index uses `(secondary_key << 64) | primary_key`, so
+//! equal secondary keys sort by primary key and every entry is unique.
+//!
+//! Two implementations behind one type, chosen when the island opens:
+//! - `Owned`: a `BTreeMap` used by exactly one thread (a single-worker island):
+//!   no atomics, no latches.
+//! - `Shared`: a lock-free skip list (crossbeam) for islands with several workers.
+
+use std::cell::UnsafeCell;
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use crossbeam_skiplist::SkipMap;
+
+use super::arena::RowId;
+
+pub enum OrderedIndex {
+    Owned(UnsafeCell<BTreeMap<u128, RowId>>),
+    Shared(SkipMap<u128, RowId>),
+}
+
+// SAFETY: the `Owned` variant is only created for tables of a single-worker
+// island; the island hands its tables to exactly one worker thread at a time
+// (see `island::Island::worker`), so the map is never accessed concurrently.
+unsafe impl Sync for OrderedIndex {}
+
+pub fn key_of(k: u64) -> u128 {
+    (k as u128) << 64
+}
+
+pub fn pair(secondary: u64, primary: u64) -> u128 {
+    ((secondary as u128) << 64) | primary as u128
+}
+
+impl OrderedIndex {
+    pub fn new(concurrent: bool) -> OrderedIndex {
+        if concurrent {
+            OrderedIndex::Shared(SkipMap::new())
+        } else {
+            OrderedIndex::Owned(UnsafeCell::new(BTreeMap::new()))
+        }
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn owned(m: &UnsafeCell<BTreeMap<u128, RowId>>) -> &mut BTreeMap<u128, RowId> {
+        // SAFETY: single-thread use, see the `Sync` impl above; no reference
+        // returned from here outlives the call that made it.
+        unsafe { &mut *m.get() }
+    }
+
+    pub fn get(&self, k: u128) -> Option<RowId> {
+        match self {
+            OrderedIndex::Owned(m) => Self::owned(m).get(&k).copied(),
+            OrderedIndex::Shared(m) => m.get(&k).map(|e| *e.value()),
+        }
+    }
+
+    /// Inserts unless present; returns the existing row id if the key was there.
+    pub fn insert(&self, k: u128, rid: RowId) -> Option<RowId> {
+        match self {
+            OrderedIndex::Owned(m) => match Self::owned(m).entry(k) {
+                std::collections::btree_map::Entry::Occupied(e) => Some(*e.get()),
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(rid);
+                    None
+                }
+            },
+            OrderedIndex::Shared(m) => {
+                let e = m.get_or_insert(k, rid);
+                let existing = *e.value();
+                (existing != rid).then_some(existing)
+            }
+        }
+    }
+
+    pub fn remove(&self, k: u128) -> bool {
+        match self {
+            OrderedIndex::Owned(m) => Self::owned(m).remove(&k).is_some(),
+            OrderedIndex::Shared(m) => m.remove(&k).is_some(),
+        }
+    }
+
+    /// Calls `f(key, rid)` for entries in `[lo, hi]`, ascending or descending,
+    /// until `f` returns false.
+    pub fn scan(&self, lo: u128, hi: u128, reverse: bool, mut f: impl FnMut(u128, RowId) -> bool) {
+        if lo > hi {
+            return;
+        }
+        let r = (Bound::Included(lo), Bound::Included(hi));
+        match self {
+            OrderedIndex::Owned(m) => {
+                let it = Self::owned(m).range(r);
+                if reverse {
+                    for (k, v) in it.rev() {
+                        if !f(*k, *v) {
+                            break;
+                        }
+                    }
+                } else {
+                    for (k, v) in it {
+                        if !f(*k, *v) {
+                            break;
+                        }
+                    }
+                }
+            }
+            OrderedIndex::Shared(m) => {
+                let it = m.range(r);
+                if reverse {
+                    for e in it.rev() {
+                        if !f(*e.key(), *e.value()) {
+                            break;
+                        }
+                    }
+                } else {
+                    for e in it {
+                        if !f(*e.key(), *e.value()) {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            OrderedIndex::Owned(m) => Self::owned(m).len(),
+            OrderedIndex::Shared(m) => m.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn matches_a_btreemap(concurrent in any::<bool>(),
+                              ops in proptest::collection::vec((0u8..4, 0u64..50, 0u64..50, any::<bool>(), 0usize..6), 1..300)) {
+            let idx = OrderedIndex::new(concurrent);
+            let mut model: BTreeMap<u128, RowId> = BTreeMap::new();
+            for (i, (op, a, b, rev, limit)) in ops.into_iter().enumerate() {
+                let k = key_of(a);
+                match op {
+                    0 => {
+                        let got = idx.insert(k, i as u64);
+                        let want = model.get(&k).copied();
+                        prop_assert_eq!(got, want);
+                        model.entry(k).or_insert(i as u64);
+                    }
+                    1 => prop_assert_eq!(idx.remove(k), model.remove(&k).is_some()),
+                    2 => prop_assert_eq!(idx.get(k), model.get(&k).copied()),
+                    _ => {
+                        let (lo, hi) = (key_of(a.min(b)), key_of(a.max(b)));
+                        let mut got = vec![];
+                        idx.scan(lo, hi, rev, |k, v| { got.push((k, v)); got.len() < limit.max(1) });
+                        let mut want: Vec<_> = model.range(lo..=hi).map(|(k, v)| (*k, *v)).collect();
+                        if rev { want.reverse(); }
+                        want.truncate(limit.max(1));
+                        prop_assert_eq!(got, want);
+                    }
+                }
+            }
+            prop_assert_eq!(idx.len(), model.len());
+        }
+    }
+
+    #[test]
+    fn secondary_pairs_sort_by_primary_within_a_key() {
+        let idx = OrderedIndex::new(true);
+        for (s, p) in [(5, 3), (5, 1), (4, 9), (5, 2), (6, 0)] {
+            assert!(idx.insert(pair(s, p), p).is_none());
+        }
+        let mut got = vec![];
+        idx.scan(pair(5, 0), pair(5, u64::MAX), false, |_, r| {
+            got.push(r);
+            true
+        });
+        assert_eq!(got, vec![1, 2, 3]);
+    }
+}

@@ -1,0 +1,283 @@
+//! Serializability under every concurrency-control scheme with several threads:
+//! bank transfers whose total must stay constant (checked by concurrent
+//! auditors and at the end), and a history check whose serialization graph
+//! must be acyclic.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use islands::cc::CcKind;
+use islands::Abort;
+
+use crate::common::{open_bank, ALL_CC, BALANCE};
+
+fn rng(seed: u64) -> impl FnMut() -> u64 {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    }
+}
+
+fn workers_for(cc: CcKind) -> usize {
+    if cc == CcKind::None {
+        1
+    } else {
+        3
+    }
+}
+
+#[test]
+fn transfers_conserve_money_under_every_scheme() {
+    for cc in ALL_CC {
+        let n_accounts = 16u64;
+        let island = open_bank(
+            cc,
+            if cc == CcKind::None {
+                1
+            } else {
+                workers_for(cc) + 2
+            },
+            n_accounts,
+            1_000,
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut handles = vec![];
+        for w in 0..workers_for(cc) {
+            let island = island.clone();
+            handles.push(std::thread::spawn(move || {
+                let mut tx = island.worker().unwrap();
+                let mut r = rng(w as u64 + 7);
+                let mut done = 0;
+                for _ in 0..4_000 {
+                    let a = r() % n_accounts;
+                    let b = (a + 1 + r() % (n_accounts - 1)) % n_accounts;
+                    let amt = (r() % 50) as i64;
+                    let res = tx.execute(1_000, |tx| {
+                        Box::pin(async move {
+                            let ha = tx
+                                .get_for_update(0, a)
+                                .await?
+                                .ok_or(Abort::User("missing"))?;
+                            let hb = tx
+                                .get_for_update(0, b)
+                                .await?
+                                .ok_or(Abort::User("missing"))?;
+                            let ba = tx.row(ha).i64(BALANCE);
+                            if ba < amt {
+                                return Err(Abort::User("insufficient funds"));
+                            }
+                            tx.row_mut(ha).set_i64(BALANCE, ba - amt);
+                            let bb = tx.row(hb).i64(BALANCE);
+                            tx.row_mut(hb).set_i64(BALANCE, bb + amt);
+                            Ok(())
+                        })
+                    });
+                    match res {
+                        Ok(()) => done += 1,
+                        Err(Abort::User(_)) => {}
+                        Err(e) => panic!("{cc}: transfer failed: {e}"),
+                    }
+                }
+                done
+            }));
+        }
+        // An auditor reads every account in one transaction while transfers run.
+        let auditor = if cc == CcKind::None {
+            None
+        } else {
+            let island = island.clone();
+            let stop = stop.clone();
+            Some(std::thread::spawn(move || {
+                let mut tx = island.worker().unwrap();
+                let mut audits = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let total = tx
+                        .execute(10_000, |tx| {
+                            Box::pin(async move {
+                                let mut sum = 0;
+                                for k in 0..n_accounts {
+                                    let h = tx.get(0, k).await?.expect("account exists");
+                                    sum += tx.row(h).i64(BALANCE);
+                                }
+                                Ok(sum)
+                            })
+                        })
+                        .unwrap();
+                    assert_eq!(
+                        total,
+                        1_000 * n_accounts as i64,
+                        "{cc}: an auditor saw money appear or vanish"
+                    );
+                    audits += 1;
+                }
+                audits
+            }))
+        };
+        let committed: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        stop.store(true, Ordering::Relaxed);
+        if let Some(a) = auditor {
+            a.join().unwrap();
+        }
+        assert!(
+            committed > 1000,
+            "{cc}: too few transfers committed: {committed}"
+        );
+        let mut tx = island.worker().unwrap();
+        let total: i64 = tx
+            .execute(0, |tx| {
+                Box::pin(async move {
+                    let mut sum = 0;
+                    for k in 0..n_accounts {
+                        let h = tx.get(0, k).await?.unwrap();
+                        sum += tx.row(h).i64(BALANCE);
+                    }
+                    Ok(sum)
+                })
+            })
+            .unwrap();
+        assert_eq!(
+            total,
+            1_000 * n_accounts as i64,
+            "{cc}: money not conserved"
+        );
+    }
+}
+
+/// One committed transaction of the history test: what it read and wrote.
+#[derive(Clone, Debug)]
+struct Done {
+    id: u64,
+    reads: Vec<(u64, u64)>,  // (key, version count read)
+    writes: Vec<(u64, u64)>, // (key, version count written)
+}
+
+/// Each row holds (version count, writer id). Every write is read-modify-write,
+/// so the count orders each key's versions. The serialization graph built from
+/// wr, ww and rw edges must be acyclic, and no two commits may write the same
+/// version of a key (a lost update).
+#[test]
+fn histories_are_serializable() {
+    for cc in [CcKind::NoWait, CcKind::WaitDie, CcKind::Occ] {
+        let keys = 6u64;
+        let island = open_bank(cc, 3, keys, 0);
+        let log = Arc::new(Mutex::new(Vec::<Done>::new()));
+        let mut handles = vec![];
+        for w in 0..3u64 {
+            let island = island.clone();
+            let log = log.clone();
+            handles.push(std::thread::spawn(move || {
+                let mut tx = island.worker().unwrap();
+                let mut r = rng(100 + w);
+                for i in 0..3_000u64 {
+                    let id = (w << 32) | (i + 1);
+                    let n = 1 + r() % 3;
+                    let ks: Vec<u64> = (0..n).map(|_| r() % keys).collect();
+                    let write_mask = r();
+                    let res = tx.execute(10_000, |tx| {
+                        let ks = ks.clone();
+                        Box::pin(async move {
+                            let mut reads = vec![];
+                            let mut writes = vec![];
+                            for (j, k) in ks.iter().enumerate() {
+                                if reads.iter().any(|(rk, _)| rk == k) {
+                                    continue;
+                                }
+                                let write = (write_mask >> j) & 1 == 1;
+                                let h = if write {
+                                    tx.get_for_update(0, *k).await?
+                                } else {
+                                    tx.get(0, *k).await?
+                                };
+                                let h = h.unwrap();
+                                let v = tx.row(h).i64(BALANCE) as u64;
+                                reads.push((*k, v));
+                                if write {
+                                    tx.row_mut(h).set_i64(BALANCE, (v + 1) as i64);
+                                    writes.push((*k, v + 1));
+                                }
+                            }
+                            Ok((reads, writes))
+                        })
+                    });
+                    let (reads, writes) = res.unwrap();
+                    log.lock().unwrap().push(Done { id, reads, writes });
+                }
+            }));
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        let done = log.lock().unwrap().clone();
+        check_serializable(cc, &done);
+    }
+}
+
+fn check_serializable(cc: CcKind, done: &[Done]) {
+    // writer[(key, count)] = txn index
+    let mut writer: HashMap<(u64, u64), usize> = HashMap::new();
+    for (i, d) in done.iter().enumerate() {
+        for w in &d.writes {
+            if let Some(j) = writer.insert(*w, i) {
+                panic!(
+                    "{cc}: lost update: txns {} and {} both wrote version {} of key {}",
+                    done[j].id, d.id, w.1, w.0
+                );
+            }
+        }
+    }
+    let n = done.len();
+    let mut edges: Vec<Vec<usize>> = vec![vec![]; n];
+    for (i, d) in done.iter().enumerate() {
+        for &(k, c) in &d.reads {
+            // wr: the writer of the version read precedes the reader.
+            if c > 0 {
+                let &w = writer
+                    .get(&(k, c))
+                    .unwrap_or_else(|| panic!("{cc}: read of version {c} of key {k} nobody wrote"));
+                if w != i {
+                    edges[w].push(i);
+                }
+            }
+            // rw: the reader precedes the writer of the next version.
+            if let Some(&w) = writer.get(&(k, c + 1)) {
+                if w != i {
+                    edges[i].push(w);
+                }
+            }
+        }
+        for &(k, c) in &d.writes {
+            // ww: version c-1's writer precedes version c's writer.
+            if c > 1 {
+                if let Some(&w) = writer.get(&(k, c - 1)) {
+                    edges[w].push(i);
+                }
+            }
+        }
+    }
+    // Kahn's algorithm: every node must be removed.
+    let mut indeg = vec![0usize; n];
+    for e in &edges {
+        for &j in e {
+            indeg[j] += 1;
+        }
+    }
+    let mut queue: Vec<usize> = (0..n).filter(|&i| indeg[i] == 0).collect();
+    let mut seen = 0;
+    while let Some(i) = queue.pop() {
+        seen += 1;
+        for &j in &edges[i] {
+            indeg[j] -= 1;
+            if indeg[j] == 0 {
+                queue.push(j);
+            }
+        }
+    }
+    assert_eq!(
+        seen, n,
+        "{cc}: the serialization graph of {n} transactions has a cycle"
+    );
+}

@@ -1,0 +1,5 @@
+//! Integration tests of the engine: one binary, modules by subject.
+
+mod bank;
+mod common;
+mod model;
