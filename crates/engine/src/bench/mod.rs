@@ -14,6 +14,8 @@
 //! writes only to its own [`stats::WorkerStats`] and, every few commits, stores
 //! one relaxed atomic in its own cache line ([`stats::ProgressCounter`]).
 
+pub mod cpu;
 pub mod fmt;
 pub mod rng;
+pub mod stats;
 pub mod zipf;
