@@ -16,6 +16,7 @@
 
 pub mod cpu;
 pub mod fmt;
+pub mod progress;
 pub mod report;
 pub mod rng;
 pub mod stats;
