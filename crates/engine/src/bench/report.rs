@@ -1,0 +1,551 @@
+//! What a run produced: a [`Report`], written as JSON for plots and scripts
+//! and rendered as a short table for people.
+//!
+//! The report is built once, after the run, from the merged [`WorkerStats`]
+//! and the durations the driver measured; nothing here is on a hot path.
+//! Units are last in field names (`_s`, `_us`, `_ms`, `_tps`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::fmt::thousands;
+use super::stats::{TxnTypes, WorkerStats};
+use crate::error::AbortReason;
+
+/// One transaction type's share of the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TypeReport {
+    pub name: String,
+    pub committed: u64,
+    pub throughput_tps: f64,
+    pub user_aborts: u64,
+}
+
+/// Engine aborts of one reason.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AbortReport {
+    pub reason: String,
+    pub count: u64,
+    /// `count` over all attempts (commits + engine aborts + user aborts).
+    pub rate: f64,
+}
+
+/// Commit latency, first start to commit, retries included.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyReport {
+    pub samples: u64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+    pub mean_us: f64,
+}
+
+/// Write-ahead log figures over the measured interval, summed over islands.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LogReport {
+    pub bytes: u64,
+    pub fdatasyncs: u64,
+    pub fdatasync_mean_ms: f64,
+}
+
+/// The machine the run was on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    pub hostname: String,
+    /// CPUs this process may run on (like `nproc`).
+    pub nproc: usize,
+    /// `/proc/sys/kernel/osrelease`.
+    pub kernel: String,
+    /// The first `model name` of `/proc/cpuinfo`.
+    pub cpu_model: String,
+}
+
+impl Machine {
+    /// Reads the description from `/proc`; what cannot be read is "unknown" (or 0).
+    pub fn detect() -> Machine {
+        let read = |path: &str| {
+            std::fs::read_to_string(path)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "unknown".to_string())
+        };
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| cpu_model_of(&s))
+            .unwrap_or_else(|| "unknown".to_string());
+        Machine {
+            hostname: read("/proc/sys/kernel/hostname"),
+            nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            kernel: read("/proc/sys/kernel/osrelease"),
+            cpu_model,
+        }
+    }
+}
+
+fn cpu_model_of(cpuinfo: &str) -> Option<String> {
+    cpuinfo.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        (key.trim() == "model name").then(|| value.trim().to_string())
+    })
+}
+
+/// What the driver knows about a run besides the statistics.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    pub workload: String,
+    pub parameters: BTreeMap<String, String>,
+    pub deployment: String,
+    pub threads: usize,
+    pub warmup: Duration,
+    pub measured: Duration,
+    /// Process CPU time over the measured interval ([`super::cpu::CpuTime::process_now`] difference).
+    pub cpu_process: Duration,
+    /// Cores the run was given, the denominator of the CPU utilisation.
+    pub cores: usize,
+    pub started: SystemTime,
+    pub log: Option<LogReport>,
+    pub machine: Machine,
+}
+
+/// The outcome of one run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub workload: String,
+    pub parameters: BTreeMap<String, String>,
+    pub deployment: String,
+    pub threads: usize,
+    pub warmup_s: f64,
+    pub measured_s: f64,
+    pub committed: u64,
+    pub throughput_tps: f64,
+    /// In the order of the workload's [`TxnTypes`].
+    pub per_type: Vec<TypeReport>,
+    pub user_aborts: u64,
+    pub aborts: u64,
+    /// Engine aborts over all attempts.
+    pub abort_rate: f64,
+    /// Every reason, zero or not, so the JSON has the same shape in every run.
+    pub aborts_by_reason: Vec<AbortReport>,
+    pub retries: u64,
+    pub latency: LatencyReport,
+    pub cpu_process_s: f64,
+    /// `cpu_process_s / (measured_s * cores)`.
+    pub cpu_utilisation: f64,
+    pub cores: usize,
+    pub log: Option<LogReport>,
+    pub machine: Machine,
+    pub started_unix_s: u64,
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// Builds the report from the workers' merged statistics.
+    pub fn from_stats(types: &TxnTypes, stats: &WorkerStats, run: RunInfo) -> Report {
+        let measured_s = run.measured.as_secs_f64();
+        let per_s = |n: u64| {
+            if measured_s > 0.0 {
+                n as f64 / measured_s
+            } else {
+                0.0
+            }
+        };
+        let committed = stats.total_commits();
+        let user_aborts = stats.total_user_aborts();
+        let aborts = stats.total_aborts();
+        let attempts = committed + aborts + user_aborts;
+        let rate = |n: u64| {
+            if attempts > 0 {
+                n as f64 / attempts as f64
+            } else {
+                0.0
+            }
+        };
+        let per_type = (0..types.len())
+            .map(|ty| TypeReport {
+                name: types.name(ty).to_string(),
+                committed: stats.commits[ty],
+                throughput_tps: per_s(stats.commits[ty]),
+                user_aborts: stats.user_aborts[ty],
+            })
+            .collect();
+        let aborts_by_reason = AbortReason::ALL
+            .iter()
+            .map(|&r| AbortReport {
+                reason: r.name().to_string(),
+                count: stats.aborts_for(r),
+                rate: rate(stats.aborts_for(r)),
+            })
+            .collect();
+        let cpu_process_s = run.cpu_process.as_secs_f64();
+        let cpu_capacity_s = measured_s * run.cores as f64;
+        Report {
+            workload: run.workload,
+            parameters: run.parameters,
+            deployment: run.deployment,
+            threads: run.threads,
+            warmup_s: run.warmup.as_secs_f64(),
+            measured_s,
+            committed,
+            throughput_tps: per_s(committed),
+            per_type,
+            user_aborts,
+            aborts,
+            abort_rate: rate(aborts),
+            aborts_by_reason,
+            retries: stats.retries,
+            latency: latency_report(stats),
+            cpu_process_s,
+            cpu_utilisation: if cpu_capacity_s > 0.0 {
+                cpu_process_s / cpu_capacity_s
+            } else {
+                0.0
+            },
+            cores: run.cores,
+            log: run.log,
+            machine: run.machine,
+            started_unix_s: run
+                .started
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn to_json_pretty(&self) -> String {
+        // A Report is plain data (strings, numbers, maps with string keys);
+        // serde_json cannot fail on it. Non-finite floats become null.
+        match serde_json::to_string_pretty(self) {
+            Ok(s) => s,
+            Err(e) => panic!("serialising a Report failed: {e}"),
+        }
+    }
+
+    pub fn from_json(json: &str) -> Result<Report, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+
+    /// Writes the pretty JSON and a final newline, replacing `path`.
+    pub fn write_json(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        let mut json = self.to_json_pretty();
+        json.push('\n');
+        std::fs::write(path, json)
+    }
+
+    /// A compact summary for a terminal. Abort lines appear only when non-zero.
+    pub fn render_table(&self) -> String {
+        let mut t = String::new();
+        // Writing to a String cannot fail; the results are ignored on purpose.
+        let _ = writeln!(t, "workload    {}", self.workload);
+        if !self.parameters.is_empty() {
+            let params: Vec<String> = self
+                .parameters
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            let _ = writeln!(t, "parameters  {}", params.join(" "));
+        }
+        let _ = writeln!(t, "deployment  {}", self.deployment);
+        let _ = writeln!(
+            t,
+            "run         {} threads, warm-up {:.1} s, measured {:.1} s",
+            self.threads, self.warmup_s, self.measured_s
+        );
+        let _ = writeln!(
+            t,
+            "throughput  {} txn/s  ({} committed)",
+            rate_int(self.throughput_tps),
+            thousands(self.committed)
+        );
+        let name_width = self
+            .per_type
+            .iter()
+            .map(|p| p.name.len())
+            .max()
+            .unwrap_or(0);
+        for p in &self.per_type {
+            let share = if self.committed > 0 {
+                100.0 * p.committed as f64 / self.committed as f64
+            } else {
+                0.0
+            };
+            let _ = write!(
+                t,
+                "  {:<name_width$}  {:>12} txn/s  {:>14}  {share:5.1}%",
+                p.name,
+                rate_int(p.throughput_tps),
+                thousands(p.committed)
+            );
+            if p.user_aborts > 0 {
+                let _ = write!(t, "  user aborts {}", thousands(p.user_aborts));
+            }
+            t.push('\n');
+        }
+        if self.aborts > 0 {
+            let _ = writeln!(
+                t,
+                "aborts      {}  ({:.2}% of attempts), retries {}",
+                thousands(self.aborts),
+                100.0 * self.abort_rate,
+                thousands(self.retries)
+            );
+            for a in self.aborts_by_reason.iter().filter(|a| a.count > 0) {
+                let _ = writeln!(
+                    t,
+                    "  {:<15}  {:>14}  {:6.2}%",
+                    a.reason,
+                    thousands(a.count),
+                    100.0 * a.rate
+                );
+            }
+        }
+        if self.user_aborts > 0 {
+            let _ = writeln!(t, "user aborts {}", thousands(self.user_aborts));
+        }
+        let l = &self.latency;
+        let _ = writeln!(
+            t,
+            "latency us  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}  mean {:.1}",
+            l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us, l.mean_us
+        );
+        let _ = writeln!(
+            t,
+            "cpu         {:.2} s process, {:.1}% of {} cores",
+            self.cpu_process_s,
+            100.0 * self.cpu_utilisation,
+            self.cores
+        );
+        if let Some(log) = &self.log {
+            let _ = writeln!(
+                t,
+                "log         {} bytes, {} fdatasyncs, mean {:.3} ms",
+                thousands(log.bytes),
+                thousands(log.fdatasyncs),
+                log.fdatasync_mean_ms
+            );
+        }
+        let m = &self.machine;
+        let _ = writeln!(
+            t,
+            "machine     {} ({} cpus, {}, linux {})",
+            m.hostname, m.nproc, m.cpu_model, m.kernel
+        );
+        for note in &self.notes {
+            let _ = writeln!(t, "note        {note}");
+        }
+        t
+    }
+}
+
+/// A rate rounded to a whole number with thousands separators.
+fn rate_int(per_s: f64) -> String {
+    if per_s.is_finite() && per_s >= 0.0 {
+        thousands(per_s.round() as u64)
+    } else {
+        "-".to_string()
+    }
+}
+
+fn latency_report(stats: &WorkerStats) -> LatencyReport {
+    let h = stats.latency_ns();
+    if h.is_empty() {
+        return LatencyReport::default();
+    }
+    let us = |ns: u64| ns as f64 / 1_000.0;
+    LatencyReport {
+        samples: h.len(),
+        p50_us: us(h.value_at_quantile(0.5)),
+        p90_us: us(h.value_at_quantile(0.9)),
+        p99_us: us(h.value_at_quantile(0.99)),
+        p999_us: us(h.value_at_quantile(0.999)),
+        max_us: us(h.max()),
+        mean_us: h.mean() / 1_000.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> (Report, WorkerStats) {
+        let types = TxnTypes::new(&["NewOrder", "Payment"]).unwrap();
+        let mut a = WorkerStats::new();
+        let mut b = WorkerStats::new();
+        // 1..=1000 us over two workers; 600,000 NewOrder and 400,000 Payment in all.
+        for us in 1..=1000u64 {
+            let s = if us % 2 == 0 { &mut a } else { &mut b };
+            s.record_commit(0, us * 1_000);
+        }
+        for _ in 0..599_000 {
+            a.record_commit(0, 500_000);
+        }
+        for _ in 0..400_000 {
+            b.record_commit(1, 500_000);
+        }
+        for _ in 0..1_000 {
+            a.record_abort(AbortReason::LockConflict);
+            a.record_retry();
+        }
+        b.record_user_abort(0);
+        a.merge(&b);
+        let mut params = BTreeMap::new();
+        params.insert("warehouses".to_string(), "4".to_string());
+        let run = RunInfo {
+            workload: "tpcc".to_string(),
+            parameters: params,
+            deployment: "2 islands x 1 core".to_string(),
+            threads: 2,
+            warmup: Duration::from_secs(1),
+            measured: Duration::from_secs(10),
+            cpu_process: Duration::from_secs(15),
+            cores: 2,
+            started: UNIX_EPOCH + Duration::from_secs(1_795_000_000),
+            log: Some(LogReport {
+                bytes: 1 << 20,
+                fdatasyncs: 3_000,
+                fdatasync_mean_ms: 3.1,
+            }),
+            machine: Machine {
+                hostname: "box".to_string(),
+                nproc: 2,
+                kernel: "6.1.0".to_string(),
+                cpu_model: "Test CPU".to_string(),
+            },
+        };
+        (Report::from_stats(&types, &a, run), a)
+    }
+
+    #[test]
+    fn figures_come_from_the_stats() {
+        let (r, _) = sample();
+        assert_eq!(r.committed, 1_000_000);
+        assert_eq!(r.throughput_tps, 100_000.0);
+        assert_eq!(r.per_type[0].name, "NewOrder");
+        assert_eq!(r.per_type[0].committed, 600_000);
+        assert_eq!(r.per_type[0].throughput_tps, 60_000.0);
+        assert_eq!(r.per_type[0].user_aborts, 1);
+        assert_eq!(r.per_type[1].committed, 400_000);
+        assert_eq!(r.aborts, 1_000);
+        assert_eq!(r.retries, 1_000);
+        assert_eq!(r.user_aborts, 1);
+        assert_eq!(r.aborts_by_reason.len(), AbortReason::ALL.len());
+        let lock = &r.aborts_by_reason[AbortReason::LockConflict.index()];
+        assert_eq!(lock.reason, "lock-conflict");
+        assert_eq!(lock.count, 1_000);
+        assert!((lock.rate - 1_000.0 / 1_001_001.0).abs() < 1e-12);
+        assert_eq!(r.cpu_process_s, 15.0);
+        assert_eq!(r.cpu_utilisation, 0.75);
+        assert_eq!(r.started_unix_s, 1_795_000_000);
+        // 1,000,000 samples: 999,000 at 500 us plus 1..=1000 us once each.
+        assert_eq!(r.latency.samples, 1_000_000);
+        assert!((r.latency.p50_us - 500.0).abs() <= 0.5, "{:?}", r.latency);
+        assert!((r.latency.max_us - 1000.0).abs() <= 1.0, "{:?}", r.latency);
+        assert!((r.latency.mean_us - 500.0).abs() <= 0.6, "{:?}", r.latency);
+    }
+
+    #[test]
+    fn json_round_trips() {
+        let (mut r, _) = sample();
+        r.notes.push("first run after reboot".to_string());
+        let json = r.to_json_pretty();
+        assert_eq!(Report::from_json(&json).unwrap(), r);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["throughput_tps"], 100_000.0);
+        assert_eq!(v["parameters"]["warehouses"], "4");
+        assert_eq!(v["log"]["fdatasyncs"], 3_000);
+
+        let dir = std::env::temp_dir().join(format!("islands-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.json");
+        r.write_json(&path).unwrap();
+        let back = Report::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn table_shows_the_figures() {
+        let (r, _) = sample();
+        let t = r.render_table();
+        assert!(t.contains("100,000 txn/s"), "{t}");
+        assert!(t.contains("1,000,000 committed"), "{t}");
+        assert!(t.contains("NewOrder"), "{t}");
+        assert!(t.contains("60,000 txn/s"), "{t}");
+        assert!(t.contains("40,000 txn/s"), "{t}");
+        assert!(t.contains("lock-conflict"), "{t}");
+        assert!(
+            !t.contains("wait-die"),
+            "zero abort reasons are left out: {t}"
+        );
+        assert!(t.contains("p50 500"), "{t}");
+        assert!(t.contains("75.0% of 2 cores"), "{t}");
+        assert!(t.contains("warehouses=4"), "{t}");
+        assert!(t.contains("3,000 fdatasyncs"), "{t}");
+    }
+
+    #[test]
+    fn table_leaves_out_aborts_when_there_are_none() {
+        let types = TxnTypes::new(&["Read"]).unwrap();
+        let mut s = WorkerStats::new();
+        s.record_commit(0, 1_000);
+        let run = RunInfo {
+            workload: "ycsb".to_string(),
+            parameters: BTreeMap::new(),
+            deployment: "1 island".to_string(),
+            threads: 1,
+            warmup: Duration::ZERO,
+            measured: Duration::from_secs(1),
+            cpu_process: Duration::from_millis(500),
+            cores: 1,
+            started: SystemTime::now(),
+            log: None,
+            machine: Machine::detect(),
+        };
+        let r = Report::from_stats(&types, &s, run);
+        let t = r.render_table();
+        assert!(!t.contains("aborts"), "{t}");
+        assert!(t.contains("1 txn/s"), "{t}");
+        assert!(!t.contains("log "), "{t}");
+    }
+
+    #[test]
+    fn empty_run_does_not_divide_by_zero() {
+        let types = TxnTypes::new(&["Read"]).unwrap();
+        let run = RunInfo {
+            workload: "ycsb".to_string(),
+            parameters: BTreeMap::new(),
+            deployment: String::new(),
+            threads: 0,
+            warmup: Duration::ZERO,
+            measured: Duration::ZERO,
+            cpu_process: Duration::ZERO,
+            cores: 0,
+            started: SystemTime::now(),
+            log: None,
+            machine: Machine::default(),
+        };
+        let r = Report::from_stats(&types, &WorkerStats::new(), run);
+        assert_eq!(r.throughput_tps, 0.0);
+        assert_eq!(r.abort_rate, 0.0);
+        assert_eq!(r.cpu_utilisation, 0.0);
+        assert_eq!(r.latency, LatencyReport::default());
+        assert!(Report::from_json(&r.to_json_pretty()).is_ok());
+    }
+
+    #[test]
+    fn machine_is_read_from_proc() {
+        let m = Machine::detect();
+        assert!(m.nproc >= 1);
+        assert!(!m.kernel.is_empty() && m.kernel != "unknown");
+        assert_eq!(
+            cpu_model_of("processor\t: 0\nmodel name\t: Some CPU @ 2.0GHz\n").as_deref(),
+            Some("Some CPU @ 2.0GHz")
+        );
+        assert_eq!(cpu_model_of("processor : 0\n"), None);
+    }
+}
