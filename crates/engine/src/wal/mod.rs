@@ -65,6 +65,10 @@ pub const ASYNC_SYNC_INTERVAL: Duration = Duration::from_millis(5);
 /// At most this many emptied batch buffers are kept for reuse by `submit`.
 const POOL_BUFFERS_MAX: usize = 256;
 
+/// The writer copies a group's batches into one staging buffer and writes it with one call,
+/// flushing early once it holds this many bytes (bounds the staging memory).
+const STAGING_FLUSH_BYTES: usize = 1 << 20;
+
 /// How a committed transaction is made durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -325,6 +329,8 @@ struct Shared {
     segments: Mutex<Vec<(BatchSeq, PathBuf)>>,
     checkpoint_lock: Mutex<()>,
     stats: Stats,
+    /// Holds the exclusive flock on `<dir>/LOCK` while the log is open.
+    _dir_lock: Option<std::fs::File>,
 }
 
 impl Shared {
@@ -352,6 +358,27 @@ impl Shared {
         let _g = self.durable_lock.lock();
         self.durable_cv.notify_all();
     }
+}
+
+/// Takes an exclusive advisory lock on `<dir>/LOCK`: two logs writing one directory would
+/// interleave batches and destroy both.
+fn lock_dir(dir: &Path) -> Result<std::fs::File, WalError> {
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| WalError::io("create lock file", &path, e))?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
+        |e| {
+            WalError::Config(format!(
+                "log directory {} is in use by another open log ({e})",
+                dir.display()
+            ))
+        },
+    )?;
+    Ok(file)
 }
 
 /// One island's write-ahead log. Shared as `Arc<Wal>`.
@@ -386,7 +413,7 @@ impl Wal {
             return Err(WalError::Config("segment_bytes must be at least 1".into()));
         }
         if cfg.durability == Durability::Off {
-            let shared = Self::shared(cfg, device, 1, Vec::new());
+            let shared = Self::shared(cfg, device, 1, Vec::new(), None);
             let wal = Wal {
                 shared,
                 writer: Mutex::new(None),
@@ -395,7 +422,19 @@ impl Wal {
         }
 
         let dir = cfg.dir.clone();
+        let existed = dir.is_dir();
         std::fs::create_dir_all(&dir).map_err(|e| WalError::io("create log directory", &dir, e))?;
+        if !existed {
+            // Make the new directory's own entry durable.
+            let parent = match dir.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            device
+                .sync_dir(&parent)
+                .map_err(|e| WalError::io("fsync parent of log directory", &parent, e))?;
+        }
+        let lock = lock_dir(&dir)?;
         let listing = recovery::list_dir(&dir)?;
         for tmp in &listing.temps {
             std::fs::remove_file(tmp)
@@ -404,7 +443,18 @@ impl Wal {
         let checkpoint = recovery::load_checkpoint(&listing.checkpoints)?;
         let scan = recovery::scan(&dir, device.as_ref(), listing.segments)?;
         let start_seq = checkpoint.as_ref().map_or(0, |c| c.start_seq);
-        let next_seq = (scan.max_seq + 1).max(start_seq).max(1);
+        if scan.first_seq > start_seq.max(1) {
+            return Err(WalError::Recovery(format!(
+                "log {} starts at batch {} but batches from {} on are in no checkpoint \
+                 (segments are missing)",
+                dir.display(),
+                scan.first_seq,
+                start_seq.max(1)
+            )));
+        }
+        // The last segment's name is a lower bound of the seqs it may hold.
+        let last_name = scan.segments.last().map_or(0, |s| s.0);
+        let next_seq = (scan.max_seq + 1).max(start_seq).max(last_name).max(1);
         let mut records = scan.records;
         records.retain(|r| r.seq() >= start_seq);
 
@@ -433,13 +483,13 @@ impl Wal {
             }
         };
 
-        let shared = Self::shared(cfg, device, next_seq, segments);
+        let shared = Self::shared(cfg, device, next_seq, segments, Some(lock));
         shared.durable.store(next_seq - 1, Ordering::Release);
         let writer = Writer {
             shared: Arc::clone(&shared),
             file,
             file_len,
-            staging: Vec::with_capacity(1 << 20),
+            staging: Vec::with_capacity(STAGING_FLUSH_BYTES),
             taken: Vec::new(),
             unsynced: false,
             last_sync: Instant::now(),
@@ -465,6 +515,7 @@ impl Wal {
         device: Arc<dyn LogDevice>,
         next_seq: BatchSeq,
         segments: Vec<(BatchSeq, PathBuf)>,
+        lock: Option<std::fs::File>,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             cfg,
@@ -485,6 +536,7 @@ impl Wal {
             segments: Mutex::new(segments),
             checkpoint_lock: Mutex::new(()),
             stats: Stats::default(),
+            _dir_lock: lock,
         })
     }
 
@@ -747,6 +799,9 @@ impl Writer {
             }
             format::push_batch_header(&mut self.staging, seq);
             self.staging.extend_from_slice(&self.taken[i].1);
+            if self.staging.len() >= STAGING_FLUSH_BYTES {
+                self.flush_staging()?;
+            }
         }
         self.flush_staging()?;
         let n = self.taken.len() as u64;

@@ -53,7 +53,8 @@ pub(crate) fn list_dir(dir: &Path) -> Result<DirListing, WalError> {
 #[derive(Debug, Default)]
 pub(crate) struct Scan {
     pub records: Vec<LogRecord>,
-    /// Highest batch seq seen in the good part of the log (0 if none).
+    /// Lowest and highest batch seq in the good part of the log (0 if none).
+    pub first_seq: BatchSeq,
     pub max_seq: BatchSeq,
     /// Segments that remain after truncation, in order.
     pub segments: Vec<(BatchSeq, PathBuf)>,
@@ -67,12 +68,7 @@ struct Cut {
 }
 
 /// Scans one segment's bytes, appending its records. Returns the cut if it has a bad tail.
-fn scan_segment(
-    data: &[u8],
-    first_seq: BatchSeq,
-    max_seq: &mut BatchSeq,
-    records: &mut Vec<LogRecord>,
-) -> Option<Cut> {
+fn scan_segment(data: &[u8], first_seq: BatchSeq, out: &mut Scan) -> Option<Cut> {
     let mut off = 0usize;
     let mut batch: Option<BatchSeq> = None;
     loop {
@@ -94,20 +90,29 @@ fn scan_segment(
         };
         match decode_log_body(body, batch.unwrap_or(0)) {
             Ok(Decoded::Batch(seq)) => {
-                if seq <= *max_seq || seq < first_seq {
+                // Every submitted batch is written, in order: seqs on disk are consecutive.
+                let in_order = if out.max_seq == 0 {
+                    seq >= first_seq.max(1)
+                } else {
+                    seq == out.max_seq + 1
+                };
+                if !in_order {
                     return cut(&format!(
                         "batch seq {seq} out of order (after {}, segment starts at {first_seq})",
-                        *max_seq
+                        out.max_seq
                     ));
                 }
-                *max_seq = seq;
+                if out.first_seq == 0 {
+                    out.first_seq = seq;
+                }
+                out.max_seq = seq;
                 batch = Some(seq);
             }
             Ok(Decoded::Record(rec)) => {
                 if batch.is_none() {
                     return cut("record outside a batch");
                 }
-                records.push(rec);
+                out.records.push(rec);
             }
             Err(why) => return cut(why),
         }
@@ -126,7 +131,7 @@ pub(crate) fn scan(
     let mut iter = segments.into_iter();
     while let Some((first_seq, path)) = iter.next() {
         let data = fs::read(&path).map_err(|e| WalError::io("read log segment", &path, e))?;
-        let cut = scan_segment(&data, first_seq, &mut out.max_seq, &mut out.records);
+        let cut = scan_segment(&data, first_seq, &mut out);
         out.segments.push((first_seq, path.clone()));
         let Some(cut) = cut else { continue };
 
