@@ -10,7 +10,8 @@
 //! # On-disk format (all integers little-endian)
 //!
 //! The log directory holds segment files `wal-<first seq, 20 digits>.log`, checkpoints
-//! `ckpt-<start seq, 20 digits>.ckp` (see `checkpoint.rs`) and, transiently, `ckpt-*.tmp`.
+//! `ckpt-<start seq, 20 digits>.ckp` (see `checkpoint.rs`), transiently `ckpt-*.tmp`, and
+//! `LOCK`, flock'ed exclusively while a [`Wal`] has the directory open.
 //! A segment is a sequence of records; every record is framed as
 //!
 //! ```text
@@ -28,12 +29,20 @@
 //! Invariants: segments only roll over at batch boundaries (once a segment reaches
 //! `segment_bytes`), so a segment starts with a batch header; a segment's name is a lower
 //! bound of its batch seqs and every batch in it is below the next segment's name; batch seqs
-//! strictly increase through the log. Recovery reads segments in order and stops at the
-//! first record that is partial, runs past the end, fails its crc, does not decode, or breaks
-//! these invariants; it truncates that segment there, deletes the later segments and reports
-//! a [`Truncation`]. Records are recovered one by one: a torn batch yields its complete
+//! are consecutive through the log (every submitted batch is written, in order, even an
+//! empty one). Recovery reads segments in order and stops at the first record that is
+//! partial, runs past the end, fails its crc, does not decode, or breaks these invariants;
+//! it truncates that segment there, deletes the later segments and reports a
+//! [`Truncation`]. Records are recovered one by one: a torn batch yields its complete
 //! records (they belong to transactions that were never acknowledged, so either outcome is
-//! correct). Nothing is written or read when durability is `off`.
+//! correct). A log whose first batch is above the newest checkpoint's start seq (above 1
+//! without a checkpoint) has lost segments: that is a recovery error, not a truncation.
+//! Nothing is written or read when durability is `off`.
+//!
+//! A checkpoint with start seq S stands for every batch below S: once it is durable, older
+//! checkpoints and every segment whose batches are all below S are deleted. Recovery returns
+//! the checkpoint and the records of batches >= S; replaying them over the checkpoint must be
+//! idempotent (puts are after-images; the snapshot may already hold some of their effects).
 
 mod checkpoint;
 mod device;

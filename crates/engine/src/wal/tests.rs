@@ -814,3 +814,38 @@ fn a_batch_seq_that_does_not_follow_is_cut() {
     assert!(t.reason.contains("out of order"), "{t}");
     assert_eq!(wal.next_seq(), 4);
 }
+
+#[test]
+fn wal_is_send_and_sync_and_checkpoints_check_their_seq() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Wal>();
+    let tmp = TempDir::new("ckpt-seq");
+    let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    write_batches(&wal, 0, 2);
+    assert!(matches!(
+        wal.write_checkpoint(4, std::iter::empty()),
+        Err(WalError::Config(_))
+    ));
+    assert!(matches!(
+        wal.write_checkpoint(0, std::iter::empty()),
+        Err(WalError::Config(_))
+    ));
+    // A checkpoint at next_seq covers everything; the open segment is kept.
+    let info = wal.write_checkpoint(3, std::iter::empty()).unwrap();
+    assert_eq!(info.segments_deleted, 0);
+    assert_eq!(wal.segments().len(), 1);
+}
+
+#[test]
+fn async_shutdown_syncs_what_is_queued() {
+    let tmp = TempDir::new("async-shutdown");
+    let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Async)).unwrap();
+    let expected = write_batches(&wal, 0, 50);
+    wal.shutdown();
+    assert_eq!(wal.durable_seq(), 50);
+    assert!(wal.stats().syncs >= 1);
+    wal.wait_durable(50).unwrap();
+    drop(wal);
+    let (_wal, rec) = Wal::open(cfg(tmp.path(), Durability::Async)).unwrap();
+    assert_eq!(rec.records, expected);
+}
