@@ -1,146 +1,905 @@
-//! TEMPORARY interface stand-in while the real log is written on its own branch.
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+//! The island's write-ahead log: group commit, checksummed records, checkpoints, recovery.
+//!
+//! One island owns one [`Wal`]. Workers serialize redo records into their own [`LogBuffer`]
+//! without any lock and hand it over with [`Wal::submit`], which assigns the batch a sequence
+//! number ([`BatchSeq`], first is 1) under a short mutex and queues it. One writer thread
+//! writes queued batches in seq order, calls fdatasync once for all it wrote (group commit)
+//! and then publishes [`Wal::durable_seq`]. Any write or fdatasync failure poisons the log for
+//! good: [`Wal::failed`] reports it and `submit` refuses further batches.
+//!
+//! # On-disk format (all integers little-endian)
+//!
+//! The log directory holds segment files `wal-<first seq, 20 digits>.log`, checkpoints
+//! `ckpt-<start seq, 20 digits>.ckp` (see `checkpoint.rs`), transiently `ckpt-*.tmp`, and
+//! `LOCK`, flock'ed exclusively while a [`Wal`] has the directory open.
+//! A segment is a sequence of records; every record is framed as
+//!
+//! ```text
+//! [len u32][crc u32][body: len bytes]     crc = crc32c(len as 4 LE bytes ++ body), len >= 1
+//! body[0] = record type:
+//!   0x01 batch header  [seq u64]                        starts every batch
+//!   0x02 commit        [tid u64]  entry*                 one transaction's writes
+//!   0x03 prepare       [gtid u64] entry*                 2PC participant prepare
+//!   0x04 decision      [gtid u64][commit u8: 0|1]        2PC coordinator decision
+//!   0x05 end           [gtid u64]                        2PC end
+//! entry = [0x01 put][table u16][key u64][row_len u32][row bytes]
+//!       | [0x02 delete][table u16][key u64]
+//! ```
+//!
+//! Invariants: segments only roll over at batch boundaries (once a segment reaches
+//! `segment_bytes`), so a segment starts with a batch header; a segment's name is a lower
+//! bound of its batch seqs and every batch in it is below the next segment's name; batch seqs
+//! are consecutive through the log (every submitted batch is written, in order, even an
+//! empty one). Recovery reads segments in order and stops at the first record that is
+//! partial, runs past the end, fails its crc, does not decode, or breaks these invariants;
+//! it truncates that segment there, deletes the later segments and reports a
+//! [`Truncation`]. Records are recovered one by one: a torn batch yields its complete
+//! records (they belong to transactions that were never acknowledged, so either outcome is
+//! correct). A log whose first batch is above the newest checkpoint's start seq (above 1
+//! without a checkpoint) has lost segments: that is a recovery error, not a truncation.
+//! Nothing is written or read when durability is `off`.
+//!
+//! A checkpoint with start seq S stands for every batch below S: once it is durable, older
+//! checkpoints and every segment whose batches are all below S are deleted. Recovery returns
+//! the checkpoint and the records of batches >= S; replaying them over the checkpoint must be
+//! idempotent (puts are after-images; the snapshot may already hold some of their effects).
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+mod checkpoint;
+mod device;
+mod format;
+mod recovery;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+pub use device::{FsDevice, LogDevice, LogFile};
+pub use format::LogBuffer;
+
+/// Sequence number of a submitted batch. The first batch is 1; 0 means "none".
+pub type BatchSeq = u64;
+
+/// In `async` mode the writer fdatasyncs at least this often while it has unsynced bytes.
+pub const ASYNC_SYNC_INTERVAL: Duration = Duration::from_millis(5);
+
+/// At most this many emptied batch buffers are kept for reuse by `submit`.
+const POOL_BUFFERS_MAX: usize = 256;
+
+/// The writer copies a group's batches into one staging buffer and writes it with one call,
+/// flushing early once it holds this many bytes (bounds the staging memory).
+const STAGING_FLUSH_BYTES: usize = 1 << 20;
+
+/// How a committed transaction is made durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Durability {
+    /// `durable_seq` covers batches that were written and fdatasync'ed.
     Sync,
+    /// `durable_seq` covers batches that were written; fdatasync follows within a few ms.
     Async,
+    /// No log at all: no files are read or written.
     Off,
 }
-impl std::str::FromStr for Durability {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+
+impl Durability {
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Sync => "sync",
+            Durability::Async => "async",
+            Durability::Off => "off",
+        }
+    }
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Durability {
+    type Err = WalError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "sync" => Ok(Durability::Sync),
             "async" => Ok(Durability::Async),
             "off" => Ok(Durability::Off),
-            _ => Err(format!(
-                "unknown durability '{s}' (valid: sync, async, off)"
-            )),
+            _ => Err(WalError::Config(format!(
+                "unknown durability '{s}': valid values are sync, async, off"
+            ))),
         }
     }
 }
-impl std::fmt::Display for Durability {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Durability::Sync => "sync",
-            Durability::Async => "async",
-            Durability::Off => "off",
-        })
-    }
-}
+
+/// Configuration of one island's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WalConfig {
     pub dir: PathBuf,
     pub durability: Durability,
+    /// A segment rolls over once it holds at least this many bytes.
     pub segment_bytes: u64,
 }
-pub type BatchSeq = u64;
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct WalError(String);
+
+impl WalConfig {
+    pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+
+    pub fn new(dir: impl Into<PathBuf>, durability: Durability) -> Self {
+        WalConfig {
+            dir: dir.into(),
+            durability,
+            segment_bytes: Self::DEFAULT_SEGMENT_BYTES,
+        }
+    }
+}
+
+/// Errors of the log. `Clone` so that the failure that poisoned the log can be handed to
+/// every later caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WalError {
+    #[error("{op} {path}: {message}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        kind: io::ErrorKind,
+        message: String,
+    },
+    #[error("the write-ahead log failed earlier and refuses further work: {0}")]
+    Poisoned(Box<WalError>),
+    #[error("the write-ahead log is shut down")]
+    ShutDown,
+    #[error("batch {seq} was never submitted (next seq is {next})")]
+    NotSubmitted { seq: BatchSeq, next: BatchSeq },
+    #[error("submit of a log buffer with an unfinished record (record_end missing)")]
+    OpenRecord,
+    #[error("invalid log configuration: {0}")]
+    Config(String),
+    #[error("log recovery failed: {0}")]
+    Recovery(String),
+}
+
+impl WalError {
+    pub(crate) fn io(op: &'static str, path: &Path, e: io::Error) -> Self {
+        WalError::Io {
+            op,
+            path: path.to_path_buf(),
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+}
+
 impl From<WalError> for crate::Error {
     fn from(e: WalError) -> Self {
-        crate::Error::LogFailed(e.0)
+        match e {
+            WalError::Config(m) => crate::Error::Config(m),
+            WalError::Recovery(m) => crate::Error::Recovery(m),
+            other => crate::Error::LogFailed(other.to_string()),
+        }
     }
 }
-#[derive(Default)]
-pub struct LogBuffer {
-    b: Vec<u8>,
-    n: usize,
-}
-impl LogBuffer {
-    pub fn new() -> Self {
-        Self::default()
-    }
-    pub fn commit_begin(&mut self, tid: u64) {
-        self.b.extend_from_slice(&tid.to_le_bytes());
-    }
-    pub fn put(&mut self, table: u16, key: u64, row: &[u8]) {
-        self.b.extend_from_slice(&table.to_le_bytes());
-        self.b.extend_from_slice(&key.to_le_bytes());
-        self.b.extend_from_slice(row);
-    }
-    pub fn delete(&mut self, table: u16, key: u64) {
-        self.b.extend_from_slice(&table.to_le_bytes());
-        self.b.extend_from_slice(&key.to_le_bytes());
-    }
-    pub fn record_end(&mut self) {
-        self.n += 1;
-    }
-    pub fn is_empty(&self) -> bool {
-        self.b.is_empty()
-    }
-    pub fn len_bytes(&self) -> usize {
-        self.b.len()
-    }
-    pub fn records(&self) -> usize {
-        self.n
-    }
-}
+
+/// One row write inside a commit or prepare record.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteEntry {
     pub table: u16,
     pub key: u64,
+    /// `None` is a delete.
     pub row: Option<Vec<u8>>,
 }
+
+/// A recovered log record, tagged with the batch it was submitted in.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LogRecord {
     Commit {
         seq: BatchSeq,
         tid: u64,
         writes: Vec<WriteEntry>,
     },
+    Prepare {
+        seq: BatchSeq,
+        gtid: u64,
+        writes: Vec<WriteEntry>,
+    },
+    Decision {
+        seq: BatchSeq,
+        gtid: u64,
+        commit: bool,
+    },
+    End {
+        seq: BatchSeq,
+        gtid: u64,
+    },
 }
+
+impl LogRecord {
+    pub fn seq(&self) -> BatchSeq {
+        match self {
+            LogRecord::Commit { seq, .. }
+            | LogRecord::Prepare { seq, .. }
+            | LogRecord::Decision { seq, .. }
+            | LogRecord::End { seq, .. } => *seq,
+        }
+    }
+}
+
+/// A loaded checkpoint: rows as (table, key, tid, row bytes).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointData {
     pub start_seq: BatchSeq,
     pub rows: Vec<(u16, u64, u64, Vec<u8>)>,
 }
-pub struct Recovery {
-    pub checkpoint: Option<CheckpointData>,
-    pub records: Vec<LogRecord>,
-    pub truncated: Option<String>,
+
+/// Where recovery cut a damaged log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Truncation {
+    /// The segment that was truncated.
+    pub file: PathBuf,
+    /// Offset of the first bad record; the segment now ends here.
+    pub offset: u64,
+    pub reason: String,
+    pub bytes_truncated: u64,
+    /// Later segments that were deleted because they follow the cut.
+    pub segments_deleted: Vec<PathBuf>,
 }
-pub struct CheckpointInfo;
-pub struct Wal {
-    seq: AtomicU64,
-}
-impl Wal {
-    pub fn open(_cfg: WalConfig) -> Result<(Arc<Wal>, Recovery), WalError> {
-        Ok((
-            Arc::new(Wal {
-                seq: AtomicU64::new(0),
-            }),
-            Recovery {
-                checkpoint: None,
-                records: vec![],
-                truncated: None,
-            },
-        ))
-    }
-    pub fn submit(&self, buf: &mut LogBuffer) -> Result<BatchSeq, WalError> {
-        buf.b.clear();
-        buf.n = 0;
-        Ok(self.seq.fetch_add(1, Ordering::AcqRel) + 1)
-    }
-    pub fn durable_seq(&self) -> BatchSeq {
-        self.seq.load(Ordering::Acquire)
-    }
-    pub fn wait_durable(&self, _seq: BatchSeq) -> Result<(), WalError> {
+
+impl fmt::Display for Truncation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "log segment {}: corrupt record at offset {} ({}), truncated {} bytes",
+            self.file.display(),
+            self.offset,
+            self.reason,
+            self.bytes_truncated
+        )?;
+        if !self.segments_deleted.is_empty() {
+            write!(
+                f,
+                ", deleted {} later segment(s)",
+                self.segments_deleted.len()
+            )?;
+        }
         Ok(())
     }
-    pub fn failed(&self) -> Option<WalError> {
-        None
+}
+
+/// What `Wal::open` found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    pub checkpoint: Option<CheckpointData>,
+    /// Records of batches with seq >= the checkpoint's start seq (all if none), in log order.
+    pub records: Vec<LogRecord>,
+    pub truncated: Option<Truncation>,
+}
+
+/// What `write_checkpoint` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    pub start_seq: BatchSeq,
+    /// The checkpoint file; `None` when durability is off (nothing is written).
+    pub path: Option<PathBuf>,
+    pub rows: u64,
+    pub bytes: u64,
+    pub segments_deleted: usize,
+}
+
+/// Counters of the writer, read with `Wal::stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WalStats {
+    pub bytes_written: u64,
+    pub batches_written: u64,
+    pub syncs: u64,
+    pub sync_nanos: u64,
+    pub segments_created: u64,
+}
+
+/// Guarded by `Shared::queue`: seq assignment and the hand-off to the writer.
+struct Queue {
+    next_seq: BatchSeq,
+    pending: Vec<(BatchSeq, Vec<u8>)>,
+    /// Emptied batch buffers, swapped into workers' `LogBuffer`s by `submit`.
+    pool: Vec<Vec<u8>>,
+    shutdown: bool,
+}
+
+#[derive(Default)]
+struct Stats {
+    bytes_written: AtomicU64,
+    batches_written: AtomicU64,
+    syncs: AtomicU64,
+    sync_nanos: AtomicU64,
+    segments_created: AtomicU64,
+}
+
+struct Shared {
+    cfg: WalConfig,
+    device: Arc<dyn LogDevice>,
+    queue: Mutex<Queue>,
+    work_cv: Condvar,
+    durable: AtomicU64,
+    /// Taken by the writer around publishing progress or failure, so waiters never miss it.
+    durable_lock: Mutex<()>,
+    durable_cv: Condvar,
+    failed_flag: AtomicBool,
+    failed: Mutex<Option<WalError>>,
+    /// Set once the writer thread has exited.
+    stopped: AtomicBool,
+    /// Live segments, in order; the last is the one being written.
+    segments: Mutex<Vec<(BatchSeq, PathBuf)>>,
+    checkpoint_lock: Mutex<()>,
+    stats: Stats,
+    /// Holds the exclusive flock on `<dir>/LOCK` while the log is open.
+    _dir_lock: Option<std::fs::File>,
+}
+
+impl Shared {
+    fn poison(&self, e: WalError) {
+        {
+            let mut failed = self.failed.lock();
+            if failed.is_none() {
+                *failed = Some(e);
+            }
+            self.failed_flag.store(true, Ordering::Release);
+        }
+        let _g = self.durable_lock.lock();
+        self.durable_cv.notify_all();
     }
+
+    fn failure(&self) -> Option<WalError> {
+        if !self.failed_flag.load(Ordering::Acquire) {
+            return None;
+        }
+        self.failed.lock().clone()
+    }
+
+    fn publish(&self, seq: BatchSeq) {
+        self.durable.store(seq, Ordering::Release);
+        let _g = self.durable_lock.lock();
+        self.durable_cv.notify_all();
+    }
+}
+
+/// Takes an exclusive advisory lock on `<dir>/LOCK`: two logs writing one directory would
+/// interleave batches and destroy both.
+fn lock_dir(dir: &Path) -> Result<std::fs::File, WalError> {
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| WalError::io("create lock file", &path, e))?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
+        |e| {
+            WalError::Config(format!(
+                "log directory {} is in use by another open log ({e})",
+                dir.display()
+            ))
+        },
+    )?;
+    Ok(file)
+}
+
+/// One island's write-ahead log. Shared as `Arc<Wal>`.
+pub struct Wal {
+    shared: Arc<Shared>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for Wal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Wal")
+            .field("cfg", &self.shared.cfg)
+            .field("durable_seq", &self.durable_seq())
+            .finish()
+    }
+}
+
+impl Wal {
+    /// Opens (creating if needed) the log directory, loads the newest checkpoint, scans the
+    /// segments, truncates a torn or corrupt tail (reported in `Recovery::truncated`) and
+    /// starts the writer thread. With `Durability::Off` nothing is read or written.
+    pub fn open(cfg: WalConfig) -> Result<(Arc<Wal>, Recovery), WalError> {
+        Self::open_with_device(cfg, Arc::new(FsDevice))
+    }
+
+    /// `open` with segment I/O going through `device` (tests inject failures here).
+    pub fn open_with_device(
+        cfg: WalConfig,
+        device: Arc<dyn LogDevice>,
+    ) -> Result<(Arc<Wal>, Recovery), WalError> {
+        if cfg.segment_bytes == 0 {
+            return Err(WalError::Config("segment_bytes must be at least 1".into()));
+        }
+        if cfg.durability == Durability::Off {
+            let shared = Self::shared(cfg, device, 1, Vec::new(), None);
+            let wal = Wal {
+                shared,
+                writer: Mutex::new(None),
+            };
+            return Ok((Arc::new(wal), Recovery::default()));
+        }
+
+        let dir = cfg.dir.clone();
+        let existed = dir.is_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| WalError::io("create log directory", &dir, e))?;
+        if !existed {
+            // Make the new directory's own entry durable.
+            let parent = match dir.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            device
+                .sync_dir(&parent)
+                .map_err(|e| WalError::io("fsync parent of log directory", &parent, e))?;
+        }
+        let lock = lock_dir(&dir)?;
+        let listing = recovery::list_dir(&dir)?;
+        for tmp in &listing.temps {
+            std::fs::remove_file(tmp)
+                .map_err(|e| WalError::io("remove unfinished checkpoint", tmp, e))?;
+        }
+        let checkpoint = recovery::load_checkpoint(&listing.checkpoints)?;
+        let scan = recovery::scan(&dir, device.as_ref(), listing.segments)?;
+        let start_seq = checkpoint.as_ref().map_or(0, |c| c.start_seq);
+        if scan.first_seq > start_seq.max(1) {
+            return Err(WalError::Recovery(format!(
+                "log {} starts at batch {} but batches from {} on are in no checkpoint \
+                 (segments are missing)",
+                dir.display(),
+                scan.first_seq,
+                start_seq.max(1)
+            )));
+        }
+        // The last segment's name is a lower bound of the seqs it may hold.
+        let last_name = scan.segments.last().map_or(0, |s| s.0);
+        let next_seq = (scan.max_seq + 1).max(start_seq).max(last_name).max(1);
+        let mut records = scan.records;
+        records.retain(|r| r.seq() >= start_seq);
+
+        // Open the segment to append to now, so an unwritable directory fails here, by name.
+        let mut segments = scan.segments;
+        let (file, file_len) = match segments.last() {
+            Some((_, path)) => {
+                let len = std::fs::metadata(path)
+                    .map_err(|e| WalError::io("stat log segment", path, e))?
+                    .len();
+                let file = device
+                    .open_append(path)
+                    .map_err(|e| WalError::io("open log segment", path, e))?;
+                (file, len)
+            }
+            None => {
+                let path = dir.join(recovery::segment_name(next_seq));
+                let file = device
+                    .create(&path)
+                    .map_err(|e| WalError::io("create log segment", &path, e))?;
+                device
+                    .sync_dir(&dir)
+                    .map_err(|e| WalError::io("fsync log directory", &dir, e))?;
+                segments.push((next_seq, path));
+                (file, 0)
+            }
+        };
+
+        let shared = Self::shared(cfg, device, next_seq, segments, Some(lock));
+        shared.durable.store(next_seq - 1, Ordering::Release);
+        let writer = Writer {
+            shared: Arc::clone(&shared),
+            file,
+            file_len,
+            staging: Vec::with_capacity(STAGING_FLUSH_BYTES),
+            taken: Vec::new(),
+            unsynced: false,
+            last_sync: Instant::now(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("wal-writer".into())
+            .spawn(move || writer.run())
+            .map_err(|e| WalError::io("spawn the log writer for", &dir, e))?;
+        let wal = Wal {
+            shared,
+            writer: Mutex::new(Some(handle)),
+        };
+        let recovery = Recovery {
+            checkpoint,
+            records,
+            truncated: scan.truncated,
+        };
+        Ok((Arc::new(wal), recovery))
+    }
+
+    fn shared(
+        cfg: WalConfig,
+        device: Arc<dyn LogDevice>,
+        next_seq: BatchSeq,
+        segments: Vec<(BatchSeq, PathBuf)>,
+        lock: Option<std::fs::File>,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
+            cfg,
+            device,
+            queue: Mutex::new(Queue {
+                next_seq,
+                pending: Vec::new(),
+                pool: Vec::new(),
+                shutdown: false,
+            }),
+            work_cv: Condvar::new(),
+            durable: AtomicU64::new(next_seq - 1),
+            durable_lock: Mutex::new(()),
+            durable_cv: Condvar::new(),
+            failed_flag: AtomicBool::new(false),
+            failed: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+            segments: Mutex::new(segments),
+            checkpoint_lock: Mutex::new(()),
+            stats: Stats::default(),
+            _dir_lock: lock,
+        })
+    }
+
+    pub fn config(&self) -> &WalConfig {
+        &self.shared.cfg
+    }
+
+    /// Hands the buffer's records to the log as one batch and leaves `buf` empty (swapped
+    /// with a recycled buffer, so steady state does not allocate). Returns the batch's seq;
+    /// the batch is durable once `durable_seq() >= seq`. An empty buffer is a valid batch.
+    pub fn submit(&self, buf: &mut LogBuffer) -> Result<BatchSeq, WalError> {
+        if buf.in_record() {
+            return Err(WalError::OpenRecord);
+        }
+        let sh = &*self.shared;
+        let mut q = sh.queue.lock();
+        if let Some(e) = sh.failure() {
+            return Err(WalError::Poisoned(Box::new(e)));
+        }
+        if q.shutdown {
+            return Err(WalError::ShutDown);
+        }
+        let seq = q.next_seq;
+        q.next_seq += 1;
+        if sh.cfg.durability == Durability::Off {
+            buf.clear();
+            sh.durable.store(seq, Ordering::Release);
+            return Ok(seq);
+        }
+        let mut bytes = q.pool.pop().unwrap_or_default();
+        buf.swap_bytes(&mut bytes);
+        q.pending.push((seq, bytes));
+        drop(q);
+        sh.work_cv.notify_one();
+        Ok(seq)
+    }
+
+    /// Sync: batches <= this are written and fdatasync'ed. Async: written. Off: submitted.
+    pub fn durable_seq(&self) -> BatchSeq {
+        self.shared.durable.load(Ordering::Acquire)
+    }
+
+    /// The seq the next `submit` will get.
     pub fn next_seq(&self) -> BatchSeq {
-        self.seq.load(Ordering::Acquire) + 1
+        self.shared.queue.lock().next_seq
     }
+
+    /// Blocks until batch `seq` is durable. Err if the log failed before that, if the log
+    /// shut down without it, or if `seq` was never submitted.
+    pub fn wait_durable(&self, seq: BatchSeq) -> Result<(), WalError> {
+        let sh = &*self.shared;
+        let next = self.next_seq();
+        if seq >= next {
+            return Err(WalError::NotSubmitted { seq, next });
+        }
+        let mut g = sh.durable_lock.lock();
+        loop {
+            if sh.durable.load(Ordering::Acquire) >= seq {
+                return Ok(());
+            }
+            if let Some(e) = sh.failure() {
+                return Err(WalError::Poisoned(Box::new(e)));
+            }
+            if sh.stopped.load(Ordering::Acquire) {
+                return Err(WalError::ShutDown);
+            }
+            sh.durable_cv.wait(&mut g);
+        }
+    }
+
+    /// The failure that poisoned the log, if any. Once `Some`, always `Some`.
+    pub fn failed(&self) -> Option<WalError> {
+        self.shared.failure()
+    }
+
+    /// Writes a checkpoint of `rows` (table, key, tid, row), which must reflect every batch
+    /// below `start_seq` (read `next_seq()` before taking the snapshot). Once it is durable,
+    /// older checkpoints and every segment whose batches are all below `start_seq` are deleted.
     pub fn write_checkpoint<'a>(
         &self,
-        _start_seq: BatchSeq,
+        start_seq: BatchSeq,
         rows: impl Iterator<Item = (u16, u64, u64, &'a [u8])>,
     ) -> Result<CheckpointInfo, WalError> {
-        rows.for_each(drop);
-        Ok(CheckpointInfo)
+        let sh = &*self.shared;
+        let next = self.next_seq();
+        if start_seq == 0 || start_seq > next {
+            return Err(WalError::Config(format!(
+                "checkpoint start seq {start_seq} outside 1..={next}"
+            )));
+        }
+        if sh.cfg.durability == Durability::Off {
+            return Ok(CheckpointInfo {
+                start_seq,
+                path: None,
+                rows: rows.count() as u64,
+                bytes: 0,
+                segments_deleted: 0,
+            });
+        }
+        if let Some(e) = sh.failure() {
+            return Err(WalError::Poisoned(Box::new(e)));
+        }
+        let _one_at_a_time = sh.checkpoint_lock.lock();
+        let dir = &sh.cfg.dir;
+        let (path, rows, bytes) = checkpoint::write(dir, start_seq, rows)
+            .map_err(|(op, path, e)| WalError::io(op, &path, e))?;
+
+        // The new checkpoint is durable: older checkpoints and covered segments can go.
+        for (_, old) in recovery::list_dir(dir)?.checkpoints {
+            if old != path {
+                std::fs::remove_file(&old)
+                    .map_err(|e| WalError::io("delete old checkpoint", &old, e))?;
+            }
+        }
+        let doomed: Vec<(BatchSeq, PathBuf)> = {
+            let mut segs = sh.segments.lock();
+            // Segment i holds only batches < the name of segment i+1; never drop the last.
+            let n = segs.windows(2).take_while(|w| w[1].0 <= start_seq).count();
+            segs.drain(..n).collect()
+        };
+        for (_, seg) in &doomed {
+            std::fs::remove_file(seg).map_err(|e| WalError::io("delete log segment", seg, e))?;
+        }
+        sh.device
+            .sync_dir(dir)
+            .map_err(|e| WalError::io("fsync log directory", dir, e))?;
+        Ok(CheckpointInfo {
+            start_seq,
+            path: Some(path),
+            rows,
+            bytes,
+            segments_deleted: doomed.len(),
+        })
     }
-    pub fn shutdown(&self) {}
+
+    /// Writes and syncs everything queued, then stops the writer thread. Idempotent.
+    pub fn shutdown(&self) {
+        self.shared.queue.lock().shutdown = true;
+        self.shared.work_cv.notify_all();
+        let handle = self.writer.lock().take();
+        if let Some(h) = handle {
+            // A panicking writer already poisoned the log (see Writer::run).
+            let _ = h.join();
+        }
+        self.shared.stopped.store(true, Ordering::Release);
+        let _g = self.shared.durable_lock.lock();
+        self.shared.durable_cv.notify_all();
+    }
+
+    pub fn stats(&self) -> WalStats {
+        let s = &self.shared.stats;
+        WalStats {
+            bytes_written: s.bytes_written.load(Ordering::Relaxed),
+            batches_written: s.batches_written.load(Ordering::Relaxed),
+            syncs: s.syncs.load(Ordering::Relaxed),
+            sync_nanos: s.sync_nanos.load(Ordering::Relaxed),
+            segments_created: s.segments_created.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Live segment files, oldest first (for tests and tools).
+    pub fn segments(&self) -> Vec<PathBuf> {
+        self.shared
+            .segments
+            .lock()
+            .iter()
+            .map(|(_, p)| p.clone())
+            .collect()
+    }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The writer thread's state. Owns the current segment file.
+struct Writer {
+    shared: Arc<Shared>,
+    file: Box<dyn LogFile>,
+    /// Bytes in the current segment, including what was written but not synced.
+    file_len: u64,
+    /// Batches of one group are copied here and written with one write call per segment.
+    staging: Vec<u8>,
+    taken: Vec<(BatchSeq, Vec<u8>)>,
+    unsynced: bool,
+    last_sync: Instant,
+}
+
+impl Writer {
+    fn run(mut self) {
+        let shared = Arc::clone(&self.shared);
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_loop()));
+        let err = match result {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e),
+            Err(_) => Some(WalError::Io {
+                op: "log writer thread panicked while writing",
+                path: shared.cfg.dir.clone(),
+                kind: io::ErrorKind::Other,
+                message: "panic".into(),
+            }),
+        };
+        if let Some(e) = err {
+            shared.poison(e);
+        }
+        shared.stopped.store(true, Ordering::Release);
+        let _g = shared.durable_lock.lock();
+        shared.durable_cv.notify_all();
+    }
+
+    fn run_loop(&mut self) -> Result<(), WalError> {
+        let async_mode = self.shared.cfg.durability == Durability::Async;
+        loop {
+            let shutdown = {
+                let mut q = self.shared.queue.lock();
+                while q.pending.is_empty() && !q.shutdown {
+                    if async_mode && self.unsynced {
+                        let left = ASYNC_SYNC_INTERVAL.saturating_sub(self.last_sync.elapsed());
+                        if left.is_zero() || self.shared.work_cv.wait_for(&mut q, left).timed_out()
+                        {
+                            break;
+                        }
+                    } else {
+                        self.shared.work_cv.wait(&mut q);
+                    }
+                }
+                std::mem::swap(&mut q.pending, &mut self.taken);
+                q.shutdown
+            };
+            if !self.taken.is_empty() {
+                self.write_group()?;
+            }
+            let sync_due = self.unsynced
+                && (shutdown || !async_mode || self.last_sync.elapsed() >= ASYNC_SYNC_INTERVAL);
+            if sync_due {
+                self.sync()?;
+            }
+            if let Some(&(last, _)) = self.taken.last() {
+                // Sync: everything taken is written and fdatasync'ed; async: written.
+                // Recycle first, so a worker that saw the publish finds its buffer pooled.
+                self.recycle();
+                self.shared.publish(last);
+            }
+            if shutdown {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Writes every taken batch, rolling segments at batch boundaries.
+    fn write_group(&mut self) -> Result<(), WalError> {
+        let seg_bytes = self.shared.cfg.segment_bytes;
+        self.staging.clear();
+        for i in 0..self.taken.len() {
+            let seq = self.taken[i].0;
+            if self.file_len + self.staging.len() as u64 >= seg_bytes {
+                self.roll(seq)?;
+            }
+            format::push_batch_header(&mut self.staging, seq);
+            self.staging.extend_from_slice(&self.taken[i].1);
+            if self.staging.len() >= STAGING_FLUSH_BYTES {
+                self.flush_staging()?;
+            }
+        }
+        self.flush_staging()?;
+        let n = self.taken.len() as u64;
+        self.shared
+            .stats
+            .batches_written
+            .fetch_add(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn current_path(&self) -> PathBuf {
+        self.shared
+            .segments
+            .lock()
+            .last()
+            .map_or_else(|| self.shared.cfg.dir.clone(), |(_, p)| p.clone())
+    }
+
+    fn flush_staging(&mut self) -> Result<(), WalError> {
+        if self.staging.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = self.file.write_all(&self.staging) {
+            return Err(WalError::io("write log segment", &self.current_path(), e));
+        }
+        let n = self.staging.len() as u64;
+        self.file_len += n;
+        self.unsynced = true;
+        self.shared
+            .stats
+            .bytes_written
+            .fetch_add(n, Ordering::Relaxed);
+        self.staging.clear();
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), WalError> {
+        let t = Instant::now();
+        if let Err(e) = self.file.sync_data() {
+            return Err(WalError::io(
+                "fdatasync log segment",
+                &self.current_path(),
+                e,
+            ));
+        }
+        let s = &self.shared.stats;
+        s.syncs.fetch_add(1, Ordering::Relaxed);
+        s.sync_nanos
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.unsynced = false;
+        self.last_sync = Instant::now();
+        Ok(())
+    }
+
+    /// Finishes the current segment (written and synced) and starts `wal-<first_seq>.log`.
+    fn roll(&mut self, first_seq: BatchSeq) -> Result<(), WalError> {
+        self.flush_staging()?;
+        if self.unsynced {
+            self.sync()?;
+        }
+        let dir = &self.shared.cfg.dir;
+        let path = dir.join(recovery::segment_name(first_seq));
+        let file = self
+            .shared
+            .device
+            .create(&path)
+            .map_err(|e| WalError::io("create log segment", &path, e))?;
+        self.shared
+            .device
+            .sync_dir(dir)
+            .map_err(|e| WalError::io("fsync log directory", dir, e))?;
+        self.file = file;
+        self.file_len = 0;
+        self.shared.segments.lock().push((first_seq, path));
+        self.shared
+            .stats
+            .segments_created
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Returns the emptied batch buffers to the pool for `submit` to reuse.
+    fn recycle(&mut self) {
+        let mut q = self.shared.queue.lock();
+        for (_, mut bytes) in self.taken.drain(..) {
+            if q.pool.len() < POOL_BUFFERS_MAX {
+                bytes.clear();
+                q.pool.push(bytes);
+            }
+        }
+    }
 }

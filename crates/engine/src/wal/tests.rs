@@ -1,0 +1,839 @@
+//! Tests of the log: round trips, torn and corrupt tails, rollover + checkpoints, injected
+//! I/O failures, group commit, and garbage that must never panic recovery.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::format::read_frame;
+use super::*;
+
+/// A unique directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "islands-wal-{name}-{}-{nanos}-{n}",
+            std::process::id()
+        ));
+        TempDir(dir)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn cfg(dir: &Path, durability: Durability) -> WalConfig {
+    WalConfig::new(dir, durability)
+}
+
+fn set_seq(rec: &mut LogRecord, s: BatchSeq) {
+    match rec {
+        LogRecord::Commit { seq, .. }
+        | LogRecord::Prepare { seq, .. }
+        | LogRecord::Decision { seq, .. }
+        | LogRecord::End { seq, .. } => *seq = s,
+    }
+}
+
+/// Fills `buf` with a deterministic mix of records derived from `i`; returns them (seq 0).
+fn fill(buf: &mut LogBuffer, i: u64) -> Vec<LogRecord> {
+    let mut out = Vec::new();
+    let row = |k: u64| -> Vec<u8> { (0..(k % 13) as u8).map(|b| b ^ i as u8).collect() };
+    match i % 4 {
+        0 | 1 => {
+            buf.commit_begin(i);
+            let mut writes = Vec::new();
+            for k in 0..(i % 3 + 1) {
+                let key = i * 100 + k;
+                if k == 2 {
+                    buf.delete(7, key);
+                    writes.push(WriteEntry {
+                        table: 7,
+                        key,
+                        row: None,
+                    });
+                } else {
+                    let r = row(key);
+                    buf.put(k as u16, key, &r);
+                    writes.push(WriteEntry {
+                        table: k as u16,
+                        key,
+                        row: Some(r),
+                    });
+                }
+            }
+            buf.record_end();
+            out.push(LogRecord::Commit {
+                seq: 0,
+                tid: i,
+                writes,
+            });
+        }
+        2 => {
+            buf.prepare_begin(i);
+            let r = row(i);
+            buf.put(3, i, &r);
+            buf.delete(4, i + 1);
+            buf.record_end();
+            out.push(LogRecord::Prepare {
+                seq: 0,
+                gtid: i,
+                writes: vec![
+                    WriteEntry {
+                        table: 3,
+                        key: i,
+                        row: Some(r),
+                    },
+                    WriteEntry {
+                        table: 4,
+                        key: i + 1,
+                        row: None,
+                    },
+                ],
+            });
+            buf.decision(i, i % 8 == 2);
+            out.push(LogRecord::Decision {
+                seq: 0,
+                gtid: i,
+                commit: i % 8 == 2,
+            });
+        }
+        _ => {
+            buf.end(i);
+            out.push(LogRecord::End { seq: 0, gtid: i });
+            // A commit with no writes is legal too.
+            buf.commit_begin(i + 1000);
+            buf.record_end();
+            out.push(LogRecord::Commit {
+                seq: 0,
+                tid: i + 1000,
+                writes: vec![],
+            });
+        }
+    }
+    out
+}
+
+/// Submits `n` batches made by `fill(first..first+n)`; returns the expected records.
+fn write_batches(wal: &Wal, first: u64, n: u64) -> Vec<LogRecord> {
+    let mut buf = LogBuffer::new();
+    let mut expected = Vec::new();
+    for i in first..first + n {
+        let mut recs = fill(&mut buf, i);
+        assert_eq!(buf.records(), recs.len());
+        let seq = wal.submit(&mut buf).expect("submit");
+        assert!(buf.is_empty() && buf.records() == 0);
+        for r in &mut recs {
+            set_seq(r, seq);
+        }
+        expected.extend(recs);
+    }
+    expected
+}
+
+/// Offsets of every frame in a segment file.
+fn frame_offsets(data: &[u8]) -> Vec<usize> {
+    let mut offs = Vec::new();
+    let mut off = 0;
+    while let Some((_, next)) = read_frame(data, off).expect("valid segment") {
+        offs.push(off);
+        off = next;
+    }
+    assert_eq!(off, data.len());
+    offs
+}
+
+fn last_segment(dir: &Path) -> PathBuf {
+    let listing = recovery::list_dir(dir).expect("list");
+    listing.segments.last().expect("a segment").1.clone()
+}
+
+#[test]
+fn durability_parses_and_displays() {
+    for d in [Durability::Sync, Durability::Async, Durability::Off] {
+        assert_eq!(d.to_string().parse::<Durability>(), Ok(d));
+    }
+    let err = "fsync".parse::<Durability>().unwrap_err().to_string();
+    assert!(err.contains("sync, async, off"), "{err}");
+}
+
+#[test]
+fn round_trip_all_record_kinds() {
+    let tmp = TempDir::new("round-trip");
+    let (wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    assert_eq!(rec, Recovery::default());
+    assert_eq!(wal.next_seq(), 1);
+    assert_eq!(wal.durable_seq(), 0);
+    let mut expected = write_batches(&wal, 0, 20);
+    // An empty batch is a valid batch and consumes a seq.
+    let empty = wal.submit(&mut LogBuffer::new()).unwrap();
+    assert_eq!(empty, 21);
+    wal.wait_durable(empty).unwrap();
+    assert!(wal.durable_seq() >= 21);
+    let stats = wal.stats();
+    assert_eq!(stats.batches_written, 21);
+    assert!(stats.syncs >= 1 && stats.bytes_written > 0);
+    wal.shutdown();
+    wal.shutdown(); // idempotent
+    assert!(matches!(
+        wal.submit(&mut LogBuffer::new()),
+        Err(WalError::ShutDown)
+    ));
+    drop(wal);
+
+    let (wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    assert_eq!(rec.truncated, None);
+    assert_eq!(rec.checkpoint, None);
+    assert_eq!(rec.records, expected);
+    assert_eq!(wal.next_seq(), 22);
+    assert_eq!(wal.durable_seq(), 21);
+    // Appending after a reopen continues the same log.
+    expected.extend(write_batches(&wal, 100, 3));
+    wal.wait_durable(24).unwrap();
+    drop(wal);
+    let (_wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    assert_eq!(rec.records, expected);
+    assert_eq!(rec.records.last().map(LogRecord::seq), Some(24));
+}
+
+#[test]
+fn async_mode_writes_and_syncs_in_background() {
+    let tmp = TempDir::new("async");
+    let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Async)).unwrap();
+    let expected = write_batches(&wal, 0, 10);
+    wal.wait_durable(10).unwrap();
+    // The background sync happens within a few ms without any further submit.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while wal.stats().syncs == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "async log never synced"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(wal);
+    let (_wal, rec) = Wal::open(cfg(tmp.path(), Durability::Async)).unwrap();
+    assert_eq!(rec.records, expected);
+}
+
+#[test]
+fn off_mode_writes_no_files() {
+    let tmp = TempDir::new("off");
+    let (wal, rec) = Wal::open(cfg(tmp.path(), Durability::Off)).unwrap();
+    assert_eq!(rec, Recovery::default());
+    let mut buf = LogBuffer::new();
+    fill(&mut buf, 1);
+    assert_eq!(wal.submit(&mut buf).unwrap(), 1);
+    assert!(buf.is_empty());
+    assert_eq!(wal.durable_seq(), 1);
+    wal.wait_durable(1).unwrap();
+    let info = wal
+        .write_checkpoint(2, [(1u16, 2u64, 3u64, &b"x"[..])].into_iter())
+        .unwrap();
+    assert_eq!((info.path, info.rows), (None, 1));
+    drop(wal);
+    assert!(
+        !tmp.path().exists(),
+        "off mode created {}",
+        tmp.path().display()
+    );
+}
+
+#[test]
+fn torn_tail_at_every_offset_of_the_last_record() {
+    let tmp = TempDir::new("torn");
+    let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    let mut expected = write_batches(&wal, 0, 8);
+    // The last batch ends with a commit record carrying a row.
+    let mut buf = LogBuffer::new();
+    buf.commit_begin(77);
+    buf.put(1, 2, &[9u8; 40]);
+    buf.record_end();
+    let seq = wal.submit(&mut buf).unwrap();
+    wal.wait_durable(seq).unwrap();
+    drop(wal);
+
+    let seg = last_segment(tmp.path());
+    let original = std::fs::read(&seg).unwrap();
+    let last_start = *frame_offsets(&original).last().unwrap();
+
+    // Cutting exactly at the record boundary is a clean log.
+    std::fs::write(&seg, &original[..last_start]).unwrap();
+    let (wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    assert_eq!(rec.truncated, None);
+    assert_eq!(rec.records, expected);
+    drop(wal);
+
+    for cut in last_start + 1..original.len() {
+        std::fs::write(&seg, &original[..cut]).unwrap();
+        let (wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+        assert_eq!(rec.records, expected, "cut at {cut}");
+        let t = rec.truncated.expect("truncation reported");
+        assert_eq!(t.file, seg);
+        assert_eq!(t.offset, last_start as u64, "cut at {cut}");
+        assert_eq!(t.bytes_truncated, (cut - last_start) as u64);
+        assert!(
+            t.to_string().contains(&format!("offset {last_start}")),
+            "{t}"
+        );
+        assert_eq!(std::fs::metadata(&seg).unwrap().len(), last_start as u64);
+        drop(wal);
+    }
+
+    // After a truncation, a later append is recovered after the surviving records.
+    std::fs::write(&seg, &original[..original.len() - 1]).unwrap();
+    let (wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    assert!(rec.truncated.is_some());
+    // The torn batch's header survived, so the next seq follows it.
+    assert_eq!(wal.next_seq(), seq + 1);
+    expected.extend(write_batches(&wal, 500, 2));
+    wal.wait_durable(seq + 2).unwrap();
+    drop(wal);
+    let (_wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    assert_eq!(rec.truncated, None);
+    assert_eq!(rec.records, expected);
+}
+
+#[test]
+fn flipped_byte_in_the_middle_stops_recovery_there() {
+    let tmp = TempDir::new("flip");
+    let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    let expected = write_batches(&wal, 0, 12);
+    drop(wal);
+    let seg = last_segment(tmp.path());
+    let original = std::fs::read(&seg).unwrap();
+    let offs = frame_offsets(&original);
+    let victim = offs.len() / 2;
+    let at = offs[victim];
+    // How many log records (not batch headers) precede the victim frame.
+    let before = offs[..victim]
+        .iter()
+        .filter(|&&o| original[o + format::HEADER_BYTES] != format::REC_BATCH)
+        .count();
+
+    // A flipped body byte (crc mismatch) and a flipped length byte (crc or length failure).
+    for (flip, want) in [(at + 9, "crc mismatch"), (at, "")] {
+        let mut bad = original.clone();
+        bad[flip] ^= 0x40;
+        std::fs::write(&seg, &bad).unwrap();
+        let (wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+        assert_eq!(rec.records, expected[..before].to_vec());
+        let t = rec.truncated.expect("reported");
+        assert_eq!(t.offset, at as u64);
+        assert!(t.reason.contains(want), "{t}");
+        assert_eq!(t.bytes_truncated, (original.len() - at) as u64);
+        assert_eq!(std::fs::metadata(&seg).unwrap().len(), at as u64);
+        drop(wal);
+    }
+}
+
+#[test]
+fn rollover_checkpoint_and_segment_deletion() {
+    let tmp = TempDir::new("ckpt");
+    let mut c = cfg(tmp.path(), Durability::Sync);
+    c.segment_bytes = 300;
+    let (wal, _) = Wal::open(c.clone()).unwrap();
+    let mut expected = Vec::new();
+    for i in 0..40 {
+        expected.extend(write_batches(&wal, i, 1));
+        // Small groups, so segments roll often.
+        if i % 3 == 0 {
+            wal.wait_durable(wal.next_seq() - 1).unwrap();
+        }
+    }
+    wal.wait_durable(40).unwrap();
+    let before = wal.segments();
+    assert!(before.len() >= 4, "only {} segments", before.len());
+    assert_eq!(wal.stats().segments_created as usize, before.len() - 1);
+
+    let start_seq = 21;
+    let rows: Vec<(u16, u64, u64, Vec<u8>)> = (0..50u64)
+        .map(|k| ((k % 3) as u16, k, k * 10, vec![k as u8; (k % 7) as usize]))
+        .collect();
+    let info = wal
+        .write_checkpoint(
+            start_seq,
+            rows.iter()
+                .map(|(t, k, tid, r)| (*t, *k, *tid, r.as_slice())),
+        )
+        .unwrap();
+    assert_eq!(info.rows, 50);
+    assert!(info.segments_deleted > 0);
+    let after = wal.segments();
+    assert_eq!(after.len() + info.segments_deleted, before.len());
+    for gone in &before[..info.segments_deleted] {
+        assert!(!gone.exists(), "{} not deleted", gone.display());
+    }
+    // The first kept segment starts at or before start_seq; the one after it after it.
+    let listing = recovery::list_dir(tmp.path()).unwrap();
+    assert!(listing.segments[0].0 <= start_seq);
+    assert!(listing.segments.get(1).is_none_or(|s| s.0 > start_seq));
+    expected.extend(write_batches(&wal, 1000, 5));
+    wal.wait_durable(45).unwrap();
+    drop(wal);
+
+    let (wal, rec) = Wal::open(c.clone()).unwrap();
+    let ckpt = rec.checkpoint.expect("checkpoint loaded");
+    assert_eq!(ckpt.start_seq, start_seq);
+    assert_eq!(ckpt.rows, rows);
+    let want: Vec<LogRecord> = expected
+        .iter()
+        .filter(|r| r.seq() >= start_seq)
+        .cloned()
+        .collect();
+    assert_eq!(rec.records, want);
+    assert_eq!(rec.truncated, None);
+    assert_eq!(wal.next_seq(), 46);
+
+    // A second checkpoint replaces the first.
+    let info2 = wal.write_checkpoint(46, std::iter::empty()).unwrap();
+    drop(wal);
+    let listing = recovery::list_dir(tmp.path()).unwrap();
+    assert_eq!(listing.checkpoints.len(), 1);
+    assert_eq!(Some(&listing.checkpoints[0].1), info2.path.as_ref());
+    let (wal, rec) = Wal::open(c).unwrap();
+    assert_eq!(
+        rec.checkpoint.map(|c| (c.start_seq, c.rows.len())),
+        Some((46, 0))
+    );
+    assert!(rec.records.is_empty());
+    assert_eq!(wal.next_seq(), 46);
+}
+
+#[test]
+fn corruption_in_an_early_segment_deletes_later_segments() {
+    let tmp = TempDir::new("mid-segment");
+    let mut c = cfg(tmp.path(), Durability::Sync);
+    c.segment_bytes = 200;
+    let (wal, _) = Wal::open(c.clone()).unwrap();
+    for i in 0..30 {
+        write_batches(&wal, i, 1);
+        wal.wait_durable(i + 1).unwrap();
+    }
+    let segs = wal.segments();
+    drop(wal);
+    assert!(segs.len() >= 3);
+    let victim = &segs[1];
+    let mut data = std::fs::read(victim).unwrap();
+    let n = data.len();
+    data[n - 2] ^= 1;
+    std::fs::write(victim, &data).unwrap();
+    let (_wal, rec) = Wal::open(c).unwrap();
+    let t = rec.truncated.expect("reported");
+    assert_eq!(&t.file, victim);
+    assert_eq!(t.segments_deleted, segs[2..].to_vec());
+    assert!(segs[2..].iter().all(|s| !s.exists()));
+    assert!(t.to_string().contains("later segment"), "{t}");
+}
+
+/// Wraps the real file system; fails writes or syncs on demand.
+struct FailingDevice {
+    fail_sync: Arc<AtomicBool>,
+    fail_write: Arc<AtomicBool>,
+    /// Each fdatasync sleeps this long (to make group commit observable on fast disks).
+    sync_delay: Duration,
+}
+
+struct FailingFile {
+    inner: Box<dyn LogFile>,
+    fail_sync: Arc<AtomicBool>,
+    fail_write: Arc<AtomicBool>,
+    sync_delay: Duration,
+}
+
+impl LogFile for FailingFile {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        if self.fail_write.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected write failure"));
+        }
+        self.inner.write_all(buf)
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        std::thread::sleep(self.sync_delay);
+        if self.fail_sync.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected fdatasync failure"));
+        }
+        self.inner.sync_data()
+    }
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+impl FailingDevice {
+    fn wrap(&self, inner: Box<dyn LogFile>) -> Box<dyn LogFile> {
+        Box::new(FailingFile {
+            inner,
+            fail_sync: Arc::clone(&self.fail_sync),
+            fail_write: Arc::clone(&self.fail_write),
+            sync_delay: self.sync_delay,
+        })
+    }
+}
+
+impl LogDevice for FailingDevice {
+    fn create(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
+        Ok(self.wrap(FsDevice.create(path)?))
+    }
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
+        Ok(self.wrap(FsDevice.open_append(path)?))
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        FsDevice.sync_dir(dir)
+    }
+}
+
+fn failing_device(delay: Duration) -> (Arc<FailingDevice>, Arc<AtomicBool>, Arc<AtomicBool>) {
+    let fail_sync = Arc::new(AtomicBool::new(false));
+    let fail_write = Arc::new(AtomicBool::new(false));
+    let dev = Arc::new(FailingDevice {
+        fail_sync: Arc::clone(&fail_sync),
+        fail_write: Arc::clone(&fail_write),
+        sync_delay: delay,
+    });
+    (dev, fail_sync, fail_write)
+}
+
+#[test]
+fn fdatasync_failure_poisons_the_log() {
+    let tmp = TempDir::new("fail-sync");
+    let (dev, fail_sync, _) = failing_device(Duration::ZERO);
+    let (wal, _) = Wal::open_with_device(cfg(tmp.path(), Durability::Sync), dev).unwrap();
+    write_batches(&wal, 0, 1);
+    wal.wait_durable(1).unwrap();
+    assert_eq!(wal.failed(), None);
+
+    fail_sync.store(true, Ordering::SeqCst);
+    let seq = wal.submit(&mut LogBuffer::new()).unwrap();
+    assert_eq!(seq, 2);
+    let err = wal.wait_durable(seq).unwrap_err();
+    assert!(
+        err.to_string().contains("injected fdatasync failure"),
+        "{err}"
+    );
+    let failed = wal.failed().expect("poisoned");
+    assert!(
+        matches!(
+            &failed,
+            WalError::Io {
+                op: "fdatasync log segment",
+                ..
+            }
+        ),
+        "{failed}"
+    );
+    assert_eq!(
+        wal.durable_seq(),
+        1,
+        "durable_seq advanced past a failed sync"
+    );
+
+    // Poisoned forever: even when the device recovers, nothing more is accepted.
+    fail_sync.store(false, Ordering::SeqCst);
+    let err = wal.submit(&mut LogBuffer::new()).unwrap_err();
+    assert!(
+        matches!(&err, WalError::Poisoned(e) if **e == failed),
+        "{err}"
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(wal.durable_seq(), 1);
+    assert_eq!(wal.failed(), Some(failed));
+    let engine_err: crate::Error = err.into();
+    assert!(matches!(engine_err, crate::Error::LogFailed(_)));
+}
+
+#[test]
+fn write_failure_poisons_the_log() {
+    let tmp = TempDir::new("fail-write");
+    let (dev, _, fail_write) = failing_device(Duration::ZERO);
+    let (wal, _) = Wal::open_with_device(cfg(tmp.path(), Durability::Async), dev).unwrap();
+    fail_write.store(true, Ordering::SeqCst);
+    let seq = wal.submit(&mut LogBuffer::new()).unwrap();
+    assert!(wal.wait_durable(seq).is_err());
+    assert!(matches!(
+        wal.failed(),
+        Some(WalError::Io {
+            op: "write log segment",
+            ..
+        })
+    ));
+    assert_eq!(wal.durable_seq(), 0);
+    assert!(wal.submit(&mut LogBuffer::new()).is_err());
+}
+
+fn concurrent_submitters(wal: &Arc<Wal>, threads: u64, per_thread: u64) -> Vec<LogRecord> {
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let wal = Arc::clone(wal);
+            std::thread::spawn(move || {
+                let mut buf = LogBuffer::new();
+                let mut mine = Vec::new();
+                for i in 0..per_thread {
+                    let tid = t * 1_000_000 + i;
+                    buf.commit_begin(tid);
+                    buf.put(t as u16, i, &tid.to_le_bytes());
+                    buf.record_end();
+                    let seq = wal.submit(&mut buf).unwrap();
+                    mine.push(LogRecord::Commit {
+                        seq,
+                        tid,
+                        writes: vec![WriteEntry {
+                            table: t as u16,
+                            key: i,
+                            row: Some(tid.to_le_bytes().to_vec()),
+                        }],
+                    });
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut all: Vec<LogRecord> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    all.sort_by_key(LogRecord::seq);
+    all
+}
+
+#[test]
+fn group_commit_batches_concurrent_submitters() {
+    let tmp = TempDir::new("group");
+    let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    let expected = concurrent_submitters(&wal, 8, 100);
+    let batches = expected.len() as u64;
+    wal.wait_durable(batches).unwrap();
+    let stats = wal.stats();
+    assert_eq!(stats.batches_written, batches);
+    assert!(
+        stats.syncs < batches,
+        "{} syncs for {batches} batches",
+        stats.syncs
+    );
+    drop(wal);
+    let (_wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    assert_eq!(rec.records, expected);
+}
+
+#[test]
+fn group_commit_with_a_slow_disk_takes_many_batches_per_sync() {
+    let tmp = TempDir::new("group-slow");
+    let (dev, _, _) = failing_device(Duration::from_millis(3));
+    let (wal, _) = Wal::open_with_device(cfg(tmp.path(), Durability::Sync), dev).unwrap();
+    let expected = concurrent_submitters(&wal, 4, 100);
+    let batches = expected.len() as u64;
+    wal.wait_durable(batches).unwrap();
+    let syncs = wal.stats().syncs;
+    assert!(syncs * 4 < batches, "{syncs} syncs for {batches} batches");
+    drop(wal);
+    let (_wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    assert_eq!(rec.records, expected);
+}
+
+#[test]
+fn unusable_directory_is_a_clear_error() {
+    let tmp = TempDir::new("bad-dir");
+    std::fs::create_dir_all(tmp.path()).unwrap();
+    let file = tmp.path().join("plain-file");
+    std::fs::write(&file, b"x").unwrap();
+    let dir = file.join("log");
+    let err = Wal::open(cfg(&dir, Durability::Sync)).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("create log directory"), "{msg}");
+    assert!(msg.contains(&dir.display().to_string()), "{msg}");
+}
+
+#[test]
+fn submit_refuses_an_open_record() {
+    let tmp = TempDir::new("open-record");
+    let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    let mut buf = LogBuffer::new();
+    buf.commit_begin(1);
+    assert_eq!(wal.submit(&mut buf), Err(WalError::OpenRecord));
+    buf.record_end();
+    assert_eq!(wal.submit(&mut buf), Ok(1));
+    assert!(matches!(
+        wal.wait_durable(5),
+        Err(WalError::NotSubmitted { seq: 5, next: 2 })
+    ));
+}
+
+#[test]
+fn buffers_are_recycled() {
+    let tmp = TempDir::new("recycle");
+    let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    let mut buf = LogBuffer::new();
+    for i in 0..4 {
+        fill(&mut buf, i);
+        let seq = wal.submit(&mut buf).unwrap();
+        wal.wait_durable(seq).unwrap();
+    }
+    // After warm-up the buffer handed back has capacity from an earlier batch.
+    assert!(buf.bytes.capacity() > 0);
+}
+
+/// Writes a valid log of a few batches and returns (dir guard, segment path, its bytes, records).
+fn valid_log(name: &str) -> (TempDir, PathBuf, Vec<u8>, Vec<LogRecord>) {
+    let tmp = TempDir::new(name);
+    let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    let expected = write_batches(&wal, 0, 6);
+    drop(wal);
+    let seg = last_segment(tmp.path());
+    let bytes = std::fs::read(&seg).unwrap();
+    (tmp, seg, bytes, expected)
+}
+
+mod prop {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// Garbage after a valid log never panics recovery and is cut off at the valid prefix.
+        #[test]
+        fn garbage_after_valid_records_truncates_to_the_prefix(
+            garbage in proptest::collection::vec(any::<u8>(), 1..300)
+        ) {
+            let (tmp, seg, valid, expected) = valid_log("garbage");
+            let mut data = valid.clone();
+            data.extend_from_slice(&garbage);
+            std::fs::write(&seg, &data).unwrap();
+            let (wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+            prop_assert_eq!(&rec.records, &expected);
+            let t = rec.truncated.expect("garbage reported");
+            prop_assert_eq!(t.offset, valid.len() as u64);
+            prop_assert_eq!(std::fs::metadata(&seg).unwrap().len(), valid.len() as u64);
+            drop(wal);
+        }
+
+        /// A segment of pure garbage, or garbage with plausible frame headers, never panics.
+        #[test]
+        fn arbitrary_segment_bytes_never_panic(
+            chunks in proptest::collection::vec(
+                (0u32..64, proptest::collection::vec(any::<u8>(), 0..40)), 0..8)
+        ) {
+            let tmp = TempDir::new("arbitrary");
+            std::fs::create_dir_all(tmp.path()).unwrap();
+            let mut data = Vec::new();
+            for (len, body) in &chunks {
+                data.extend_from_slice(&len.to_le_bytes());
+                // Sometimes a correct crc, so decoding of checksummed garbage is exercised.
+                let crc = crc32c::crc32c_append(crc32c::crc32c(&len.to_le_bytes()), body);
+                let crc = if body.len() % 2 == 0 { crc } else { crc ^ 1 };
+                data.extend_from_slice(&crc.to_le_bytes());
+                data.extend_from_slice(body);
+            }
+            let seg = tmp.path().join(recovery::segment_name(1));
+            std::fs::write(&seg, &data).unwrap();
+            let (wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+            let len = std::fs::metadata(&seg).unwrap().len();
+            match rec.truncated {
+                Some(t) => prop_assert_eq!(t.offset, len),
+                None => prop_assert_eq!(len, data.len() as u64),
+            }
+            // Whatever survived is a valid log that accepts appends.
+            let seq = wal.submit(&mut LogBuffer::new()).unwrap();
+            wal.wait_durable(seq).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_directory_is_opened_by_one_log_at_a_time() {
+    let tmp = TempDir::new("lock");
+    let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    let err = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap_err();
+    assert!(err.to_string().contains("in use"), "{err}");
+    drop(wal);
+    Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+}
+
+#[test]
+fn missing_segments_are_a_recovery_error() {
+    let tmp = TempDir::new("missing");
+    let mut c = cfg(tmp.path(), Durability::Sync);
+    c.segment_bytes = 200;
+    let (wal, _) = Wal::open(c.clone()).unwrap();
+    for i in 0..20 {
+        write_batches(&wal, i, 1);
+        wal.wait_durable(i + 1).unwrap();
+    }
+    let segs = wal.segments();
+    drop(wal);
+    assert!(segs.len() >= 2);
+    std::fs::remove_file(&segs[0]).unwrap();
+    let err = Wal::open(c).unwrap_err();
+    assert!(matches!(err, WalError::Recovery(_)), "{err}");
+    assert!(err.to_string().contains("missing"), "{err}");
+}
+
+#[test]
+fn a_batch_seq_that_does_not_follow_is_cut() {
+    let tmp = TempDir::new("seq-gap");
+    let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    let expected = write_batches(&wal, 0, 3);
+    drop(wal);
+    let seg = last_segment(tmp.path());
+    let mut data = std::fs::read(&seg).unwrap();
+    let good_len = data.len();
+    // A well-formed, checksummed batch header with a seq from elsewhere.
+    format::push_batch_header(&mut data, 9);
+    std::fs::write(&seg, &data).unwrap();
+    let (wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    assert_eq!(rec.records, expected);
+    let t = rec.truncated.expect("reported");
+    assert_eq!(t.offset, good_len as u64);
+    assert!(t.reason.contains("out of order"), "{t}");
+    assert_eq!(wal.next_seq(), 4);
+}
+
+#[test]
+fn wal_is_send_and_sync_and_checkpoints_check_their_seq() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Wal>();
+    let tmp = TempDir::new("ckpt-seq");
+    let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+    write_batches(&wal, 0, 2);
+    assert!(matches!(
+        wal.write_checkpoint(4, std::iter::empty()),
+        Err(WalError::Config(_))
+    ));
+    assert!(matches!(
+        wal.write_checkpoint(0, std::iter::empty()),
+        Err(WalError::Config(_))
+    ));
+    // A checkpoint at next_seq covers everything; the open segment is kept.
+    let info = wal.write_checkpoint(3, std::iter::empty()).unwrap();
+    assert_eq!(info.segments_deleted, 0);
+    assert_eq!(wal.segments().len(), 1);
+}
+
+#[test]
+fn async_shutdown_syncs_what_is_queued() {
+    let tmp = TempDir::new("async-shutdown");
+    let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Async)).unwrap();
+    let expected = write_batches(&wal, 0, 50);
+    wal.shutdown();
+    assert_eq!(wal.durable_seq(), 50);
+    assert!(wal.stats().syncs >= 1);
+    wal.wait_durable(50).unwrap();
+    drop(wal);
+    let (_wal, rec) = Wal::open(cfg(tmp.path(), Durability::Async)).unwrap();
+    assert_eq!(rec.records, expected);
+}
