@@ -831,6 +831,28 @@ impl Txn {
         }
     }
 
+    /// Blocks until batch `seq` is durable (`sync`) or written (`async`).
+    /// For callers that acknowledge one transaction at a time; the benchmark
+    /// driver polls [`Txn::durable_batch`] instead and never blocks.
+    pub fn wait_durable(&self, seq: BatchSeq) -> Result<(), Error> {
+        match &self.shared.wal {
+            Some(w) => w.wait_durable(seq).map_err(Error::from),
+            None => Ok(()),
+        }
+    }
+
+    /// Commits and, if the transaction wrote to the log, waits until it is
+    /// durable: the simple, one-at-a-time acknowledgement.
+    pub fn commit_durable(&mut self) -> Result<Committed, Abort> {
+        let c = self.commit()?;
+        if c.logged {
+            if let Some(seq) = self.flush_log()? {
+                self.wait_durable(seq)?;
+            }
+        }
+        Ok(c)
+    }
+
     /// Bytes of log records buffered and not yet handed to the log.
     pub fn log_pending_bytes(&self) -> usize {
         self.log.len_bytes()
