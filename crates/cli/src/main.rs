@@ -1,1 +1,39 @@
-fn main() {}
+//! `islands`: the command-line tool of the islands OLTP engine.
+
+mod bench_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// islands: an in-memory OLTP engine deployed as hardware islands.
+///
+/// Shared-nothing database instances (islands), each pinned to a group of cores
+/// that communicate cheaply, with two-phase commit across them.
+#[derive(Parser)]
+#[command(name = "islands", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a benchmark (YCSB or the paper's microbenchmark) and report throughput,
+    /// latency percentiles, aborts by reason and CPU time.
+    Bench(bench_cmd::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Bench(a) => bench_cmd::run(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

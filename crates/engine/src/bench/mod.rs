@@ -1,4 +1,4 @@
-//! bench: everything the closed-loop driver needs besides the loop itself.
+//! bench: the closed-loop driver ([`driver`]) and what it needs.
 //!
 //! - [`rng`]: a one-word random generator for the workers' hot path.
 //! - [`zipf`]: skewed key choice (Gray et al., as in YCSB), rank 0 hottest.
@@ -15,6 +15,7 @@
 //! one relaxed atomic in its own cache line ([`stats::ProgressCounter`]).
 
 pub mod cpu;
+pub mod driver;
 pub mod fmt;
 pub mod progress;
 pub mod report;

@@ -853,6 +853,11 @@ impl Txn {
         Ok(c)
     }
 
+    /// The island's log failure, if its log has failed (it then refuses writes).
+    pub fn log_failure(&self) -> Option<Error> {
+        self.shared.log_failure()
+    }
+
     /// Bytes of log records buffered and not yet handed to the log.
     pub fn log_pending_bytes(&self) -> usize {
         self.log.len_bytes()

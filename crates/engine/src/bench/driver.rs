@@ -1,0 +1,366 @@
+//! The closed-loop benchmark driver.
+//!
+//! Each worker thread owns one transaction context and generates its own
+//! requests: it runs a transaction, retries it with back-off while it aborts on
+//! a conflict, and goes on to the next one. After a warm-up the statistics are
+//! reset and the measured phase runs for a fixed time.
+//!
+//! Durability is pipelined, as a server with many clients per worker would do
+//! it: a committed transaction's redo record sits in the worker's log buffer,
+//! the buffer goes to the island's log writer every 64 commits or 100 µs, and
+//! the transaction is *acknowledged* (counted, its latency taken) only once its
+//! batch is durable in `sync` mode. A worker keeps at most `inflight`
+//! transactions waiting for their flush; the worker never blocks on a flush
+//! unless that window is full. In `async` mode a commit is acknowledged at
+//! once; with durability `off` nothing is logged.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::cpu::CpuTime;
+use super::progress::{DisplayMode, ProgressDisplay};
+use super::report::{LogReport, Machine, Report, RunInfo};
+use super::rng::FastRng;
+use super::stats::{ProgressCounter, TxnTypes, WorkerStats};
+use crate::island::Island;
+use crate::txn::{backoff_retry, poll_local, Txn};
+use crate::wal::{BatchSeq, Durability};
+use crate::{Abort, Error};
+
+/// A workload the driver can run: it makes requests and executes them.
+pub trait Workload: Send + Sync {
+    /// A request, reused by each worker (so it should own its buffers).
+    type Req: Default + Send;
+
+    /// Names of the transaction types, in index order.
+    fn types(&self) -> Vec<&'static str>;
+
+    /// Fills `req` with the next request of worker `worker`; returns its type index.
+    fn next(&self, worker: usize, rng: &mut FastRng, req: &mut Self::Req) -> usize;
+
+    /// Runs one request as a stored procedure.
+    fn run<'a>(
+        &'a self,
+        tx: &'a mut Txn,
+        req: &'a Self::Req,
+    ) -> impl Future<Output = Result<(), Abort>> + 'a;
+}
+
+/// How to drive a run.
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    pub workers: usize,
+    pub warmup: Duration,
+    pub measure: Duration,
+    /// Transactions a worker may keep waiting for their log flush (`sync`).
+    pub inflight: usize,
+    pub seed: u64,
+    pub display: DisplayMode,
+    /// Pin worker `i` to the i-th CPU this process may use.
+    pub pin: bool,
+    /// Shown in the report.
+    pub workload_name: String,
+    pub parameters: BTreeMap<String, String>,
+    pub deployment: String,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            workers: 1,
+            warmup: Duration::from_secs(1),
+            measure: Duration::from_secs(5),
+            inflight: 4096,
+            seed: 1,
+            display: DisplayMode::Auto,
+            pin: true,
+            workload_name: String::new(),
+            parameters: BTreeMap::new(),
+            deployment: String::new(),
+        }
+    }
+}
+
+const WARMUP: u8 = 0;
+const MEASURE: u8 = 1;
+const STOP: u8 = 2;
+
+/// Commits between hand-offs of a worker's log buffer.
+const FLUSH_EVERY: usize = 64;
+/// Longest a commit waits in a worker's buffer before the hand-off.
+const FLUSH_AFTER: Duration = Duration::from_micros(100);
+
+/// The CPUs this process may run on, in order.
+pub fn allowed_cpus() -> Vec<usize> {
+    match rustix::thread::sched_getaffinity(None) {
+        Ok(set) => (0..rustix::thread::CpuSet::MAX_CPU)
+            .filter(|&c| set.is_set(c))
+            .collect(),
+        Err(_) => (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
+    }
+}
+
+/// Pins the calling thread to one CPU. Errors are reported, not fatal.
+pub fn pin_to(cpu: usize) -> Result<(), Error> {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set)
+        .map_err(|e| Error::Config(format!("cannot pin a thread to CPU {cpu}: {e}")))
+}
+
+/// Runs `workload` on `island` and reports what the measured phase did.
+pub fn run<W: Workload + 'static>(
+    island: &Island,
+    workload: Arc<W>,
+    cfg: &DriverConfig,
+) -> Result<Report, Error> {
+    if cfg.workers == 0 {
+        return Err(Error::Config("the driver needs at least one worker".into()));
+    }
+    if cfg.measure.is_zero() {
+        return Err(Error::Config(
+            "the measured phase must be longer than zero".into(),
+        ));
+    }
+    let types = TxnTypes::new(&workload.types()).map_err(Error::Config)?;
+    let phase = Arc::new(AtomicU8::new(WARMUP));
+    let counters: Vec<Arc<ProgressCounter>> =
+        (0..cfg.workers).map(|_| ProgressCounter::new()).collect();
+    let cpus = allowed_cpus();
+    let durability = island.config().durability;
+    let started = SystemTime::now();
+    let mut handles = Vec::with_capacity(cfg.workers);
+    for w in 0..cfg.workers {
+        let tx = island.worker()?;
+        let workload = Arc::clone(&workload);
+        let phase = Arc::clone(&phase);
+        let counter = Arc::clone(&counters[w]);
+        let cpu = (cfg.pin && !cpus.is_empty()).then(|| cpus[w % cpus.len()]);
+        let seed = cfg.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (w as u64 + 1);
+        let inflight = cfg.inflight.max(1);
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("worker-{w}"))
+                .spawn(move || {
+                    if let Some(c) = cpu {
+                        // Pinning can fail in a restricted container; the run goes on unpinned.
+                        let _ = pin_to(c);
+                    }
+                    worker_loop(
+                        tx, &*workload, w, seed, &phase, &counter, durability, inflight,
+                    )
+                })
+                .map_err(|e| Error::Config(format!("cannot start a worker thread: {e}")))?,
+        );
+    }
+    let total = cfg.warmup + cfg.measure;
+    let display =
+        ProgressDisplay::start_with(cfg.display, total, &cfg.workload_name, counters.clone());
+    display.set_phase("warm-up");
+    std::thread::sleep(cfg.warmup);
+    let wal_before = island.wal().map(|w| w.stats());
+    let cpu0 = CpuTime::process_now();
+    let t0 = Instant::now();
+    phase.store(MEASURE, Ordering::Release);
+    display.set_phase("measure");
+    std::thread::sleep(cfg.measure);
+    phase.store(STOP, Ordering::Release);
+    let measured = t0.elapsed();
+    let cpu = CpuTime::process_now().saturating_sub(cpu0);
+    let wal_after = island.wal().map(|w| w.stats());
+    display.finish();
+    let mut merged = WorkerStats::new();
+    let mut first_err = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(s)) => merged.merge(&s),
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(_) => {
+                first_err.get_or_insert(Error::Config("a worker thread panicked".into()));
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    let log = match (wal_before, wal_after) {
+        (Some(a), Some(b)) => {
+            let syncs = b.syncs - a.syncs;
+            Some(LogReport {
+                bytes: b.bytes_written - a.bytes_written,
+                fdatasyncs: syncs,
+                fdatasync_mean_ms: if syncs == 0 {
+                    0.0
+                } else {
+                    (b.sync_nanos - a.sync_nanos) as f64 / syncs as f64 / 1e6
+                },
+            })
+        }
+        _ => None,
+    };
+    let mut report = Report::from_stats(
+        &types,
+        &merged,
+        RunInfo {
+            workload: cfg.workload_name.clone(),
+            parameters: cfg.parameters.clone(),
+            deployment: cfg.deployment.clone(),
+            threads: cfg.workers,
+            warmup: cfg.warmup,
+            measured,
+            cpu_process: cpu,
+            cores: cpus.len().max(1),
+            started,
+            log,
+            machine: Machine::detect(),
+        },
+    );
+    report.notes.push(format!(
+        "durability {durability}: {}",
+        match durability {
+            Durability::Sync =>
+                "a transaction counts once its log batch is fdatasync'ed (group commit)",
+            Durability::Async =>
+                "a transaction counts at commit; the log is written and synced in the background",
+            Durability::Off => "no log",
+        }
+    ));
+    Ok(report)
+}
+
+/// A committed transaction waiting for its log batch.
+struct Pending {
+    /// `BatchSeq::MAX` until the worker hands its buffer to the log.
+    seq: BatchSeq,
+    start: Instant,
+    ty: usize,
+    /// Started before the measured phase (still counted if acknowledged in it).
+    _warm: bool,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn worker_loop<W: Workload>(
+    mut tx: Txn,
+    workload: &W,
+    w: usize,
+    seed: u64,
+    phase: &AtomicU8,
+    counter: &ProgressCounter,
+    durability: Durability,
+    inflight: usize,
+) -> Result<WorkerStats, Error> {
+    let mut stats = WorkerStats::new();
+    let mut rng = FastRng::new(seed);
+    let mut req = W::Req::default();
+    let mut pending: VecDeque<Pending> = VecDeque::with_capacity(inflight);
+    let mut unflushed = 0usize; // trailing entries of `pending` without a seq
+    let mut oldest_unflushed = Instant::now();
+    let mut my_phase = WARMUP;
+    let logging = durability != Durability::Off;
+    let wait_ack = durability == Durability::Sync;
+    loop {
+        let p = phase.load(Ordering::Relaxed);
+        if p != my_phase {
+            if p == STOP {
+                break;
+            }
+            stats.reset();
+            my_phase = p;
+        }
+        let ty = workload.next(w, &mut rng, &mut req);
+        let start = Instant::now();
+        let mut attempt = 0u32;
+        let committed = loop {
+            tx.begin(attempt > 0);
+            let r = poll_local(workload.run(&mut tx, &req)).and_then(|()| tx.commit());
+            match r {
+                Ok(c) => break Some(c),
+                Err(Abort::Conflict(reason)) => {
+                    // commit() already released everything; a failed procedure has not.
+                    tx.abort();
+                    stats.record_abort(reason);
+                    stats.record_retry();
+                    attempt += 1;
+                    backoff_retry(attempt);
+                    if phase.load(Ordering::Relaxed) == STOP {
+                        break None;
+                    }
+                }
+                Err(Abort::User(_)) => {
+                    tx.abort();
+                    stats.record_user_abort(ty);
+                    break None;
+                }
+                Err(Abort::Failed(e)) => {
+                    tx.abort();
+                    return Err(e);
+                }
+            }
+        };
+        let now = Instant::now();
+        if let Some(c) = committed {
+            if c.logged && wait_ack {
+                if unflushed == 0 {
+                    oldest_unflushed = start;
+                }
+                pending.push_back(Pending {
+                    seq: BatchSeq::MAX,
+                    start,
+                    ty,
+                    _warm: my_phase == WARMUP,
+                });
+                unflushed += 1;
+            } else {
+                stats.record_commit(ty, (now - start).as_nanos() as u64);
+                stats.maybe_publish(counter);
+            }
+        }
+        if logging
+            && tx.log_pending_bytes() > 0
+            && (unflushed >= FLUSH_EVERY
+                || now - oldest_unflushed >= FLUSH_AFTER
+                || !wait_ack && tx.log_pending_bytes() > 64 << 10
+                || pending.len() >= inflight)
+        {
+            if let Some(seq) = tx.flush_log()? {
+                let n = pending.len();
+                for p in pending.iter_mut().skip(n - unflushed) {
+                    p.seq = seq;
+                }
+            }
+            unflushed = 0;
+        }
+        if !pending.is_empty() {
+            let mut durable = tx.durable_batch();
+            while pending.len() >= inflight && pending.front().is_some_and(|p| p.seq > durable) {
+                // The window is full: wait for the log writer.
+                if phase.load(Ordering::Relaxed) == STOP {
+                    break;
+                }
+                if let Some(e) = tx.log_failure() {
+                    return Err(e);
+                }
+                std::thread::yield_now();
+                durable = tx.durable_batch();
+            }
+            let now = Instant::now();
+            while let Some(p) = pending.front() {
+                if p.seq > durable {
+                    break;
+                }
+                stats.record_commit(p.ty, (now - p.start).as_nanos() as u64);
+                pending.pop_front();
+            }
+            stats.maybe_publish(counter);
+        }
+    }
+    // Hand the rest to the log so nothing committed stays in a private buffer.
+    let _ = tx.flush_log();
+    stats.publish(counter);
+    Ok(stats)
+}

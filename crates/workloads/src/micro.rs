@@ -1,0 +1,243 @@
+//! The paper's partition-sensitive microbenchmark (Porobic et al., Section 5.2).
+//!
+//! One table of `rows` rows (240,000 in the paper), range-partitioned into
+//! `sites`. Every worker has a home site. A *local* transaction reads or
+//! updates `n` rows of its home site; a *multisite* transaction touches one row
+//! of its home site and `n - 1` rows chosen from the whole data range. Keys are
+//! uniform within their range, or Zipfian with skew θ.
+
+use std::collections::BTreeMap;
+
+use islands::bench::driver::Workload;
+use islands::bench::rng::FastRng;
+use islands::bench::zipf::Zipf;
+use islands::island::Island;
+use islands::storage::{Col, ColType, PrimaryKind, TableDef};
+use islands::txn::Txn;
+use islands::{Abort, Error};
+
+use crate::{check_rows, LoadProgress};
+
+pub const TABLE: u16 = 0;
+const VAL: Col = Col(0);
+const PAYLOAD: Col = Col(1);
+
+/// Most rows one transaction may touch (the paper's Fig. 10 goes to 100).
+pub const MAX_ROWS_PER_TXN: usize = 1000;
+
+#[derive(Clone, Debug)]
+pub struct MicroConfig {
+    pub rows: u64,
+    pub row_bytes: usize,
+    pub sites: u64,
+    /// Rows per transaction.
+    pub n: usize,
+    pub update: bool,
+    pub multisite_pct: u32,
+    pub theta: f64,
+}
+
+impl Default for MicroConfig {
+    fn default() -> Self {
+        MicroConfig {
+            rows: 240_000,
+            row_bytes: 256,
+            sites: 1,
+            n: 10,
+            update: false,
+            multisite_pct: 0,
+            theta: 0.0,
+        }
+    }
+}
+
+impl MicroConfig {
+    pub fn check(&self) -> Result<(), Error> {
+        check_rows(self.rows)?;
+        if self.sites == 0 || self.sites > self.rows {
+            return Err(Error::Config(format!(
+                "--sites {} must be between 1 and --rows ({})",
+                self.sites, self.rows
+            )));
+        }
+        if self.n == 0 || self.n > MAX_ROWS_PER_TXN {
+            return Err(Error::Config(format!(
+                "--n {} (rows per transaction) is outside 1..={MAX_ROWS_PER_TXN}",
+                self.n
+            )));
+        }
+        if self.row_bytes < 16 || self.row_bytes > 4096 {
+            return Err(Error::Config(format!(
+                "--row-bytes {} is outside 16..=4096",
+                self.row_bytes
+            )));
+        }
+        if self.multisite_pct > 100 {
+            return Err(Error::Config(format!(
+                "--multisite {} is more than 100 (percent)",
+                self.multisite_pct
+            )));
+        }
+        Zipf::new(self.rows, self.theta).map_err(Error::Config)?;
+        Ok(())
+    }
+
+    pub fn parameters(&self) -> BTreeMap<String, String> {
+        [
+            ("rows", self.rows.to_string()),
+            ("row_bytes", self.row_bytes.to_string()),
+            ("sites", self.sites.to_string()),
+            ("rows_per_txn", self.n.to_string()),
+            (
+                "mode",
+                if self.update { "update" } else { "read-only" }.to_string(),
+            ),
+            ("multisite_pct", self.multisite_pct.to_string()),
+            ("theta", self.theta.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    /// The key range `[lo, hi)` of a site (the last site takes the remainder).
+    pub fn site_range(&self, site: u64) -> (u64, u64) {
+        let per = self.rows / self.sites;
+        let lo = site * per;
+        let hi = if site + 1 == self.sites {
+            self.rows
+        } else {
+            lo + per
+        };
+        (lo, hi)
+    }
+
+    /// The site that holds `key`.
+    pub fn site_of(&self, key: u64) -> u64 {
+        let per = self.rows / self.sites;
+        (key / per).min(self.sites - 1)
+    }
+}
+
+pub fn tables(cfg: &MicroConfig) -> Vec<TableDef> {
+    vec![TableDef::new(
+        "micro",
+        &[
+            ("val", ColType::I64),
+            ("payload", ColType::Str((cfg.row_bytes - 8) as u16)),
+        ],
+        cfg.rows,
+        PrimaryKind::Hash,
+    )]
+}
+
+/// Loads the rows of `sites` (all of them for a single island).
+pub fn load(
+    island: &Island,
+    cfg: &MicroConfig,
+    keys: std::ops::Range<u64>,
+    quiet: bool,
+) -> Result<(), Error> {
+    let mut l = island.loader()?;
+    let mut img = Vec::new();
+    let mut progress = LoadProgress::new("micro", keys.end - keys.start, quiet);
+    let payload = vec![b'p'; cfg.row_bytes - 8];
+    for (i, k) in keys.enumerate() {
+        l.put_with(TABLE, k, &mut img, |r| {
+            r.set_i64(VAL, 0);
+            r.set_str(PAYLOAD, &payload);
+        })?;
+        progress.tick(i as u64 + 1);
+    }
+    Ok(())
+}
+
+pub struct Micro {
+    pub cfg: MicroConfig,
+    /// Skew within one site, and over the whole range (multisite picks).
+    site_zipf: Vec<Zipf>,
+    all_zipf: Zipf,
+    /// Home site of each worker.
+    homes: Vec<u64>,
+}
+
+impl Micro {
+    /// `homes[w]` is worker `w`'s home site.
+    pub fn new(cfg: MicroConfig, homes: Vec<u64>) -> Result<Micro, Error> {
+        cfg.check()?;
+        if let Some(h) = homes.iter().find(|&&h| h >= cfg.sites) {
+            return Err(Error::Config(format!(
+                "home site {h} does not exist ({} sites)",
+                cfg.sites
+            )));
+        }
+        let site_zipf = (0..cfg.sites)
+            .map(|s| {
+                let (lo, hi) = cfg.site_range(s);
+                Zipf::new(hi - lo, cfg.theta).map_err(Error::Config)
+            })
+            .collect::<Result<_, _>>()?;
+        let all_zipf = Zipf::new(cfg.rows, cfg.theta).map_err(Error::Config)?;
+        Ok(Micro {
+            cfg,
+            site_zipf,
+            all_zipf,
+            homes,
+        })
+    }
+}
+
+/// One transaction's keys; `multisite` says how it was chosen.
+#[derive(Default)]
+pub struct MicroReq {
+    pub keys: Vec<u64>,
+    pub multisite: bool,
+}
+
+pub const LOCAL: usize = 0;
+pub const MULTISITE: usize = 1;
+
+impl Workload for Micro {
+    type Req = MicroReq;
+
+    fn types(&self) -> Vec<&'static str> {
+        vec!["local", "multisite"]
+    }
+
+    fn next(&self, worker: usize, rng: &mut FastRng, req: &mut MicroReq) -> usize {
+        let home = self.homes[worker % self.homes.len()];
+        let (lo, _) = self.cfg.site_range(home);
+        req.keys.clear();
+        req.multisite = self.cfg.multisite_pct > 0 && rng.percent(self.cfg.multisite_pct);
+        let z = &self.site_zipf[home as usize];
+        if req.multisite {
+            req.keys.push(lo + z.sample(rng));
+            for _ in 1..self.cfg.n {
+                req.keys.push(self.all_zipf.sample(rng));
+            }
+            MULTISITE
+        } else {
+            for _ in 0..self.cfg.n {
+                req.keys.push(lo + z.sample(rng));
+            }
+            LOCAL
+        }
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a MicroReq) -> Result<(), Abort> {
+        for &k in &req.keys {
+            if self.cfg.update {
+                let h = tx
+                    .get_for_update(TABLE, k)
+                    .await?
+                    .ok_or(Abort::User("missing key"))?;
+                let v = tx.row(h).i64(VAL);
+                tx.row_mut(h).set_i64(VAL, v + 1);
+            } else {
+                let h = tx.get(TABLE, k).await?.ok_or(Abort::User("missing key"))?;
+                std::hint::black_box(tx.row(h).i64(VAL));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,199 @@
+//! YCSB-style transactions over one table of `rows` rows.
+//!
+//! A transaction makes `ops` requests; each is a read (with probability
+//! `read_pct`) or a read-modify-write of one row, its key drawn from a Zipfian
+//! distribution with skew θ (θ = 0 is uniform). The two reference
+//! configurations:
+//! - DBx1000: 10,485,760 rows of 100 bytes, 16 requests per transaction, 90% reads, θ = 0.6;
+//! - Silo: 10,000,000 rows, 1 request per transaction, 80% reads / 20% writes, uniform.
+
+use std::collections::BTreeMap;
+
+use islands::bench::driver::Workload;
+use islands::bench::rng::FastRng;
+use islands::bench::zipf::Zipf;
+use islands::island::Island;
+use islands::storage::{Col, ColType, PrimaryKind, TableDef};
+use islands::txn::Txn;
+use islands::{Abort, Error};
+
+use crate::{check_rows, LoadProgress};
+
+pub const TABLE: u16 = 0;
+const F0: Col = Col(0);
+const PAYLOAD: Col = Col(1);
+
+/// Most requests one transaction may make.
+pub const MAX_OPS: usize = 64;
+
+#[derive(Clone, Debug)]
+pub struct YcsbConfig {
+    pub rows: u64,
+    pub row_bytes: usize,
+    pub ops: usize,
+    pub read_pct: u32,
+    pub theta: f64,
+}
+
+impl YcsbConfig {
+    pub fn dbx1000() -> YcsbConfig {
+        YcsbConfig {
+            rows: 10_485_760,
+            row_bytes: 100,
+            ops: 16,
+            read_pct: 90,
+            theta: 0.6,
+        }
+    }
+
+    pub fn silo() -> YcsbConfig {
+        YcsbConfig {
+            rows: 10_000_000,
+            row_bytes: 100,
+            ops: 1,
+            read_pct: 80,
+            theta: 0.0,
+        }
+    }
+
+    pub fn preset(name: &str) -> Result<YcsbConfig, Error> {
+        match name {
+            "dbx1000" => Ok(Self::dbx1000()),
+            "silo" => Ok(Self::silo()),
+            _ => Err(Error::Config(format!(
+                "unknown YCSB preset '{name}' (valid: dbx1000, silo)"
+            ))),
+        }
+    }
+
+    pub fn check(&self) -> Result<(), Error> {
+        check_rows(self.rows)?;
+        if self.row_bytes < 16 || self.row_bytes > 4096 {
+            return Err(Error::Config(format!(
+                "--row-bytes {} is outside 16..=4096",
+                self.row_bytes
+            )));
+        }
+        if self.ops == 0 || self.ops > MAX_OPS {
+            return Err(Error::Config(format!(
+                "--ops {} is outside 1..={MAX_OPS}",
+                self.ops
+            )));
+        }
+        if self.read_pct > 100 {
+            return Err(Error::Config(format!(
+                "--read-pct {} is more than 100",
+                self.read_pct
+            )));
+        }
+        Zipf::new(self.rows, self.theta).map_err(Error::Config)?;
+        Ok(())
+    }
+
+    pub fn parameters(&self) -> BTreeMap<String, String> {
+        [
+            ("rows", self.rows.to_string()),
+            ("row_bytes", self.row_bytes.to_string()),
+            ("ops_per_txn", self.ops.to_string()),
+            ("read_pct", self.read_pct.to_string()),
+            ("theta", self.theta.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
+/// The table definition.
+pub fn tables(cfg: &YcsbConfig) -> Vec<TableDef> {
+    vec![TableDef::new(
+        "usertable",
+        &[
+            ("f0", ColType::U64),
+            ("payload", ColType::Str((cfg.row_bytes - 8) as u16)),
+        ],
+        cfg.rows,
+        PrimaryKind::Hash,
+    )]
+}
+
+/// Loads `rows` rows with keys 0..rows.
+pub fn load(island: &Island, cfg: &YcsbConfig, quiet: bool) -> Result<(), Error> {
+    let mut l = island.loader()?;
+    let mut img = Vec::new();
+    let mut progress = LoadProgress::new("usertable", cfg.rows, quiet);
+    let payload = vec![b'x'; cfg.row_bytes - 8];
+    for k in 0..cfg.rows {
+        l.put_with(TABLE, k, &mut img, |r| {
+            r.set_u64(F0, k);
+            r.set_str(PAYLOAD, &payload);
+        })?;
+        progress.tick(k + 1);
+    }
+    Ok(())
+}
+
+pub struct Ycsb {
+    cfg: YcsbConfig,
+    zipf: Zipf,
+}
+
+impl Ycsb {
+    pub fn new(cfg: YcsbConfig) -> Result<Ycsb, Error> {
+        cfg.check()?;
+        let zipf = Zipf::new(cfg.rows, cfg.theta).map_err(Error::Config)?;
+        Ok(Ycsb { cfg, zipf })
+    }
+}
+
+/// One transaction's requests: `(key, write)` pairs.
+pub struct YcsbReq {
+    n: usize,
+    ops: [(u64, bool); MAX_OPS],
+}
+
+impl Default for YcsbReq {
+    fn default() -> Self {
+        YcsbReq {
+            n: 0,
+            ops: [(0, false); MAX_OPS],
+        }
+    }
+}
+
+impl Workload for Ycsb {
+    type Req = YcsbReq;
+
+    fn types(&self) -> Vec<&'static str> {
+        vec!["ycsb"]
+    }
+
+    #[inline]
+    fn next(&self, _worker: usize, rng: &mut FastRng, req: &mut YcsbReq) -> usize {
+        req.n = self.cfg.ops;
+        for op in req.ops[..self.cfg.ops].iter_mut() {
+            *op = (self.zipf.sample(rng), !rng.percent(self.cfg.read_pct));
+        }
+        0
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a YcsbReq) -> Result<(), Abort> {
+        for &(key, write) in &req.ops[..req.n] {
+            if write {
+                let h = tx
+                    .get_for_update(TABLE, key)
+                    .await?
+                    .ok_or(Abort::User("missing key"))?;
+                let v = tx.row(h).u64(F0);
+                tx.row_mut(h).set_u64(F0, v.wrapping_add(1));
+            } else {
+                let h = tx
+                    .get(TABLE, key)
+                    .await?
+                    .ok_or(Abort::User("missing key"))?;
+                std::hint::black_box(tx.row(h).u64(F0));
+            }
+        }
+        Ok(())
+    }
+}
