@@ -188,3 +188,124 @@ fn plan_spec(args: &PlanArgs) -> Result<DeploySpec, String> {
     }
     Ok(spec)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser, Subcommand};
+
+    /// The shape main.rs gives these commands.
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Cmd,
+    }
+
+    #[derive(Subcommand, Debug)]
+    enum Cmd {
+        Topology(TopologyArgs),
+        Plan(PlanArgs),
+    }
+
+    fn plan_args(argv: &[&str]) -> PlanArgs {
+        let mut full = vec!["islands", "plan"];
+        full.extend_from_slice(argv);
+        match Cli::try_parse_from(full).unwrap().command {
+            Cmd::Plan(a) => a,
+            Cmd::Topology(_) => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn clap_definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn options_override_the_config_file() {
+        let path = std::env::temp_dir().join(format!("islands-plan-{}.toml", std::process::id()));
+        std::fs::write(
+            &path,
+            "[deployment]\nislands = \"per-socket\"\nplacement = \"spread\"\nsites = 240\ncc = \"occ\"\n",
+        )
+        .unwrap();
+        let p = path.to_str().unwrap();
+        let spec = plan_spec(&plan_args(&["--config", p])).unwrap();
+        assert_eq!(spec.islands, Islands::PerSocket);
+        assert_eq!(spec.placement, Placement::Spread);
+        assert_eq!(spec.sites, Some(240));
+        let spec = plan_spec(&plan_args(&[
+            "--config",
+            p,
+            "--islands",
+            "per-core",
+            "--placement",
+            "grouped",
+            "--sites",
+            "48",
+            "--workers",
+            "1",
+            "--cc",
+            "none",
+            "--durability",
+            "off",
+            "--log-dir",
+            "/x",
+        ]))
+        .unwrap();
+        assert_eq!(spec.islands, Islands::PerCore);
+        assert_eq!(spec.placement, Placement::Grouped);
+        assert_eq!(spec.sites, Some(48));
+        assert_eq!(spec.workers_per_island, Some(1));
+        assert_eq!(spec.cc.as_deref(), Some("none"));
+        assert_eq!(spec.durability, "off");
+        assert_eq!(spec.log_dir, PathBuf::from("/x"));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn bad_input_is_an_error_not_a_panic() {
+        for argv in [
+            &["--islands", "25", "--topology", "4x6"][..],
+            &["--islands", "0-5;4-9", "--topology", "4x6"],
+            &["--islands", "0-3", "--topology", "1x2"],
+            &["--islands", "per-rack"],
+            &["--islands", "2", "--topology", "4x"],
+            &["--islands", "2", "--placement", "scatter"],
+            &["--islands", "2", "--topology", "4x6", "--cpus", "30"],
+            &["--islands", "2", "--sites", "0"],
+            &["--islands", "2", "--workers", "0"],
+            &["--config", "/nonexistent/islands.toml"],
+            &[],
+        ] {
+            let err = run_plan(&plan_args(argv)).unwrap_err();
+            assert!(!err.is_empty() && !err.contains('\n'), "{argv:?}: {err}");
+        }
+        assert!(Cli::try_parse_from(["islands", "plan", "--workers", "many"]).is_err());
+    }
+
+    #[test]
+    fn topology_writes_an_svg() {
+        let path = std::env::temp_dir().join(format!("islands-topo-{}.svg", std::process::id()));
+        let args = match Cli::try_parse_from([
+            "islands",
+            "topology",
+            "--topology",
+            "2x4",
+            "--islands",
+            "per-core",
+            "--svg",
+            path.to_str().unwrap(),
+        ])
+        .unwrap()
+        .command
+        {
+            Cmd::Topology(a) => a,
+            Cmd::Plan(_) => unreachable!(),
+        };
+        run_topology(&args).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("island 7: cpus 7"), "{svg}");
+        std::fs::remove_file(&path).unwrap();
+    }
+}

@@ -538,10 +538,14 @@ impl Plan {
     /// One line: "4 islands on 4x6 (24 cores), grouped: no island crosses a socket".
     pub fn summary(&self) -> String {
         let n = self.islands.len();
+        let label = if self.label == n.to_string() {
+            String::new()
+        } else {
+            format!(" ({})", self.label)
+        };
         let head = format!(
-            "{} ({}) on {} ({}), {}",
+            "{}{label} on {} ({}), {}",
             plural(n, "island"),
-            self.label,
             self.machine,
             plural(self.machine_cores, "allowed core"),
             if self.explicit && self.placement == Placement::Grouped {

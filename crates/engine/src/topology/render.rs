@@ -132,7 +132,20 @@ impl Topology {
         let srows = self.sockets.len().div_ceil(SOCKETS_PER_ROW).max(1);
         let title_h = 34;
         let legend_rows = plan.map_or(0, |p| p.islands().len()) + 2;
-        let width = (PAD + scols * (socket_w + PAD)).max(520);
+        debug_assert_eq!(legend_rows, legend_entries(plan).len());
+        let title = match plan {
+            Some(p) => p.summary(),
+            None => format!("machine {} ({})", self.name, self.summary()),
+        };
+        let legend: Vec<(String, String)> = legend_entries(plan);
+        // Text is not measured by SVG; 8 px per character is enough for 11–14 px sans.
+        let text_w = legend
+            .iter()
+            .map(|(_, t)| t.chars().count() * 7 + 30)
+            .chain([title.chars().count() * 8])
+            .max()
+            .unwrap_or(0);
+        let width = (PAD + scols * (socket_w + PAD)).max(text_w + 2 * PAD);
         let legend_y = title_h + srows * (socket_h + PAD) + PAD;
         let height = legend_y + legend_rows * 18 + PAD;
 
@@ -142,10 +155,6 @@ impl Topology {
             r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Arial, sans-serif" font-size="11">"#
         );
         let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
-        let title = match plan {
-            Some(p) => p.summary(),
-            None => format!("machine {} ({})", self.name, self.summary()),
-        };
         let _ = writeln!(
             svg,
             r#"<text x="{PAD}" y="22" font-size="14" font-weight="bold">{}</text>"#,
@@ -222,44 +231,54 @@ impl Topology {
             }
         }
         // Legend.
-        let mut y = legend_y;
-        let mut entry = |svg: &mut String, fill: &str, text: &str| {
+        for (k, (fill, text)) in legend.iter().enumerate() {
+            let y = legend_y + k * 18;
             let _ = writeln!(
                 svg,
-                r##"<rect x="{PAD}" y="{}" width="14" height="12" fill="{fill}" stroke="#555"/><text x="{}" y="{}">{}</text>"##,
-                y,
+                r##"<rect x="{PAD}" y="{y}" width="14" height="12" fill="{fill}" stroke="#555"/><text x="{}" y="{}">{}</text>"##,
                 PAD + 20,
                 y + 10,
                 escape(text)
             );
-            y += 18;
-        };
-        if let Some(p) = plan {
-            for i in p.islands() {
-                let text = match &i.cpus {
-                    Some(c) => format!(
-                        "island {}: cpus {c}, {}, {} workers, sites {}-{}",
-                        i.id,
-                        plural(i.cores, "core"),
-                        i.workers,
-                        i.sites.start,
-                        i.sites.end - 1
-                    ),
-                    None => format!(
-                        "island {}: not pinned ({} intended), {} workers",
-                        i.id,
-                        plural(i.cores, "core"),
-                        i.workers
-                    ),
-                };
-                entry(&mut svg, &colour(i.id.index()), &text);
-            }
         }
-        entry(&mut svg, "white", "free CPU (no island pinned here)");
-        entry(&mut svg, "#9a9a9a", "CPU not allowed for this process");
         svg.push_str("</svg>\n");
         svg
     }
+}
+
+/// (fill, text) of each legend line: the islands, then free and not-allowed CPUs.
+fn legend_entries(plan: Option<&Plan>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Some(p) = plan {
+        for i in p.islands() {
+            let text = match &i.cpus {
+                Some(c) => format!(
+                    "island {}: cpus {c}, {}, {} workers, sites {}-{}",
+                    i.id,
+                    plural(i.cores, "core"),
+                    i.workers,
+                    i.sites.start,
+                    i.sites.end - 1
+                ),
+                None => format!(
+                    "island {}: not pinned ({} intended), {} workers",
+                    i.id,
+                    plural(i.cores, "core"),
+                    i.workers
+                ),
+            };
+            out.push((colour(i.id.index()), text));
+        }
+    }
+    out.push((
+        "white".to_string(),
+        "free CPU (no island pinned here)".to_string(),
+    ));
+    out.push((
+        "#9a9a9a".to_string(),
+        "CPU not allowed for this process".to_string(),
+    ));
+    out
 }
 
 /// A distinct light colour per island: a fixed palette, then golden-angle hues.
