@@ -10,7 +10,7 @@ use islands::topology::{CpuSet, Topology};
 /// Options naming the machine, shared by both commands.
 #[derive(Args, Debug, Clone)]
 pub struct MachineArgs {
-    /// Plan for a described machine instead of this one: SOCKETSxCORES (4x6),
+    /// Use a described machine instead of this one: SOCKETSxCORES (4x6),
     /// SOCKETSxCORESxTHREADS (2x12x2), or key=value pairs
     /// sockets=2,numa=1,l3=1,cores=12,threads=2 (numa and l3 per socket, cores
     /// per L3, threads per core; each defaults to 1).
