@@ -66,7 +66,7 @@ struct Common {
     progress: String,
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Clone)]
 enum WorkloadCmd {
     /// YCSB-style transactions over one table.
     Ycsb(YcsbArgs),
@@ -74,7 +74,7 @@ enum WorkloadCmd {
     Micro(MicroArgs),
 }
 
-#[derive(Args, Default)]
+#[derive(Args, Default, Clone)]
 struct YcsbArgs {
     /// Start from a reference configuration: `silo` (10,000,000 rows, 1 request, 80% reads,
     /// uniform) or `dbx1000` (10,485,760 rows of 100 bytes, 16 requests, 90% reads, θ = 0.6).
@@ -98,7 +98,7 @@ struct YcsbArgs {
     theta: Option<f64>,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct MicroArgs {
     /// Rows in the table (the paper: 240,000).
     #[arg(long, default_value_t = 240_000)]
@@ -137,8 +137,8 @@ fn secs(what: &str, v: f64) -> Result<Duration, Error> {
     Ok(Duration::from_secs_f64(v))
 }
 
-pub fn run(args: BenchArgs) -> Result<(), Error> {
-    let c = args.common;
+pub fn run(args: &BenchArgs) -> Result<(), Error> {
+    let c = args.common.clone();
     let cpus = driver::allowed_cpus().len().max(1);
     let workers = c.workers.unwrap_or(cpus);
     if workers == 0 || workers > 1024 {
@@ -207,7 +207,7 @@ pub fn run(args: BenchArgs) -> Result<(), Error> {
                 .unwrap_or_default()
         ),
     };
-    let workload = args.workload.unwrap_or(WorkloadCmd::Ycsb(YcsbArgs {
+    let workload = args.workload.clone().unwrap_or(WorkloadCmd::Ycsb(YcsbArgs {
         preset: "silo".into(),
         ..Default::default()
     }));

@@ -1,6 +1,7 @@
 //! `islands`: the command-line tool of the islands OLTP engine.
 
 mod bench_cmd;
+mod topology_cmd;
 
 use std::process::ExitCode;
 
@@ -22,12 +23,18 @@ enum Command {
     /// Run a benchmark (YCSB or the paper's microbenchmark) and report throughput,
     /// latency percentiles, aborts by reason and CPU time.
     Bench(bench_cmd::BenchArgs),
+    /// Show the machine's topology: sockets, NUMA nodes, L3 domains, cores, CPUs.
+    Topology(topology_cmd::TopologyArgs),
+    /// Print what a deployment would do, without running it.
+    Plan(topology_cmd::PlanArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let r = match cli.command {
-        Command::Bench(a) => bench_cmd::run(a),
+    let r = match &cli.command {
+        Command::Bench(a) => bench_cmd::run(a).map_err(|e| e.to_string()),
+        Command::Topology(a) => topology_cmd::run_topology(a),
+        Command::Plan(a) => topology_cmd::run_plan(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,106 @@
+//! The TOML deployment file. Unknown keys are errors, so a typo is not
+//! silently ignored.
+//!
+//! ```toml
+//! [deployment]
+//! islands = "per-socket"      # or 1, 4, "per-l3", "per-core", "0-5;6-11"
+//! placement = "grouped"       # grouped | spread | os
+//! workers_per_island = 2      # default: one per core
+//! sites = 240                 # default: one per core of the deployment
+//! cc = "occ"                  # default: none for one worker, else occ
+//! durability = "sync"
+//! log_dir = "/var/lib/islands"
+//!
+//! # Instead of `islands`, one entry per island:
+//! [[island]]
+//! cpus = "0-5"
+//! ```
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::{DeployError, DeploySpec, Islands};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    deployment: Deployment,
+    #[serde(default)]
+    island: Vec<IslandEntry>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Deployment {
+    islands: Option<Label>,
+    placement: Option<String>,
+    workers_per_island: Option<u32>,
+    sites: Option<u32>,
+    cc: Option<String>,
+    durability: Option<String>,
+    log_dir: Option<PathBuf>,
+}
+
+/// `islands = 4` and `islands = "4"` mean the same.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Label {
+    Number(u32),
+    Text(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IslandEntry {
+    cpus: String,
+}
+
+pub(super) fn parse(text: &str, path: &str) -> Result<DeploySpec, DeployError> {
+    let err = |why: String| DeployError::Config {
+        path: path.to_string(),
+        why,
+    };
+    let file: File = toml::from_str(text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
+    let d = file.deployment;
+    let islands = match (d.islands, file.island.is_empty()) {
+        (Some(_), false) => {
+            return Err(err(
+                "give either `islands` in [deployment] or [[island]] entries, not both".to_string(),
+            ))
+        }
+        (None, true) => {
+            return Err(err(
+                "missing `islands` in [deployment] (e.g. islands = \"per-socket\") or [[island]] entries"
+                    .to_string(),
+            ))
+        }
+        (Some(Label::Number(n)), true) => Islands::parse(&n.to_string())?,
+        (Some(Label::Text(t)), true) => Islands::parse(&t)?,
+        (None, false) => {
+            let lists: Vec<String> = file.island.iter().map(|i| i.cpus.clone()).collect();
+            for (island, l) in lists.iter().enumerate() {
+                if l.trim().is_empty() {
+                    return Err(DeployError::EmptyIsland { island });
+                }
+            }
+            // A trailing ';' keeps a one-CPU single island from reading as a count.
+            Islands::parse(&format!("{};", lists.join(";")))?
+        }
+    };
+    let mut spec = DeploySpec::new(islands);
+    if let Some(p) = d.placement {
+        spec.placement = p.parse()?;
+    }
+    spec.workers_per_island = d.workers_per_island;
+    spec.sites = d.sites;
+    spec.cc = d.cc;
+    if let Some(dur) = d.durability {
+        spec.durability = dur;
+    }
+    if let Some(dir) = d.log_dir {
+        spec.log_dir = dir;
+    }
+    Ok(spec)
+}

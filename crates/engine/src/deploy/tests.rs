@@ -1,0 +1,464 @@
+//! Placement and planning on described machines: 4×6, 8×10, and 2×12 with SMT.
+
+use std::path::PathBuf;
+
+use super::*;
+use crate::topology::{CostClass, CpuSet, Topology};
+
+const SMT: &str = "sockets=2,l3=1,cores=12,threads=2";
+const MACHINES: [&str; 4] = ["4x6", "8x10", SMT, "sockets=2,numa=2,l3=2,cores=3"];
+
+fn topo(spec: &str) -> Topology {
+    Topology::described(spec).unwrap()
+}
+
+fn spec(label: &str, placement: Placement) -> DeploySpec {
+    let mut s = DeploySpec::new(Islands::parse(label).unwrap());
+    s.placement = placement;
+    s
+}
+
+fn plan_of(machine: &str, label: &str, placement: Placement) -> Plan {
+    plan(&topo(machine), &spec(label, placement)).unwrap()
+}
+
+fn pinned(i: &IslandPlan) -> &CpuSet {
+    i.cpus.as_ref().expect("pinned")
+}
+
+/// Pinned islands are disjoint and cover exactly the allowed CPUs.
+fn assert_partition(t: &Topology, p: &Plan) {
+    let mut all = Vec::new();
+    for i in p.islands() {
+        all.extend(pinned(i).iter());
+    }
+    let n = all.len();
+    let set = CpuSet::from_ids(all);
+    assert_eq!(set.len(), n, "islands overlap");
+    assert_eq!(
+        set,
+        t.allowed_cpus(),
+        "islands do not cover the allowed CPUs"
+    );
+}
+
+/// SMT siblings of every core are in the same island.
+fn assert_cores_whole(t: &Topology, p: &Plan) {
+    for i in p.islands() {
+        for cpu in pinned(i).iter() {
+            for sibling in t.core_of(cpu).unwrap().cpus.iter() {
+                assert!(
+                    pinned(i).contains(sibling),
+                    "cpu {cpu} without its sibling {sibling}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn grouped_islands_never_cross_a_socket_they_fit_in() {
+    for machine in MACHINES {
+        let t = topo(machine);
+        let cores = t.cores().len();
+        let per_socket = t.sockets()[0].cores.len();
+        for n in 1..=cores {
+            let p = plan(&t, &spec(&n.to_string(), Placement::Grouped)).unwrap();
+            assert_eq!(p.islands().len(), n);
+            assert_partition(&t, &p);
+            assert_cores_whole(&t, &p);
+            if !cores.is_multiple_of(n) {
+                // Uneven sizes: packing the big islands whole can leave the
+                // last one scattered (see grouped_islands_stay_in_one_l3_when_they_fit).
+                continue;
+            }
+            let size = cores / n;
+            let sockets = t.sockets().len();
+            for i in p.islands() {
+                assert_eq!(i.cores, size, "{machine} n={n}");
+                // Islands that tile the sockets stay in one; larger ones use
+                // whole sockets, as few as possible.
+                if per_socket.is_multiple_of(size) {
+                    assert_eq!(
+                        i.sockets.len(),
+                        1,
+                        "{machine} n={n}: island {} on {:?}",
+                        i.id,
+                        i.sockets
+                    );
+                } else if size.is_multiple_of(per_socket) {
+                    assert_eq!(i.sockets.len(), size / per_socket, "{machine} n={n}");
+                }
+            }
+            // As many islands as can fit whole in a socket do.
+            if size <= per_socket {
+                let whole = p.islands().iter().filter(|i| i.sockets.len() == 1).count();
+                assert!(
+                    whole >= n.min(sockets * (per_socket / size)),
+                    "{machine} n={n}: {}",
+                    p.render()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn grouped_islands_stay_in_one_l3_when_they_fit() {
+    let t = topo("sockets=2,numa=2,l3=2,cores=3");
+    let p = plan(&t, &spec("4", Placement::Grouped)).unwrap();
+    for i in p.islands() {
+        let cpus: Vec<u32> = pinned(i).iter().collect();
+        for &a in &cpus {
+            for &b in &cpus {
+                assert!(
+                    t.cost(a, b).unwrap() <= CostClass::SameL3,
+                    "island {}: {a},{b}",
+                    i.id
+                );
+            }
+        }
+    }
+    // 4x6 cut into 5: sizes 5,5,5,5,4; only one island can be forced across sockets.
+    let p = plan_of("4x6", "5", Placement::Grouped);
+    let crossing = p.islands().iter().filter(|i| i.sockets.len() > 1).count();
+    assert_eq!(crossing, 1, "{}", p.render());
+}
+
+#[test]
+fn spread_islands_span_sockets() {
+    for machine in MACHINES {
+        let t = topo(machine);
+        let sockets = t.sockets().len();
+        for label in ["per-socket", "1", "2"] {
+            let p = plan(&t, &spec(label, Placement::Spread)).unwrap();
+            assert_partition(&t, &p);
+            assert_cores_whole(&t, &p);
+            for i in p.islands() {
+                assert_eq!(
+                    i.sockets.len(),
+                    i.cores.min(sockets),
+                    "{machine} {label}: island {} on {:?}",
+                    i.id,
+                    i.sockets
+                );
+            }
+        }
+        // The same islands grouped cross nothing.
+        let g = plan(&t, &spec("per-socket", Placement::Grouped)).unwrap();
+        assert!(g.islands().iter().all(|i| i.sockets.len() == 1));
+    }
+}
+
+#[test]
+fn per_core_gives_one_core_each_and_covers_all() {
+    for machine in MACHINES {
+        let t = topo(machine);
+        for placement in [Placement::Grouped, Placement::Spread] {
+            let p = plan(&t, &spec("per-core", placement)).unwrap();
+            assert_eq!(p.islands().len(), t.cores().len());
+            assert_partition(&t, &p);
+            assert_cores_whole(&t, &p);
+            for i in p.islands() {
+                assert_eq!(i.cores, 1);
+                assert_eq!(pinned(i).len(), t.threads_per_core_max());
+                assert_eq!(i.workers, 1);
+                assert_eq!(
+                    i.cc, "none",
+                    "a one-worker island needs no concurrency control"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn per_socket_per_l3_per_numa() {
+    for machine in MACHINES {
+        let t = topo(machine);
+        let p = plan(&t, &spec("per-socket", Placement::Grouped)).unwrap();
+        assert_eq!(p.islands().len(), t.sockets().len());
+        for (i, s) in p.islands().iter().zip(t.sockets()) {
+            assert_eq!(pinned(i), &s.cpus);
+            assert_eq!(i.workers as usize, s.cores.len());
+            assert_eq!(i.cc, "occ");
+        }
+        let p = plan(&t, &spec("per-l3", Placement::Grouped)).unwrap();
+        assert_eq!(p.islands().len(), t.l3_domains().len());
+        let p = plan(&t, &spec("per-numa", Placement::Grouped)).unwrap();
+        assert_eq!(p.islands().len(), t.numa_nodes().len());
+        for (i, n) in p.islands().iter().zip(t.numa_nodes()) {
+            assert_eq!(i.numa_node, Some(n.os_id));
+            assert_eq!(pinned(i), &n.cpus);
+        }
+    }
+}
+
+#[test]
+fn os_placement_pins_nothing() {
+    let p = plan_of("4x6", "per-socket", Placement::Os);
+    assert_eq!(p.islands().len(), 4);
+    for i in p.islands() {
+        assert_eq!(i.cpus, None);
+        assert_eq!(i.cores, 6);
+        assert_eq!(i.workers, 6);
+        assert_eq!(i.numa_node, None);
+    }
+    assert!(p.summary().contains("nothing pinned"), "{}", p.summary());
+}
+
+#[test]
+fn sites_cover_all_contiguously_and_evenly() {
+    let t = topo("4x6");
+    for (label, sites) in [
+        ("per-socket", 240),
+        ("per-core", 240),
+        ("5", 24),
+        ("7", 100),
+        ("24", 24),
+    ] {
+        let mut s = spec(label, Placement::Grouped);
+        s.sites = Some(sites);
+        let p = plan(&t, &s).unwrap();
+        let mut next = 0;
+        let lens: Vec<usize> = p.islands().iter().map(|i| i.sites.len()).collect();
+        for i in p.islands() {
+            assert_eq!(i.sites.start, next);
+            assert_eq!(p.sites_of(i.id), i.sites);
+            for site in i.sites.clone() {
+                assert_eq!(p.island_of_site(site), i.id);
+            }
+            next = i.sites.end;
+        }
+        assert_eq!(next, sites);
+        assert!(
+            lens.iter().max().unwrap() - lens.iter().min().unwrap() <= 1,
+            "{lens:?}"
+        );
+    }
+    // Default: one site per core.
+    assert_eq!(plan_of("4x6", "per-socket", Placement::Grouped).sites(), 24);
+}
+
+#[test]
+fn explicit_lists() {
+    let t = topo("4x6");
+    let p = plan(&t, &spec("0-5;6-11;12-13,20", Placement::Grouped)).unwrap();
+    assert_eq!(p.islands().len(), 3);
+    assert_eq!(pinned(&p.islands()[2]).to_string(), "12-13,20");
+    assert_eq!(p.islands()[2].sockets, vec![2, 3]);
+    assert_eq!(p.islands()[2].numa_node, Some(2));
+    assert_eq!(p.islands()[2].cores, 3);
+    // One CPU as one island needs the trailing ';' (a bare "3" means 3 islands).
+    assert_eq!(
+        Islands::parse("3;").unwrap(),
+        Islands::Explicit(vec![CpuSet::parse("3").unwrap()])
+    );
+    assert_eq!(Islands::parse("3").unwrap(), Islands::Count(3));
+    assert!(matches!(
+        plan(&t, &spec("0-5", Placement::Spread)),
+        Err(DeployError::SpreadExplicit)
+    ));
+}
+
+#[test]
+fn errors() {
+    let t = topo("4x6");
+    let err = |label: &str| plan(&t, &spec(label, Placement::Grouped)).unwrap_err();
+    assert!(matches!(
+        err("25"),
+        DeployError::TooManyIslands {
+            islands: 25,
+            cores: 24,
+            ..
+        }
+    ));
+    assert!(err("25").to_string().contains("only 24 cores"));
+    match err("0-5;24-25") {
+        DeployError::IslandCpus {
+            island: 1,
+            source: TopologyError::NoSuchCpu { cpu: 24, .. },
+        } => {}
+        e => panic!("{e:?}"),
+    }
+    match err("0-5;4-9") {
+        DeployError::Overlap { a: 0, b: 1, cpus } => assert_eq!(cpus, "4-5"),
+        e => panic!("{e:?}"),
+    }
+    assert!(err("0-5;4-9")
+        .to_string()
+        .contains("islands 0 and 1 overlap"));
+    assert!(matches!(Islands::parse("0"), Err(DeployError::NoIslands)));
+    assert!(matches!(
+        Islands::parse("per-rack"),
+        Err(DeployError::BadLabel { .. })
+    ));
+    assert!(matches!(
+        Islands::parse("0-5;;6"),
+        Err(DeployError::EmptyIsland { island: 1 })
+    ));
+    assert!(matches!(
+        Islands::parse("0-5;x"),
+        Err(DeployError::BadLabel { .. })
+    ));
+    assert!(matches!(
+        Islands::parse("5-3;1"),
+        Err(DeployError::IslandCpus { island: 0, .. })
+    ));
+    assert!(matches!(
+        "scatter".parse::<Placement>(),
+        Err(DeployError::BadPlacement(_))
+    ));
+
+    let mut s = spec("per-core", Placement::Grouped);
+    s.sites = Some(10);
+    assert_eq!(
+        plan(&t, &s),
+        Err(DeployError::MoreIslandsThanSites {
+            islands: 24,
+            sites: 10
+        })
+    );
+    s.sites = Some(0);
+    assert_eq!(plan(&t, &s), Err(DeployError::NoSites));
+    s.sites = None;
+    s.workers_per_island = Some(0);
+    assert_eq!(plan(&t, &s), Err(DeployError::ZeroWorkers));
+
+    // A CPU that exists but is not allowed.
+    let limited = topo("4x6")
+        .with_allowed(&CpuSet::parse("0-11").unwrap())
+        .unwrap();
+    match plan(&limited, &spec("0-5;12-13", Placement::Grouped)).unwrap_err() {
+        DeployError::IslandCpus {
+            island: 1,
+            source: TopologyError::CpuNotAllowed { cpu: 12, .. },
+        } => {}
+        e => panic!("{e:?}"),
+    }
+    // Only allowed cores are planned.
+    let p = plan(&limited, &spec("per-socket", Placement::Grouped)).unwrap();
+    assert_eq!(p.islands().len(), 2);
+    assert!(matches!(
+        plan(&limited, &spec("13", Placement::Grouped)),
+        Err(DeployError::TooManyIslands {
+            islands: 13,
+            cores: 12,
+            ..
+        })
+    ));
+    // Converts into the engine's error.
+    let e: crate::Error = DeployError::NoSites.into();
+    assert!(matches!(e, crate::Error::Config(_)));
+}
+
+#[test]
+fn workers_cc_durability_log_dir() {
+    let mut s = spec("per-socket", Placement::Grouped);
+    s.workers_per_island = Some(2);
+    s.cc = Some("2pl-no-wait".to_string());
+    s.durability = "async".to_string();
+    s.log_dir = PathBuf::from("/tmp/logs");
+    let p = plan(&topo("4x6"), &s).unwrap();
+    let i = &p.islands()[3];
+    assert_eq!(i.workers, 2);
+    assert_eq!(i.cc, "2pl-no-wait");
+    assert_eq!(i.durability, "async");
+    assert_eq!(i.log_dir, PathBuf::from("/tmp/logs/island-3"));
+}
+
+#[test]
+fn toml_file() {
+    let s = DeploySpec::from_toml_str(
+        r#"
+        [deployment]
+        islands = "per-socket"
+        placement = "spread"
+        workers_per_island = 2
+        sites = 240
+        cc = "occ"
+        durability = "sync"
+        log_dir = "/data/islands"
+        "#,
+    )
+    .unwrap();
+    assert_eq!(s.islands, Islands::PerSocket);
+    assert_eq!(s.placement, Placement::Spread);
+    assert_eq!(s.workers_per_island, Some(2));
+    assert_eq!(s.sites, Some(240));
+    assert_eq!(s.log_dir, PathBuf::from("/data/islands"));
+
+    let s = DeploySpec::from_toml_str("[deployment]\nislands = 4\n").unwrap();
+    assert_eq!(s.islands, Islands::Count(4));
+    assert_eq!(s, DeploySpec::new(Islands::Count(4)));
+
+    let s = DeploySpec::from_toml_str("[[island]]\ncpus = \"0-5\"\n[[island]]\ncpus = \"7\"\n")
+        .unwrap();
+    assert_eq!(s.islands, Islands::parse("0-5;7").unwrap());
+    let p = plan(&topo("4x6"), &s).unwrap();
+    assert_eq!(pinned(&p.islands()[1]).to_string(), "7");
+
+    for (text, needle) in [
+        (
+            "[deployment]\nislands = 4\nworkers = 2\n",
+            "unknown field `workers`",
+        ),
+        ("[deploy]\nislands = 4\n", "unknown field `deploy`"),
+        (
+            "[deployment]\nplacement = \"grouped\"\n",
+            "missing `islands`",
+        ),
+        (
+            "[deployment]\nislands = 2\n[[island]]\ncpus = \"0\"\n",
+            "not both",
+        ),
+        ("[deployment]\nislands = 2\nsites = \"many\"\n", "sites"),
+        (
+            "[[island]]\ncpus = \"0-5\"\ncores = 3\n",
+            "unknown field `cores`",
+        ),
+        ("[deployment\n", "deployment file"),
+    ] {
+        let e = DeploySpec::from_toml_str(text).unwrap_err().to_string();
+        assert!(e.contains(needle), "{text:?}: {e}");
+    }
+    assert!(matches!(
+        DeploySpec::from_toml_str("[deployment]\nislands = 4\nplacement = \"x\"\n"),
+        Err(DeployError::BadPlacement(_))
+    ));
+    assert!(matches!(
+        DeploySpec::from_toml_str("[[island]]\ncpus = \"\"\n"),
+        Err(DeployError::EmptyIsland { island: 0 })
+    ));
+}
+
+#[test]
+fn render_shows_every_island_and_the_summary() {
+    let p = plan_of("4x6", "per-socket", Placement::Grouped);
+    let r = p.render();
+    let lines: Vec<&str> = r.lines().collect();
+    assert_eq!(lines.len(), 6, "{r}");
+    assert!(lines[0].starts_with("island  cpus"), "{r}");
+    assert!(
+        lines[1].starts_with("0       0-5    6      0     0        6        0-5 (6)"),
+        "{r}"
+    );
+    assert_eq!(
+        lines[5],
+        "4 islands (per-socket) on 4x6 (24 allowed cores), grouped: no island crosses a socket"
+    );
+    let s = plan_of("4x6", "per-socket", Placement::Spread).summary();
+    assert!(
+        s.ends_with("every island spans several sockets (up to 4)"),
+        "{s}"
+    );
+}
+
+#[test]
+fn plans_on_this_machine() {
+    let t = Topology::discover().unwrap();
+    for label in ["1", "per-socket", "per-l3", "per-core"] {
+        let p = plan(&t, &spec(label, Placement::Grouped)).unwrap();
+        assert_partition(&t, &p);
+    }
+}
