@@ -129,7 +129,7 @@ struct MicroArgs {
 }
 
 fn secs(what: &str, v: f64) -> Result<Duration, Error> {
-    if !v.is_finite() || v < 0.0 || v > 1e6 {
+    if !v.is_finite() || !(0.0..=1e6).contains(&v) {
         return Err(Error::Config(format!(
             "--{what} {v} is not a number of seconds between 0 and 1e6"
         )));

@@ -20,7 +20,7 @@ use super::arena::RowId;
 
 pub enum OrderedIndex {
     Owned(UnsafeCell<BTreeMap<u128, RowId>>),
-    Shared(SkipMap<u128, RowId>),
+    Shared(Box<SkipMap<u128, RowId>>),
 }
 
 // SAFETY: the `Owned` variant is only created for tables of a single-worker
@@ -39,7 +39,7 @@ pub fn pair(secondary: u64, primary: u64) -> u128 {
 impl OrderedIndex {
     pub fn new(concurrent: bool) -> OrderedIndex {
         if concurrent {
-            OrderedIndex::Shared(SkipMap::new())
+            OrderedIndex::Shared(Box::new(SkipMap::new()))
         } else {
             OrderedIndex::Owned(UnsafeCell::new(BTreeMap::new()))
         }

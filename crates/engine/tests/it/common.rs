@@ -34,6 +34,7 @@ pub fn open_bank(cc: CcKind, workers: usize, accounts_n: u64, initial: i64) -> I
 }
 
 /// A unique empty directory under the system temp dir.
+#[allow(dead_code)]
 pub fn temp_dir(tag: &str) -> std::path::PathBuf {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
