@@ -69,10 +69,7 @@ async fn run_ops(
     for op in ops {
         match *op {
             Op::Get(t, k) => {
-                let got = match tx.get(t as u16, k).await? {
-                    Some(h) => Some(tx.row(h).i64(VAL)),
-                    None => None,
-                };
+                let got = tx.get(t as u16, k).await?.map(|h| tx.row(h).i64(VAL));
                 assert_eq!(got, model[t as usize].get(&k).copied(), "get({t},{k})");
                 seen.push(format!("{got:?}"));
             }
