@@ -489,7 +489,7 @@ fn sigkill_recovery() {
             .as_nanos() as u64
             % 1_000_000
     });
-    let rounds = env("ISLANDS_CRASH_ROUNDS").unwrap_or(5);
+    let rounds = env("ISLANDS_CRASH_ROUNDS").unwrap_or(10);
     for round in 0..rounds {
         let seed = base + round;
         eprintln!("crash round {round}: seed {seed} (replay: ISLANDS_CRASH_SEED={seed} ISLANDS_CRASH_ROUNDS=1)");
