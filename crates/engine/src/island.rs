@@ -18,11 +18,11 @@ use std::sync::Arc;
 use crate::cc::{CcKind, ConcurrencyControl};
 use crate::storage::{Catalog, RowCache, TableDef, TableId};
 use crate::txn::Txn;
-use crate::wal::{Durability, LogRecord, Wal, WalConfig};
+use crate::wal::{Durability, FsDevice, LogDevice, LogRecord, Wal, WalConfig};
 use crate::Error;
 
 /// How to open an island.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct IslandConfig {
     /// A name for messages and reports, e.g. `island-0`.
     pub name: String,
@@ -34,6 +34,23 @@ pub struct IslandConfig {
     pub log_dir: Option<PathBuf>,
     /// Log segment size in bytes.
     pub segment_bytes: u64,
+    /// The log's I/O seam; `None` is the real file system. Tests inject
+    /// write and fdatasync failures here.
+    pub device: Option<Arc<dyn LogDevice>>,
+}
+
+impl std::fmt::Debug for IslandConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IslandConfig")
+            .field("name", &self.name)
+            .field("cc", &self.cc)
+            .field("workers", &self.workers)
+            .field("durability", &self.durability)
+            .field("log_dir", &self.log_dir)
+            .field("segment_bytes", &self.segment_bytes)
+            .field("device", &self.device.as_ref().map(|_| "custom"))
+            .finish()
+    }
 }
 
 impl IslandConfig {
@@ -45,6 +62,7 @@ impl IslandConfig {
             durability: Durability::Off,
             log_dir: None,
             segment_bytes: 64 << 20,
+            device: None,
         }
     }
 
@@ -109,6 +127,10 @@ pub(crate) struct Shared {
     pub(crate) cc: Box<dyn ConcurrencyControl>,
     pub(crate) wal: Option<Arc<Wal>>,
     ts: AtomicU64,
+    /// The largest tid of a committed delete. An insert reads no version of
+    /// the deleted row it replaces, so its tid is taken above this: replay
+    /// orders a key's versions by tid and would otherwise drop the re-insert.
+    pub(crate) delete_tid: AtomicU64,
     workers_alive: AtomicUsize,
     recovered_tid: u64,
     pub(crate) cfg: IslandConfig,
@@ -145,12 +167,16 @@ impl Island {
         let wal = match (cfg.durability, &cfg.log_dir) {
             (Durability::Off, _) | (_, None) => None,
             (d, Some(dir)) => {
-                let (wal, rec) = Wal::open(WalConfig {
+                let device: Arc<dyn LogDevice> = match &cfg.device {
+                    Some(dev) => Arc::clone(dev),
+                    None => Arc::new(FsDevice),
+                };
+                let wal_cfg = WalConfig {
                     dir: dir.clone(),
                     durability: d,
                     segment_bytes: cfg.segment_bytes,
-                })
-                .map_err(|e| {
+                };
+                let (wal, rec) = Wal::open_with_device(wal_cfg, device).map_err(|e| {
                     Error::Config(format!(
                         "{}: cannot open the log in {}: {e}",
                         cfg.name,
@@ -166,6 +192,7 @@ impl Island {
             cc: cfg.cc.build(),
             wal,
             ts: AtomicU64::new(0),
+            delete_tid: AtomicU64::new(0),
             workers_alive: AtomicUsize::new(0),
             recovered_tid: report.max_tid,
             cfg,

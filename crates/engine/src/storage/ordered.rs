@@ -18,6 +18,9 @@ use crossbeam_skiplist::SkipMap;
 
 use super::arena::RowId;
 
+// One index per table, built once: its size does not matter, and boxing the
+// skip list would add a pointer chase to every shared-index operation.
+#[allow(clippy::large_enum_variant)]
 pub enum OrderedIndex {
     Owned(UnsafeCell<BTreeMap<u128, RowId>>),
     Shared(Box<SkipMap<u128, RowId>>),

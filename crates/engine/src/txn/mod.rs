@@ -642,8 +642,18 @@ impl Txn {
         for a in &self.acc {
             tid = tid.max(tid_of(a.seen.version));
         }
+        if self.has_inserts {
+            tid = tid.max(shared.delete_tid.load(std::sync::atomic::Ordering::Acquire));
+        }
         tid += 1;
         self.last_tid = tid;
+        // Published before the delete unindexes its key, so an insert that
+        // finds the key gone sees this tid (see `Shared::delete_tid`).
+        if self.acc.iter().any(|a| a.kind == Kind::Delete) {
+            shared
+                .delete_tid
+                .fetch_max(tid, std::sync::atomic::Ordering::AcqRel);
+        }
         // 4. Log.
         let logged = writes && shared.wal.is_some();
         if logged {

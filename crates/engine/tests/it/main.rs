@@ -2,4 +2,5 @@
 
 mod bank;
 mod common;
+mod crash;
 mod model;
