@@ -12,13 +12,16 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::cc::{CcKind, ConcurrencyControl};
 use crate::storage::{Catalog, RowCache, TableDef, TableId};
 use crate::txn::Txn;
-use crate::wal::{Durability, FsDevice, LogDevice, LogRecord, Wal, WalConfig};
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
+
+use crate::wal::{BatchSeq, Durability, FsDevice, LogBuffer, LogDevice, LogRecord, Wal, WalConfig};
 use crate::Error;
 
 /// How to open an island.
@@ -131,7 +134,13 @@ pub(crate) struct Shared {
     /// the deleted row it replaces, so its tid is taken above this: replay
     /// orders a key's versions by tid and would otherwise drop the re-insert.
     pub(crate) delete_tid: AtomicU64,
-    workers_alive: AtomicUsize,
+    /// One log buffer per worker handle. A worker appends its commits to its
+    /// own slot (uncontended); the checkpointer locks every slot to hand over
+    /// what the workers have not yet. Not on the data path: only commits that
+    /// write to a log touch it.
+    pub(crate) log_slots: Vec<CachePadded<Mutex<LogSlot>>>,
+    /// Which worker handles (and log slots) are taken.
+    slot_used: Vec<AtomicBool>,
     recovered_tid: u64,
     pub(crate) cfg: IslandConfig,
 }
@@ -142,8 +151,15 @@ impl Shared {
         self.ts.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    pub(crate) fn worker_gone(&self) {
-        self.workers_alive.fetch_sub(1, Ordering::AcqRel);
+    fn claim_slot(&self) -> Option<usize> {
+        self.slot_used.iter().position(|u| {
+            u.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        })
+    }
+
+    pub(crate) fn release_slot(&self, slot: usize) {
+        self.slot_used[slot].store(false, Ordering::Release);
     }
 
     pub(crate) fn log_failure(&self) -> Option<Error> {
@@ -193,7 +209,10 @@ impl Island {
             wal,
             ts: AtomicU64::new(0),
             delete_tid: AtomicU64::new(0),
-            workers_alive: AtomicUsize::new(0),
+            log_slots: (0..cfg.workers)
+                .map(|_| CachePadded::new(Mutex::new(LogSlot::default())))
+                .collect(),
+            slot_used: (0..cfg.workers).map(|_| AtomicBool::new(false)).collect(),
             recovered_tid: report.max_tid,
             cfg,
         });
@@ -219,19 +238,15 @@ impl Island {
 
     /// A transaction context for one worker thread. At most `workers` exist at once.
     pub fn worker(&self) -> Result<Txn, Error> {
-        let max = self.shared.cfg.workers;
-        let n = self.shared.workers_alive.fetch_add(1, Ordering::AcqRel);
-        if n >= max {
-            self.shared.workers_alive.fetch_sub(1, Ordering::AcqRel);
-            return Err(Error::Config(format!(
-                "{}: all {max} worker handles are in use",
-                self.shared.cfg.name
-            )));
-        }
-        // Worker ids make commit tids unique per worker without coordination.
+        let slot = self.shared.claim_slot().ok_or_else(|| {
+            Error::Config(format!(
+                "{}: all {} worker handles are in use",
+                self.shared.cfg.name, self.shared.cfg.workers
+            ))
+        })?;
         Ok(Txn::new(
             Arc::clone(&self.shared),
-            n as u16,
+            slot as u16,
             self.shared.recovered_tid,
         ))
     }
@@ -239,15 +254,12 @@ impl Island {
     /// A bulk loader: puts rows directly, outside transactions. It counts as a
     /// worker handle, so it cannot run beside a single-worker island's worker.
     pub fn loader(&self) -> Result<Loader, Error> {
-        let n = self.shared.workers_alive.fetch_add(1, Ordering::AcqRel);
-        if n >= self.shared.cfg.workers {
-            self.shared.workers_alive.fetch_sub(1, Ordering::AcqRel);
-            return Err(Error::Config(
-                "a loader cannot run while all worker handles are in use".into(),
-            ));
-        }
+        let slot = self.shared.claim_slot().ok_or_else(|| {
+            Error::Config("a loader cannot run while all worker handles are in use".into())
+        })?;
         Ok(Loader {
             shared: Arc::clone(&self.shared),
+            slot,
             caches: (0..self.shared.catalog.tables.len())
                 .map(|_| RowCache::default())
                 .collect(),
@@ -257,6 +269,12 @@ impl Island {
     /// Writes a checkpoint of every table and drops the log it makes redundant.
     /// Safe while workers run (a fuzzy snapshot: recovery replays the log from
     /// the checkpoint's start, and per-row versions make the replay idempotent).
+    ///
+    /// The snapshot may hold effects of transactions whose log records were
+    /// not durable yet; were the checkpoint published before them, a crash
+    /// would keep half of such a transaction. So after the scan the
+    /// checkpointer hands every worker's buffered records to the log and waits
+    /// until all of it is durable, and only then writes the checkpoint.
     pub fn checkpoint(&self) -> Result<u64, Error> {
         let Some(wal) = &self.shared.wal else {
             return Ok(0);
@@ -272,6 +290,13 @@ impl Island {
                     crate::storage::schema::row_bytes(data).to_vec(),
                 ));
             });
+        }
+        for slot in &self.shared.log_slots {
+            slot.lock().hand_off(wal)?;
+        }
+        let last = wal.next_seq() - 1;
+        if last > 0 {
+            wal.wait_durable(last).map_err(Error::from)?;
         }
         let n = rows.len() as u64;
         wal.write_checkpoint(
@@ -299,6 +324,7 @@ impl Island {
 /// Direct row access for bulk loading (see [`Island::loader`]).
 pub struct Loader {
     shared: Arc<Shared>,
+    slot: usize,
     caches: Vec<RowCache>,
 }
 
@@ -342,7 +368,25 @@ impl Loader {
 
 impl Drop for Loader {
     fn drop(&mut self) {
-        self.shared.worker_gone();
+        self.shared.release_slot(self.slot);
+    }
+}
+
+/// A worker's log buffer and the newest batch it was handed over in.
+#[derive(Default)]
+pub(crate) struct LogSlot {
+    pub(crate) buf: LogBuffer,
+    last_seq: Option<BatchSeq>,
+}
+
+impl LogSlot {
+    /// Submits the buffer if it holds records. Returns the batch that holds the
+    /// slot's newest records, whoever handed them over.
+    pub(crate) fn hand_off(&mut self, wal: &Wal) -> Result<Option<BatchSeq>, Error> {
+        if !self.buf.is_empty() {
+            self.last_seq = Some(wal.submit(&mut self.buf).map_err(Error::from)?);
+        }
+        Ok(self.last_seq)
     }
 }
 

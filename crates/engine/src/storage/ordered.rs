@@ -23,7 +23,7 @@ use super::arena::RowId;
 #[allow(clippy::large_enum_variant)]
 pub enum OrderedIndex {
     Owned(UnsafeCell<BTreeMap<u128, RowId>>),
-    Shared(Box<SkipMap<u128, RowId>>),
+    Shared(SkipMap<u128, RowId>),
 }
 
 // SAFETY: the `Owned` variant is only created for tables of a single-worker
@@ -42,7 +42,7 @@ pub fn pair(secondary: u64, primary: u64) -> u128 {
 impl OrderedIndex {
     pub fn new(concurrent: bool) -> OrderedIndex {
         if concurrent {
-            OrderedIndex::Shared(Box::new(SkipMap::new()))
+            OrderedIndex::Shared(SkipMap::new())
         } else {
             OrderedIndex::Owned(UnsafeCell::new(BTreeMap::new()))
         }

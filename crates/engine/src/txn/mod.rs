@@ -43,7 +43,7 @@ use crate::island::Shared;
 use crate::storage::hash::HashIndex;
 use crate::storage::ordered::{key_of, pair};
 use crate::storage::{tid_of, RowCache, RowId, RowMut, RowRef, SecondaryId, Table, TableId};
-use crate::wal::{BatchSeq, LogBuffer};
+use crate::wal::BatchSeq;
 use crate::{Abort, AbortReason, Error};
 
 /// A row the transaction accessed: an index into its access set.
@@ -119,7 +119,9 @@ pub struct Txn {
     wl: Vec<(WriteLock, u32)>,
     locks: Vec<WriteLock>,
     caches: Vec<RowCache>,
-    log: LogBuffer,
+    /// Log bytes this worker appended since its last hand-off (a hint: the
+    /// checkpointer may have handed the buffer over meanwhile).
+    unflushed_bytes: usize,
     last_tid: u64,
     validate: bool,
     has_inserts: bool,
@@ -141,7 +143,7 @@ impl Txn {
             wl: Vec::new(),
             locks: Vec::new(),
             caches: (0..n).map(|_| RowCache::default()).collect(),
-            log: LogBuffer::new(),
+            unflushed_bytes: 0,
             last_tid,
             validate,
             has_inserts: false,
@@ -654,22 +656,27 @@ impl Txn {
                 .delete_tid
                 .fetch_max(tid, std::sync::atomic::Ordering::AcqRel);
         }
-        // 4. Log.
+        // 4. Log. The worker's log slot stays locked until the writes are
+        // installed, so a checkpoint never hands over a record whose effects
+        // it could have missed in its scan (see `Island::checkpoint`).
         let logged = writes && shared.wal.is_some();
-        if logged {
-            self.log.commit_begin(tid);
+        let mut slot = logged.then(|| shared.log_slots[self.worker as usize].lock());
+        if let Some(slot) = slot.as_mut() {
+            let log = &mut slot.buf;
+            let before = log.len_bytes();
+            log.commit_begin(tid);
             for a in &self.acc {
                 let t = &tables[a.table as usize];
                 if a.kind == Kind::Delete {
-                    self.log.delete(a.table, a.key);
+                    log.delete(a.table, a.key);
                 } else if a.dirty {
                     let off = a.off as usize;
                     let img = &self.buf[off..off + t.schema.row_words()];
-                    self.log
-                        .put(a.table, a.key, crate::storage::schema::row_bytes(img));
+                    log.put(a.table, a.key, crate::storage::schema::row_bytes(img));
                 }
             }
-            self.log.record_end();
+            log.record_end();
+            self.unflushed_bytes += log.len_bytes().saturating_sub(before);
         }
         // 5. Install and release.
         for i in 0..self.acc.len() {
@@ -730,6 +737,7 @@ impl Txn {
                 Kind::Read => cc.release(t, a.rid, a.held),
             }
         }
+        drop(slot);
         self.clear();
         Ok(Committed { tid, logged })
     }
@@ -831,14 +839,15 @@ impl Txn {
 
     /// Hands this worker's buffered log records to the island's log. Returns the
     /// batch number: commits made before this call are durable once
-    /// [`Txn::durable_batch`] reaches it. `None` if there was nothing to log.
+    /// [`Txn::durable_batch`] reaches it. `None` if this worker never logged.
     pub fn flush_log(&mut self) -> Result<Option<BatchSeq>, Error> {
-        match &self.shared.wal {
-            Some(w) if !self.log.is_empty() => {
-                w.submit(&mut self.log).map(Some).map_err(Error::from)
-            }
-            _ => Ok(None),
-        }
+        let Some(w) = &self.shared.wal else {
+            return Ok(None);
+        };
+        self.unflushed_bytes = 0;
+        self.shared.log_slots[self.worker as usize]
+            .lock()
+            .hand_off(w)
     }
 
     /// Blocks until batch `seq` is durable (`sync`) or written (`async`).
@@ -870,7 +879,7 @@ impl Txn {
 
     /// Bytes of log records buffered and not yet handed to the log.
     pub fn log_pending_bytes(&self) -> usize {
-        self.log.len_bytes()
+        self.unflushed_bytes
     }
 
     /// The newest batch known durable (in `async` mode: written).
@@ -925,12 +934,9 @@ impl Drop for Txn {
         if !self.acc.is_empty() {
             self.abort();
         }
-        if let Some(w) = &self.shared.wal {
-            if !self.log.is_empty() {
-                let _ = w.submit(&mut self.log);
-            }
-        }
-        self.shared.worker_gone();
+        // Committed records must not stay behind in the slot of a worker that is gone.
+        let _ = self.flush_log();
+        self.shared.release_slot(self.worker as usize);
     }
 }
 
