@@ -58,6 +58,10 @@ struct Common {
     /// In sync mode, transactions a worker may keep waiting for their log flush.
     #[arg(long, global = true, default_value_t = 4096)]
     inflight: usize,
+    /// In sync mode, microseconds the log writer pauses after each fdatasync so that
+    /// more commits join the next group (fewer fdatasyncs, less kernel CPU). 0: none.
+    #[arg(long, global = true, default_value_t = 200)]
+    group_delay_us: u64,
     /// Do not pin worker threads to CPUs.
     #[arg(long, global = true)]
     no_pin: bool,
@@ -96,6 +100,10 @@ struct YcsbArgs {
     /// Zipfian skew θ of the keys, from 0 (uniform) to just under 1.
     #[arg(long, alias = "skew")]
     theta: Option<f64>,
+    /// Do not issue cache prefetch hints for a transaction's keys before reading them
+    /// (they overlap the cache misses of multi-request transactions).
+    #[arg(long)]
+    no_prefetch: bool,
 }
 
 #[derive(Args, Clone)]
@@ -189,6 +197,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     let mut island_cfg = IslandConfig::new(cc, workers);
     island_cfg.durability = durability;
     island_cfg.log_dir = log_dir.clone();
+    if c.group_delay_us > 1_000_000 {
+        return Err(Error::Config(format!(
+            "--group-delay-us {} is more than a second",
+            c.group_delay_us
+        )));
+    }
+    island_cfg.group_delay = Duration::from_micros(c.group_delay_us);
     let mut dcfg = DriverConfig {
         workers,
         warmup,
@@ -219,6 +234,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             y.ops = a.ops.unwrap_or(y.ops);
             y.read_pct = a.read_pct.unwrap_or(y.read_pct);
             y.theta = a.theta.unwrap_or(y.theta);
+            y.prefetch = !a.no_prefetch;
             y.check()?;
             dcfg.workload_name = format!("ycsb ({})", a.preset);
             dcfg.parameters = y.parameters();

@@ -37,6 +37,8 @@ pub struct IslandConfig {
     pub log_dir: Option<PathBuf>,
     /// Log segment size in bytes.
     pub segment_bytes: u64,
+    /// `sync` mode: the log writer's pause between fdatasyncs, to grow groups.
+    pub group_delay: std::time::Duration,
     /// The log's I/O seam; `None` is the real file system. Tests inject
     /// write and fdatasync failures here.
     pub device: Option<Arc<dyn LogDevice>>,
@@ -51,6 +53,7 @@ impl std::fmt::Debug for IslandConfig {
             .field("durability", &self.durability)
             .field("log_dir", &self.log_dir)
             .field("segment_bytes", &self.segment_bytes)
+            .field("group_delay", &self.group_delay)
             .field("device", &self.device.as_ref().map(|_| "custom"))
             .finish()
     }
@@ -65,6 +68,7 @@ impl IslandConfig {
             durability: Durability::Off,
             log_dir: None,
             segment_bytes: 64 << 20,
+            group_delay: WalConfig::DEFAULT_GROUP_DELAY,
             device: None,
         }
     }
@@ -134,12 +138,22 @@ pub(crate) struct Shared {
     /// the deleted row it replaces, so its tid is taken above this: replay
     /// orders a key's versions by tid and would otherwise drop the re-insert.
     pub(crate) delete_tid: AtomicU64,
-    /// One log buffer per worker handle. A worker appends its commits to its
-    /// own slot (uncontended); the checkpointer locks every slot to hand over
-    /// what the workers have not yet. Not on the data path: only commits that
-    /// write to a log touch it.
-    pub(crate) log_slots: Vec<CachePadded<Mutex<LogSlot>>>,
-    /// Which worker handles (and log slots) are taken.
+    /// The island's log buffer. Committing transactions append their redo
+    /// records here under the lock, *before* they install their writes, so
+    /// the log order respects every read-from dependency: a transaction that
+    /// read another's writes has its record later in the log, and is
+    /// acknowledged after it. Held only for the append (a few hundred bytes);
+    /// an island has few workers, which is the point of islands (one log per
+    /// island, as Xi et al. argue).
+    pub(crate) log: CachePadded<Mutex<LogSlot>>,
+    /// The batch that the newest appended record will be written in. A
+    /// read-only transaction is acknowledged once this batch (read after its
+    /// reads) is durable: everything it read from is then durable too.
+    pub(crate) append_seq: AtomicU64,
+    /// Per worker: odd while a commit is between its log append and the end
+    /// of its install. The checkpointer waits for these to move (quiescence).
+    pub(crate) committing: Vec<CachePadded<AtomicU64>>,
+    /// Which worker handles are taken.
     slot_used: Vec<AtomicBool>,
     recovered_tid: u64,
     pub(crate) cfg: IslandConfig,
@@ -191,6 +205,7 @@ impl Island {
                     dir: dir.clone(),
                     durability: d,
                     segment_bytes: cfg.segment_bytes,
+                    group_delay: cfg.group_delay,
                 };
                 let (wal, rec) = Wal::open_with_device(wal_cfg, device).map_err(|e| {
                     Error::Config(format!(
@@ -203,14 +218,20 @@ impl Island {
                 Some(wal)
             }
         };
+        let next_seq = wal.as_ref().map_or(1, |w| w.next_seq());
         let shared = Arc::new(Shared {
             catalog,
             cc: cfg.cc.build(),
             wal,
             ts: AtomicU64::new(0),
             delete_tid: AtomicU64::new(0),
-            log_slots: (0..cfg.workers)
-                .map(|_| CachePadded::new(Mutex::new(LogSlot::default())))
+            log: CachePadded::new(Mutex::new(LogSlot {
+                buf: LogBuffer::new(),
+                next_seq,
+            })),
+            append_seq: AtomicU64::new(0),
+            committing: (0..cfg.workers)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
             slot_used: (0..cfg.workers).map(|_| AtomicBool::new(false)).collect(),
             recovered_tid: report.max_tid,
@@ -270,16 +291,29 @@ impl Island {
     /// Safe while workers run (a fuzzy snapshot: recovery replays the log from
     /// the checkpoint's start, and per-row versions make the replay idempotent).
     ///
-    /// The snapshot may hold effects of transactions whose log records were
-    /// not durable yet; were the checkpoint published before them, a crash
-    /// would keep half of such a transaction. So after the scan the
-    /// checkpointer hands every worker's buffered records to the log and waits
-    /// until all of it is durable, and only then writes the checkpoint.
+    /// The snapshot may hold effects of transactions whose log records are not
+    /// durable yet; were the checkpoint published before them, a crash would
+    /// keep half of such a transaction. So after the scan the checkpointer
+    /// hands the island's buffered records to the log and waits until all of
+    /// it is durable, and only then writes the checkpoint. Before the scan it
+    /// waits for commits that appended a record before `start` to finish
+    /// installing, so that no record older than `start` has effects the scan
+    /// could miss.
     pub fn checkpoint(&self) -> Result<u64, Error> {
         let Some(wal) = &self.shared.wal else {
             return Ok(0);
         };
-        let start = wal.next_seq();
+        let start = self.shared.log.lock().next_seq;
+        for c in &self.shared.committing {
+            let v = c.load(Ordering::Acquire);
+            if v & 1 == 1 {
+                let mut spins = 0;
+                while c.load(Ordering::Acquire) == v {
+                    spins += 1;
+                    crate::cc::backoff(spins);
+                }
+            }
+        }
         let mut rows: Vec<(u16, u64, u64, Vec<u8>)> = Vec::new();
         for t in &self.shared.catalog.tables {
             t.for_each_row(|key, tid, data| {
@@ -291,9 +325,7 @@ impl Island {
                 ));
             });
         }
-        for slot in &self.shared.log_slots {
-            slot.lock().hand_off(wal)?;
-        }
+        self.shared.log.lock().hand_off(wal)?;
         let last = wal.next_seq() - 1;
         if last > 0 {
             wal.wait_durable(last).map_err(Error::from)?;
@@ -311,6 +343,7 @@ impl Island {
     /// Waits until everything submitted to the log is durable, then stops the log writer.
     pub fn shutdown(&self) {
         if let Some(w) = &self.shared.wal {
+            let _ = self.shared.log.lock().hand_off(w);
             w.shutdown();
         }
     }
@@ -372,21 +405,28 @@ impl Drop for Loader {
     }
 }
 
-/// A worker's log buffer and the newest batch it was handed over in.
-#[derive(Default)]
+/// The island's log buffer. Every hand-off to the log goes through it, so
+/// the records appended now will be in batch `wal.next_seq()`.
 pub(crate) struct LogSlot {
     pub(crate) buf: LogBuffer,
-    last_seq: Option<BatchSeq>,
+    /// The batch the buffer will become: kept here so a commit need not ask
+    /// the log (whose queue lock the writer thread shares).
+    pub(crate) next_seq: BatchSeq,
 }
 
 impl LogSlot {
-    /// Submits the buffer if it holds records. Returns the batch that holds the
-    /// slot's newest records, whoever handed them over.
+    /// Submits the buffer if it holds records; returns the batch it became.
     pub(crate) fn hand_off(&mut self, wal: &Wal) -> Result<Option<BatchSeq>, Error> {
-        if !self.buf.is_empty() {
-            self.last_seq = Some(wal.submit(&mut self.buf).map_err(Error::from)?);
+        if self.buf.is_empty() {
+            return Ok(None);
         }
-        Ok(self.last_seq)
+        let seq = wal.submit(&mut self.buf).map_err(Error::from)?;
+        debug_assert_eq!(
+            seq, self.next_seq,
+            "every hand-off goes through the island's log slot"
+        );
+        self.next_seq = seq + 1;
+        Ok(Some(seq))
     }
 }
 

@@ -13,7 +13,7 @@ use islands::bench::driver::Workload;
 use islands::bench::rng::FastRng;
 use islands::bench::zipf::Zipf;
 use islands::island::Island;
-use islands::storage::{Col, ColType, PrimaryKind, TableDef};
+use islands::storage::{Col, ColType, Prefetch, PrimaryKind, TableDef};
 use islands::txn::Txn;
 use islands::{Abort, Error};
 
@@ -33,6 +33,8 @@ pub struct YcsbConfig {
     pub ops: usize,
     pub read_pct: u32,
     pub theta: f64,
+    /// Issue prefetch hints for all keys of a transaction before reading them.
+    pub prefetch: bool,
 }
 
 impl YcsbConfig {
@@ -43,6 +45,7 @@ impl YcsbConfig {
             ops: 16,
             read_pct: 90,
             theta: 0.6,
+            prefetch: true,
         }
     }
 
@@ -53,6 +56,7 @@ impl YcsbConfig {
             ops: 1,
             read_pct: 80,
             theta: 0.0,
+            prefetch: true,
         }
     }
 
@@ -97,6 +101,7 @@ impl YcsbConfig {
             ("ops_per_txn", self.ops.to_string()),
             ("read_pct", self.read_pct.to_string()),
             ("theta", self.theta.to_string()),
+            ("prefetch", self.prefetch.to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -178,7 +183,16 @@ impl Workload for Ycsb {
     }
 
     async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a YcsbReq) -> Result<(), Abort> {
-        for &(key, write) in &req.ops[..req.n] {
+        let ops = &req.ops[..req.n];
+        if self.cfg.prefetch && ops.len() > 1 {
+            for &(key, _) in ops {
+                tx.prefetch(TABLE, key, Prefetch::Index);
+            }
+            for &(key, _) in ops {
+                tx.prefetch(TABLE, key, Prefetch::Row);
+            }
+        }
+        for &(key, write) in ops {
             if write {
                 let h = tx
                     .get_for_update(TABLE, key)

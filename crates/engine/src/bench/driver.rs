@@ -6,10 +6,11 @@
 //! reset and the measured phase runs for a fixed time.
 //!
 //! Durability is pipelined, as a server with many clients per worker would do
-//! it: a committed transaction's redo record sits in the worker's log buffer,
-//! the buffer goes to the island's log writer every 64 commits or 100 µs, and
-//! the transaction is *acknowledged* (counted, its latency taken) only once its
-//! batch is durable in `sync` mode. A worker keeps at most `inflight`
+//! it: a committed transaction's redo record sits in the island's log buffer,
+//! a worker hands the buffer to the log writer every 64 of its commits or
+//! 100 µs, and the transaction is *acknowledged* (counted, its latency taken)
+//! only once its batch is durable in `sync` mode. A read-only transaction
+//! waits too, for the batch of the newest record it could have read from. A worker keeps at most `inflight`
 //! transactions waiting for their flush; the worker never blocks on a flush
 //! unless that window is full. In `async` mode a commit is acknowledged at
 //! once; with durability `off` nothing is logged.
@@ -89,9 +90,12 @@ const MEASURE: u8 = 1;
 const STOP: u8 = 2;
 
 /// Commits between hand-offs of a worker's log buffer.
-const FLUSH_EVERY: usize = 64;
-/// Longest a commit waits in a worker's buffer before the hand-off.
-const FLUSH_AFTER: Duration = Duration::from_micros(100);
+const FLUSH_EVERY: usize = 1024;
+/// Longest a worker waits before handing the island's log buffer over while
+/// it has acknowledgements pending (`sync`).
+const FLUSH_AFTER: Duration = Duration::from_micros(500);
+/// The same in `async` mode, where nobody waits for the flush.
+const ASYNC_FLUSH_AFTER: Duration = Duration::from_millis(1);
 
 /// The CPUs this process may run on, in order.
 pub fn allowed_cpus() -> Vec<usize> {
@@ -235,12 +239,9 @@ pub fn run<W: Workload + 'static>(
 
 /// A committed transaction waiting for its log batch.
 struct Pending {
-    /// `BatchSeq::MAX` until the worker hands its buffer to the log.
-    seq: BatchSeq,
+    ack: BatchSeq,
     start: Instant,
     ty: usize,
-    /// Started before the measured phase (still counted if acknowledged in it).
-    _warm: bool,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -258,8 +259,8 @@ fn worker_loop<W: Workload>(
     let mut rng = FastRng::new(seed);
     let mut req = W::Req::default();
     let mut pending: VecDeque<Pending> = VecDeque::with_capacity(inflight);
-    let mut unflushed = 0usize; // trailing entries of `pending` without a seq
-    let mut oldest_unflushed = Instant::now();
+    let mut since_flush = 0usize;
+    let mut last_flush = Instant::now();
     let mut my_phase = WARMUP;
     let logging = durability != Durability::Off;
     let wait_ack = durability == Durability::Sync;
@@ -304,40 +305,37 @@ fn worker_loop<W: Workload>(
         };
         let now = Instant::now();
         if let Some(c) = committed {
-            if c.logged && wait_ack {
-                if unflushed == 0 {
-                    oldest_unflushed = start;
-                }
+            since_flush += c.logged as usize;
+            if wait_ack && c.ack > tx.durable_batch() {
                 pending.push_back(Pending {
-                    seq: BatchSeq::MAX,
+                    ack: c.ack,
                     start,
                     ty,
-                    _warm: my_phase == WARMUP,
                 });
-                unflushed += 1;
             } else {
                 stats.record_commit(ty, (now - start).as_nanos() as u64);
                 stats.maybe_publish(counter);
             }
         }
-        if logging
-            && tx.log_pending_bytes() > 0
-            && (unflushed >= FLUSH_EVERY
-                || now - oldest_unflushed >= FLUSH_AFTER
-                || !wait_ack && tx.log_pending_bytes() > 64 << 10
-                || pending.len() >= inflight)
-        {
-            if let Some(seq) = tx.flush_log()? {
-                let n = pending.len();
-                for p in pending.iter_mut().skip(n - unflushed) {
-                    p.seq = seq;
-                }
+        if logging {
+            let due = if wait_ack {
+                !pending.is_empty()
+                    && (since_flush >= FLUSH_EVERY
+                        || now - last_flush >= FLUSH_AFTER
+                        || pending.len() >= inflight)
+            } else {
+                tx.log_pending_bytes() > (64 << 10)
+                    || since_flush > 0 && now - last_flush >= ASYNC_FLUSH_AFTER
+            };
+            if due {
+                tx.flush_log()?;
+                since_flush = 0;
+                last_flush = now;
             }
-            unflushed = 0;
         }
         if !pending.is_empty() {
             let mut durable = tx.durable_batch();
-            while pending.len() >= inflight && pending.front().is_some_and(|p| p.seq > durable) {
+            while pending.len() >= inflight && pending.front().is_some_and(|p| p.ack > durable) {
                 // The window is full: wait for the log writer.
                 if phase.load(Ordering::Relaxed) == STOP {
                     break;
@@ -348,9 +346,8 @@ fn worker_loop<W: Workload>(
                 std::thread::yield_now();
                 durable = tx.durable_batch();
             }
-            let now = Instant::now();
             while let Some(p) = pending.front() {
-                if p.seq > durable {
+                if p.ack > durable {
                     break;
                 }
                 stats.record_commit(p.ty, (now - p.start).as_nanos() as u64);
@@ -359,7 +356,7 @@ fn worker_loop<W: Workload>(
             stats.maybe_publish(counter);
         }
     }
-    // Hand the rest to the log so nothing committed stays in a private buffer.
+    // Hand the rest to the log so nothing committed waits for another worker.
     let _ = tx.flush_log();
     stats.publish(counter);
     Ok(stats)

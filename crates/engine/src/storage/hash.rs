@@ -85,6 +85,13 @@ impl HashIndex {
         self.stripes[stripe].load(Ordering::Acquire)
     }
 
+    /// Asks the CPU to bring the key's first slot into cache.
+    #[inline]
+    pub fn prefetch(&self, key: u64) {
+        let i = (hash_key(key) as usize) & self.mask;
+        super::prefetch(&self.slots[i]);
+    }
+
     #[inline]
     pub fn get(&self, arena: &Arena, key: u64) -> Option<RowId> {
         let h = hash_key(key);

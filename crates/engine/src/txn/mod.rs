@@ -35,6 +35,7 @@
 
 use std::future::Future;
 use std::pin::pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -101,9 +102,13 @@ struct Scan {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Committed {
     pub tid: u64,
-    /// The transaction wrote log records; it is durable once the batch holding
-    /// them is (see [`Txn::flush_log`]).
+    /// The transaction wrote log records.
     pub logged: bool,
+    /// The log batch that must be durable before the transaction may be
+    /// acknowledged in `sync` mode: the batch of its own record, or for a
+    /// read-only transaction the batch of the newest record it could have
+    /// read from. 0 when there is nothing to wait for.
+    pub ack: BatchSeq,
 }
 
 /// A worker's transaction context. See the module documentation.
@@ -119,8 +124,8 @@ pub struct Txn {
     wl: Vec<(WriteLock, u32)>,
     locks: Vec<WriteLock>,
     caches: Vec<RowCache>,
-    /// Log bytes this worker appended since its last hand-off (a hint: the
-    /// checkpointer may have handed the buffer over meanwhile).
+    /// Log bytes this worker appended since it last handed the island's
+    /// buffer over (a hint: other workers hand it over too).
     unflushed_bytes: usize,
     last_tid: u64,
     validate: bool,
@@ -179,6 +184,15 @@ impl Txn {
         let off = self.buf.len();
         self.buf.resize(off + words, 0);
         off as u32
+    }
+
+    /// Hints that the transaction will soon access `key` (see
+    /// [`crate::storage::Table::prefetch`]): a procedure that knows its keys up
+    /// front issues `Index` hints for all of them, then `Row` hints, then
+    /// reads, so the cache misses overlap.
+    #[inline]
+    pub fn prefetch(&self, table: TableId, key: u64, what: crate::storage::Prefetch) {
+        self.shared.catalog.table(table).prefetch(key, what);
     }
 
     /// Reads a row by primary key. `None` if absent.
@@ -656,12 +670,13 @@ impl Txn {
                 .delete_tid
                 .fetch_max(tid, std::sync::atomic::Ordering::AcqRel);
         }
-        // 4. Log. The worker's log slot stays locked until the writes are
-        // installed, so a checkpoint never hands over a record whose effects
-        // it could have missed in its scan (see `Island::checkpoint`).
+        // 4. Log, before installing: see `island::Shared::log`.
         let logged = writes && shared.wal.is_some();
-        let mut slot = logged.then(|| shared.log_slots[self.worker as usize].lock());
-        if let Some(slot) = slot.as_mut() {
+        let mut ack = 0;
+        let flag = &shared.committing[self.worker as usize];
+        if logged {
+            flag.store(flag.load(Ordering::Relaxed) + 1, Ordering::Release);
+            let mut slot = shared.log.lock();
             let log = &mut slot.buf;
             let before = log.len_bytes();
             log.commit_begin(tid);
@@ -677,6 +692,17 @@ impl Txn {
             }
             log.record_end();
             self.unflushed_bytes += log.len_bytes().saturating_sub(before);
+            if shared.wal.is_some() {
+                ack = slot.next_seq;
+                // Changes once per hand-off, not per commit: skip the store when
+                // unchanged, so read-only commits on other cores keep the line cached.
+                if shared.append_seq.load(Ordering::Relaxed) != ack {
+                    shared.append_seq.store(ack, Ordering::Release);
+                }
+            }
+        } else if shared.wal.is_some() {
+            // Read-only: durable once everything it could have read from is.
+            ack = shared.append_seq.load(Ordering::Acquire);
         }
         // 5. Install and release.
         for i in 0..self.acc.len() {
@@ -737,9 +763,11 @@ impl Txn {
                 Kind::Read => cc.release(t, a.rid, a.held),
             }
         }
-        drop(slot);
+        if logged {
+            flag.store(flag.load(Ordering::Relaxed) + 1, Ordering::Release);
+        }
         self.clear();
-        Ok(Committed { tid, logged })
+        Ok(Committed { tid, logged, ack })
     }
 
     fn validate_all(&self) -> Result<(), AbortReason> {
@@ -837,17 +865,15 @@ impl Txn {
         self.has_inserts = false;
     }
 
-    /// Hands this worker's buffered log records to the island's log. Returns the
-    /// batch number: commits made before this call are durable once
-    /// [`Txn::durable_batch`] reaches it. `None` if this worker never logged.
+    /// Hands the island's buffered log records to the log writer. Any worker
+    /// may do it; commits are durable once [`Txn::durable_batch`] reaches their
+    /// [`Committed::ack`]. Returns the batch submitted, if there was anything.
     pub fn flush_log(&mut self) -> Result<Option<BatchSeq>, Error> {
         let Some(w) = &self.shared.wal else {
             return Ok(None);
         };
         self.unflushed_bytes = 0;
-        self.shared.log_slots[self.worker as usize]
-            .lock()
-            .hand_off(w)
+        self.shared.log.lock().hand_off(w)
     }
 
     /// Blocks until batch `seq` is durable (`sync`) or written (`async`).
@@ -864,10 +890,9 @@ impl Txn {
     /// durable: the simple, one-at-a-time acknowledgement.
     pub fn commit_durable(&mut self) -> Result<Committed, Abort> {
         let c = self.commit()?;
-        if c.logged {
-            if let Some(seq) = self.flush_log()? {
-                self.wait_durable(seq)?;
-            }
+        if c.ack > 0 {
+            self.flush_log()?;
+            self.wait_durable(c.ack)?;
         }
         Ok(c)
     }
@@ -934,7 +959,7 @@ impl Drop for Txn {
         if !self.acc.is_empty() {
             self.abort();
         }
-        // Committed records must not stay behind in the slot of a worker that is gone.
+        // Committed records must not wait for another worker to hand them over.
         let _ = self.flush_log();
         self.shared.release_slot(self.worker as usize);
     }

@@ -127,16 +127,21 @@ pub struct WalConfig {
     pub durability: Durability,
     /// A segment rolls over once it holds at least this many bytes.
     pub segment_bytes: u64,
+    /// `sync` mode: the writer waits this long after an fdatasync before it
+    /// takes the next group, so groups grow (a commit delay). Zero: none.
+    pub group_delay: Duration,
 }
 
 impl WalConfig {
     pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+    pub const DEFAULT_GROUP_DELAY: Duration = Duration::from_micros(200);
 
     pub fn new(dir: impl Into<PathBuf>, durability: Durability) -> Self {
         WalConfig {
             dir: dir.into(),
             durability,
             segment_bytes: Self::DEFAULT_SEGMENT_BYTES,
+            group_delay: Self::DEFAULT_GROUP_DELAY,
         }
     }
 }
@@ -761,6 +766,19 @@ impl Writer {
     fn run_loop(&mut self) -> Result<(), WalError> {
         let async_mode = self.shared.cfg.durability == Durability::Async;
         loop {
+            if !async_mode && self.shared.cfg.group_delay > Duration::ZERO {
+                // Group commit: let more batches arrive before the next
+                // write + fdatasync. Each fdatasync costs kernel CPU that the
+                // workers share; a short pause buys much larger groups.
+                let left = self
+                    .shared
+                    .cfg
+                    .group_delay
+                    .saturating_sub(self.last_sync.elapsed());
+                if !left.is_zero() {
+                    std::thread::sleep(left);
+                }
+            }
             let shutdown = {
                 let mut q = self.shared.queue.lock();
                 while q.pending.is_empty() && !q.shutdown {
