@@ -8,6 +8,7 @@
 //! - [`storage`]: tables with a fixed schema, row arenas, hash / ordered / secondary indexes.
 //! - [`cc`]: concurrency control, one scheme chosen when the island opens.
 //! - [`txn`]: the transaction handle stored procedures run against.
+//! - [`transport`]: how islands exchange messages: batched frames over bounded mailboxes.
 //! - [`wal`]: the island's write-ahead log, group commit, checkpoints, recovery.
 //! - [`deploy`]: deployments: how many islands, which cores, which sites each holds.
 //! - [`island`]: one island: tables + scheme + log + workers.
@@ -20,6 +21,7 @@ pub mod error;
 pub mod island;
 pub mod storage;
 pub mod topology;
+pub mod transport;
 pub mod txn;
 pub mod wal;
 

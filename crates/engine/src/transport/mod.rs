@@ -1,0 +1,369 @@
+//! How islands exchange messages.
+//!
+//! A message is an encoded frame (the `coord` and remote-operation layers own
+//! the encodings); frames travel in *batches*, one batch per destination per
+//! round of a worker's loop, so one hand-off carries many messages. The
+//! addresses are [`Endpoint`]s: one mailbox per worker thread of an island, so
+//! every message about one transaction branch reaches the worker that holds the
+//! branch's state.
+//!
+//! [`Transport`] is the seam: [`InProc`] (islands as thread groups of one
+//! process, bounded lock-free mailboxes) is here; Unix sockets and TCP
+//! implement the same trait later, and tests drive the state machines through
+//! a simulated one.
+//!
+//! Batch layout: a sequence of frames `[len: u32 LE][payload: len bytes]`. A
+//! batch whose frames do not add up is malformed: the receiver counts it and
+//! executes nothing past the bad frame.
+
+use crossbeam_queue::ArrayQueue;
+use crossbeam_utils::CachePadded;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A mailbox: one worker thread of one island.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Endpoint(pub u32);
+
+/// Largest frame accepted (a message is a few hundred bytes; rows up to 4 KiB).
+pub const MAX_FRAME: usize = 1 << 20;
+
+/// A batch could not be delivered: the destination's mailbox is full. The
+/// batch comes back to the sender, which keeps it and retries (back-pressure).
+#[derive(Debug)]
+pub struct Full(pub Vec<u8>);
+
+/// Moves batches of frames between endpoints.
+pub trait Transport: Send + Sync {
+    /// Hands `batch` to `to`'s mailbox without blocking.
+    fn send(&self, from: Endpoint, to: Endpoint, batch: Vec<u8>) -> Result<(), Full>;
+    /// Takes the next batch addressed to `me`, if any, without blocking.
+    fn recv(&self, me: Endpoint) -> Option<(Endpoint, Vec<u8>)>;
+    /// An empty buffer for a new batch (recycled when possible).
+    fn buffer(&self) -> Vec<u8>;
+    /// Gives a consumed batch's buffer back.
+    fn recycle(&self, buf: Vec<u8>);
+    /// Number of endpoints.
+    fn endpoints(&self) -> usize;
+}
+
+/// Appends one frame to a batch.
+#[inline]
+pub fn push_frame(batch: &mut Vec<u8>, payload: &[u8]) {
+    debug_assert!(payload.len() <= MAX_FRAME);
+    batch.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    batch.extend_from_slice(payload);
+}
+
+/// Appends a frame written in place by `write` (no intermediate buffer).
+#[inline]
+pub fn push_frame_with(batch: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+    let at = batch.len();
+    batch.extend_from_slice(&[0; 4]);
+    write(batch);
+    let len = (batch.len() - at - 4) as u32;
+    batch[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Why a batch stopped decoding.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("truncated frame header at byte {0}")]
+    TruncatedHeader(usize),
+    #[error("frame at byte {at} claims {len} bytes, more than the {left} left in the batch")]
+    Overrun { at: usize, len: usize, left: usize },
+    #[error("frame at byte {at} claims {len} bytes, more than the {MAX_FRAME}-byte limit")]
+    TooLarge { at: usize, len: usize },
+}
+
+/// Iterates over the frames of a batch. Stops (yielding the error once) at the
+/// first malformed frame.
+pub struct Frames<'a> {
+    batch: &'a [u8],
+    at: usize,
+    failed: bool,
+}
+
+pub fn frames(batch: &[u8]) -> Frames<'_> {
+    Frames {
+        batch,
+        at: 0,
+        failed: false,
+    }
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Result<&'a [u8], FrameError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.at == self.batch.len() {
+            return None;
+        }
+        let at = self.at;
+        let rest = &self.batch[at..];
+        if rest.len() < 4 {
+            self.failed = true;
+            return Some(Err(FrameError::TruncatedHeader(at)));
+        }
+        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        if len > MAX_FRAME {
+            self.failed = true;
+            return Some(Err(FrameError::TooLarge { at, len }));
+        }
+        if len > rest.len() - 4 {
+            self.failed = true;
+            return Some(Err(FrameError::Overrun {
+                at,
+                len,
+                left: rest.len() - 4,
+            }));
+        }
+        self.at = at + 4 + len;
+        Some(Ok(&rest[4..4 + len]))
+    }
+}
+
+/// A worker's outgoing batches, one per destination, sent together.
+pub struct Outbox {
+    pending: Vec<Option<Vec<u8>>>,
+    /// Destinations with a non-empty batch, in first-use order.
+    dirty: Vec<Endpoint>,
+}
+
+impl Outbox {
+    pub fn new(endpoints: usize) -> Outbox {
+        Outbox {
+            pending: (0..endpoints).map(|_| None).collect(),
+            dirty: Vec::new(),
+        }
+    }
+
+    /// The batch being built for `to` (taken from the transport's pool).
+    #[inline]
+    pub fn batch(&mut self, t: &dyn Transport, to: Endpoint) -> &mut Vec<u8> {
+        let slot = &mut self.pending[to.0 as usize];
+        if slot.is_none() {
+            *slot = Some(t.buffer());
+        }
+        let b = slot.as_mut().expect("just filled");
+        if b.is_empty() && !self.dirty.contains(&to) {
+            self.dirty.push(to);
+        }
+        b
+    }
+
+    /// Sends every non-empty batch. Batches whose destination is full stay
+    /// here for the next flush; returns how many stayed.
+    pub fn flush(&mut self, t: &dyn Transport, from: Endpoint) -> usize {
+        let mut kept = 0;
+        let mut i = 0;
+        while i < self.dirty.len() {
+            let to = self.dirty[i];
+            let slot = &mut self.pending[to.0 as usize];
+            match slot.take() {
+                Some(b) if !b.is_empty() => match t.send(from, to, b) {
+                    Ok(()) => {
+                        self.dirty.swap_remove(i);
+                        continue;
+                    }
+                    Err(Full(b)) => {
+                        *slot = Some(b);
+                        kept += 1;
+                    }
+                },
+                other => {
+                    *slot = other;
+                    self.dirty.swap_remove(i);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        kept
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dirty.is_empty()
+    }
+}
+
+/// Islands as thread groups of one process: one bounded lock-free mailbox per
+/// endpoint and a shared pool of batch buffers.
+pub struct InProc {
+    mailboxes: Vec<CachePadded<ArrayQueue<(Endpoint, Vec<u8>)>>>,
+    pool: ArrayQueue<Vec<u8>>,
+    sent: CachePadded<AtomicU64>,
+}
+
+impl InProc {
+    /// `endpoints` mailboxes of `depth` batches each.
+    pub fn new(endpoints: usize, depth: usize) -> InProc {
+        InProc {
+            mailboxes: (0..endpoints)
+                .map(|_| CachePadded::new(ArrayQueue::new(depth.max(1))))
+                .collect(),
+            pool: ArrayQueue::new((endpoints * depth).clamp(16, 1 << 16)),
+            sent: CachePadded::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Batches sent so far (all endpoints).
+    pub fn batches_sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+}
+
+impl Transport for InProc {
+    #[inline]
+    fn send(&self, from: Endpoint, to: Endpoint, batch: Vec<u8>) -> Result<(), Full> {
+        match self.mailboxes[to.0 as usize].push((from, batch)) {
+            Ok(()) => {
+                self.sent.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err((_, b)) => Err(Full(b)),
+        }
+    }
+
+    #[inline]
+    fn recv(&self, me: Endpoint) -> Option<(Endpoint, Vec<u8>)> {
+        self.mailboxes[me.0 as usize].pop()
+    }
+
+    #[inline]
+    fn buffer(&self) -> Vec<u8> {
+        self.pool.pop().unwrap_or_else(|| Vec::with_capacity(4096))
+    }
+
+    #[inline]
+    fn recycle(&self, mut buf: Vec<u8>) {
+        buf.clear();
+        let _ = self.pool.push(buf);
+    }
+
+    fn endpoints(&self) -> usize {
+        self.mailboxes.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn frames_round_trip_and_batch_per_destination() {
+        let t = InProc::new(3, 4);
+        let mut out = Outbox::new(3);
+        for i in 0..10u32 {
+            let to = Endpoint(1 + i % 2);
+            push_frame(out.batch(&t, to), &i.to_le_bytes());
+        }
+        assert_eq!(out.flush(&t, Endpoint(0)), 0);
+        assert!(out.is_empty());
+        assert_eq!(t.batches_sent(), 2, "one batch per destination");
+        for (me, want) in [(1u32, vec![0u32, 2, 4, 6, 8]), (2, vec![1, 3, 5, 7, 9])] {
+            let (from, b) = t.recv(Endpoint(me)).expect("a batch");
+            assert_eq!(from, Endpoint(0));
+            let got: Vec<u32> = frames(&b)
+                .map(|f| u32::from_le_bytes(f.unwrap().try_into().unwrap()))
+                .collect();
+            assert_eq!(got, want);
+            t.recycle(b);
+            assert!(t.recv(Endpoint(me)).is_none());
+        }
+    }
+
+    #[test]
+    fn a_full_mailbox_pushes_back() {
+        let t = InProc::new(2, 1);
+        let mut out = Outbox::new(2);
+        push_frame(out.batch(&t, Endpoint(1)), b"a");
+        assert_eq!(out.flush(&t, Endpoint(0)), 0);
+        push_frame(out.batch(&t, Endpoint(1)), b"b");
+        assert_eq!(out.flush(&t, Endpoint(0)), 1, "mailbox of depth 1 is full");
+        push_frame(out.batch(&t, Endpoint(1)), b"c");
+        let (_, first) = t.recv(Endpoint(1)).unwrap();
+        assert_eq!(frames(&first).count(), 1);
+        assert_eq!(out.flush(&t, Endpoint(0)), 0);
+        let (_, second) = t.recv(Endpoint(1)).unwrap();
+        let got: Vec<&[u8]> = frames(&second).map(|f| f.unwrap()).collect();
+        assert_eq!(
+            got,
+            vec![b"b".as_slice(), b"c".as_slice()],
+            "kept frames are sent in order"
+        );
+    }
+
+    #[test]
+    fn ping_pong_across_threads() {
+        let t = Arc::new(InProc::new(2, 8));
+        let t2 = Arc::clone(&t);
+        let n = 2_000u64;
+        let h = std::thread::spawn(move || {
+            let mut seen = 0;
+            while seen < n {
+                if let Some((from, b)) = t2.recv(Endpoint(1)) {
+                    let mut reply = t2.buffer();
+                    for f in frames(&b) {
+                        push_frame(&mut reply, f.unwrap());
+                        seen += 1;
+                    }
+                    t2.recycle(b);
+                    while let Err(Full(r)) = t2.send(Endpoint(1), from, std::mem::take(&mut reply))
+                    {
+                        reply = r;
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        });
+        let mut sum = 0u64;
+        for i in 0..n {
+            let mut b = t.buffer();
+            push_frame(&mut b, &i.to_le_bytes());
+            while let Err(Full(r)) = t.send(Endpoint(0), Endpoint(1), b) {
+                b = r;
+            }
+            let (_, r) = loop {
+                if let Some(x) = t.recv(Endpoint(0)) {
+                    break x;
+                }
+                std::hint::spin_loop();
+            };
+            for f in frames(&r) {
+                sum += u64::from_le_bytes(f.unwrap().try_into().unwrap());
+            }
+            t.recycle(r);
+        }
+        h.join().unwrap();
+        assert_eq!(sum, n * (n - 1) / 2);
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics_and_good_prefixes_decode(payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 0..8), tail in proptest::collection::vec(any::<u8>(), 0..12)) {
+            let mut b = Vec::new();
+            for p in &payloads {
+                push_frame(&mut b, p);
+            }
+            let good = b.len();
+            b.extend_from_slice(&tail);
+            let mut got = vec![];
+            let mut err = None;
+            for f in frames(&b) {
+                match f {
+                    Ok(x) => got.push(x.to_vec()),
+                    Err(e) => err = Some(e),
+                }
+            }
+            prop_assert!(got.len() >= payloads.len());
+            prop_assert_eq!(&got[..payloads.len()], &payloads[..]);
+            if tail.is_empty() {
+                prop_assert!(err.is_none());
+                prop_assert_eq!(got.len(), payloads.len());
+            }
+            let _ = good;
+        }
+    }
+}
