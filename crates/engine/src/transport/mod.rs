@@ -186,10 +186,13 @@ impl Outbox {
     }
 }
 
+/// A bounded queue of (sender, batch).
+type Mailbox = ArrayQueue<(Endpoint, Vec<u8>)>;
+
 /// Islands as thread groups of one process: one bounded lock-free mailbox per
 /// endpoint and a shared pool of batch buffers.
 pub struct InProc {
-    mailboxes: Vec<CachePadded<ArrayQueue<(Endpoint, Vec<u8>)>>>,
+    mailboxes: Vec<CachePadded<Mailbox>>,
     pool: ArrayQueue<Vec<u8>>,
     sent: CachePadded<AtomicU64>,
 }
