@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use islands::bench::driver::{self, DriverConfig, Workload};
+use islands::bench::driver::{self, DriverConfig, WorkerSpec, Workload};
 use islands::bench::progress::DisplayMode;
 use islands::cc::CcKind;
+use islands::deploy::{self, DeploySpec, IslandId, Islands, Placement, Plan};
 use islands::island::{Island, IslandConfig};
+use islands::topology::Topology;
 use islands::wal::Durability;
 use islands::Error;
 use islands_workloads::micro::{self, Micro, MicroConfig};
@@ -28,7 +30,20 @@ pub struct BenchArgs {
 
 #[derive(Args, Clone)]
 struct Common {
-    /// Worker threads (default: one per CPU this process may use).
+    /// Islands: `1` (shared-everything, the default), `per-socket`, `per-l3`, `per-core`,
+    /// a number N, or explicit CPU lists `0-5;6-11`. Sites (key ranges) are split evenly
+    /// over the islands; see `islands plan`.
+    #[arg(long, global = true, default_value = "1")]
+    islands: String,
+    /// Placement of the islands on the cores: grouped (topology-aware), spread (across
+    /// sockets), os (no pinning).
+    #[arg(long, global = true, default_value = "grouped")]
+    placement: String,
+    /// Worker threads per island (default: one per core of the island).
+    #[arg(long, global = true)]
+    workers_per_island: Option<u32>,
+    /// Worker threads of a single island (shared-everything); the same as
+    /// --workers-per-island when --islands is 1. Default: one per CPU this process may use.
     #[arg(long, global = true)]
     workers: Option<usize>,
     /// Concurrency control: none (one worker only: no locks, no latches), no_wait, wait_die, occ (Silo-style).
@@ -114,8 +129,8 @@ struct MicroArgs {
     /// Bytes per row.
     #[arg(long, default_value_t = 256)]
     row_bytes: usize,
-    /// Sites (key ranges) the rows are split into; worker w's home site is w mod sites.
-    /// Default: one site per worker.
+    /// Sites (key ranges) the rows are split into and spread over the islands; a worker's
+    /// home site is one of its island's. Default: one site per core of the deployment.
     #[arg(long)]
     sites: Option<u64>,
     /// Rows read or updated per transaction (the paper's Fig. 9: 10).
@@ -147,22 +162,13 @@ fn secs(what: &str, v: f64) -> Result<Duration, Error> {
 
 pub fn run(args: &BenchArgs) -> Result<(), Error> {
     let c = args.common.clone();
-    let cpus = driver::allowed_cpus().len().max(1);
-    let workers = c.workers.unwrap_or(cpus);
-    if workers == 0 || workers > 1024 {
-        return Err(Error::Config(format!(
-            "--workers {workers} is outside 1..=1024"
-        )));
-    }
-    let cc: CcKind = match &c.cc {
-        Some(s) => s.parse().map_err(Error::Config)?,
-        None if workers == 1 => CcKind::None,
-        None => CcKind::Occ,
-    };
     let durability: Durability = c
         .durability
         .parse()
         .map_err(|e| Error::Config(format!("--durability: {e}")))?;
+    if let Some(cc) = &c.cc {
+        cc.parse::<CcKind>().map_err(Error::Config)?;
+    }
     let display = match c.progress.as_str() {
         "auto" => DisplayMode::Auto,
         "bar" => DisplayMode::Bar,
@@ -184,9 +190,40 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     if c.inflight == 0 {
         return Err(Error::Config("--inflight must be at least 1".into()));
     }
+    if c.group_delay_us > 1_000_000 {
+        return Err(Error::Config(format!(
+            "--group-delay-us {} is more than a second",
+            c.group_delay_us
+        )));
+    }
     let quiet = display == DisplayMode::Quiet;
+
+    // The deployment: plan it on this machine's topology.
+    let topology = Topology::discover()?;
+    let islands_label = Islands::parse(&c.islands)?;
+    let single = islands_label == Islands::Count(1);
+    let mut spec = DeploySpec::new(islands_label);
+    spec.placement = c.placement.parse::<Placement>()?;
+    spec.workers_per_island =
+        match (c.workers_per_island, c.workers) {
+            (Some(w), _) => Some(w),
+            (None, Some(w)) if single => {
+                if w == 0 || w > 1024 {
+                    return Err(Error::Config(format!("--workers {w} is outside 1..=1024")));
+                }
+                Some(w as u32)
+            }
+            (None, Some(_)) => return Err(Error::Config(
+                "--workers sizes a single island; with several islands use --workers-per-island"
+                    .into(),
+            )),
+            (None, None) if single => Some(driver::allowed_cpus().len().max(1) as u32),
+            (None, None) => None,
+        };
+    spec.cc = c.cc.clone();
+    spec.durability = durability.to_string();
     // A temporary log directory is ours to remove; a given one is the user's.
-    let (log_dir, temp_log) = match (&c.log_dir, durability) {
+    let (log_base, temp_log) = match (&c.log_dir, durability) {
         (_, Durability::Off) => (None, false),
         (Some(d), _) => (Some(d.clone()), false),
         (None, _) => {
@@ -194,18 +231,46 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             (Some(d), true)
         }
     };
-    let mut island_cfg = IslandConfig::new(cc, workers);
-    island_cfg.durability = durability;
-    island_cfg.log_dir = log_dir.clone();
-    if c.group_delay_us > 1_000_000 {
-        return Err(Error::Config(format!(
-            "--group-delay-us {} is more than a second",
-            c.group_delay_us
-        )));
+    if let Some(d) = &log_base {
+        spec.log_dir = d.clone();
     }
-    island_cfg.group_delay = Duration::from_micros(c.group_delay_us);
+    let workload = args.workload.clone().unwrap_or(WorkloadCmd::Ycsb(YcsbArgs {
+        preset: "silo".into(),
+        ..Default::default()
+    }));
+    if let WorkloadCmd::Micro(a) = &workload {
+        if let Some(s) = a.sites {
+            spec.sites = Some(
+                u32::try_from(s).map_err(|_| Error::Config(format!("--sites {s} is too large")))?,
+            );
+        }
+    }
+    let plan = deploy::plan(&topology, &spec)?;
+    let mut configs = Vec::new();
+    for ip in plan.islands() {
+        let mut cfg = IslandConfig::new(ip.cc.parse().map_err(Error::Config)?, ip.workers as usize);
+        cfg.name = format!("island-{}", ip.id.0);
+        cfg.durability = durability;
+        cfg.log_dir = log_base.as_ref().map(|_| ip.log_dir.clone());
+        cfg.group_delay = Duration::from_micros(c.group_delay_us);
+        configs.push(cfg);
+    }
+    let mut workers = Vec::new();
+    for (i, ip) in plan.islands().iter().enumerate() {
+        let cpus: Vec<usize> = ip
+            .cpus
+            .as_ref()
+            .map(|s| s.iter().map(|c| c as usize).collect())
+            .unwrap_or_default();
+        for j in 0..ip.workers as usize {
+            workers.push(WorkerSpec {
+                island: i,
+                cpu: (!c.no_pin && !cpus.is_empty()).then(|| cpus[j % cpus.len()]),
+            });
+        }
+    }
     let mut dcfg = DriverConfig {
-        workers,
+        workers: workers.len(),
         warmup,
         measure,
         inflight: c.inflight,
@@ -215,19 +280,30 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         workload_name: String::new(),
         parameters: Default::default(),
         deployment: format!(
-            "1 island, {workers} worker(s), cc {cc}, durability {durability}{}",
-            log_dir
+            "{}; cc {}; durability {durability}{}",
+            plan.summary(),
+            plan.islands()
+                .iter()
+                .map(|i| i.cc.as_str())
+                .collect::<Vec<_>>()
+                .join("/"),
+            log_base
                 .as_ref()
                 .map(|d| format!(", log in {}", d.display()))
                 .unwrap_or_default()
         ),
     };
-    let workload = args.workload.clone().unwrap_or(WorkloadCmd::Ycsb(YcsbArgs {
-        preset: "silo".into(),
-        ..Default::default()
-    }));
+    let n_islands = plan.islands().len();
     let result = match workload {
         WorkloadCmd::Ycsb(a) => {
+            if n_islands > 1 {
+                return Err(Error::Config(
+                    "YCSB draws keys from the whole table, so on several islands nearly every transaction \
+                     is distributed, and this build does not run distributed transactions yet: use --islands 1, \
+                     or the micro workload (local transactions) on several islands"
+                        .into(),
+                ));
+            }
             let mut y = YcsbConfig::preset(&a.preset)?;
             y.rows = a.rows.unwrap_or(y.rows);
             y.row_bytes = a.row_bytes.unwrap_or(y.row_bytes);
@@ -240,9 +316,11 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             dcfg.parameters = y.parameters();
             let w = Ycsb::new(y.clone())?;
             execute(
-                island_cfg,
-                &ycsb::tables(&y),
-                |i| ycsb::load(i, &y, quiet),
+                configs,
+                |_| ycsb::tables(&y),
+                |_, i| ycsb::load(i, &y, quiet),
+                &plan,
+                &workers,
                 w,
                 &dcfg,
                 &c.json,
@@ -250,26 +328,49 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             )
         }
         WorkloadCmd::Micro(a) => {
-            let sites = a.sites.unwrap_or(workers as u64);
             let m = MicroConfig {
                 rows: a.rows,
                 row_bytes: a.row_bytes,
-                sites,
+                sites: plan.sites() as u64,
                 n: a.n,
                 update: a.update && !a.read_only,
                 multisite_pct: a.multisite,
                 theta: a.skew,
             };
             m.check()?;
+            if n_islands > 1 && m.multisite_pct > 0 {
+                return Err(Error::Config(format!(
+                    "--multisite {} on {n_islands} islands needs distributed transactions (two-phase commit), \
+                     which this build does not run yet: use --multisite 0, or --islands 1",
+                    m.multisite_pct
+                )));
+            }
             dcfg.workload_name =
                 format!("micro ({})", if m.update { "update" } else { "read-only" });
             dcfg.parameters = m.parameters();
-            let homes = (0..workers as u64).map(|w| w % sites).collect();
+            // Worker j of island i has a home site among island i's sites.
+            let mut homes = Vec::new();
+            let mut next = vec![0u32; n_islands];
+            for w in &workers {
+                let sites = plan.sites_of(IslandId(w.island as u32));
+                let n = sites.end - sites.start;
+                homes.push((sites.start + next[w.island] % n) as u64);
+                next[w.island] += 1;
+            }
+            let keys_of = |i: usize| {
+                let s = plan.sites_of(IslandId(i as u32));
+                m.keys_of_sites(s.start as u64..s.end as u64)
+            };
             let w = Micro::new(m.clone(), homes)?;
             execute(
-                island_cfg,
-                &micro::tables(&m),
-                |i| micro::load(i, &m, 0..m.rows, quiet),
+                configs,
+                |i| {
+                    let k = keys_of(i);
+                    micro::tables(&m, k.end - k.start)
+                },
+                |i, island| micro::load(island, &m, keys_of(i), quiet),
+                &plan,
+                &workers,
                 w,
                 &dcfg,
                 &c.json,
@@ -278,53 +379,93 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         }
     };
     if temp_log {
-        if let Some(d) = &log_dir {
+        if let Some(d) = &log_base {
             let _ = std::fs::remove_dir_all(d);
         }
     }
     result
 }
 
+/// Opens every island of the plan, loads each from a thread pinned to the
+/// island's first CPU (so its rows are first touched on its NUMA node), makes
+/// the load durable with a checkpoint when the log is on, and runs the workload.
+#[allow(clippy::too_many_arguments)]
 fn execute<W: Workload + 'static>(
-    island_cfg: IslandConfig,
-    tables: &[islands::storage::TableDef],
-    load: impl FnOnce(&Island) -> Result<(), Error>,
+    configs: Vec<IslandConfig>,
+    tables: impl Fn(usize) -> Vec<islands::storage::TableDef>,
+    load: impl Fn(usize, &Island) -> Result<(), Error> + Sync,
+    plan: &Plan,
+    workers: &[WorkerSpec],
     workload: W,
     dcfg: &DriverConfig,
     json: &Option<PathBuf>,
     quiet: bool,
 ) -> Result<(), Error> {
-    if let Some(d) = &island_cfg.log_dir {
-        if d.exists()
-            && std::fs::read_dir(d)
-                .map(|mut r| r.next().is_some())
-                .unwrap_or(false)
-        {
-            return Err(Error::Config(format!(
-                "log directory {} is not empty: the benchmark loads a fresh database (remove it or pick another)",
-                d.display()
-            )));
+    let mut islands = Vec::new();
+    for (i, cfg) in configs.into_iter().enumerate() {
+        if let Some(d) = &cfg.log_dir {
+            if d.exists()
+                && std::fs::read_dir(d)
+                    .map(|mut r| r.next().is_some())
+                    .unwrap_or(false)
+            {
+                return Err(Error::Config(format!(
+                    "log directory {} is not empty: the benchmark loads a fresh database (remove it or pick another)",
+                    d.display()
+                )));
+            }
         }
+        let (island, _) = Island::open(cfg, &tables(i))?;
+        islands.push(island);
     }
-    let (island, _) = Island::open(island_cfg, tables)?;
     let t = std::time::Instant::now();
-    load(&island)?;
-    if !quiet {
-        eprintln!("[load] done in {:.1}s", t.elapsed().as_secs_f64());
-    }
-    if island.wal().is_some() {
-        // The initial population becomes durable as a checkpoint, not as log records.
-        let t = std::time::Instant::now();
-        let rows = island.checkpoint()?;
-        if !quiet {
-            eprintln!(
-                "[load] checkpoint of {rows} rows written in {:.1}s",
-                t.elapsed().as_secs_f64()
-            );
+    let first_cpu: Vec<Option<usize>> = plan
+        .islands()
+        .iter()
+        .map(|ip| {
+            ip.cpus
+                .as_ref()
+                .and_then(|s| s.iter().next())
+                .map(|c| c as usize)
+        })
+        .collect();
+    std::thread::scope(|scope| -> Result<(), Error> {
+        let handles: Vec<_> = islands
+            .iter()
+            .enumerate()
+            .map(|(i, island)| {
+                let load = &load;
+                let cpu = if dcfg.pin { first_cpu[i] } else { None };
+                scope.spawn(move || {
+                    if let Some(c) = cpu {
+                        let _ = driver::pin_to(c);
+                    }
+                    load(i, island)?;
+                    if island.wal().is_some() {
+                        // The initial population becomes durable as a checkpoint.
+                        island.checkpoint()?;
+                    }
+                    Ok::<(), Error>(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join()
+                .map_err(|_| Error::Config("a loader thread panicked".into()))??;
         }
+        Ok(())
+    })?;
+    if !quiet {
+        eprintln!(
+            "[load] {} island(s) loaded in {:.1}s",
+            islands.len(),
+            t.elapsed().as_secs_f64()
+        );
     }
-    let report = driver::run(&island, Arc::new(workload), dcfg)?;
-    island.shutdown();
+    let report = driver::run_islands(&islands, workers, Arc::new(workload), dcfg)?;
+    for i in &islands {
+        i.shutdown();
+    }
     println!("{}", report.render_table());
     if let Some(path) = json {
         report

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use islands::bench::driver::Workload;
 use islands::bench::rng::FastRng;
 use islands::bench::zipf::Zipf;
+use islands::deploy::EvenSplit;
 use islands::island::Island;
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::txn::Txn;
@@ -54,7 +55,7 @@ impl Default for MicroConfig {
 impl MicroConfig {
     pub fn check(&self) -> Result<(), Error> {
         check_rows(self.rows)?;
-        if self.sites == 0 || self.sites > self.rows {
+        if self.sites == 0 || self.sites > self.rows || self.sites > u32::MAX as u64 {
             return Err(Error::Config(format!(
                 "--sites {} must be between 1 and --rows ({})",
                 self.sites, self.rows
@@ -100,33 +101,37 @@ impl MicroConfig {
         .collect()
     }
 
-    /// The key range `[lo, hi)` of a site (the last site takes the remainder).
+    /// The key range `[lo, hi)` of a site: sites split the keys evenly
+    /// (sizes differ by at most one), as deployments split sites over islands.
     pub fn site_range(&self, site: u64) -> (u64, u64) {
-        let per = self.rows / self.sites;
-        let lo = site * per;
-        let hi = if site + 1 == self.sites {
-            self.rows
-        } else {
-            lo + per
-        };
-        (lo, hi)
+        let r = self.split().range(site as u32);
+        (r.start, r.end)
     }
 
     /// The site that holds `key`.
     pub fn site_of(&self, key: u64) -> u64 {
-        let per = self.rows / self.sites;
-        (key / per).min(self.sites - 1)
+        self.split().part_of(key) as u64
+    }
+
+    fn split(&self) -> EvenSplit {
+        EvenSplit::new(self.rows, self.sites as u32).expect("checked: 1 <= sites <= rows")
+    }
+
+    /// The keys of a range of sites (what one island holds).
+    pub fn keys_of_sites(&self, sites: std::ops::Range<u64>) -> std::ops::Range<u64> {
+        self.site_range(sites.start).0..self.site_range(sites.end - 1).1
     }
 }
 
-pub fn tables(cfg: &MicroConfig) -> Vec<TableDef> {
+/// The table, sized for `rows` rows (all of them, or one island's share).
+pub fn tables(cfg: &MicroConfig, rows: u64) -> Vec<TableDef> {
     vec![TableDef::new(
         "micro",
         &[
             ("val", ColType::I64),
             ("payload", ColType::Str((cfg.row_bytes - 8) as u16)),
         ],
-        cfg.rows,
+        rows.max(1),
         PrimaryKind::Hash,
     )]
 }

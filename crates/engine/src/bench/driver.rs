@@ -121,8 +121,41 @@ pub fn run<W: Workload + 'static>(
     workload: Arc<W>,
     cfg: &DriverConfig,
 ) -> Result<Report, Error> {
-    if cfg.workers == 0 {
+    let cpus = allowed_cpus();
+    let workers: Vec<WorkerSpec> = (0..cfg.workers)
+        .map(|w| WorkerSpec {
+            island: 0,
+            cpu: (cfg.pin && !cpus.is_empty()).then(|| cpus[w % cpus.len()]),
+        })
+        .collect();
+    run_islands(std::slice::from_ref(island), &workers, workload, cfg)
+}
+
+/// Where one worker runs: on which island, pinned to which CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkerSpec {
+    pub island: usize,
+    pub cpu: Option<usize>,
+}
+
+/// Runs `workload` with the given workers spread over several islands of one
+/// process (each worker runs transactions on its own island) and reports the
+/// measured phase of all of them together. `cfg.workers` and `cfg.pin` are
+/// ignored: `workers` says it all.
+pub fn run_islands<W: Workload + 'static>(
+    islands: &[Island],
+    workers: &[WorkerSpec],
+    workload: Arc<W>,
+    cfg: &DriverConfig,
+) -> Result<Report, Error> {
+    if workers.is_empty() {
         return Err(Error::Config("the driver needs at least one worker".into()));
+    }
+    if let Some(w) = workers.iter().find(|w| w.island >= islands.len()) {
+        return Err(Error::Config(format!(
+            "a worker is placed on island {}, which does not exist",
+            w.island
+        )));
     }
     if cfg.measure.is_zero() {
         return Err(Error::Config(
@@ -132,22 +165,23 @@ pub fn run<W: Workload + 'static>(
     let types = TxnTypes::new(&workload.types()).map_err(Error::Config)?;
     let phase = Arc::new(AtomicU8::new(WARMUP));
     let counters: Vec<Arc<ProgressCounter>> =
-        (0..cfg.workers).map(|_| ProgressCounter::new()).collect();
+        (0..workers.len()).map(|_| ProgressCounter::new()).collect();
     let cpus = allowed_cpus();
-    let durability = island.config().durability;
     let started = SystemTime::now();
-    let mut handles = Vec::with_capacity(cfg.workers);
-    for w in 0..cfg.workers {
+    let mut handles = Vec::with_capacity(workers.len());
+    for (w, spec) in workers.iter().enumerate() {
+        let island = &islands[spec.island];
+        let durability = island.config().durability;
         let tx = island.worker()?;
         let workload = Arc::clone(&workload);
         let phase = Arc::clone(&phase);
         let counter = Arc::clone(&counters[w]);
-        let cpu = (cfg.pin && !cpus.is_empty()).then(|| cpus[w % cpus.len()]);
+        let cpu = spec.cpu;
         let seed = cfg.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (w as u64 + 1);
         let inflight = cfg.inflight.max(1);
         handles.push(
             std::thread::Builder::new()
-                .name(format!("worker-{w}"))
+                .name(format!("i{}-worker-{w}", spec.island))
                 .spawn(move || {
                     if let Some(c) = cpu {
                         // Pinning can fail in a restricted container; the run goes on unpinned.
@@ -165,7 +199,10 @@ pub fn run<W: Workload + 'static>(
         ProgressDisplay::start_with(cfg.display, total, &cfg.workload_name, counters.clone());
     display.set_phase("warm-up");
     std::thread::sleep(cfg.warmup);
-    let wal_before = island.wal().map(|w| w.stats());
+    let wal_stats = || -> Option<Vec<crate::wal::WalStats>> {
+        islands.iter().map(|i| i.wal().map(|w| w.stats())).collect()
+    };
+    let wal_before = wal_stats();
     let cpu0 = CpuTime::process_now();
     let t0 = Instant::now();
     phase.store(MEASURE, Ordering::Release);
@@ -174,7 +211,7 @@ pub fn run<W: Workload + 'static>(
     phase.store(STOP, Ordering::Release);
     let measured = t0.elapsed();
     let cpu = CpuTime::process_now().saturating_sub(cpu0);
-    let wal_after = island.wal().map(|w| w.stats());
+    let wal_after = wal_stats();
     display.finish();
     let mut merged = WorkerStats::new();
     let mut first_err = None;
@@ -194,19 +231,24 @@ pub fn run<W: Workload + 'static>(
     }
     let log = match (wal_before, wal_after) {
         (Some(a), Some(b)) => {
-            let syncs = b.syncs - a.syncs;
+            let sum = |v: &[crate::wal::WalStats], f: fn(&crate::wal::WalStats) -> u64| {
+                v.iter().map(f).sum::<u64>()
+            };
+            let syncs = sum(&b, |s| s.syncs) - sum(&a, |s| s.syncs);
+            let nanos = sum(&b, |s| s.sync_nanos) - sum(&a, |s| s.sync_nanos);
             Some(LogReport {
-                bytes: b.bytes_written - a.bytes_written,
+                bytes: sum(&b, |s| s.bytes_written) - sum(&a, |s| s.bytes_written),
                 fdatasyncs: syncs,
                 fdatasync_mean_ms: if syncs == 0 {
                     0.0
                 } else {
-                    (b.sync_nanos - a.sync_nanos) as f64 / syncs as f64 / 1e6
+                    nanos as f64 / syncs as f64 / 1e6
                 },
             })
         }
         _ => None,
     };
+    let durability = islands[0].config().durability;
     let mut report = Report::from_stats(
         &types,
         &merged,
@@ -214,7 +256,7 @@ pub fn run<W: Workload + 'static>(
             workload: cfg.workload_name.clone(),
             parameters: cfg.parameters.clone(),
             deployment: cfg.deployment.clone(),
-            threads: cfg.workers,
+            threads: workers.len(),
             warmup: cfg.warmup,
             measured,
             cpu_process: cpu,

@@ -1,0 +1,3 @@
+//! Integration tests of the workloads: one binary, modules by workload.
+
+mod micro;
