@@ -1,0 +1,3 @@
+//! Integration tests of the workloads crate (one test binary, modules per workload).
+
+mod tpcc;
