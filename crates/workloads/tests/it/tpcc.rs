@@ -414,3 +414,82 @@ fn running_out_of_order_capacity_is_a_clear_error() {
         .to_string();
     assert!(e.contains("--max-orders-per-district"), "{e}");
 }
+
+#[test]
+fn generator_follows_the_spec_proportions() {
+    use islands::bench::driver::Workload;
+    use islands::bench::rng::FastRng;
+    let gen = |local_only: bool| {
+        let cfg = TpccConfig {
+            local_only,
+            ..small(4, 3_000)
+        };
+        Tpcc::new(cfg, vec![2]).unwrap()
+    };
+    let t = gen(false);
+    let mut rng = FastRng::new(11);
+    let mut req = TpccReq::default();
+    let n = 200_000;
+    let (mut types, mut lines, mut remote_lines, mut rollbacks) = ([0u64; 5], 0u64, 0u64, 0u64);
+    let (mut payments_remote, mut by_last, mut lookups) = (0u64, 0u64, 0u64);
+    for _ in 0..n {
+        let ty = t.next(0, &mut rng, &mut req);
+        types[ty] += 1;
+        assert_eq!(req.w, 2);
+        assert!((1..=10).contains(&req.d));
+        match ty {
+            tpcc::NEW_ORDER => {
+                assert!((5..=15).contains(&req.ol_cnt));
+                lines += req.ol_cnt as u64;
+                remote_lines += req.lines().iter().filter(|l| l.supply_w != 2).count() as u64;
+                assert_eq!(req.all_local, req.lines().iter().all(|l| l.supply_w == 2));
+                rollbacks += (req.lines()[req.ol_cnt - 1].i_id > 1_000) as u64;
+            }
+            tpcc::PAYMENT | tpcc::ORDER_STATUS => {
+                lookups += 1;
+                by_last += req.by_last as u64;
+                if ty == tpcc::PAYMENT {
+                    payments_remote += (req.c_w != 2) as u64;
+                    assert!((100..=500_000).contains(&req.amount));
+                }
+            }
+            _ => {}
+        }
+    }
+    let pct = |a: u64, b: u64| 100.0 * a as f64 / b as f64;
+    for (i, want) in [45.0, 43.0, 4.0, 4.0, 4.0].iter().enumerate() {
+        assert!((pct(types[i], n) - want).abs() < 0.5, "{types:?}");
+    }
+    assert!(
+        (pct(remote_lines, lines) - 1.0).abs() < 0.2,
+        "{remote_lines}/{lines}"
+    );
+    assert!((pct(rollbacks, types[0]) - 1.0).abs() < 0.2, "{rollbacks}");
+    assert!((pct(payments_remote, types[1]) - 15.0).abs() < 0.6);
+    assert!((pct(by_last, lookups) - 60.0).abs() < 0.6);
+    // Local only: no remote line, no remote customer.
+    let t = gen(true);
+    for _ in 0..20_000 {
+        let ty = t.next(0, &mut rng, &mut req);
+        if ty == tpcc::NEW_ORDER {
+            assert!(req.all_local);
+        }
+        if ty == tpcc::PAYMENT {
+            assert_eq!(req.c_w, 2);
+        }
+    }
+    // History keys of one worker never repeat.
+    let mut keys = std::collections::HashSet::new();
+    let p = Tpcc::new(
+        TpccConfig {
+            mix: Mix::parse("payment").unwrap(),
+            ..small(1, 30)
+        },
+        vec![1],
+    )
+    .unwrap();
+    for _ in 0..10_000 {
+        p.next(3, &mut rng, &mut req);
+        assert!(keys.insert(req.history_key));
+    }
+}
