@@ -3,8 +3,10 @@
 //!
 //! - [`ycsb`]: YCSB-style key-value transactions (DBx1000's and Silo's configurations).
 //! - [`micro`]: the paper's partition-sensitive microbenchmark (read or update N rows).
+//! - [`tpcc`]: TPC-C: all five transactions, the consistency checker.
 
 pub mod micro;
+pub mod tpcc;
 pub mod ycsb;
 
 use islands::Error;

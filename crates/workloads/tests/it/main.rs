@@ -1,3 +1,4 @@
-//! Integration tests of the workloads: one binary, modules by workload.
+//! Integration tests of the workloads crate (one test binary, modules per workload).
 
 mod micro;
+mod tpcc;

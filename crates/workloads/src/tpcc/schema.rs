@@ -1,0 +1,310 @@
+//! The TPC-C schema (Clause 1.3): nine tables, their columns, indexes and keys.
+//!
+//! Representation choices (deviations of form, not of content):
+//! - Money is `I64` in cents and rates (tax, discount) are `I64` in basis
+//!   points (1/10,000), so sums are exact and the consistency conditions
+//!   compare with `==`, not with a tolerance.
+//! - NULL is 0: `O_CARRIER_ID` (valid carriers are 1..=10) and
+//!   `OL_DELIVERY_D` (dates are microseconds since the Unix epoch, positive).
+//! - Strings are fixed-length `Str(n)` of the spec's maximum length; they
+//!   never contain a zero byte (the engine's string terminator).
+//!
+//! Keys are `u64`, packed from the spec's composite keys. Layout (bits, from
+//! the most significant end), with the checked ranges in [`super::TpccConfig::check`]:
+//!
+//! | table      | index                | key                                              |
+//! |------------|----------------------|--------------------------------------------------|
+//! | warehouse  | hash                 | `w` (1..=65,535)                                 |
+//! | district   | hash                 | `dk = w << 4 \| d` (d 1..=10), 20 bits           |
+//! | customer   | hash                 | `dk << 16 \| c` (c 1..=65,535)                   |
+//! | customer   | secondary `by_last`  | `dk << 32 \| fnv32(C_LAST)` (filter by C_LAST)   |
+//! | history    | ordered              | `w << 48 \| slot << 36 \| seq` (slot 0: loader; worker i: i + 1 < 4,096; seq < 2^36) |
+//! | new_order  | ordered              | `dk << 32 \| o` (o 1..2^32)                      |
+//! | orders     | ordered              | `dk << 32 \| o`                                  |
+//! | orders     | secondary `by_customer` | `dk << 16 \| c` (rows in o order: last = newest) |
+//! | order_line | ordered              | `(dk << 32 \| o) << 4 \| ol` (ol 1..=15), 56 bits |
+//! | item       | hash                 | `i` (1..=items)                                  |
+//! | stock      | hash                 | `w << 32 \| i`                                   |
+
+use islands::storage::{PrimaryKind, RowRef, SecondaryId, TableDef, TableId};
+
+use super::TpccConfig;
+
+/// Declares a table's columns once: `COLUMNS` for the table definition and one
+/// `Col` constant per column, numbered in declaration order (so they cannot
+/// drift apart).
+macro_rules! columns {
+    ($m:ident { $($c:ident : $t:expr),* $(,)? }) => {
+        #[allow(dead_code)]
+        pub mod $m {
+            use islands::storage::{Col, ColType};
+            #[allow(non_camel_case_types, clippy::upper_case_acronyms, clippy::enum_variant_names)]
+            #[repr(u16)]
+            enum I { $($c),* }
+            $(pub const $c: Col = Col(I::$c as u16);)*
+            pub const COLUMNS: &[(&str, ColType)] = &[$((stringify!($c), $t)),*];
+        }
+    };
+}
+
+columns!(wh {
+    W_ID: ColType::I32,
+    W_NAME: ColType::Str(10),
+    W_STREET_1: ColType::Str(20),
+    W_STREET_2: ColType::Str(20),
+    W_CITY: ColType::Str(20),
+    W_STATE: ColType::Str(2),
+    W_ZIP: ColType::Str(9),
+    W_TAX: ColType::I64,
+    W_YTD: ColType::I64,
+});
+
+columns!(dist {
+    D_ID: ColType::I32,
+    D_W_ID: ColType::I32,
+    D_NAME: ColType::Str(10),
+    D_STREET_1: ColType::Str(20),
+    D_STREET_2: ColType::Str(20),
+    D_CITY: ColType::Str(20),
+    D_STATE: ColType::Str(2),
+    D_ZIP: ColType::Str(9),
+    D_TAX: ColType::I64,
+    D_YTD: ColType::I64,
+    D_NEXT_O_ID: ColType::I32,
+});
+
+columns!(cust {
+    C_ID: ColType::I32,
+    C_D_ID: ColType::I32,
+    C_W_ID: ColType::I32,
+    C_FIRST: ColType::Str(16),
+    C_MIDDLE: ColType::Str(2),
+    C_LAST: ColType::Str(16),
+    C_STREET_1: ColType::Str(20),
+    C_STREET_2: ColType::Str(20),
+    C_CITY: ColType::Str(20),
+    C_STATE: ColType::Str(2),
+    C_ZIP: ColType::Str(9),
+    C_PHONE: ColType::Str(16),
+    C_SINCE: ColType::I64,
+    C_CREDIT: ColType::Str(2),
+    C_CREDIT_LIM: ColType::I64,
+    C_DISCOUNT: ColType::I64,
+    C_BALANCE: ColType::I64,
+    C_YTD_PAYMENT: ColType::I64,
+    C_PAYMENT_CNT: ColType::I32,
+    C_DELIVERY_CNT: ColType::I32,
+    C_DATA: ColType::Str(500),
+});
+
+columns!(hist {
+    H_C_ID: ColType::I32,
+    H_C_D_ID: ColType::I32,
+    H_C_W_ID: ColType::I32,
+    H_D_ID: ColType::I32,
+    H_W_ID: ColType::I32,
+    H_DATE: ColType::I64,
+    H_AMOUNT: ColType::I64,
+    H_DATA: ColType::Str(24),
+});
+
+columns!(no {
+    NO_O_ID: ColType::I32,
+    NO_D_ID: ColType::I32,
+    NO_W_ID: ColType::I32,
+});
+
+columns!(ord {
+    O_ID: ColType::I32,
+    O_D_ID: ColType::I32,
+    O_W_ID: ColType::I32,
+    O_C_ID: ColType::I32,
+    O_ENTRY_D: ColType::I64,
+    O_CARRIER_ID: ColType::I32,
+    O_OL_CNT: ColType::I32,
+    O_ALL_LOCAL: ColType::I32,
+});
+
+columns!(ol {
+    OL_O_ID: ColType::I32,
+    OL_D_ID: ColType::I32,
+    OL_W_ID: ColType::I32,
+    OL_NUMBER: ColType::I32,
+    OL_I_ID: ColType::I32,
+    OL_SUPPLY_W_ID: ColType::I32,
+    OL_DELIVERY_D: ColType::I64,
+    OL_QUANTITY: ColType::I32,
+    OL_AMOUNT: ColType::I64,
+    OL_DIST_INFO: ColType::Str(24),
+});
+
+columns!(item {
+    I_ID: ColType::I32,
+    I_IM_ID: ColType::I32,
+    I_NAME: ColType::Str(24),
+    I_PRICE: ColType::I64,
+    I_DATA: ColType::Str(50),
+});
+
+columns!(stock {
+    S_I_ID: ColType::I32,
+    S_W_ID: ColType::I32,
+    S_QUANTITY: ColType::I32,
+    S_DIST_01: ColType::Str(24),
+    S_DIST_02: ColType::Str(24),
+    S_DIST_03: ColType::Str(24),
+    S_DIST_04: ColType::Str(24),
+    S_DIST_05: ColType::Str(24),
+    S_DIST_06: ColType::Str(24),
+    S_DIST_07: ColType::Str(24),
+    S_DIST_08: ColType::Str(24),
+    S_DIST_09: ColType::Str(24),
+    S_DIST_10: ColType::Str(24),
+    S_YTD: ColType::I64,
+    S_ORDER_CNT: ColType::I32,
+    S_REMOTE_CNT: ColType::I32,
+    S_DATA: ColType::Str(50),
+});
+
+/// `S_DIST_xx` of district `d` (1..=10).
+pub fn s_dist(d: u32) -> islands::storage::Col {
+    debug_assert!((1..=DISTRICTS).contains(&d));
+    islands::storage::Col(stock::S_DIST_01.0 + (d - 1) as u16)
+}
+
+pub const WAREHOUSE: TableId = 0;
+pub const DISTRICT: TableId = 1;
+pub const CUSTOMER: TableId = 2;
+pub const HISTORY: TableId = 3;
+pub const NEW_ORDER: TableId = 4;
+pub const ORDERS: TableId = 5;
+pub const ORDER_LINE: TableId = 6;
+pub const ITEM: TableId = 7;
+pub const STOCK: TableId = 8;
+
+/// Names of the secondary indexes; their ids are their declaration order.
+pub const CUSTOMER_BY_LAST_NAME: &str = "by_last";
+pub const CUSTOMER_BY_LAST: SecondaryId = SecondaryId(0);
+pub const ORDERS_BY_CUSTOMER_NAME: &str = "by_customer";
+pub const ORDERS_BY_CUSTOMER: SecondaryId = SecondaryId(0);
+
+pub const DISTRICTS: u32 = 10;
+/// Most order lines per order (Clause 2.4.1.3: 5..=15).
+pub const MAX_OL: u32 = 15;
+pub const MAX_WAREHOUSES: u32 = u16::MAX as u32;
+pub const MAX_CUSTOMERS: u32 = u16::MAX as u32;
+/// History keys: sequence numbers per (warehouse, slot) below 2^36.
+pub const HIST_SEQ_BITS: u32 = 36;
+/// History keys: slot 0 is the loader, worker i uses slot i + 1.
+pub const HIST_MAX_SLOT: u64 = (1 << 12) - 1;
+
+#[inline]
+pub fn district_key(w: u32, d: u32) -> u64 {
+    debug_assert!(w <= MAX_WAREHOUSES && d < 16);
+    (u64::from(w) << 4) | u64::from(d)
+}
+
+#[inline]
+pub fn customer_key(w: u32, d: u32, c: u32) -> u64 {
+    debug_assert!(c <= MAX_CUSTOMERS);
+    (district_key(w, d) << 16) | u64::from(c)
+}
+
+#[inline]
+pub fn order_key(w: u32, d: u32, o: u32) -> u64 {
+    (district_key(w, d) << 32) | u64::from(o)
+}
+
+#[inline]
+pub fn order_line_key(w: u32, d: u32, o: u32, ol: u32) -> u64 {
+    debug_assert!(ol < 16);
+    (order_key(w, d, o) << 4) | u64::from(ol)
+}
+
+#[inline]
+pub fn stock_key(w: u32, i: u32) -> u64 {
+    (u64::from(w) << 32) | u64::from(i)
+}
+
+#[inline]
+pub fn history_key(w: u32, slot: u64, seq: u64) -> u64 {
+    debug_assert!(slot <= HIST_MAX_SLOT && seq < 1 << HIST_SEQ_BITS);
+    (u64::from(w) << 48) | (slot << HIST_SEQ_BITS) | seq
+}
+
+/// FNV-1a, folded to 32 bits: the last-name part of the `by_last` key.
+#[inline]
+pub fn name_hash(s: &[u8]) -> u64 {
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in s {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    u64::from(h)
+}
+
+/// `by_last` key of a customer named `last` in district (w, d).
+#[inline]
+pub fn last_name_key(w: u32, d: u32, last: &[u8]) -> u64 {
+    (district_key(w, d) << 32) | name_hash(last)
+}
+
+fn customer_by_last(r: &RowRef) -> u64 {
+    last_name_key(
+        r.i32(cust::C_W_ID) as u32,
+        r.i32(cust::C_D_ID) as u32,
+        r.str(cust::C_LAST),
+    )
+}
+
+fn orders_by_customer(r: &RowRef) -> u64 {
+    customer_key(
+        r.i32(ord::O_W_ID) as u32,
+        r.i32(ord::O_D_ID) as u32,
+        r.i32(ord::O_C_ID) as u32,
+    )
+}
+
+/// The tables, in `TableId` order, sized for `cfg`. Hash tables are sized
+/// exactly (their index is allocated up front); the insert-heavy tables are
+/// ordered, whose arenas take memory only as rows arrive, so their capacity
+/// is the run's limit, not its footprint.
+pub fn tables(cfg: &TpccConfig) -> Vec<TableDef> {
+    let w = u64::from(cfg.warehouses);
+    let districts = w * u64::from(DISTRICTS);
+    let customers = districts * u64::from(cfg.customers_per_district);
+    let orders = districts * u64::from(cfg.max_orders_per_district);
+    vec![
+        TableDef::new("warehouse", wh::COLUMNS, w, PrimaryKind::Hash),
+        TableDef::new("district", dist::COLUMNS, districts, PrimaryKind::Hash),
+        TableDef::new("customer", cust::COLUMNS, customers, PrimaryKind::Hash)
+            .with_secondary(CUSTOMER_BY_LAST_NAME, customer_by_last),
+        TableDef::new(
+            "history",
+            hist::COLUMNS,
+            customers + cfg.history_capacity(),
+            PrimaryKind::Ordered,
+        ),
+        TableDef::new("new_order", no::COLUMNS, orders, PrimaryKind::Ordered),
+        TableDef::new("orders", ord::COLUMNS, orders, PrimaryKind::Ordered)
+            .with_secondary(ORDERS_BY_CUSTOMER_NAME, orders_by_customer),
+        TableDef::new(
+            "order_line",
+            ol::COLUMNS,
+            orders * u64::from(MAX_OL),
+            PrimaryKind::Ordered,
+        ),
+        TableDef::new(
+            "item",
+            item::COLUMNS,
+            u64::from(cfg.items),
+            PrimaryKind::Hash,
+        ),
+        TableDef::new(
+            "stock",
+            stock::COLUMNS,
+            w * u64::from(cfg.items),
+            PrimaryKind::Hash,
+        ),
+    ]
+}

@@ -1,0 +1,448 @@
+//! The five TPC-C transactions (Clause 2.4 – 2.8) as stored procedures.
+//!
+//! Each takes its inputs from a [`TpccReq`] made by the generator. The outputs
+//! the spec asks a terminal to display are computed and dropped into
+//! `black_box`, so the reads they need are not optimised away.
+//!
+//! A missing warehouse, district, customer, item-for-stock or stock row is a
+//! broken database (those tables only grow at load): the run fails with an
+//! error. An order missing under a new_order row that a concurrent scheme
+//! just showed us is an inconsistent read, retried as a conflict; with
+//! `cc none` nothing runs concurrently, so there it is an error too.
+
+use std::hint::black_box;
+use std::io::Write;
+
+use islands::cc::CcKind;
+use islands::txn::{RowH, Txn};
+use islands::{Abort, AbortReason, Error};
+
+use super::schema::{
+    cust, customer_key, dist, district_key, hist, item, last_name_key, no, ol, ord, order_key,
+    order_line_key, s_dist, stock, stock_key, wh, CUSTOMER, CUSTOMER_BY_LAST, DISTRICT, DISTRICTS,
+    HISTORY, ITEM, MAX_OL, NEW_ORDER, ORDERS, ORDERS_BY_CUSTOMER, ORDER_LINE, STOCK, WAREHOUSE,
+};
+use super::{TpccConfig, TpccReq};
+
+/// Orders StockLevel looks back over (Clause 2.8.2.2).
+const STOCK_LEVEL_ORDERS: u32 = 20;
+
+fn broken(what: &str, key: u64) -> Abort {
+    Abort::Failed(Error::Config(format!(
+        "TPC-C: {what} with key {key:#x} is missing: the database is not a TPC-C population"
+    )))
+}
+
+/// A row that must exist given what the transaction read before it.
+fn inconsistent(tx: &Txn, what: &str, key: u64) -> Abort {
+    if tx.cc_kind() == CcKind::None {
+        broken(what, key)
+    } else {
+        Abort::Conflict(AbortReason::ReadValidation)
+    }
+}
+
+/// NewOrder (Clause 2.4.2).
+pub async fn new_order(tx: &mut Txn, cfg: &TpccConfig, req: &TpccReq) -> Result<(), Abort> {
+    let (w, d) = (req.w, req.d);
+    let wk = u64::from(w);
+    let wh_h = tx
+        .get(WAREHOUSE, wk)
+        .await?
+        .ok_or_else(|| broken("warehouse", wk))?;
+    let w_tax = tx.row(wh_h).i64(wh::W_TAX);
+    let dk = district_key(w, d);
+    let d_h = tx
+        .get_for_update(DISTRICT, dk)
+        .await?
+        .ok_or_else(|| broken("district", dk))?;
+    let d_tax = tx.row(d_h).i64(dist::D_TAX);
+    let o_id = tx.row(d_h).i32(dist::D_NEXT_O_ID) as u32;
+    if o_id > cfg.max_orders_per_district {
+        return Err(Abort::Failed(Error::Config(format!(
+            "TPC-C: district {d} of warehouse {w} reached {} orders, the capacity fixed at start \
+             (raise --max-orders-per-district or shorten the run)",
+            cfg.max_orders_per_district
+        ))));
+    }
+    tx.row_mut(d_h).set_i32(dist::D_NEXT_O_ID, o_id as i32 + 1);
+    let ck = customer_key(req.c_w, req.c_d, req.c_id);
+    let c_h = tx
+        .get(CUSTOMER, ck)
+        .await?
+        .ok_or_else(|| broken("customer", ck))?;
+    let c_discount = tx.row(c_h).i64(cust::C_DISCOUNT);
+    black_box((
+        tx.row(c_h).str(cust::C_LAST),
+        tx.row(c_h).str(cust::C_CREDIT),
+    ));
+
+    let ok = order_key(w, d, o_id);
+    // A committed order with this id means our D_NEXT_O_ID read is stale.
+    let o_h = tx
+        .insert(ORDERS, ok)
+        .await?
+        .ok_or(Abort::Conflict(AbortReason::DuplicateKey))?;
+    {
+        let mut r = tx.row_mut(o_h);
+        r.set_i32(ord::O_ID, o_id as i32);
+        r.set_i32(ord::O_D_ID, d as i32);
+        r.set_i32(ord::O_W_ID, w as i32);
+        r.set_i32(ord::O_C_ID, req.c_id as i32);
+        r.set_i64(ord::O_ENTRY_D, req.now_us);
+        r.set_i32(ord::O_CARRIER_ID, 0);
+        r.set_i32(ord::O_OL_CNT, req.ol_cnt as i32);
+        r.set_i32(ord::O_ALL_LOCAL, i32::from(req.all_local));
+    }
+    let no_h = tx
+        .insert(NEW_ORDER, ok)
+        .await?
+        .ok_or(Abort::Conflict(AbortReason::DuplicateKey))?;
+    {
+        let mut r = tx.row_mut(no_h);
+        r.set_i32(no::NO_O_ID, o_id as i32);
+        r.set_i32(no::NO_D_ID, d as i32);
+        r.set_i32(no::NO_W_ID, w as i32);
+    }
+
+    let mut total = 0i64;
+    for (i, line) in req.lines().iter().enumerate() {
+        let ik = u64::from(line.i_id);
+        // The 1% rollback: an unused item id (Clause 2.4.2.3).
+        let Some(i_h) = tx.get(ITEM, ik).await? else {
+            return Err(Abort::User(
+                "NewOrder: invalid item (the spec's 1% rollback)",
+            ));
+        };
+        let price = tx.row(i_h).i64(item::I_PRICE);
+        let i_original = contains(tx.row(i_h).str(item::I_DATA), b"ORIGINAL");
+        let sk = stock_key(line.supply_w, line.i_id);
+        let s_h = tx
+            .get_for_update(STOCK, sk)
+            .await?
+            .ok_or_else(|| broken("stock", sk))?;
+        let qty = line.quantity as i32;
+        let mut dist_info = [0u8; 24];
+        let s_original;
+        {
+            let s = tx.row(s_h);
+            let di = s.str(s_dist(d));
+            dist_info[..di.len()].copy_from_slice(di);
+            s_original = contains(s.str(stock::S_DATA), b"ORIGINAL");
+        }
+        {
+            let mut s = tx.row_mut(s_h);
+            let q = s.i32(stock::S_QUANTITY);
+            s.set_i32(
+                stock::S_QUANTITY,
+                if q >= qty + 10 { q - qty } else { q - qty + 91 },
+            );
+            s.set_i64(stock::S_YTD, s.i64(stock::S_YTD) + i64::from(qty));
+            s.set_i32(stock::S_ORDER_CNT, s.i32(stock::S_ORDER_CNT) + 1);
+            if line.supply_w != w {
+                s.set_i32(stock::S_REMOTE_CNT, s.i32(stock::S_REMOTE_CNT) + 1);
+            }
+        }
+        black_box(i_original && s_original);
+        let amount = i64::from(qty) * price;
+        total += amount;
+        let number = i as u32 + 1;
+        let olk = order_line_key(w, d, o_id, number);
+        let ol_h = tx
+            .insert(ORDER_LINE, olk)
+            .await?
+            .ok_or(Abort::Conflict(AbortReason::DuplicateKey))?;
+        let mut r = tx.row_mut(ol_h);
+        r.set_i32(ol::OL_O_ID, o_id as i32);
+        r.set_i32(ol::OL_D_ID, d as i32);
+        r.set_i32(ol::OL_W_ID, w as i32);
+        r.set_i32(ol::OL_NUMBER, number as i32);
+        r.set_i32(ol::OL_I_ID, line.i_id as i32);
+        r.set_i32(ol::OL_SUPPLY_W_ID, line.supply_w as i32);
+        r.set_i64(ol::OL_DELIVERY_D, 0);
+        r.set_i32(ol::OL_QUANTITY, qty);
+        r.set_i64(ol::OL_AMOUNT, amount);
+        r.set_str(ol::OL_DIST_INFO, &dist_info);
+    }
+    // total * (1 - discount) * (1 + w_tax + d_tax), rates in basis points.
+    black_box(total * (10_000 - c_discount) / 10_000 * (10_000 + w_tax + d_tax) / 10_000);
+    Ok(())
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Finds the customer of a Payment or OrderStatus: by id, or by last name,
+/// taking the one at position ⌈n/2⌉ of those with that name sorted by
+/// C_FIRST (Clause 2.5.2.2). Ties in C_FIRST go by C_ID.
+async fn find_customer(tx: &mut Txn, req: &TpccReq, for_update: bool) -> Result<RowH, Abort> {
+    if !req.by_last {
+        let ck = customer_key(req.c_w, req.c_d, req.c_id);
+        let h = if for_update {
+            tx.get_for_update(CUSTOMER, ck).await?
+        } else {
+            tx.get(CUSTOMER, ck).await?
+        };
+        return h.ok_or_else(|| broken("customer", ck));
+    }
+    let last = req.c_last();
+    let skey = last_name_key(req.c_w, req.c_d, last);
+    let n = tx
+        .scan_secondary(CUSTOMER, CUSTOMER_BY_LAST, skey, 1 << 16, false)
+        .await?;
+    let matches = |tx: &Txn, i: usize| tx.row(tx.scan_row(i)).str(cust::C_LAST) == last;
+    let m = (0..n).filter(|&i| matches(tx, i)).count();
+    if m == 0 {
+        return Err(broken("customer by last name", skey));
+    }
+    // The (m - 1) / 2-th (0-based) in (C_FIRST, C_ID) order: small groups
+    // (a handful of rows), so counting beats sorting into a buffer.
+    let want = (m - 1) / 2;
+    for i in (0..n).filter(|&i| matches(tx, i)) {
+        let hi = tx.scan_row(i);
+        let row_i = tx.row(hi);
+        let first_i = row_i.str(cust::C_FIRST);
+        let key_i = tx.key(hi);
+        let rank = (0..n)
+            .filter(|&j| matches(tx, j))
+            .filter(|&j| {
+                let hj = tx.scan_row(j);
+                (tx.row(hj).str(cust::C_FIRST), tx.key(hj)) < (first_i, key_i)
+            })
+            .count();
+        if rank == want {
+            return Ok(hi);
+        }
+    }
+    unreachable!("a rank in 0..m is always taken")
+}
+
+/// Payment (Clause 2.5.2).
+pub async fn payment(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
+    let (w, d) = (req.w, req.d);
+    let wk = u64::from(w);
+    let wh_h = tx
+        .get_for_update(WAREHOUSE, wk)
+        .await?
+        .ok_or_else(|| broken("warehouse", wk))?;
+    let ytd = tx.row(wh_h).i64(wh::W_YTD);
+    tx.row_mut(wh_h).set_i64(wh::W_YTD, ytd + req.amount);
+    let dk = district_key(w, d);
+    let d_h = tx
+        .get_for_update(DISTRICT, dk)
+        .await?
+        .ok_or_else(|| broken("district", dk))?;
+    let ytd = tx.row(d_h).i64(dist::D_YTD);
+    tx.row_mut(d_h).set_i64(dist::D_YTD, ytd + req.amount);
+
+    let c_h = find_customer(tx, req, true).await?;
+    let c_id = tx.row(c_h).i32(cust::C_ID);
+    let bad_credit = tx.row(c_h).str(cust::C_CREDIT) == b"BC";
+    let mut data = [0u8; 500];
+    let mut data_len = 0;
+    if bad_credit {
+        // New C_DATA: the payment's ids and amount, then the old data, cut to 500.
+        let mut cur = std::io::Cursor::new(&mut data[..]);
+        let _ = write!(
+            cur,
+            "{} {} {} {} {} {}.{:02} ",
+            c_id,
+            req.c_d,
+            req.c_w,
+            d,
+            w,
+            req.amount / 100,
+            req.amount % 100
+        );
+        let at = cur.position() as usize;
+        let c_row = tx.row(c_h);
+        let old = c_row.str(cust::C_DATA);
+        let k = old.len().min(500 - at);
+        data[at..at + k].copy_from_slice(&old[..k]);
+        data_len = at + k;
+    }
+    {
+        let mut c = tx.row_mut(c_h);
+        c.set_i64(cust::C_BALANCE, c.i64(cust::C_BALANCE) - req.amount);
+        c.set_i64(cust::C_YTD_PAYMENT, c.i64(cust::C_YTD_PAYMENT) + req.amount);
+        c.set_i32(cust::C_PAYMENT_CNT, c.i32(cust::C_PAYMENT_CNT) + 1);
+        if bad_credit {
+            c.set_str(cust::C_DATA, &data[..data_len]);
+        }
+    }
+
+    let mut h_data = [0u8; 24];
+    let (w_row, d_row) = (tx.row(wh_h), tx.row(d_h));
+    let (w_name, d_name) = (w_row.str(wh::W_NAME), d_row.str(dist::D_NAME));
+    let mut cur = std::io::Cursor::new(&mut h_data[..]);
+    let _ = cur.write_all(w_name);
+    let _ = cur.write_all(b"    ");
+    let _ = cur.write_all(d_name);
+    let h_h = tx.insert(HISTORY, req.history_key).await?.ok_or_else(|| {
+        Abort::Failed(Error::Config(format!(
+            "TPC-C: history key {:#x} is taken: two workers share a history slot",
+            req.history_key
+        )))
+    })?;
+    let mut h = tx.row_mut(h_h);
+    h.set_i32(hist::H_C_ID, c_id);
+    h.set_i32(hist::H_C_D_ID, req.c_d as i32);
+    h.set_i32(hist::H_C_W_ID, req.c_w as i32);
+    h.set_i32(hist::H_D_ID, d as i32);
+    h.set_i32(hist::H_W_ID, w as i32);
+    h.set_i64(hist::H_DATE, req.now_us);
+    h.set_i64(hist::H_AMOUNT, req.amount);
+    h.set_str(hist::H_DATA, &h_data);
+    Ok(())
+}
+
+/// OrderStatus (Clause 2.6.2), read-only.
+pub async fn order_status(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
+    let c_h = find_customer(tx, req, false).await?;
+    let c_id = tx.row(c_h).i32(cust::C_ID) as u32;
+    black_box((
+        tx.row(c_h).i64(cust::C_BALANCE),
+        tx.row(c_h).str(cust::C_FIRST),
+    ));
+    let n = tx
+        .scan_secondary(
+            ORDERS,
+            ORDERS_BY_CUSTOMER,
+            customer_key(req.c_w, req.c_d, c_id),
+            1,
+            true,
+        )
+        .await?;
+    if n == 0 {
+        return Ok(());
+    }
+    let o_h = tx.scan_row(0);
+    let o_id = tx.row(o_h).i32(ord::O_ID) as u32;
+    black_box((
+        tx.row(o_h).i64(ord::O_ENTRY_D),
+        tx.row(o_h).i32(ord::O_CARRIER_ID),
+    ));
+    let n = tx
+        .scan(
+            ORDER_LINE,
+            order_line_key(req.c_w, req.c_d, o_id, 0),
+            order_line_key(req.c_w, req.c_d, o_id, MAX_OL),
+            MAX_OL as usize,
+            false,
+        )
+        .await?;
+    for i in 0..n {
+        let r = tx.row(tx.scan_row(i));
+        black_box((
+            r.i32(ol::OL_I_ID),
+            r.i32(ol::OL_SUPPLY_W_ID),
+            r.i32(ol::OL_QUANTITY),
+            r.i64(ol::OL_AMOUNT),
+            r.i64(ol::OL_DELIVERY_D),
+        ));
+    }
+    Ok(())
+}
+
+/// Delivery (Clause 2.7.4): the oldest undelivered order of each of the ten
+/// districts, in one transaction. A district with none is skipped.
+pub async fn delivery(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
+    let w = req.w;
+    for d in 1..=DISTRICTS {
+        let n = tx
+            .scan(
+                NEW_ORDER,
+                order_key(w, d, 0),
+                order_key(w, d, u32::MAX),
+                1,
+                false,
+            )
+            .await?;
+        if n == 0 {
+            continue;
+        }
+        let no_h = tx.scan_row(0);
+        let o_id = tx.row(no_h).i32(no::NO_O_ID) as u32;
+        tx.delete(no_h).await?;
+        let ok = order_key(w, d, o_id);
+        let o_h = tx
+            .get_for_update(ORDERS, ok)
+            .await?
+            .ok_or_else(|| inconsistent(tx, "order of a new_order row", ok))?;
+        let c_id = tx.row(o_h).i32(ord::O_C_ID) as u32;
+        tx.row_mut(o_h)
+            .set_i32(ord::O_CARRIER_ID, req.carrier as i32);
+        let n = tx
+            .scan(
+                ORDER_LINE,
+                order_line_key(w, d, o_id, 0),
+                order_line_key(w, d, o_id, MAX_OL),
+                MAX_OL as usize,
+                false,
+            )
+            .await?;
+        let mut sum = 0i64;
+        for i in 0..n {
+            let h = tx.scan_row(i);
+            sum += tx.row(h).i64(ol::OL_AMOUNT);
+            tx.row_mut(h).set_i64(ol::OL_DELIVERY_D, req.now_us);
+        }
+        let ck = customer_key(w, d, c_id);
+        let c_h = tx
+            .get_for_update(CUSTOMER, ck)
+            .await?
+            .ok_or_else(|| broken("customer", ck))?;
+        let mut c = tx.row_mut(c_h);
+        c.set_i64(cust::C_BALANCE, c.i64(cust::C_BALANCE) + sum);
+        c.set_i32(cust::C_DELIVERY_CNT, c.i32(cust::C_DELIVERY_CNT) + 1);
+    }
+    Ok(())
+}
+
+/// StockLevel (Clause 2.8.2), read-only: distinct items of the district's
+/// last 20 orders whose stock is below the threshold.
+pub async fn stock_level(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
+    let (w, d) = (req.w, req.d);
+    let dk = district_key(w, d);
+    let d_h = tx
+        .get(DISTRICT, dk)
+        .await?
+        .ok_or_else(|| broken("district", dk))?;
+    let next = tx.row(d_h).i32(dist::D_NEXT_O_ID) as u32;
+    let lo = next.saturating_sub(STOCK_LEVEL_ORDERS).max(1);
+    const MAX_LINES: usize = (STOCK_LEVEL_ORDERS * MAX_OL) as usize;
+    let n = tx
+        .scan(
+            ORDER_LINE,
+            order_line_key(w, d, lo, 0),
+            order_line_key(w, d, next - 1, MAX_OL),
+            MAX_LINES,
+            false,
+        )
+        .await?;
+    let mut items = [0u32; MAX_LINES];
+    for (i, slot) in items.iter_mut().enumerate().take(n) {
+        *slot = tx.row(tx.scan_row(i)).i32(ol::OL_I_ID) as u32;
+    }
+    let items = &mut items[..n];
+    items.sort_unstable();
+    let mut low = 0u32;
+    let mut prev = 0;
+    for &i in items.iter() {
+        if i == prev {
+            continue;
+        }
+        prev = i;
+        let sk = stock_key(w, i);
+        let s_h = tx
+            .get(STOCK, sk)
+            .await?
+            .ok_or_else(|| broken("stock", sk))?;
+        if tx.row(s_h).i32(stock::S_QUANTITY) < req.threshold {
+            low += 1;
+        }
+    }
+    black_box(low);
+    Ok(())
+}
