@@ -76,6 +76,8 @@ enum WorkloadCmd {
     Ycsb(YcsbArgs),
     /// The paper's partition-sensitive microbenchmark: read or update N rows of a site.
     Micro(MicroArgs),
+    /// Message round trips between two pinned threads (spin queue, crossbeam channel, std mpsc).
+    Ipc(crate::experiment_cmd::IpcArgs),
 }
 
 #[derive(Args, Default, Clone)]
@@ -147,6 +149,10 @@ fn secs(what: &str, v: f64) -> Result<Duration, Error> {
 
 pub fn run(args: &BenchArgs) -> Result<(), Error> {
     let c = args.common.clone();
+    if let Some(WorkloadCmd::Ipc(a)) = &args.workload {
+        return crate::experiment_cmd::run_ipc(a, c.duration, c.warmup, c.json.as_deref())
+            .map_err(Error::Config);
+    }
     let cpus = driver::allowed_cpus().len().max(1);
     let workers = c.workers.unwrap_or(cpus);
     if workers == 0 || workers > 1024 {
@@ -276,6 +282,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 quiet,
             )
         }
+        WorkloadCmd::Ipc(_) => unreachable!("handled at the top of run"),
     };
     if temp_log {
         if let Some(d) = &log_dir {
