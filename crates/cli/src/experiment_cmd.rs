@@ -292,3 +292,79 @@ pub fn run_ipc(a: &IpcArgs, duration: f64, warmup: f64, json: Option<&Path>) -> 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    /// The shape main.rs gives the command.
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Cmd,
+    }
+
+    #[derive(Subcommand, Debug)]
+    enum Cmd {
+        Experiment(ExperimentArgs),
+    }
+
+    fn run(argv: &[&str]) -> Result<(), String> {
+        let mut full = vec!["islands", "experiment", "counters", "--quiet"];
+        full.extend_from_slice(argv);
+        let Cmd::Experiment(a) = Cli::try_parse_from(full).unwrap().command;
+        run_experiment(&a)
+    }
+
+    #[test]
+    fn clap_definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn bad_input_is_one_error() {
+        for (argv, want) in [
+            (&["--configs", "per-rack"][..], "per-rack"),
+            (&["--duration", "0"], "--duration"),
+            (&["--reps", "0"], "--reps"),
+            (&["--cpus", "9999"], "9999"),
+            (&["--placements", "wild"], "wild"),
+            (&["--topology", "4x6"], "--plan"),
+            (&["--topology", "4x6", "--plan", "--cpus", "30"], "30"),
+        ] {
+            let e = run(argv).unwrap_err();
+            assert!(e.contains(want), "{argv:?}: {e}");
+            assert!(!e.contains('\n'), "{argv:?}: one line: {e}");
+        }
+    }
+
+    #[test]
+    fn plans_on_a_described_machine_and_runs_here() {
+        run(&["--topology", "4x6", "--plan"]).unwrap();
+        let dir = std::env::temp_dir().join(format!("islands-counters-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (csv, json) = (dir.join("c.csv"), dir.join("c.json"));
+        run(&[
+            "--duration",
+            "0.1",
+            "--reps",
+            "2",
+            "--configs",
+            "1,per-core",
+            "--placements",
+            "grouped",
+            "--csv",
+            csv.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+        ])
+        .unwrap();
+        let csv = std::fs::read_to_string(&csv).unwrap();
+        assert_eq!(csv.lines().count(), 3, "{csv}");
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(json["cells"].as_array().unwrap().len(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
