@@ -95,6 +95,8 @@ enum WorkloadCmd {
     /// TPC-C: all five transactions, warehouses as sites, a home warehouse per worker.
     /// Measured without keying and think times: not a compliant tpmC.
     Tpcc(TpccArgs),
+    /// Message round trips between two pinned threads (spin queue, crossbeam channel, std mpsc).
+    Ipc(crate::experiment_cmd::IpcArgs),
 }
 
 #[derive(Args, Clone)]
@@ -184,6 +186,10 @@ fn secs(what: &str, v: f64) -> Result<Duration, Error> {
 
 pub fn run(args: &BenchArgs) -> Result<(), Error> {
     let c = args.common.clone();
+    if let Some(WorkloadCmd::Ipc(a)) = &args.workload {
+        return crate::experiment_cmd::run_ipc(a, c.duration, c.warmup, c.json.as_deref())
+            .map_err(Error::Config);
+    }
     let durability: Durability = c
         .durability
         .parse()
@@ -442,6 +448,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 quiet,
             )
         }
+        WorkloadCmd::Ipc(_) => unreachable!("handled at the top of run"),
     };
     if temp_log {
         if let Some(d) = &log_base {

@@ -1,6 +1,7 @@
 //! `islands`: the command-line tool of the islands OLTP engine.
 
 mod bench_cmd;
+mod experiment_cmd;
 mod topology_cmd;
 
 use std::process::ExitCode;
@@ -27,6 +28,8 @@ enum Command {
     Topology(topology_cmd::TopologyArgs),
     /// Print what a deployment would do, without running it.
     Plan(topology_cmd::PlanArgs),
+    /// Experiments from Section 3 of the paper (counters: Table 1 and Figure 2).
+    Experiment(experiment_cmd::ExperimentArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench_cmd::run(a).map_err(|e| e.to_string()),
         Command::Topology(a) => topology_cmd::run_topology(a),
         Command::Plan(a) => topology_cmd::run_plan(a),
+        Command::Experiment(a) => experiment_cmd::run_experiment(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,9 +14,11 @@
 //! writes only to its own [`stats::WorkerStats`] and, every few commits, stores
 //! one relaxed atomic in its own cache line ([`stats::ProgressCounter`]).
 
+pub mod counters;
 pub mod cpu;
 pub mod driver;
 pub mod fmt;
+pub mod ipc;
 pub mod progress;
 pub mod report;
 pub mod rng;

@@ -1,0 +1,785 @@
+//! The paper's Section 3 counter experiment (Table 1 and Figure 2): threads
+//! increment counters in a tight loop, each counter protected by its own lock.
+//!
+//! - [`CounterSetup`]: one counter for all threads, one per socket, one per core.
+//! - [`Placement`]: `grouped` fills a socket before the next, `spread` deals
+//!   consecutive threads round-robin across sockets, `os` does not pin.
+//!
+//! **Which counter a thread uses.** Thread `i` has a *home slot*: the CPU it
+//! would get under grouped placement (the `i`-th allowed CPU in tree order:
+//! socket → L3 → core → hardware thread). Its counter is the counter of the
+//! home slot's socket (per-socket) or core (per-core), and that counter's
+//! memory is first touched by a thread pinned to the counter's home socket.
+//! Under `grouped` the thread runs on its home slot, so a per-socket counter is
+//! used only by threads of its own socket. Under `spread` the same groups of
+//! threads run scattered across the sockets, so every lock hand-off crosses the
+//! inter-socket link: this is Figure 2's "Spread" bar. Under `os` the kernel
+//! decides. On a machine with one socket spread and grouped are the same.
+//!
+//! **The lock** is a `parking_lot::Mutex<u64>`. Its uncontended path is one
+//! compare-and-swap to acquire and one release store, the same cache-line
+//! traffic as a test-and-set spinlock, so the experiment still measures the
+//! cost of moving the lock's line between cores. Under contention it spins a
+//! little and then parks, so under `os` placement, or with more threads than
+//! CPUs, a preempted holder does not make its waiters burn their time slices
+//! spinning: a pure spinlock would measure the scheduler there, not the
+//! hardware. It is also the lock the engine itself uses.
+//!
+//! **Padding.** Each counter (lock and value together, as in the paper) is
+//! aligned to and fills a 4 KiB page: its own cache line, no false sharing,
+//! and its own page, so that first touch puts it on its home socket's NUMA node.
+
+use std::fmt::Write as _;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::bench::driver::pin_to;
+use crate::bench::fmt::human_rate;
+use crate::deploy::Placement;
+use crate::topology::{CpuId, Topology};
+use crate::Error;
+
+/// How many counters, and which threads share one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CounterSetup {
+    /// One counter shared by every thread.
+    Single,
+    /// One counter per socket, shared by the threads whose home slot is on it.
+    PerSocket,
+    /// One counter per core, shared by the threads whose home slot is on it
+    /// (SMT siblings share one).
+    PerCore,
+}
+
+impl CounterSetup {
+    pub const ALL: [CounterSetup; 3] = [
+        CounterSetup::Single,
+        CounterSetup::PerSocket,
+        CounterSetup::PerCore,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CounterSetup::Single => "single",
+            CounterSetup::PerSocket => "per-socket",
+            CounterSetup::PerCore => "per-core",
+        }
+    }
+}
+
+impl std::fmt::Display for CounterSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for CounterSetup {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<CounterSetup, Error> {
+        match s.trim() {
+            "1" | "single" | "one" => Ok(CounterSetup::Single),
+            "per-socket" | "socket" => Ok(CounterSetup::PerSocket),
+            "per-core" | "core" => Ok(CounterSetup::PerCore),
+            other => Err(Error::Config(format!(
+                "unknown counter configuration '{other}' (expected 1, per-socket or per-core)"
+            ))),
+        }
+    }
+}
+
+/// One thread of a plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ThreadSlot {
+    pub thread: usize,
+    /// The CPU the thread is pinned to; `None` under `os` placement.
+    pub cpu: Option<CpuId>,
+    /// Index of the counter it increments.
+    pub counter: usize,
+    /// The CPU of its home slot (where grouped placement would put it).
+    pub home_cpu: CpuId,
+}
+
+/// Which thread runs where and increments which counter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CounterPlan {
+    pub setup: CounterSetup,
+    pub placement: Placement,
+    /// The CPU whose socket holds each counter's memory (first touch).
+    pub counter_home: Vec<CpuId>,
+    pub threads: Vec<ThreadSlot>,
+    /// Sockets with at least one allowed CPU.
+    pub sockets: usize,
+    pub machine: String,
+}
+
+impl serde::Serialize for Placement {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// Allowed CPUs in tree order (socket → L3 → core → thread), one list per
+/// socket that has any.
+fn per_socket_cpus(t: &Topology) -> Vec<Vec<CpuId>> {
+    t.sockets()
+        .iter()
+        .map(|s| {
+            s.cores
+                .iter()
+                .flat_map(|&c| t.allowed_cpus_of_core(c).ids().to_vec())
+                .collect::<Vec<_>>()
+        })
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// Grouped order: fill a socket before the next.
+pub fn grouped_order(t: &Topology) -> Vec<CpuId> {
+    per_socket_cpus(t).concat()
+}
+
+/// Spread order: consecutive threads on different sockets, round-robin (a
+/// socket that runs out drops out of the rotation).
+pub fn spread_order(t: &Topology) -> Vec<CpuId> {
+    let lists = per_socket_cpus(t);
+    let longest = lists.iter().map(Vec::len).max().unwrap_or(0);
+    (0..longest)
+        .flat_map(|round| lists.iter().filter_map(move |l| l.get(round).copied()))
+        .collect()
+}
+
+/// Plans `threads` threads (default: one per allowed CPU; more than that wrap
+/// around the CPUs) on `t`.
+pub fn plan(
+    t: &Topology,
+    setup: CounterSetup,
+    placement: Placement,
+    threads: Option<usize>,
+) -> Result<CounterPlan, Error> {
+    let grouped = grouped_order(t);
+    if grouped.is_empty() {
+        return Err(Error::Config("no allowed CPUs".into()));
+    }
+    let n = threads.unwrap_or(grouped.len());
+    if n == 0 || n > 4096 {
+        return Err(Error::Config(format!("--threads {n} is outside 1..=4096")));
+    }
+    let run_order = match placement {
+        Placement::Grouped | Placement::Os => grouped.clone(),
+        Placement::Spread => spread_order(t),
+    };
+    let key = |cpu: CpuId| -> usize {
+        let core = t.core_of(cpu).expect("allowed CPUs exist");
+        match setup {
+            CounterSetup::Single => 0,
+            CounterSetup::PerSocket => core.socket,
+            CounterSetup::PerCore => core.index,
+        }
+    };
+    // Dense counter indices in order of first use by a home slot.
+    let mut keys: Vec<usize> = Vec::new();
+    let mut counter_home = Vec::new();
+    let mut slots = Vec::with_capacity(n);
+    for i in 0..n {
+        let home = grouped[i % grouped.len()];
+        let k = key(home);
+        let counter = match keys.iter().position(|&x| x == k) {
+            Some(c) => c,
+            None => {
+                keys.push(k);
+                counter_home.push(home);
+                keys.len() - 1
+            }
+        };
+        slots.push(ThreadSlot {
+            thread: i,
+            cpu: (placement != Placement::Os).then(|| run_order[i % run_order.len()]),
+            counter,
+            home_cpu: home,
+        });
+    }
+    Ok(CounterPlan {
+        setup,
+        placement,
+        counter_home,
+        threads: slots,
+        sockets: per_socket_cpus(t).len(),
+        machine: t.name().to_string(),
+    })
+}
+
+impl CounterPlan {
+    pub fn counters(&self) -> usize {
+        self.counter_home.len()
+    }
+
+    /// A table: thread, CPU, socket, core, counter, the counter's socket.
+    pub fn render(&self, t: &Topology) -> String {
+        let mut out = format!(
+            "{} counter(s) ({}), {} placement, {} threads on {} ({})\n",
+            self.counters(),
+            self.setup,
+            self.placement,
+            self.threads.len(),
+            self.machine,
+            t.summary()
+        );
+        out.push_str("thread   cpu  socket  core  counter  counter-socket\n");
+        for s in &self.threads {
+            let (cpu, socket, core) = match s.cpu {
+                Some(c) => {
+                    let core = t.core_of(c).expect("planned CPUs exist");
+                    (
+                        c.to_string(),
+                        core.socket.to_string(),
+                        core.index.to_string(),
+                    )
+                }
+                None => ("-".into(), "-".into(), "-".into()),
+            };
+            let csock = t
+                .socket_of(self.counter_home[s.counter])
+                .expect("planned CPUs exist");
+            let _ = writeln!(
+                out,
+                "{:>6} {:>5} {:>7} {:>5} {:>8} {:>15}",
+                s.thread, cpu, socket, core, s.counter, csock
+            );
+        }
+        out
+    }
+}
+
+/// A lock-protected counter on its own page (so its own cache line).
+#[repr(C, align(4096))]
+pub struct PaddedCounter {
+    pub value: Mutex<u64>,
+}
+
+/// What one run did.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    /// Increments the threads counted themselves.
+    pub increments: u64,
+    pub seconds: f64,
+    /// Final value of each counter.
+    pub per_counter: Vec<u64>,
+    /// Increments of each thread.
+    pub per_thread: Vec<u64>,
+}
+
+impl RunResult {
+    pub fn rate(&self) -> f64 {
+        self.increments as f64 / self.seconds
+    }
+}
+
+/// Increments checked for the stop flag at once: long enough that the flag
+/// load costs nothing, short enough that stopping is prompt.
+const BATCH: u64 = 64;
+
+/// Runs `plan` on this machine for `duration`. Errors: zero duration, a CPU
+/// that cannot be pinned, or lost increments (the threads' counts disagree
+/// with the counters: a broken lock).
+pub fn run_once(plan: &CounterPlan, duration: Duration) -> Result<RunResult, Error> {
+    if duration.is_zero() {
+        return Err(Error::Config("the duration must be more than 0".into()));
+    }
+    let pin = plan.placement != Placement::Os;
+    // First touch of every counter by a thread on its home CPU.
+    let counters: Vec<Box<PaddedCounter>> = std::thread::scope(|s| {
+        let hs: Vec<_> = plan
+            .counter_home
+            .iter()
+            .map(|&home| {
+                s.spawn(move || -> Result<Box<PaddedCounter>, Error> {
+                    if pin {
+                        pin_to(home as usize)?;
+                    }
+                    Ok(Box::new(PaddedCounter {
+                        value: Mutex::new(0),
+                    }))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("counter allocation thread panicked"))
+            .collect::<Result<Vec<_>, Error>>()
+    })?;
+    let stop = AtomicBool::new(false);
+    let barrier = Barrier::new(plan.threads.len() + 1);
+    let (per_thread, seconds) = std::thread::scope(|s| {
+        let hs: Vec<_> = plan
+            .threads
+            .iter()
+            .map(|slot| {
+                let counter = &counters[slot.counter].value;
+                let (stop, barrier) = (&stop, &barrier);
+                s.spawn(move || -> Result<u64, Error> {
+                    let pinned = match slot.cpu {
+                        Some(cpu) => pin_to(cpu as usize),
+                        None => Ok(()),
+                    };
+                    barrier.wait();
+                    pinned?;
+                    let mut mine = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..BATCH {
+                            *counter.lock() += 1;
+                        }
+                        mine += BATCH;
+                    }
+                    Ok(mine)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let t0 = Instant::now();
+        std::thread::sleep(duration);
+        stop.store(true, Ordering::Relaxed);
+        let counts = hs
+            .into_iter()
+            .map(|h| h.join().expect("counter thread panicked"))
+            .collect::<Result<Vec<u64>, Error>>();
+        (counts, t0.elapsed().as_secs_f64())
+    });
+    let per_thread = per_thread?;
+    let per_counter: Vec<u64> = counters.iter().map(|c| *c.value.lock()).collect();
+    let increments: u64 = per_thread.iter().sum();
+    let on_counters: u64 = per_counter.iter().sum();
+    if increments != on_counters {
+        return Err(Error::Config(format!(
+            "lost increments: the threads counted {increments}, the counters hold {on_counters}"
+        )));
+    }
+    Ok(RunResult {
+        increments,
+        seconds,
+        per_counter,
+        per_thread,
+    })
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct ExperimentConfig {
+    pub setups: Vec<CounterSetup>,
+    pub placements: Vec<Placement>,
+    /// Default: one per allowed CPU.
+    pub threads: Option<usize>,
+    pub duration: Duration,
+    pub reps: usize,
+}
+
+impl Default for ExperimentConfig {
+    fn default() -> ExperimentConfig {
+        ExperimentConfig {
+            setups: CounterSetup::ALL.to_vec(),
+            placements: vec![Placement::Spread, Placement::Grouped, Placement::Os],
+            threads: None,
+            duration: Duration::from_secs(2),
+            reps: 3,
+        }
+    }
+}
+
+impl ExperimentConfig {
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.duration.is_zero() {
+            return Err(Error::Config(
+                "--duration must be more than 0 seconds".into(),
+            ));
+        }
+        if self.reps == 0 {
+            return Err(Error::Config("--reps must be at least 1".into()));
+        }
+        if self.setups.is_empty() || self.placements.is_empty() {
+            return Err(Error::Config(
+                "at least one configuration and one placement are needed".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One configuration × placement over its repetitions.
+#[derive(Clone, Debug, Serialize)]
+pub struct Cell {
+    pub setup: CounterSetup,
+    pub placement: Placement,
+    pub counters: usize,
+    pub threads: usize,
+    /// Increments per second of each repetition.
+    pub rates: Vec<f64>,
+    pub median: f64,
+    pub mean: f64,
+    /// Sample standard deviation (n − 1) of the rates; 0 with one repetition.
+    pub stddev: f64,
+    /// `stddev / mean`, in percent (the paper's Table 1 column).
+    pub stddev_pct: f64,
+    /// Median over the single-counter median of the same placement, if run.
+    pub speedup: Option<f64>,
+}
+
+/// The whole experiment.
+#[derive(Clone, Debug, Serialize)]
+pub struct CounterReport {
+    pub machine: String,
+    pub topology: String,
+    pub sockets: usize,
+    pub duration_s: f64,
+    pub reps: usize,
+    pub lock: &'static str,
+    pub cells: Vec<Cell>,
+    pub notes: Vec<String>,
+}
+
+/// Median, mean, sample standard deviation.
+pub fn summarize(xs: &[f64]) -> (f64, f64, f64) {
+    if xs.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let mid = v.len() / 2;
+    let median = if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    };
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let sd = if v.len() > 1 {
+        (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+    } else {
+        0.0
+    };
+    (median, mean, sd)
+}
+
+/// Notes on what this machine can and cannot show.
+pub fn machine_notes(t: &Topology, cfg: &ExperimentConfig) -> Vec<String> {
+    let mut notes = Vec::new();
+    let sockets = per_socket_cpus(t).len();
+    if sockets == 1 {
+        notes.push(
+            "this machine has 1 socket: spread and grouped place threads identically; \
+             the islands effect needs several sockets"
+                .to_string(),
+        );
+    }
+    let cpus = grouped_order(t).len();
+    let threads = cfg.threads.unwrap_or(cpus);
+    if threads > cpus {
+        notes.push(format!(
+            "{threads} threads on {cpus} CPUs: oversubscribed, threads share CPUs"
+        ));
+    }
+    if cfg.setups.contains(&CounterSetup::PerCore)
+        && threads <= t.allowed_cores().len()
+        && threads <= cpus
+    {
+        notes.push("per-core: one thread per counter, so no lock is ever contended".to_string());
+    }
+    if cfg.placements.contains(&Placement::Os) {
+        notes.push("os: threads are not pinned; the kernel places them".to_string());
+    }
+    notes
+}
+
+/// Runs every configuration × placement `reps` times; `progress` gets a line per run.
+pub fn run_experiment(
+    t: &Topology,
+    cfg: &ExperimentConfig,
+    progress: &mut dyn FnMut(&str),
+) -> Result<CounterReport, Error> {
+    cfg.validate()?;
+    let mut cells = Vec::new();
+    for &setup in &cfg.setups {
+        for &placement in &cfg.placements {
+            let p = plan(t, setup, placement, cfg.threads)?;
+            let mut rates = Vec::with_capacity(cfg.reps);
+            for rep in 0..cfg.reps {
+                let r = run_once(&p, cfg.duration)?;
+                rates.push(r.rate());
+                progress(&format!(
+                    "{setup} / {placement}: run {}/{}: {} increments/s",
+                    rep + 1,
+                    cfg.reps,
+                    human_rate(r.rate())
+                ));
+            }
+            let (median, mean, stddev) = summarize(&rates);
+            cells.push(Cell {
+                setup,
+                placement,
+                counters: p.counters(),
+                threads: p.threads.len(),
+                rates,
+                median,
+                mean,
+                stddev,
+                stddev_pct: if mean > 0.0 {
+                    stddev / mean * 100.0
+                } else {
+                    0.0
+                },
+                speedup: None,
+            });
+        }
+    }
+    let base: Vec<(Placement, f64)> = cells
+        .iter()
+        .filter(|c| c.setup == CounterSetup::Single)
+        .map(|c| (c.placement, c.median))
+        .collect();
+    for c in &mut cells {
+        c.speedup = base
+            .iter()
+            .find(|(p, _)| *p == c.placement)
+            .filter(|(_, m)| *m > 0.0)
+            .map(|(_, m)| c.median / m);
+    }
+    Ok(CounterReport {
+        machine: t.name().to_string(),
+        topology: t.summary(),
+        sockets: per_socket_cpus(t).len(),
+        duration_s: cfg.duration.as_secs_f64(),
+        reps: cfg.reps,
+        lock: "parking_lot::Mutex<u64>, one per 4 KiB page",
+        cells,
+        notes: machine_notes(t, cfg),
+    })
+}
+
+impl CounterReport {
+    /// A table like the paper's Table 1, one row per configuration × placement.
+    pub fn render_table(&self) -> String {
+        let mut out = format!(
+            "counters: {} ({}); {} x {} s per cell; lock: {}\n\n",
+            self.machine, self.topology, self.reps, self.duration_s, self.lock
+        );
+        out.push_str(
+            "setup       placement  counters  threads  median (M/s)  speedup  std.dev (M/s)  std.dev (%)\n",
+        );
+        for c in &self.cells {
+            let speedup = c.speedup.map_or("-".to_string(), |s| format!("{s:.1}x"));
+            let _ = writeln!(
+                out,
+                "{:<11} {:<9} {:>9} {:>8} {:>13.2} {:>8} {:>14.3} {:>12.2}",
+                c.setup.name(),
+                c.placement.name(),
+                c.counters,
+                c.threads,
+                c.median / 1e6,
+                speedup,
+                c.stddev / 1e6,
+                c.stddev_pct
+            );
+        }
+        for n in &self.notes {
+            let _ = write!(out, "\nnote: {n}");
+        }
+        out.push('\n');
+        out
+    }
+
+    /// CSV, one row per cell, the repetitions' rates joined by `;`.
+    pub fn to_csv(&self) -> String {
+        let mut out = String::from(
+            "setup,placement,counters,threads,reps,duration_s,median_per_s,mean_per_s,stddev_per_s,stddev_pct,speedup,rates_per_s\n",
+        );
+        for c in &self.cells {
+            let rates: Vec<String> = c.rates.iter().map(|r| format!("{r:.0}")).collect();
+            let _ = writeln!(
+                out,
+                "{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.3},{},{}",
+                c.setup,
+                c.placement,
+                c.counters,
+                c.threads,
+                self.reps,
+                self.duration_s,
+                c.median,
+                c.mean,
+                c.stddev,
+                c.stddev_pct,
+                c.speedup.map_or(String::new(), |s| format!("{s:.3}")),
+                rates.join(";")
+            );
+        }
+        out
+    }
+
+    pub fn to_json_pretty(&self) -> String {
+        serde_json::to_string_pretty(self).expect("the report serializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn socket(t: &Topology, cpu: CpuId) -> usize {
+        t.socket_of(cpu).unwrap()
+    }
+
+    #[test]
+    fn grouped_per_socket_counters_get_the_threads_of_their_socket() {
+        let t = Topology::described("4x6").unwrap();
+        let p = plan(&t, CounterSetup::PerSocket, Placement::Grouped, None).unwrap();
+        assert_eq!(p.threads.len(), 24);
+        assert_eq!(p.counters(), 4);
+        for s in &p.threads {
+            let cpu = s.cpu.unwrap();
+            assert_eq!(
+                s.thread / 6,
+                socket(&t, cpu),
+                "grouped fills socket by socket"
+            );
+            assert_eq!(socket(&t, p.counter_home[s.counter]), socket(&t, cpu));
+        }
+        // Each counter has exactly the 6 threads of its socket.
+        for c in 0..4 {
+            let users: Vec<usize> = p
+                .threads
+                .iter()
+                .filter(|s| s.counter == c)
+                .map(|s| socket(&t, s.cpu.unwrap()))
+                .collect();
+            assert_eq!(users, vec![c; 6]);
+        }
+    }
+
+    #[test]
+    fn spread_puts_consecutive_threads_on_different_sockets() {
+        let t = Topology::described("4x6").unwrap();
+        let p = plan(&t, CounterSetup::PerSocket, Placement::Spread, None).unwrap();
+        assert_eq!(p.counters(), 4);
+        let cpus: Vec<CpuId> = p.threads.iter().map(|s| s.cpu.unwrap()).collect();
+        for w in cpus.windows(2) {
+            assert_ne!(socket(&t, w[0]), socket(&t, w[1]));
+        }
+        for (i, &c) in cpus.iter().enumerate() {
+            assert_eq!(socket(&t, c), i % 4);
+        }
+        // Every CPU used once.
+        let mut sorted = cpus.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..24).collect::<Vec<_>>());
+        // A counter's 6 threads are the same groups as under grouped, but run on all 4 sockets.
+        for c in 0..4 {
+            let mut sockets: Vec<usize> = p
+                .threads
+                .iter()
+                .filter(|s| s.counter == c)
+                .map(|s| socket(&t, s.cpu.unwrap()))
+                .collect();
+            assert_eq!(sockets.len(), 6);
+            sockets.sort_unstable();
+            sockets.dedup();
+            assert_eq!(sockets, vec![0, 1, 2, 3]);
+        }
+    }
+
+    #[test]
+    fn single_per_core_and_os_plans() {
+        let t = Topology::described("4x6").unwrap();
+        let single = plan(&t, CounterSetup::Single, Placement::Spread, None).unwrap();
+        assert_eq!(single.counters(), 1);
+        assert!(single.threads.iter().all(|s| s.counter == 0));
+        let core = plan(&t, CounterSetup::PerCore, Placement::Grouped, None).unwrap();
+        assert_eq!(core.counters(), 24);
+        for s in &core.threads {
+            assert_eq!(s.counter, s.thread);
+            assert_eq!(
+                t.core_of(s.cpu.unwrap()).unwrap().index,
+                t.core_of(core.counter_home[s.counter]).unwrap().index
+            );
+        }
+        let os = plan(&t, CounterSetup::PerSocket, Placement::Os, Some(8)).unwrap();
+        assert!(os.threads.iter().all(|s| s.cpu.is_none()));
+        assert_eq!(os.counters(), 2);
+        // SMT: siblings share a per-core counter under grouped placement.
+        let smt = Topology::described("2x2x2").unwrap();
+        let p = plan(&smt, CounterSetup::PerCore, Placement::Grouped, None).unwrap();
+        assert_eq!(p.counters(), 4);
+        assert_eq!(p.threads[0].counter, p.threads[1].counter);
+        assert_ne!(p.threads[1].counter, p.threads[2].counter);
+    }
+
+    #[test]
+    fn one_socket_spread_equals_grouped() {
+        let t = Topology::described("1x4").unwrap();
+        assert_eq!(spread_order(&t), grouped_order(&t));
+        let notes = machine_notes(&t, &ExperimentConfig::default());
+        assert!(notes[0].contains("1 socket"));
+    }
+
+    #[test]
+    fn names_parse_and_bad_ones_fail() {
+        assert_eq!("1".parse::<CounterSetup>().unwrap(), CounterSetup::Single);
+        assert_eq!(
+            "per-socket".parse::<CounterSetup>().unwrap(),
+            CounterSetup::PerSocket
+        );
+        assert_eq!(
+            "per-core".parse::<CounterSetup>().unwrap(),
+            CounterSetup::PerCore
+        );
+        assert!("per-rack".parse::<CounterSetup>().is_err());
+        let t = Topology::described("1x2").unwrap();
+        assert!(plan(&t, CounterSetup::Single, Placement::Grouped, Some(0)).is_err());
+        let cfg = ExperimentConfig {
+            reps: 0,
+            ..ExperimentConfig::default()
+        };
+        assert!(cfg.validate().is_err());
+        let cfg = ExperimentConfig {
+            duration: Duration::ZERO,
+            ..ExperimentConfig::default()
+        };
+        assert!(cfg.validate().is_err());
+    }
+
+    #[test]
+    fn a_short_run_loses_no_increments() {
+        let t = Topology::discover().unwrap();
+        for setup in CounterSetup::ALL {
+            for placement in [Placement::Grouped, Placement::Os] {
+                // Four threads even on a small machine, so locks are contended.
+                let p = plan(&t, setup, placement, Some(4)).unwrap();
+                let r = run_once(&p, Duration::from_millis(200)).unwrap();
+                assert!(r.increments > 0);
+                assert!(r.per_thread.iter().all(|&n| n > 0), "{:?}", r.per_thread);
+                assert_eq!(r.per_counter.iter().sum::<u64>(), r.increments);
+                assert_eq!(r.per_counter.len(), p.counters());
+                // Each counter holds exactly the increments of its threads.
+                for (c, &v) in r.per_counter.iter().enumerate() {
+                    let mine: u64 = p
+                        .threads
+                        .iter()
+                        .zip(&r.per_thread)
+                        .filter(|(s, _)| s.counter == c)
+                        .map(|(_, n)| n)
+                        .sum();
+                    assert_eq!(mine, v);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn summary_statistics() {
+        let (m, mean, sd) = summarize(&[1.0, 3.0, 2.0]);
+        assert_eq!(m, 2.0);
+        assert_eq!(mean, 2.0);
+        assert!((sd - 1.0).abs() < 1e-12);
+        assert_eq!(summarize(&[5.0]), (5.0, 5.0, 0.0));
+    }
+}
