@@ -224,8 +224,24 @@ impl Txn {
             }
             return Ok(None);
         }
-        self.read_rid(table, rid, key, for_update)
-            .map_err(Abort::Conflict)
+        match self.read_rid(table, rid, key, for_update) {
+            Ok(None) => {
+                // Indexed but absent (an uncommitted insert, a delete being
+                // installed, a reused slot): the answer is "no such key", and it
+                // must be validated like an index miss. The slot's version does
+                // not move when the key is inserted again into another slot.
+                self.record_miss(table, key);
+                // The miss was recorded after the lookup: if the key reached
+                // another slot in between, the stripe version recorded already
+                // includes that insert, so validation would not see it.
+                let now = self.shared.catalog.table(table).lookup(key);
+                if now.is_some_and(|r| r != rid) {
+                    return Err(Abort::Conflict(AbortReason::Phantom));
+                }
+                Ok(None)
+            }
+            r => r.map_err(Abort::Conflict),
+        }
     }
 
     fn record_miss(&mut self, table: TableId, key: u64) {

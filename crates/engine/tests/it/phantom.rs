@@ -8,6 +8,7 @@
 use islands::cc::CcKind;
 use islands::island::{Island, IslandConfig};
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
+use islands::txn::poll_local;
 use islands::Abort;
 
 const VAL: Col = Col(0);
@@ -73,5 +74,54 @@ fn range_count_inserts_are_serializable() {
             &dups[..dups.len().min(10)]
         );
         assert_eq!(counts, (0..n).collect::<Vec<_>>(), "{cc}: counts");
+    }
+}
+
+/// A point read that finds the key in the index but the row absent (another
+/// transaction's uncommitted insert, or a delete committing) reads "no such
+/// key" just like an index miss, and must be validated like one.
+///
+/// Write skew on a key and a flag: `a` sets the flag only if key K is absent;
+/// `c` inserts K only if the flag is clear. `a` reads K while `b`'s insert of K
+/// is uncommitted (then `b` aborts), `c` commits, and `a` commits last. `a`
+/// must abort: it read K absent (a before c) and the flag c read (c before a).
+#[test]
+fn a_key_read_as_absent_is_validated() {
+    const FLAG: u64 = 0;
+    const K: u64 = 7;
+    for primary in [PrimaryKind::Hash, PrimaryKind::Ordered] {
+        let (island, _) =
+            Island::open(IslandConfig::new(CcKind::Occ, 3), &[table("t", primary)]).unwrap();
+        island
+            .loader()
+            .unwrap()
+            .put(0, FLAG, |r| r.set_u64(VAL, 0))
+            .unwrap();
+        let (mut a, mut b, mut c) = (
+            island.worker().unwrap(),
+            island.worker().unwrap(),
+            island.worker().unwrap(),
+        );
+        b.begin(false);
+        assert!(poll_local(b.insert(0, K)).unwrap().is_some());
+        a.begin(false);
+        assert!(poll_local(a.get(0, K)).unwrap().is_none(), "{primary:?}");
+        b.abort();
+
+        c.begin(false);
+        let f = poll_local(c.get(0, FLAG)).unwrap().unwrap();
+        assert_eq!(c.row(f).u64(VAL), 0);
+        let h = poll_local(c.insert(0, K)).unwrap().unwrap();
+        c.row_mut(h).set_u64(VAL, 1);
+        c.commit().unwrap();
+
+        let f = poll_local(a.get_for_update(0, FLAG)).unwrap().unwrap();
+        a.row_mut(f).set_u64(VAL, 1);
+        let r = a.commit();
+        assert!(
+            matches!(r, Err(Abort::Conflict(_))),
+            "{primary:?}: a committed after reading K absent, though K was inserted \
+             by a transaction it read from (write skew): {r:?}"
+        );
     }
 }
