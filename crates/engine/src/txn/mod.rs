@@ -529,8 +529,10 @@ impl Txn {
         let mut visited = 0u32;
         let mut digest = DIGEST_SEED;
         let mut exhausted = true;
+        let mut last = lo;
         let mut failed = None;
         idx.scan(lo, hi, reverse, |k, rid| {
+            last = k;
             let pk = if sec.is_some() {
                 k as u64
             } else {
@@ -604,6 +606,17 @@ impl Txn {
             out.truncate(want);
         }
         self.scan_out = out;
+        // A scan cut short by its limit has read its range up to the last
+        // entry it visited: validate that whole range. Counting entries is not
+        // enough: the rescan skips the transaction's own inserts, so when the
+        // last row returned is an own insert, a foreign insert before it would
+        // leave the count and digest of the other entries unchanged.
+        let (lo, hi) = match (exhausted, reverse) {
+            (true, _) => (lo, hi),
+            (false, false) => (lo, last),
+            (false, true) => (last, hi),
+        };
+        let exhausted = true;
         if self.validate {
             self.scans.push(Scan {
                 table,

@@ -9,7 +9,7 @@ use islands::cc::CcKind;
 use islands::island::{Island, IslandConfig};
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::txn::poll_local;
-use islands::Abort;
+use islands::{Abort, AbortReason};
 
 const VAL: Col = Col(0);
 
@@ -122,6 +122,50 @@ fn a_key_read_as_absent_is_validated() {
             matches!(r, Err(Abort::Conflict(_))),
             "{primary:?}: a committed after reading K absent, though K was inserted \
              by a transaction it read from (write skew): {r:?}"
+        );
+    }
+}
+
+/// A scan cut short by its limit reads the range up to its last entry, even
+/// when that entry is the transaction's own insert (which the commit-time
+/// rescan skips).
+///
+/// `a` inserts 20 and scans the range with limit 2: [10, 20]. `b` inserts 15
+/// and sets a flag; `a` reads the flag `b` set and commits. `a` must abort: it
+/// read `b`'s flag (b before a) but not `b`'s row 15 (a before b).
+#[test]
+fn a_scan_cut_by_its_limit_on_an_own_insert_is_validated() {
+    const FLAG: u64 = 1 << 40;
+    for cc in [CcKind::NoWait, CcKind::WaitDie, CcKind::Occ] {
+        let (island, _) = Island::open(
+            IslandConfig::new(cc, 2),
+            &[table("t", PrimaryKind::Ordered)],
+        )
+        .unwrap();
+        {
+            let mut l = island.loader().unwrap();
+            l.put(0, 10, |r| r.set_u64(VAL, 10)).unwrap();
+            l.put(0, FLAG, |r| r.set_u64(VAL, 0)).unwrap();
+        }
+        let (mut a, mut b) = (island.worker().unwrap(), island.worker().unwrap());
+        a.begin(false);
+        assert!(poll_local(a.insert(0, 20)).unwrap().is_some());
+        let n = poll_local(a.scan(0, 0, 100, 2, false)).unwrap();
+        let keys: Vec<u64> = (0..n).map(|i| a.key(a.scan_row(i))).collect();
+        assert_eq!(keys, vec![10, 20], "{cc}");
+
+        b.begin(false);
+        assert!(poll_local(b.insert(0, 15)).unwrap().is_some());
+        let f = poll_local(b.get_for_update(0, FLAG)).unwrap().unwrap();
+        b.row_mut(f).set_u64(VAL, 1);
+        b.commit().unwrap();
+
+        let f = poll_local(a.get(0, FLAG)).unwrap().unwrap();
+        assert_eq!(a.row(f).u64(VAL), 1);
+        let r = a.commit();
+        assert!(
+            matches!(r, Err(Abort::Conflict(AbortReason::Phantom))),
+            "{cc}: a's scan [10, 20] missed b's 15 although a read b's flag: {r:?}"
         );
     }
 }
