@@ -97,7 +97,10 @@ impl HashIndex {
         let h = hash_key(key);
         let tag = Self::tag(h);
         let mut i = (h as usize) & self.mask;
-        loop {
+        // Bounded like `insert` and `remove`: slots never go back from TOMB to
+        // EMPTY, so after enough inserts and deletes no EMPTY slot may be left
+        // to end the probe of an absent key.
+        for _ in 0..=self.mask {
             let v = self.slots[i].load(Ordering::Acquire);
             if v == EMPTY {
                 return None;
@@ -110,6 +113,7 @@ impl HashIndex {
             }
             i = (i + 1) & self.mask;
         }
+        None
     }
 
     fn lock_stripe(&self, s: usize) {
@@ -275,6 +279,39 @@ mod tests {
                 prop_assert_eq!(idx.get(&arena, *k), Some(*r));
             }
         }
+    }
+
+    /// Deleted slots become tombstones and stay so; churn at half load uses
+    /// up every EMPTY slot. A lookup of an absent key must still end.
+    #[test]
+    fn absent_key_lookup_ends_after_churn() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (arena, idx) = setup(8);
+            let mut cache = Default::default();
+            let mut live = std::collections::VecDeque::new();
+            for key in 0..10_000u64 {
+                let rid = arena.alloc(&mut cache).unwrap();
+                arena.row(rid)[W_KEY].store(key, Ordering::Release);
+                assert!(matches!(idx.insert(&arena, key, rid), Ok(Inserted::Ok)));
+                live.push_back((key, rid));
+                if live.len() == 4 {
+                    let (k, r) = live.pop_front().unwrap();
+                    assert!(idx.remove(k, r));
+                    arena.row(r)[W_KEY].store(u64::MAX, Ordering::Release);
+                    arena.free(&mut cache, r);
+                }
+            }
+            let empty = idx
+                .slots
+                .iter()
+                .filter(|s| s.load(Ordering::Relaxed) == EMPTY);
+            let _ = tx.send((empty.count(), idx.get(&arena, u64::MAX - 1)));
+        });
+        let (empty, got) = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("a lookup of an absent key never ended (no EMPTY slot left to stop its probe)");
+        assert_eq!(got, None, "{empty} EMPTY slots left");
     }
 
     #[test]

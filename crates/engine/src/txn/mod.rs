@@ -224,8 +224,24 @@ impl Txn {
             }
             return Ok(None);
         }
-        self.read_rid(table, rid, key, for_update)
-            .map_err(Abort::Conflict)
+        match self.read_rid(table, rid, key, for_update) {
+            Ok(None) => {
+                // Indexed but absent (an uncommitted insert, a delete being
+                // installed, a reused slot): the answer is "no such key", and it
+                // must be validated like an index miss. The slot's version does
+                // not move when the key is inserted again into another slot.
+                self.record_miss(table, key);
+                // The miss was recorded after the lookup: if the key reached
+                // another slot in between, the stripe version recorded already
+                // includes that insert, so validation would not see it.
+                let now = self.shared.catalog.table(table).lookup(key);
+                if now.is_some_and(|r| r != rid) {
+                    return Err(Abort::Conflict(AbortReason::Phantom));
+                }
+                Ok(None)
+            }
+            r => r.map_err(Abort::Conflict),
+        }
     }
 
     fn record_miss(&mut self, table: TableId, key: u64) {
@@ -243,6 +259,20 @@ impl Txn {
                     crate::cc::backoff(spins);
                     version = h.stripe_version(stripe);
                 }
+                // Validation takes every own insert on the stripe back out of
+                // the version it finds; the ones made before this miss are
+                // already in `version`, so take them out here too. Otherwise a
+                // foreign insert (of this very key) would be cancelled out.
+                let own = self
+                    .acc
+                    .iter()
+                    .filter(|a| {
+                        a.kind == Kind::Insert
+                            && a.table == table
+                            && HashIndex::stripe_of(a.key) == stripe
+                    })
+                    .count() as u64;
+                let version = version.wrapping_sub(2 * own);
                 self.misses.push(Miss {
                     table,
                     stripe: stripe as u32,
@@ -513,8 +543,10 @@ impl Txn {
         let mut visited = 0u32;
         let mut digest = DIGEST_SEED;
         let mut exhausted = true;
+        let mut last = lo;
         let mut failed = None;
         idx.scan(lo, hi, reverse, |k, rid| {
+            last = k;
             let pk = if sec.is_some() {
                 k as u64
             } else {
@@ -588,6 +620,17 @@ impl Txn {
             out.truncate(want);
         }
         self.scan_out = out;
+        // A scan cut short by its limit has read its range up to the last
+        // entry it visited: validate that whole range. Counting entries is not
+        // enough: the rescan skips the transaction's own inserts, so when the
+        // last row returned is an own insert, a foreign insert before it would
+        // leave the count and digest of the other entries unchanged.
+        let (lo, hi) = match (exhausted, reverse) {
+            (true, _) => (lo, hi),
+            (false, false) => (lo, last),
+            (false, true) => (last, hi),
+        };
+        let exhausted = true;
         if self.validate {
             self.scans.push(Scan {
                 table,

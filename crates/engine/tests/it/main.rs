@@ -4,3 +4,4 @@ mod bank;
 mod common;
 mod crash;
 mod model;
+mod phantom;
