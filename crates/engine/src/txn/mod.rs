@@ -33,6 +33,7 @@
 //! handles ([`RowH`]) into the access set, which keeps the borrow checker out
 //! of the way of procedures that hold several rows at once.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::Ordering;
@@ -46,6 +47,9 @@ use crate::storage::ordered::{key_of, pair};
 use crate::storage::{tid_of, RowCache, RowId, RowMut, RowRef, SecondaryId, Table, TableId};
 use crate::wal::BatchSeq;
 use crate::{Abort, AbortReason, Error};
+
+/// Access sets up to this size are searched linearly (they fit in a few cache lines).
+const SMALL_ACCESS_SET: usize = 16;
 
 /// A row the transaction accessed: an index into its access set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,7 +125,7 @@ pub struct Txn {
     misses: Vec<Miss>,
     scans: Vec<Scan>,
     scan_out: Vec<RowH>,
-    wl: Vec<(WriteLock, u32)>,
+    acc_index: HashMap<(TableId, RowId), u32, foldhash::fast::FixedState>,
     locks: Vec<WriteLock>,
     caches: Vec<RowCache>,
     /// Log bytes this worker appended since it last handed the island's
@@ -145,7 +149,7 @@ impl Txn {
             misses: Vec::new(),
             scans: Vec::new(),
             scan_out: Vec::new(),
-            wl: Vec::new(),
+            acc_index: HashMap::default(),
             locks: Vec::new(),
             caches: (0..n).map(|_| RowCache::default()).collect(),
             unflushed_bytes: 0,
@@ -172,12 +176,35 @@ impl Txn {
         }
     }
 
+    /// The transaction's entry for a row, if it has one. A short access set is
+    /// searched linearly; past [`SMALL_ACCESS_SET`] entries a hash map (kept
+    /// from then on, cleared but not freed between transactions) answers, so
+    /// transactions of hundreds of rows (TPC-C StockLevel, Delivery) do not
+    /// go quadratic.
     #[inline]
     fn find(&self, table: TableId, rid: RowId) -> Option<RowH> {
-        self.acc
-            .iter()
-            .rposition(|a| a.rid == rid && a.table == table)
-            .map(|i| RowH(i as u32))
+        if self.acc.len() <= SMALL_ACCESS_SET {
+            return self
+                .acc
+                .iter()
+                .rposition(|a| a.rid == rid && a.table == table)
+                .map(|i| RowH(i as u32));
+        }
+        self.acc_index.get(&(table, rid)).map(|&i| RowH(i))
+    }
+
+    /// Appends an access entry (and indexes it once the set is large).
+    fn push_access(&mut self, a: Access) -> RowH {
+        let i = self.acc.len() as u32;
+        self.acc.push(a);
+        if self.acc.len() == SMALL_ACCESS_SET + 1 {
+            for (j, e) in self.acc.iter().enumerate() {
+                self.acc_index.insert((e.table, e.rid), j as u32);
+            }
+        } else if self.acc.len() > SMALL_ACCESS_SET + 1 {
+            self.acc_index.insert((a.table, a.rid), i);
+        }
+        RowH(i)
     }
 
     fn push_image(&mut self, words: usize) -> u32 {
@@ -324,8 +351,7 @@ impl Txn {
         } else {
             u32::MAX
         };
-        let h = RowH(self.acc.len() as u32);
-        self.acc.push(Access {
+        let h = self.push_access(Access {
             table,
             rid,
             key,
@@ -381,8 +407,7 @@ impl Txn {
             }
         }
         let off = self.push_image(t.schema.row_words());
-        let h = RowH(self.acc.len() as u32);
-        self.acc.push(Access {
+        let h = self.push_access(Access {
             table,
             rid,
             key,
@@ -661,8 +686,7 @@ impl Txn {
         }
         // 1. Lock the write set.
         self.locks.clear();
-        self.wl.clear();
-        for (i, a) in self.acc.iter().enumerate() {
+        for a in self.acc.iter() {
             if a.dirty || a.kind == Kind::Delete {
                 self.locks.push(WriteLock {
                     table: a.table,
@@ -671,17 +695,14 @@ impl Txn {
                     seen: a.seen.version,
                     inserted: a.kind == Kind::Insert,
                 });
-                self.wl.push((self.locks[self.locks.len() - 1], i as u32));
             }
         }
         if !self.locks.is_empty() {
             // The scheme may reorder `locks`; map results back by (table, rid).
             let r = cc.lock_write_set(tables, &mut self.locks, &self.meta);
             for l in &self.locks {
-                if let Some(a) = self.acc.iter_mut().find(|a| {
-                    a.rid == l.rid && a.table == l.table && (a.dirty || a.kind == Kind::Delete)
-                }) {
-                    a.held = l.held;
+                if let Some(h) = self.find(l.table, l.rid) {
+                    self.acc[h.0 as usize].held = l.held;
                 }
             }
             if let Err(reason) = r {
@@ -870,9 +891,8 @@ impl Txn {
         idx.scan(s.lo, s.hi, s.reverse, |k, rid| {
             if self.has_inserts
                 && self
-                    .acc
-                    .iter()
-                    .any(|a| a.kind == Kind::Insert && a.rid == rid && a.table == t.id)
+                    .find(t.id, rid)
+                    .is_some_and(|h| self.acc[h.0 as usize].kind == Kind::Insert)
             {
                 return true;
             }
@@ -901,6 +921,7 @@ impl Txn {
 
     fn clear(&mut self) {
         self.acc.clear();
+        self.acc_index.clear();
         self.buf.clear();
         self.misses.clear();
         self.scans.clear();
