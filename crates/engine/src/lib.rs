@@ -9,12 +9,14 @@
 //! - [`cc`]: concurrency control, one scheme chosen when the island opens.
 //! - [`txn`]: the transaction handle stored procedures run against.
 //! - [`wal`]: the island's write-ahead log, group commit, checkpoints, recovery.
+//! - [`coord`]: two-phase commit: coordinator and participant state machines, presumed abort.
 //! - [`deploy`]: deployments: how many islands, which cores, which sites each holds.
 //! - [`island`]: one island: tables + scheme + log + workers.
 //! - [`bench`]: the closed-loop driver, statistics, reports.
 
 pub mod bench;
 pub mod cc;
+pub mod coord;
 pub mod deploy;
 pub mod error;
 pub mod island;
