@@ -90,6 +90,9 @@ pub(super) struct SimConfig {
     pub dup_ppm: u64,
     pub delay_max_us: u64,
     pub fsync_max_us: u64,
+    /// A slow fsync (a disk hiccup): this often, up to `fsync_slow_max_us`.
+    pub fsync_slow_ppm: u64,
+    pub fsync_slow_max_us: u64,
     /// Per island per step.
     pub crash_ppm: u64,
     pub down_min_us: u64,
@@ -105,16 +108,18 @@ impl SimConfig {
         SimConfig {
             seed,
             islands: 2 + (seed % 3) as usize,
-            accounts: 6,
+            accounts: 64,
             initial_balance: 1000,
             fault_steps: 3000,
             quiesce_steps: 20_000,
-            submit_ppm: 150_000,
+            submit_ppm: 60_000,
             read_only_ppm: 300_000,
             drop_ppm: 50_000,
             dup_ppm: 50_000,
             delay_max_us: 30,
             fsync_max_us: 15,
+            fsync_slow_ppm: 10_000,
+            fsync_slow_max_us: 300,
             crash_ppm: 400,
             down_min_us: 20,
             down_max_us: 400,
@@ -303,6 +308,11 @@ pub(super) struct Report {
     pub hooks_fired: usize,
     pub messages: u64,
     pub quiesce_us: u64,
+    /// Summed over the final incarnation of each island's machines.
+    pub votes_no: u64,
+    pub refused_full: u64,
+    pub idle_aborts: u64,
+    pub presumed_aborts: u64,
 }
 
 pub(super) struct Sim {
@@ -375,6 +385,13 @@ impl Sim {
             ));
         }
         self.check()?;
+        for isl in &self.islands {
+            let (c, p) = (isl.coord.stats(), isl.part.stats());
+            self.report.votes_no += p.voted_no;
+            self.report.refused_full += p.refused_full;
+            self.report.idle_aborts += p.idle_aborts;
+            self.report.presumed_aborts += c.presumed_aborts;
+        }
         Ok(self.report)
     }
 
@@ -535,7 +552,12 @@ impl Sim {
                     force,
                 });
                 if force {
-                    let after = self.now + self.rng.range(1, self.cfg.fsync_max_us);
+                    let max = if self.rng.chance(self.cfg.fsync_slow_ppm) {
+                        self.cfg.fsync_slow_max_us
+                    } else {
+                        self.cfg.fsync_max_us
+                    };
+                    let after = self.now + self.rng.range(1, max);
                     let log = &mut self.islands[i].log;
                     let at = log.flushes.back().map_or(after, |&(t, _)| t.max(after));
                     let upto = log.entries.len();

@@ -545,6 +545,9 @@ fn sim_random_faults() {
     let (mut committed, mut aborted, mut crashes, mut msgs) = (0, 0, 0, 0);
     for &seed in &seeds {
         let r = run_seed(SimConfig::new(seed));
+        if seeds.len() == 1 {
+            eprintln!("{r:?}");
+        }
         committed += r.committed;
         aborted += r.aborted;
         crashes += r.crashes;
