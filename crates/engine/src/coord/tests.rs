@@ -715,7 +715,7 @@ fn crash_points() -> Vec<(&'static str, Role, HookOn)> {
 #[test]
 fn sim_crash_at_every_protocol_step() {
     let t = std::time::Instant::now();
-    let seeds = env_u64("COORD_POINT_SEEDS").unwrap_or(8);
+    let seeds = env_u64("COORD_POINT_SEEDS").unwrap_or(20);
     for (n, (name, role, on)) in crash_points().into_iter().enumerate() {
         let mut fired = 0;
         for s in 0..seeds {
@@ -748,4 +748,13 @@ fn sim_crash_at_every_protocol_step() {
         eprintln!("{name}: {fired} crashes");
     }
     eprintln!("crash points in {:?}", t.elapsed());
+}
+
+#[test]
+fn sim_replays_a_seed_exactly() {
+    for seed in [1, 2, 3] {
+        let a = format!("{:?}", run_seed(SimConfig::new(seed)));
+        let b = format!("{:?}", run_seed(SimConfig::new(seed)));
+        assert_eq!(a, b, "seed {seed} is not deterministic");
+    }
 }
