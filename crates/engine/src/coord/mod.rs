@@ -21,6 +21,14 @@
 //! writes only `Prepare` and `Decision`, the coordinator only `Decision { commit: true }`
 //! and `End`, and a commit decision means the same thing to both.
 //!
+//! For the glue: gtids must never be reused, also across a restart of the home island
+//! (seed the sequence above anything in the log). The wal's `decision` record is documented
+//! there as the coordinator's; the participant writes its branch outcome with it too. The
+//! decision record carries no participant list, so a recovered coordinator re-sends its
+//! unfinished commits to every island; adding the list to the record would narrow that.
+//! `on_tick` scans all slots (O(`max_in_flight`)); call it every few milliseconds, not per
+//! message.
+//!
 //! Bounds: each machine holds at most `max_in_flight` transactions, fixed at construction;
 //! island ids are below [`MAX_ISLANDS`] so that participant sets are one `u128`.
 
