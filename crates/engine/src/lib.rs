@@ -10,12 +10,14 @@
 //! - [`txn`]: the transaction handle stored procedures run against.
 //! - [`transport`]: how islands exchange messages: batched frames over bounded mailboxes.
 //! - [`wal`]: the island's write-ahead log, group commit, checkpoints, recovery.
+//! - [`coord`]: two-phase commit: coordinator and participant state machines, presumed abort.
 //! - [`deploy`]: deployments: how many islands, which cores, which sites each holds.
 //! - [`island`]: one island: tables + scheme + log + workers.
 //! - [`bench`]: the closed-loop driver, statistics, reports.
 
 pub mod bench;
 pub mod cc;
+pub mod coord;
 pub mod deploy;
 pub mod error;
 pub mod island;

@@ -1,0 +1,66 @@
+//! A fixed-capacity map from gtid to per-transaction state: a slab of slots plus an index.
+//! It never grows past the capacity given at construction (no allocation after `new`), and
+//! iterating by slot is deterministic, which the simulator relies on.
+
+use std::collections::HashMap;
+
+use super::Gtid;
+
+pub(crate) struct Table<T> {
+    index: HashMap<Gtid, u32>,
+    slots: Vec<Option<(Gtid, T)>>,
+    free: Vec<u32>,
+}
+
+impl<T> Table<T> {
+    pub(crate) fn new(cap: usize) -> Self {
+        assert!(cap > 0 && cap <= u32::MAX as usize);
+        Table {
+            index: HashMap::with_capacity(cap),
+            slots: (0..cap).map(|_| None).collect(),
+            free: (0..cap as u32).rev().collect(),
+        }
+    }
+    pub(crate) fn cap(&self) -> usize {
+        self.slots.len()
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
+    }
+    pub(crate) fn is_full(&self) -> bool {
+        self.free.is_empty()
+    }
+    pub(crate) fn contains(&self, gtid: Gtid) -> bool {
+        self.index.contains_key(&gtid)
+    }
+    /// Inserts a new entry; `Err(v)` when full. The gtid must not be present.
+    pub(crate) fn insert(&mut self, gtid: Gtid, v: T) -> Result<(), T> {
+        assert!(!self.contains(gtid), "gtid {gtid:#x} inserted twice");
+        let Some(slot) = self.free.pop() else {
+            return Err(v);
+        };
+        self.slots[slot as usize] = Some((gtid, v));
+        self.index.insert(gtid, slot);
+        Ok(())
+    }
+    pub(crate) fn get_mut(&mut self, gtid: Gtid) -> Option<&mut T> {
+        let slot = *self.index.get(&gtid)?;
+        self.slots[slot as usize].as_mut().map(|(_, v)| v)
+    }
+    pub(crate) fn remove(&mut self, gtid: Gtid) -> Option<T> {
+        let slot = self.index.remove(&gtid)?;
+        self.free.push(slot);
+        self.slots[slot as usize].take().map(|(_, v)| v)
+    }
+    /// The entry in slot `i` (`i < cap()`), if any.
+    pub(crate) fn slot_mut(&mut self, i: usize) -> Option<(Gtid, &mut T)> {
+        self.slots[i].as_mut().map(|(g, v)| (*g, v))
+    }
+    pub(crate) fn clear(&mut self) {
+        let cap = self.cap();
+        self.index.clear();
+        self.slots.iter_mut().for_each(|s| *s = None);
+        self.free.clear();
+        self.free.extend((0..cap as u32).rev());
+    }
+}
