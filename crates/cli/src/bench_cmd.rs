@@ -76,7 +76,7 @@ struct Common {
     inflight: usize,
     /// In sync mode, microseconds the log writer pauses after each fdatasync so that
     /// more commits join the next group (fewer fdatasyncs, less kernel CPU). 0: none.
-    #[arg(long, global = true, default_value_t = 200)]
+    #[arg(long, global = true, default_value_t = 1000)]
     group_delay_us: u64,
     /// Do not pin worker threads to CPUs.
     #[arg(long, global = true)]

@@ -3,6 +3,7 @@
 mod bench_cmd;
 mod experiment_cmd;
 mod topology_cmd;
+mod tpcc_cmd;
 
 use std::process::ExitCode;
 
@@ -21,7 +22,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a benchmark (YCSB or the paper's microbenchmark) and report throughput,
+    /// Run a benchmark (YCSB, the paper's microbenchmark, TPC-C, message round trips) and report throughput,
     /// latency percentiles, aborts by reason and CPU time.
     Bench(bench_cmd::BenchArgs),
     /// Show the machine's topology: sockets, NUMA nodes, L3 domains, cores, CPUs.
@@ -30,6 +31,8 @@ enum Command {
     Plan(topology_cmd::PlanArgs),
     /// Experiments from Section 3 of the paper (counters: Table 1 and Figure 2).
     Experiment(experiment_cmd::ExperimentArgs),
+    /// TPC-C tools: check a recovered database's consistency conditions.
+    Tpcc(tpcc_cmd::TpccArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,11 @@ fn main() -> ExitCode {
         Command::Topology(a) => topology_cmd::run_topology(a),
         Command::Plan(a) => topology_cmd::run_plan(a),
         Command::Experiment(a) => experiment_cmd::run_experiment(a),
+        Command::Tpcc(a) => match tpcc_cmd::run(a) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e.to_string()),
+        },
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -134,7 +134,7 @@ pub struct WalConfig {
 
 impl WalConfig {
     pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
-    pub const DEFAULT_GROUP_DELAY: Duration = Duration::from_micros(200);
+    pub const DEFAULT_GROUP_DELAY: Duration = Duration::from_micros(1000);
 
     pub fn new(dir: impl Into<PathBuf>, durability: Durability) -> Self {
         WalConfig {

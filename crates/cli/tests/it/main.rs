@@ -1,0 +1,3 @@
+//! End-to-end tests of the `islands` binary.
+
+mod tpcc_crash;
