@@ -302,18 +302,7 @@ impl Table {
         data: &[u64],
     ) -> Result<RowId, Error> {
         if let Some(rid) = self.lookup(key) {
-            let old: Vec<u64> = self
-                .data(rid)
-                .iter()
-                .map(|w| w.load(Ordering::Relaxed))
-                .collect();
-            self.unindex_secondary(
-                key,
-                &RowRef {
-                    words: &old,
-                    schema: &self.schema,
-                },
-            );
+            self.unindex_secondary_of(key, rid);
             self.copy_in(rid, data);
             self.version(rid)
                 .store(make_word(tid, true), Ordering::Release);
@@ -344,11 +333,12 @@ impl Table {
         Ok(rid)
     }
 
-    /// Deletes a row directly (recovery only). Returns whether it existed.
-    pub fn delete_direct(&self, cache: &mut RowCache, key: u64) -> bool {
-        let Some(rid) = self.lookup(key) else {
-            return false;
-        };
+    /// Removes a stored row's secondary entries, computed from its current
+    /// image (loaders and recovery, which run alone; skipped without indexes).
+    fn unindex_secondary_of(&self, key: u64, rid: RowId) {
+        if self.secondary.is_empty() {
+            return;
+        }
         let old: Vec<u64> = self
             .data(rid)
             .iter()
@@ -361,6 +351,14 @@ impl Table {
                 schema: &self.schema,
             },
         );
+    }
+
+    /// Deletes a row directly (recovery only). Returns whether it existed.
+    pub fn delete_direct(&self, cache: &mut RowCache, key: u64) -> bool {
+        let Some(rid) = self.lookup(key) else {
+            return false;
+        };
+        self.unindex_secondary_of(key, rid);
         self.unindex_primary(key, rid);
         let t = tid_of(self.version(rid).load(Ordering::Acquire));
         self.version(rid)
