@@ -48,15 +48,16 @@ struct Common {
     #[arg(long, global = true)]
     workers: Option<usize>,
     /// Concurrency control: none (one worker only: no locks, no latches), no_wait, wait_die, occ (Silo-style).
-    /// Default: none with one worker, occ with several.
+    /// Default: none for an island with one worker, occ for an island with several.
     #[arg(long, global = true)]
     cc: Option<String>,
     /// Durability: off (no log, as DBx1000 and Silo report), async (acknowledge before the flush),
     /// sync (acknowledge after the group-commit fdatasync).
     #[arg(long, global = true, default_value = "off")]
     durability: String,
-    /// Directory of the island's log and checkpoints. Default: a fresh directory under the
-    /// system temp dir, removed after the run.
+    /// Base directory of the logs and checkpoints: island i logs to DIR/island-<i>. Default: a
+    /// fresh directory under the system temp dir, removed after the run (a given one is kept,
+    /// so `islands tpcc check` can recover it).
     #[arg(long, global = true)]
     log_dir: Option<PathBuf>,
     /// Seconds of warm-up before measuring.
