@@ -22,7 +22,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::Ordering;
 
-use crate::storage::{make_word, tid_of, RowId, Table, LOCKED, PRESENT};
+use crate::storage::{make_word, RowId, Table, LOCKED, PRESENT};
 use crate::AbortReason;
 
 /// The schemes, by name.
@@ -250,11 +250,6 @@ pub(crate) fn backoff(spins: u32) {
     } else {
         std::thread::yield_now();
     }
-}
-
-/// The tid part of a version word.
-pub fn version_tid(v: u64) -> u64 {
-    tid_of(v)
 }
 
 /// Writes `image` into the row (if any) and publishes the new version word.
