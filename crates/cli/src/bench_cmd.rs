@@ -9,8 +9,11 @@ use islands::bench::driver::{self, DriverConfig, WorkerSpec, Workload};
 use islands::bench::progress::DisplayMode;
 use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, IslandId, Islands, Placement, Plan};
-use islands::island::{Island, IslandConfig};
+use islands::dist::run::{run_cluster, ClusterWorker};
+use islands::dist::{Cluster, ClusterOptions, RangeRouter};
+use islands::island::{Island, IslandConfig, RecoveryReport};
 use islands::topology::Topology;
+use islands::txn::Router;
 use islands::wal::Durability;
 use islands::Error;
 use islands_workloads::micro::{self, Micro, MicroConfig};
@@ -79,6 +82,11 @@ struct Common {
     /// more commits join the next group (fewer fdatasyncs, less kernel CPU). 0: none.
     #[arg(long, global = true, default_value_t = 1000)]
     group_delay_us: u64,
+    /// On several islands: transactions each worker keeps in flight. A worker runs
+    /// another transaction (and serves other islands' requests) while one waits for a
+    /// remote island.
+    #[arg(long, global = true, default_value_t = 8)]
+    txns_per_worker: usize,
     /// Do not pin worker threads to CPUs.
     #[arg(long, global = true)]
     no_pin: bool,
@@ -275,7 +283,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         }
     }
     let plan = deploy::plan(&topology, &spec)?;
-    let mut configs = Vec::new();
+    let mut configs: Vec<IslandConfig> = Vec::new();
     for ip in plan.islands() {
         let mut cfg = IslandConfig::new(ip.cc.parse().map_err(Error::Config)?, ip.workers as usize);
         cfg.name = format!("island-{}", ip.id.0);
@@ -354,6 +362,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 &dcfg,
                 &c.json,
                 quiet,
+                None,
             )
         }
         WorkloadCmd::Micro(a) => {
@@ -367,12 +376,9 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 theta: a.skew,
             };
             m.check()?;
-            if n_islands > 1 && m.multisite_pct > 0 {
-                return Err(Error::Config(format!(
-                    "--multisite {} on {n_islands} islands needs distributed transactions (two-phase commit), \
-                     which this build does not run yet: use --multisite 0, or --islands 1",
-                    m.multisite_pct
-                )));
+            let distributed = n_islands > 1 && (m.multisite_pct > 0 || explicit_locking(&c));
+            if distributed {
+                cluster_cc(&mut configs, &c, &c.txns_per_worker)?;
             }
             dcfg.workload_name =
                 format!("micro ({})", if m.update { "update" } else { "read-only" });
@@ -391,6 +397,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 m.keys_of_sites(s.start as u64..s.end as u64)
             };
             let w = Micro::new(m.clone(), homes)?;
+            let router: Option<Arc<dyn Router>> = if distributed {
+                let starts: Vec<u64> = (0..n_islands).map(|i| keys_of(i).start).collect();
+                Some(Arc::new(RangeRouter::new(&starts, &[])?))
+            } else {
+                None
+            };
             execute(
                 configs,
                 |i| {
@@ -404,6 +416,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 &dcfg,
                 &c.json,
                 quiet,
+                router.map(|r| (r, c.txns_per_worker)),
             )
         }
         WorkloadCmd::Tpcc(a) => {
@@ -447,6 +460,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 &dcfg,
                 &c.json,
                 quiet,
+                None,
             )
         }
         WorkloadCmd::Ipc(_) => unreachable!("handled at the top of run"),
@@ -473,6 +487,7 @@ fn execute<W: Workload + 'static>(
     dcfg: &DriverConfig,
     json: &Option<PathBuf>,
     quiet: bool,
+    cluster: Option<(Arc<dyn Router>, usize)>,
 ) -> Result<(), Error> {
     let mut islands = Vec::new();
     for (i, cfg) in configs.into_iter().enumerate() {
@@ -491,6 +506,11 @@ fn execute<W: Workload + 'static>(
         let (island, _) = Island::open(cfg, &tables(i))?;
         islands.push(island);
     }
+    // A fresh database has nothing to recover.
+    let fresh: Vec<(Island, RecoveryReport)> = islands
+        .iter()
+        .map(|i| (i.clone(), RecoveryReport::default()))
+        .collect();
     let t = std::time::Instant::now();
     let first_cpu: Vec<Option<usize>> = plan
         .islands()
@@ -535,7 +555,32 @@ fn execute<W: Workload + 'static>(
             t.elapsed().as_secs_f64()
         );
     }
-    let mut report = driver::run_islands(&islands, workers, Arc::new(workload), dcfg)?;
+    let mut report = match cluster {
+        None => driver::run_islands(&islands, workers, Arc::new(workload), dcfg)?,
+        Some((router, inflight)) => {
+            let mut per_island = vec![0usize; islands.len()];
+            let mut cws = Vec::with_capacity(workers.len());
+            for w in workers {
+                cws.push(ClusterWorker {
+                    island: w.island,
+                    worker: per_island[w.island],
+                    cpu: w.cpu,
+                    limit: None,
+                });
+                per_island[w.island] += 1;
+            }
+            let opts = ClusterOptions {
+                inflight,
+                ..Default::default()
+            };
+            let cl = Cluster::new(fresh, per_island, router, opts)?;
+            let mut r = run_cluster(&cl, &cws, Arc::new(workload), dcfg)?;
+            r.notes.push(format!(
+                "{inflight} transactions in flight per worker; multi-island transactions commit with two-phase commit (presumed abort)"
+            ));
+            r
+        }
+    };
     for i in &islands {
         i.shutdown();
     }
@@ -553,6 +598,40 @@ fn execute<W: Workload + 'static>(
         if !quiet {
             eprintln!("[result] written to {}", path.display());
         }
+    }
+    Ok(())
+}
+
+/// Whether the user chose a locking scheme (then a multi-island run uses the
+/// distributed executor even without multisite transactions, for comparisons
+/// at equal concurrency control).
+fn explicit_locking(c: &Common) -> bool {
+    c.cc.as_deref().is_some_and(|cc| cc != "none")
+}
+
+/// Islands that run distributed transactions: `no_wait`, and room for the
+/// executors' transaction contexts. An explicit other choice is an error.
+fn cluster_cc(configs: &mut [IslandConfig], c: &Common, txns: &usize) -> Result<(), Error> {
+    if *txns == 0 {
+        return Err(Error::Config("--txns-per-worker must be at least 1".into()));
+    }
+    if let Some(cc) = &c.cc {
+        let kind: CcKind = cc.parse().map_err(Error::Config)?;
+        if kind != CcKind::NoWait {
+            return Err(Error::Config(format!(
+                "--cc {kind}: islands that run distributed transactions use no_wait (a worker interleaves \
+                 transactions and cannot wait for a lock; 'none' cannot hold a branch open; OCC validated at \
+                 each island's prepare is not serializable across islands). Use --cc no_wait, or leave --cc out"
+            )));
+        }
+    }
+    let opts = ClusterOptions {
+        inflight: *txns,
+        ..Default::default()
+    };
+    for cfg in configs.iter_mut() {
+        cfg.cc = CcKind::NoWait;
+        cfg.contexts = opts.contexts_needed(cfg.workers);
     }
     Ok(())
 }

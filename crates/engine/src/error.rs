@@ -117,6 +117,8 @@ pub enum Error {
     Recovery(String),
     #[error("I/O error: {0}")]
     Io(String),
+    #[error("protocol error between islands: {0}")]
+    Protocol(String),
 }
 
 impl From<std::io::Error> for Error {

@@ -42,6 +42,10 @@ pub struct IslandConfig {
     /// The log's I/O seam; `None` is the real file system. Tests inject
     /// write and fdatasync failures here.
     pub device: Option<Arc<dyn LogDevice>>,
+    /// Transaction contexts beyond one per worker: a distributed executor
+    /// keeps several transactions (and other islands' branches) in flight
+    /// per worker thread.
+    pub contexts: usize,
 }
 
 impl std::fmt::Debug for IslandConfig {
@@ -55,6 +59,7 @@ impl std::fmt::Debug for IslandConfig {
             .field("segment_bytes", &self.segment_bytes)
             .field("group_delay", &self.group_delay)
             .field("device", &self.device.as_ref().map(|_| "custom"))
+            .field("contexts", &self.contexts)
             .finish()
     }
 }
@@ -70,6 +75,7 @@ impl IslandConfig {
             segment_bytes: 64 << 20,
             group_delay: WalConfig::DEFAULT_GROUP_DELAY,
             device: None,
+            contexts: 0,
         }
     }
 
@@ -83,6 +89,12 @@ impl IslandConfig {
         if self.workers == 0 {
             return Err(Error::Config(format!(
                 "{}: an island needs at least one worker",
+                self.name
+            )));
+        }
+        if self.cc == CcKind::None && self.contexts != 0 {
+            return Err(Error::Config(format!(
+                "{}: concurrency control 'none' runs one transaction at a time; an island that serves other islands' transactions needs no_wait",
                 self.name
             )));
         }
@@ -112,6 +124,22 @@ pub struct RecoveryReport {
     /// A torn or corrupt log tail that was cut off, as the log reported it.
     pub truncated: Option<String>,
     pub max_tid: u64,
+    /// The 2PC records of the log, in log order (for the coordinator's and
+    /// participant's recovery).
+    pub two_pc: Vec<crate::coord::LogRec>,
+    /// Prepared branches without a decision: in doubt until their
+    /// coordinator answers. Their writes are not applied.
+    pub in_doubt: Vec<InDoubt>,
+}
+
+/// A prepared branch found in the log without a decision.
+#[derive(Clone, Debug)]
+pub struct InDoubt {
+    pub gtid: u64,
+    pub tid: u64,
+    /// The batch of its Prepare record (pinned until it is decided).
+    pub seq: BatchSeq,
+    pub writes: Vec<crate::wal::WriteEntry>,
 }
 
 impl std::fmt::Display for RecoveryReport {
@@ -176,6 +204,41 @@ impl Shared {
         self.slot_used[slot].store(false, Ordering::Release);
     }
 
+    /// Appends a complete 2PC record (decision, end) to the island's log
+    /// buffer; returns the batch it will be in (0 without a log). With `pin`
+    /// the batch stays pinned against checkpoint truncation until `unpin`.
+    pub(crate) fn log_record(&self, f: impl FnOnce(&mut LogBuffer), pin: bool) -> BatchSeq {
+        if self.wal.is_none() {
+            return 0;
+        }
+        let mut slot = self.log.lock();
+        f(&mut slot.buf);
+        let seq = slot.next_seq;
+        if pin {
+            slot.pin(seq);
+        }
+        seq
+    }
+
+    pub(crate) fn unpin(&self, seq: BatchSeq) {
+        if seq != 0 {
+            self.log.lock().unpin(seq);
+        }
+    }
+
+    /// Hands the log buffer to the log writer (if there is one and it holds records).
+    pub(crate) fn flush(&self) -> Result<(), Error> {
+        if let Some(w) = &self.wal {
+            self.log.lock().hand_off(w)?;
+        }
+        Ok(())
+    }
+
+    /// The newest durable batch; everything when there is no log.
+    pub(crate) fn durable_seq(&self) -> BatchSeq {
+        self.wal.as_ref().map_or(BatchSeq::MAX, |w| w.durable_seq())
+    }
+
     pub(crate) fn log_failure(&self) -> Option<Error> {
         self.wal.as_ref().and_then(|w| w.failed()).map(Error::from)
     }
@@ -228,12 +291,15 @@ impl Island {
             log: CachePadded::new(Mutex::new(LogSlot {
                 buf: LogBuffer::new(),
                 next_seq,
+                pins: Default::default(),
             })),
             append_seq: AtomicU64::new(0),
-            committing: (0..cfg.workers)
+            committing: (0..cfg.workers + cfg.contexts)
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
-            slot_used: (0..cfg.workers).map(|_| AtomicBool::new(false)).collect(),
+            slot_used: (0..cfg.workers + cfg.contexts)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
             recovered_tid: report.max_tid,
             cfg,
         });
@@ -242,6 +308,15 @@ impl Island {
 
     pub fn config(&self) -> &IslandConfig {
         &self.shared.cfg
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The newest log batch known durable (`BatchSeq::MAX` without a log).
+    pub fn durable_batch(&self) -> BatchSeq {
+        self.shared.durable_seq()
     }
 
     pub fn catalog(&self) -> &Catalog {
@@ -303,7 +378,7 @@ impl Island {
         let Some(wal) = &self.shared.wal else {
             return Ok(0);
         };
-        let start = self.shared.log.lock().next_seq;
+        let start = self.shared.log.lock().checkpoint_start();
         for c in &self.shared.committing {
             let v = c.load(Ordering::Acquire);
             if v & 1 == 1 {
@@ -412,9 +487,36 @@ pub(crate) struct LogSlot {
     /// The batch the buffer will become: kept here so a commit need not ask
     /// the log (whose queue lock the writer thread shares).
     pub(crate) next_seq: BatchSeq,
+    /// Batches holding 2PC records that are still needed after a crash: a
+    /// prepared branch's Prepare record (until the branch is decided) and a
+    /// coordinator's commit decision (until its End). A checkpoint never
+    /// drops the log from the oldest pinned batch on.
+    pins: std::collections::BTreeMap<BatchSeq, u32>,
 }
 
 impl LogSlot {
+    pub(crate) fn pin(&mut self, seq: BatchSeq) {
+        *self.pins.entry(seq).or_insert(0) += 1;
+    }
+
+    pub(crate) fn unpin(&mut self, seq: BatchSeq) {
+        if let std::collections::btree_map::Entry::Occupied(mut e) = self.pins.entry(seq) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
+
+    /// Where a checkpoint taken now may start its log: the next batch, or the
+    /// oldest pinned one.
+    fn checkpoint_start(&self) -> BatchSeq {
+        self.pins
+            .keys()
+            .next()
+            .map_or(self.next_seq, |&p| p.min(self.next_seq))
+    }
+
     /// Submits the buffer if it holds records; returns the batch it became.
     pub(crate) fn hand_off(&mut self, wal: &Wal) -> Result<Option<BatchSeq>, Error> {
         if self.buf.is_empty() {
@@ -461,21 +563,18 @@ fn recover(catalog: &Catalog, rec: crate::wal::Recovery) -> Result<RecoveryRepor
     // Deleted keys with the tid that deleted them, so an older put replayed
     // later cannot bring a row back.
     let mut tombstones: HashMap<(u16, u64), u64> = HashMap::new();
-    for r in &rec.records {
-        report.log_records += 1;
-        #[allow(irrefutable_let_patterns)]
-        let LogRecord::Commit { tid, writes, .. } = r
-        else {
-            continue;
-        };
-        report.max_tid = report.max_tid.max(*tid);
+    let mut apply = |tid: u64,
+                     writes: &[crate::wal::WriteEntry],
+                     report: &mut RecoveryReport|
+     -> Result<(), Error> {
+        report.max_tid = report.max_tid.max(tid);
         for w in writes {
             let t = table(w.table)?;
             let current = match t.lookup(w.key) {
                 Some(rid) => crate::storage::tid_of(t.version(rid).load(Ordering::Acquire)),
                 None => tombstones.get(&(w.table, w.key)).copied().unwrap_or(0),
             };
-            if current >= *tid && current != 0 {
+            if current >= tid && current != 0 {
                 report.skipped_writes += 1;
                 continue;
             }
@@ -485,15 +584,64 @@ fn recover(catalog: &Catalog, rec: crate::wal::Recovery) -> Result<RecoveryRepor
                     img.clear();
                     img.resize(t.schema.row_words(), 0);
                     crate::storage::schema::fill_words(&mut img, bytes);
-                    t.put_direct(&mut caches[w.table as usize], w.key, *tid, &img)?;
+                    t.put_direct(&mut caches[w.table as usize], w.key, tid, &img)?;
                 }
                 None => {
                     t.delete_direct(&mut caches[w.table as usize], w.key);
-                    tombstones.insert((w.table, w.key), *tid);
+                    tombstones.insert((w.table, w.key), tid);
                 }
             }
         }
+        Ok(())
+    };
+    // Prepared 2PC branches: applied when a commit decision follows (the
+    // participant's own, or on the home island the coordinator's).
+    let mut prepared: HashMap<u64, InDoubt> = HashMap::new();
+    for r in &rec.records {
+        report.log_records += 1;
+        match r {
+            LogRecord::Commit { tid, writes, .. } => apply(*tid, writes, &mut report)?,
+            LogRecord::Prepare {
+                seq,
+                gtid,
+                tid,
+                writes,
+            } => {
+                report
+                    .two_pc
+                    .push(crate::coord::LogRec::Prepare { gtid: *gtid });
+                report.max_tid = report.max_tid.max(*tid);
+                prepared.insert(
+                    *gtid,
+                    InDoubt {
+                        gtid: *gtid,
+                        tid: *tid,
+                        seq: *seq,
+                        writes: writes.clone(),
+                    },
+                );
+            }
+            LogRecord::Decision { gtid, commit, .. } => {
+                report.two_pc.push(crate::coord::LogRec::Decision {
+                    gtid: *gtid,
+                    commit: *commit,
+                });
+                if let Some(p) = prepared.remove(gtid) {
+                    if *commit {
+                        apply(p.tid, &p.writes, &mut report)?;
+                    }
+                }
+            }
+            LogRecord::End { gtid, .. } => {
+                report
+                    .two_pc
+                    .push(crate::coord::LogRec::End { gtid: *gtid });
+            }
+        }
     }
+    let mut in_doubt: Vec<InDoubt> = prepared.into_values().collect();
+    in_doubt.sort_by_key(|p| p.seq);
+    report.in_doubt = in_doubt;
     Ok(report)
 }
 

@@ -19,6 +19,7 @@ pub mod bench;
 pub mod cc;
 pub mod coord;
 pub mod deploy;
+pub mod dist;
 pub mod error;
 pub mod island;
 pub mod storage;

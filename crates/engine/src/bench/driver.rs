@@ -85,17 +85,17 @@ impl Default for DriverConfig {
     }
 }
 
-const WARMUP: u8 = 0;
-const MEASURE: u8 = 1;
-const STOP: u8 = 2;
+pub(crate) const WARMUP: u8 = 0;
+pub(crate) const MEASURE: u8 = 1;
+pub(crate) const STOP: u8 = 2;
 
 /// Commits between hand-offs of a worker's log buffer.
-const FLUSH_EVERY: usize = 1024;
+pub(crate) const FLUSH_EVERY: usize = 1024;
 /// Longest a worker waits before handing the island's log buffer over while
 /// it has acknowledgements pending (`sync`).
-const FLUSH_AFTER: Duration = Duration::from_micros(500);
+pub(crate) const FLUSH_AFTER: Duration = Duration::from_micros(500);
 /// The same in `async` mode, where nobody waits for the flush.
-const ASYNC_FLUSH_AFTER: Duration = Duration::from_millis(1);
+pub(crate) const ASYNC_FLUSH_AFTER: Duration = Duration::from_millis(1);
 
 /// The CPUs this process may run on, in order.
 pub fn allowed_cpus() -> Vec<usize> {
@@ -162,23 +162,52 @@ pub fn run_islands<W: Workload + 'static>(
             "the measured phase must be longer than zero".into(),
         ));
     }
-    let types = TxnTypes::new(&workload.types()).map_err(Error::Config)?;
+    let mut bodies: Vec<WorkerBody> = Vec::with_capacity(workers.len());
+    for (w, spec) in workers.iter().enumerate() {
+        let island = &islands[spec.island];
+        let durability = island.config().durability;
+        let tx = island.worker()?;
+        let workload = Arc::clone(&workload);
+        let seed = worker_seed(cfg.seed, w);
+        let inflight = cfg.inflight.max(1);
+        bodies.push(Box::new(move |phase, counter| {
+            worker_loop(
+                tx, &*workload, w, seed, phase, counter, durability, inflight,
+            )
+        }));
+    }
+    run_threads(islands, workers, bodies, &workload.types(), cfg)
+}
+
+/// One worker thread's work: given the run's phase and its progress counter.
+pub(crate) type WorkerBody =
+    Box<dyn FnOnce(&AtomicU8, &ProgressCounter) -> Result<WorkerStats, Error> + Send>;
+
+/// The seed of worker `w`'s request generator.
+pub(crate) fn worker_seed(seed: u64, w: usize) -> u64 {
+    seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (w as u64 + 1)
+}
+
+/// Runs one thread per body (pinned as `workers` says), times the warm-up
+/// and measured phases, and reports.
+pub(crate) fn run_threads(
+    islands: &[Island],
+    workers: &[WorkerSpec],
+    bodies: Vec<WorkerBody>,
+    type_names: &[&str],
+    cfg: &DriverConfig,
+) -> Result<Report, Error> {
+    let types = TxnTypes::new(type_names).map_err(Error::Config)?;
     let phase = Arc::new(AtomicU8::new(WARMUP));
     let counters: Vec<Arc<ProgressCounter>> =
         (0..workers.len()).map(|_| ProgressCounter::new()).collect();
     let cpus = allowed_cpus();
     let started = SystemTime::now();
     let mut handles = Vec::with_capacity(workers.len());
-    for (w, spec) in workers.iter().enumerate() {
-        let island = &islands[spec.island];
-        let durability = island.config().durability;
-        let tx = island.worker()?;
-        let workload = Arc::clone(&workload);
+    for ((w, spec), body) in workers.iter().enumerate().zip(bodies) {
         let phase = Arc::clone(&phase);
         let counter = Arc::clone(&counters[w]);
         let cpu = spec.cpu;
-        let seed = cfg.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (w as u64 + 1);
-        let inflight = cfg.inflight.max(1);
         handles.push(
             std::thread::Builder::new()
                 .name(format!("i{}-worker-{w}", spec.island))
@@ -187,9 +216,7 @@ pub fn run_islands<W: Workload + 'static>(
                         // Pinning can fail in a restricted container; the run goes on unpinned.
                         let _ = pin_to(c);
                     }
-                    worker_loop(
-                        tx, &*workload, w, seed, &phase, &counter, durability, inflight,
-                    )
+                    body(&phase, &counter)
                 })
                 .map_err(|e| Error::Config(format!("cannot start a worker thread: {e}")))?,
         );

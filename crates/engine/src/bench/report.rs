@@ -133,6 +133,8 @@ pub struct Report {
     /// Every reason, zero or not, so the JSON has the same shape in every run.
     pub aborts_by_reason: Vec<AbortReport>,
     pub retries: u64,
+    /// Committed transactions that ran two-phase commit across islands.
+    pub distributed: u64,
     pub latency: LatencyReport,
     pub cpu_process_s: f64,
     /// `cpu_process_s / (measured_s * cores)`.
@@ -199,6 +201,7 @@ impl Report {
             abort_rate: rate(aborts),
             aborts_by_reason,
             retries: stats.retries,
+            distributed: stats.distributed,
             latency: latency_report(stats),
             cpu_process_s,
             cpu_utilisation: if cpu_capacity_s > 0.0 {
@@ -285,6 +288,14 @@ impl Report {
                 let _ = write!(t, "  user aborts {}", thousands(p.user_aborts));
             }
             t.push('\n');
+        }
+        if self.distributed > 0 {
+            let _ = writeln!(
+                t,
+                "distributed {}  ({:.1}% of commits ran two-phase commit across islands)",
+                thousands(self.distributed),
+                100.0 * self.distributed as f64 / self.committed.max(1) as f64
+            );
         }
         if self.aborts > 0 {
             let _ = writeln!(

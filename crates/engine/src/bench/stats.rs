@@ -97,6 +97,8 @@ pub struct WorkerStats {
     /// Re-executions after an engine abort (the driver may give up, so this can
     /// be less than the sum of `aborts`).
     pub retries: u64,
+    /// Commits that ran two-phase commit across islands.
+    pub distributed: u64,
     /// Commits since the stats were created, not cleared by [`WorkerStats::reset`]:
     /// what the worker publishes, so the monitor sees a count that never goes back.
     lifetime_commits: u64,
@@ -124,6 +126,7 @@ impl WorkerStats {
             user_aborts: [0; MAX_TXN_TYPES],
             aborts: [0; ABORT_REASONS],
             retries: 0,
+            distributed: 0,
             lifetime_commits: 0,
             latency_ns,
         }
@@ -176,6 +179,7 @@ impl WorkerStats {
         self.user_aborts = [0; MAX_TXN_TYPES];
         self.aborts = [0; ABORT_REASONS];
         self.retries = 0;
+        self.distributed = 0;
         self.latency_ns.reset();
     }
 
@@ -191,6 +195,7 @@ impl WorkerStats {
             *a += b;
         }
         self.retries += other.retries;
+        self.distributed += other.distributed;
         self.lifetime_commits += other.lifetime_commits;
         // Both histograms have the same constant bounds, so adding cannot fail.
         if let Err(e) = self.latency_ns.add(&other.latency_ns) {

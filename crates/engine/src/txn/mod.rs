@@ -48,6 +48,15 @@ use crate::storage::{tid_of, RowCache, RowId, RowMut, RowRef, SecondaryId, Table
 use crate::wal::BatchSeq;
 use crate::{Abort, AbortReason, Error};
 
+mod remote;
+pub use remote::Router;
+pub(crate) use remote::{Dist, TAG_SEQ_BITS};
+
+/// `Access::island` of a row of this island.
+pub(crate) const LOCAL: u16 = u16::MAX;
+/// `Access::rid` of a remote row's copy: no local row id ever equals it.
+pub(crate) const REMOTE_RID: RowId = RowId::MAX;
+
 /// Access sets up to this size are searched linearly (they fit in a few cache lines).
 const SMALL_ACCESS_SET: usize = 16;
 
@@ -67,6 +76,9 @@ struct Access {
     table: TableId,
     rid: RowId,
     key: u64,
+    /// [`LOCAL`], or the island that holds the row (a copy of a remote row:
+    /// `rid` is [`REMOTE_RID`], and the owner holds the lock).
+    island: u16,
     kind: Kind,
     /// The image was changed (updates and inserts).
     dirty: bool,
@@ -125,6 +137,8 @@ pub struct Txn {
     misses: Vec<Miss>,
     scans: Vec<Scan>,
     scan_out: Vec<RowH>,
+    many_out: Vec<Option<RowH>>,
+    many_keys: Vec<u64>,
     acc_index: HashMap<(TableId, RowId), u32, foldhash::fast::FixedState>,
     locks: Vec<WriteLock>,
     caches: Vec<RowCache>,
@@ -134,6 +148,12 @@ pub struct Txn {
     last_tid: u64,
     validate: bool,
     has_inserts: bool,
+    /// Set when the transaction runs under a distributed executor: routing and
+    /// the state of its remote operations (see `remote.rs`).
+    pub(crate) dist: Option<Box<remote::Dist>>,
+    /// A prepared branch: the tid its writes will carry, and the log batch
+    /// its Prepare record pins (0: none).
+    pub(crate) prepared: Option<(u64, BatchSeq)>,
 }
 
 impl Txn {
@@ -149,6 +169,8 @@ impl Txn {
             misses: Vec::new(),
             scans: Vec::new(),
             scan_out: Vec::new(),
+            many_out: Vec::new(),
+            many_keys: Vec::new(),
             acc_index: HashMap::default(),
             locks: Vec::new(),
             caches: (0..n).map(|_| RowCache::default()).collect(),
@@ -156,6 +178,8 @@ impl Txn {
             last_tid,
             validate,
             has_inserts: false,
+            dist: None,
+            prepared: None,
         }
     }
 
@@ -236,6 +260,9 @@ impl Txn {
 
     /// Reads a row by primary key. `None` if absent.
     pub async fn get(&mut self, table: TableId, key: u64) -> Result<Option<RowH>, Abort> {
+        if let Some(island) = self.route(table, key) {
+            return self.remote_point(island, table, key, false).await;
+        }
         self.point(table, key, false)
     }
 
@@ -246,10 +273,18 @@ impl Txn {
         table: TableId,
         key: u64,
     ) -> Result<Option<RowH>, Abort> {
+        if let Some(island) = self.route(table, key) {
+            return self.remote_point(island, table, key, true).await;
+        }
         self.point(table, key, true)
     }
 
-    fn point(&mut self, table: TableId, key: u64, for_update: bool) -> Result<Option<RowH>, Abort> {
+    pub(crate) fn point(
+        &mut self,
+        table: TableId,
+        key: u64,
+        for_update: bool,
+    ) -> Result<Option<RowH>, Abort> {
         let t = self.shared.catalog.table(table);
         let Some(rid) = t.lookup(key) else {
             self.record_miss(table, key);
@@ -307,6 +342,7 @@ impl Txn {
                     .iter()
                     .filter(|a| {
                         a.kind == Kind::Insert
+                            && a.island == LOCAL
                             && a.table == table
                             && HashIndex::stripe_of(a.key) == stripe
                     })
@@ -367,6 +403,7 @@ impl Txn {
             table,
             rid,
             key,
+            island: LOCAL,
             kind: Kind::Read,
             dirty: false,
             seen,
@@ -380,6 +417,13 @@ impl Txn {
     /// Inserts a row with `key`; its columns start zeroed: set them through
     /// [`Txn::row_mut`]. `Ok(None)` if a committed row with that key exists.
     pub async fn insert(&mut self, table: TableId, key: u64) -> Result<Option<RowH>, Abort> {
+        if let Some(island) = self.route(table, key) {
+            return self.remote_insert(island, table, key).await;
+        }
+        self.insert_local(table, key)
+    }
+
+    pub(crate) fn insert_local(&mut self, table: TableId, key: u64) -> Result<Option<RowH>, Abort> {
         let shared = self.island();
         let t = shared.catalog.table(table);
         let rid = t.alloc(&mut self.caches[table as usize])?;
@@ -423,6 +467,7 @@ impl Txn {
             table,
             rid,
             key,
+            island: LOCAL,
             kind: Kind::Insert,
             dirty: true,
             seen: Observed {
@@ -500,6 +545,19 @@ impl Txn {
         limit: usize,
         reverse: bool,
     ) -> Result<usize, Abort> {
+        if let Some(island) = self.route(table, lo) {
+            return self
+                .remote_scan(
+                    island,
+                    table,
+                    None,
+                    key_of(lo),
+                    key_of(hi) | u64::MAX as u128,
+                    limit,
+                    reverse,
+                )
+                .await;
+        }
         self.scan_index(
             table,
             None,
@@ -519,6 +577,19 @@ impl Txn {
         limit: usize,
         reverse: bool,
     ) -> Result<usize, Abort> {
+        if let Some(island) = self.route_secondary(table, idx, skey) {
+            return self
+                .remote_scan(
+                    island,
+                    table,
+                    Some(idx),
+                    pair(skey, 0),
+                    pair(skey, u64::MAX),
+                    limit,
+                    reverse,
+                )
+                .await;
+        }
         self.scan_index(
             table,
             Some(idx),
@@ -542,7 +613,7 @@ impl Txn {
         self.scan_out[i]
     }
 
-    fn scan_index(
+    pub(crate) fn scan_index(
         &mut self,
         table: TableId,
         sec: Option<SecondaryId>,
@@ -570,10 +641,9 @@ impl Txn {
         // columns, which reach the index only at commit: scan the whole key
         // group, then correct it with the rows this transaction changed.
         let own_changes = sec.is_some()
-            && self
-                .acc
-                .iter()
-                .any(|a| a.table == table && (a.dirty || a.kind == Kind::Delete));
+            && self.acc.iter().any(|a| {
+                a.table == table && a.island == LOCAL && (a.dirty || a.kind == Kind::Delete)
+            });
         let limit = if own_changes { usize::MAX } else { want };
         let mut out = std::mem::take(&mut self.scan_out);
         out.clear();
@@ -642,6 +712,7 @@ impl Txn {
             for (i, a) in self.acc.iter().enumerate() {
                 let h = RowH(i as u32);
                 if a.table == table
+                    && a.island == LOCAL
                     && a.dirty
                     && a.kind != Kind::Delete
                     && image_key(a, &self.buf) == skey
@@ -683,13 +754,64 @@ impl Txn {
         Ok(self.scan_out.len())
     }
 
+    /// Whether the transaction changed rows of this island.
+    fn has_local_writes(&self) -> bool {
+        self.acc
+            .iter()
+            .any(|a| a.island == LOCAL && (a.dirty || a.kind == Kind::Delete))
+    }
+
     /// Commits: locks the write set, validates reads, misses and scans, writes
-    /// the redo record to this worker's log buffer and installs the writes.
+    /// the redo record to the island's log buffer and installs the writes.
+    /// For a transaction that touched only this island; one that touched
+    /// others commits through its executor's two-phase commit.
     pub fn commit(&mut self) -> Result<Committed, Abort> {
+        if self.dist.as_ref().is_some_and(|d| !d.touched.is_empty()) {
+            self.abort();
+            return Err(Abort::Failed(Error::Config(
+                "a transaction that touched other islands commits through its executor".into(),
+            )));
+        }
+        let writes = self.has_local_writes();
+        let tid = self.lock_and_validate(writes)?;
+        let shared = self.island();
+        // 4. Log, before installing: see `island::Shared::log`.
+        let logged = writes && shared.wal.is_some();
+        let mut ack = 0;
+        let flag = &shared.committing[self.worker as usize];
+        if logged {
+            flag.store(flag.load(Ordering::Relaxed) + 1, Ordering::Release);
+            let mut slot = shared.log.lock();
+            let before = slot.buf.len_bytes();
+            slot.buf.commit_begin(tid);
+            self.log_writes(&mut slot.buf);
+            slot.buf.record_end();
+            self.unflushed_bytes += slot.buf.len_bytes().saturating_sub(before);
+            ack = slot.next_seq;
+            // Changes once per hand-off, not per commit: skip the store when
+            // unchanged, so read-only commits on other cores keep the line cached.
+            if shared.append_seq.load(Ordering::Relaxed) != ack {
+                shared.append_seq.store(ack, Ordering::Release);
+            }
+        } else if shared.wal.is_some() {
+            // Read-only: durable once everything it could have read from is.
+            ack = shared.append_seq.load(Ordering::Acquire);
+        }
+        // 5. Install and release.
+        self.install(tid);
+        if logged {
+            flag.store(flag.load(Ordering::Relaxed) + 1, Ordering::Release);
+        }
+        self.clear();
+        Ok(Committed { tid, logged, ack })
+    }
+
+    /// Commit steps 1–3: locks the write set, validates, picks the tid. On
+    /// failure everything is released and the reason returned.
+    fn lock_and_validate(&mut self, writes: bool) -> Result<u64, Abort> {
         let shared = self.island();
         let cc = &*shared.cc;
         let tables = &shared.catalog.tables;
-        let writes = self.acc.iter().any(|a| a.dirty || a.kind == Kind::Delete);
         if writes {
             if let Some(e) = shared.log_failure() {
                 self.abort();
@@ -699,7 +821,7 @@ impl Txn {
         // 1. Lock the write set.
         self.locks.clear();
         for a in self.acc.iter() {
-            if a.dirty || a.kind == Kind::Delete {
+            if a.island == LOCAL && (a.dirty || a.kind == Kind::Delete) {
                 self.locks.push(WriteLock {
                     table: a.table,
                     rid: a.rid,
@@ -732,7 +854,9 @@ impl Txn {
         // 3. The commit tid: above every version seen and this worker's last.
         let mut tid = self.last_tid;
         for a in &self.acc {
-            tid = tid.max(tid_of(a.seen.version));
+            if a.island == LOCAL {
+                tid = tid.max(tid_of(a.seen.version));
+            }
         }
         if self.has_inserts {
             tid = tid.max(shared.delete_tid.load(std::sync::atomic::Ordering::Acquire));
@@ -741,48 +865,46 @@ impl Txn {
         self.last_tid = tid;
         // Published before the delete unindexes its key, so an insert that
         // finds the key gone sees this tid (see `Shared::delete_tid`).
-        if self.acc.iter().any(|a| a.kind == Kind::Delete) {
+        if self
+            .acc
+            .iter()
+            .any(|a| a.island == LOCAL && a.kind == Kind::Delete)
+        {
             shared
                 .delete_tid
                 .fetch_max(tid, std::sync::atomic::Ordering::AcqRel);
         }
-        // 4. Log, before installing: see `island::Shared::log`.
-        let logged = writes && shared.wal.is_some();
-        let mut ack = 0;
-        let flag = &shared.committing[self.worker as usize];
-        if logged {
-            flag.store(flag.load(Ordering::Relaxed) + 1, Ordering::Release);
-            let mut slot = shared.log.lock();
-            let log = &mut slot.buf;
-            let before = log.len_bytes();
-            log.commit_begin(tid);
-            for a in &self.acc {
-                let t = &tables[a.table as usize];
-                if a.kind == Kind::Delete {
-                    log.delete(a.table, a.key);
-                } else if a.dirty {
-                    let off = a.off as usize;
-                    let img = &self.buf[off..off + t.schema.row_words()];
-                    log.put(a.table, a.key, crate::storage::schema::row_bytes(img));
-                }
+        Ok(tid)
+    }
+
+    /// Appends the transaction's local writes to an open commit or prepare record.
+    fn log_writes(&self, log: &mut crate::wal::LogBuffer) {
+        let tables = &self.island().catalog.tables;
+        for a in &self.acc {
+            if a.island != LOCAL {
+                continue;
             }
-            log.record_end();
-            self.unflushed_bytes += log.len_bytes().saturating_sub(before);
-            if shared.wal.is_some() {
-                ack = slot.next_seq;
-                // Changes once per hand-off, not per commit: skip the store when
-                // unchanged, so read-only commits on other cores keep the line cached.
-                if shared.append_seq.load(Ordering::Relaxed) != ack {
-                    shared.append_seq.store(ack, Ordering::Release);
-                }
+            let t = &tables[a.table as usize];
+            if a.kind == Kind::Delete {
+                log.delete(a.table, a.key);
+            } else if a.dirty {
+                let off = a.off as usize;
+                let img = &self.buf[off..off + t.schema.row_words()];
+                log.put(a.table, a.key, crate::storage::schema::row_bytes(img));
             }
-        } else if shared.wal.is_some() {
-            // Read-only: durable once everything it could have read from is.
-            ack = shared.append_seq.load(Ordering::Acquire);
         }
-        // 5. Install and release.
+    }
+
+    /// Commit step 5: installs the local writes with `tid` and releases every lock.
+    fn install(&mut self, tid: u64) {
+        let shared = self.island();
+        let cc = &*shared.cc;
+        let tables = &shared.catalog.tables;
         for i in 0..self.acc.len() {
             let a = self.acc[i];
+            if a.island != LOCAL {
+                continue;
+            }
             let t = &tables[a.table as usize];
             let words = t.schema.row_words();
             let off = a.off as usize;
@@ -839,17 +961,63 @@ impl Txn {
                 Kind::Read => cc.release(t, a.rid, a.held),
             }
         }
-        if logged {
-            flag.store(flag.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+
+    /// Two-phase commit, participant side: locks and validates this island's
+    /// part of the transaction and keeps it locked. Returns whether it wrote
+    /// anything here. On failure the branch is already aborted.
+    pub(crate) fn prepare_branch(&mut self) -> Result<bool, Abort> {
+        debug_assert!(self.prepared.is_none(), "prepared twice");
+        let writes = self.has_local_writes();
+        let tid = self.lock_and_validate(writes)?;
+        self.prepared = Some((tid, 0));
+        Ok(writes)
+    }
+
+    /// Appends the prepared branch's Prepare record (its redo writes and tid)
+    /// to the island's log; returns the batch it will be in (0 without a log).
+    /// The batch stays pinned against checkpoint truncation until the branch
+    /// is decided.
+    pub(crate) fn log_prepare(&mut self, gtid: u64) -> BatchSeq {
+        let shared = self.island();
+        let Some((tid, _)) = self.prepared else {
+            debug_assert!(false, "log_prepare of an unprepared branch");
+            return 0;
+        };
+        if shared.wal.is_none() {
+            return 0;
         }
+        let mut slot = shared.log.lock();
+        slot.buf.prepare_begin(gtid, tid);
+        self.log_writes(&mut slot.buf);
+        slot.buf.record_end();
+        let seq = slot.next_seq;
+        slot.pin(seq);
+        self.prepared = Some((tid, seq));
+        seq
+    }
+
+    /// Installs a prepared branch (the decision was commit) and releases it.
+    pub(crate) fn commit_prepared(&mut self) {
+        let Some((tid, pin)) = self.prepared.take() else {
+            debug_assert!(false, "commit of an unprepared branch");
+            return;
+        };
+        let shared = self.island();
+        let flag = &shared.committing[self.worker as usize];
+        flag.store(flag.load(Ordering::Relaxed) + 1, Ordering::Release);
+        if pin != 0 {
+            shared.log.lock().unpin(pin);
+        }
+        self.install(tid);
+        flag.store(flag.load(Ordering::Relaxed) + 1, Ordering::Release);
         self.clear();
-        Ok(Committed { tid, logged, ack })
     }
 
     fn validate_all(&self) -> Result<(), AbortReason> {
         let shared = &*self.shared;
         for a in &self.acc {
-            if a.kind == Kind::Read && !a.dirty {
+            if a.kind == Kind::Read && !a.dirty && a.island == LOCAL {
                 let t = shared.catalog.table(a.table);
                 if !shared.cc.validate_read(t, a.rid, &a.seen, a.held) {
                     return Err(AbortReason::ReadValidation);
@@ -863,6 +1031,7 @@ impl Txn {
             // Our own inserts on that stripe moved it by two each.
             for a in &self.acc {
                 if a.kind == Kind::Insert
+                    && a.island == LOCAL
                     && a.table == m.table
                     && HashIndex::stripe_of(a.key) == m.stripe as usize
                 {
@@ -918,7 +1087,15 @@ impl Txn {
     /// Aborts: releases everything and forgets the transaction's writes.
     pub fn abort(&mut self) {
         let shared = self.island();
+        if let Some((_, pin)) = self.prepared.take() {
+            if pin != 0 {
+                shared.log.lock().unpin(pin);
+            }
+        }
         for a in &self.acc {
+            if a.island != LOCAL {
+                continue;
+            }
             let t = shared.catalog.table(a.table);
             if a.kind == Kind::Insert {
                 t.unindex_primary(a.key, a.rid);
@@ -939,6 +1116,9 @@ impl Txn {
         self.scans.clear();
         self.scan_out.clear();
         self.has_inserts = false;
+        if let Some(d) = &mut self.dist {
+            d.reset();
+        }
     }
 
     /// Hands the island's buffered log records to the log writer. Any worker

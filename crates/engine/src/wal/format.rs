@@ -197,8 +197,14 @@ pub(crate) fn decode_log_body(body: &[u8], seq: BatchSeq) -> Result<Decoded, &'s
         }
         REC_PREPARE => {
             let gtid = c.u64().ok_or("truncated prepare record")?;
+            let tid = c.u64().ok_or("truncated prepare record")?;
             let writes = decode_writes(&mut c)?;
-            Decoded::Record(LogRecord::Prepare { seq, gtid, writes })
+            Decoded::Record(LogRecord::Prepare {
+                seq,
+                gtid,
+                tid,
+                writes,
+            })
         }
         REC_DECISION => {
             let gtid = c.u64().ok_or("truncated decision record")?;
@@ -254,9 +260,12 @@ impl LogBuffer {
         self.open_record(REC_COMMIT, tid);
     }
 
-    /// Starts a two-phase-commit prepare record (participant side), closed by `record_end`.
-    pub fn prepare_begin(&mut self, gtid: u64) {
+    /// Starts a two-phase-commit prepare record (participant side) of branch `gtid`,
+    /// whose writes will be installed with transaction id `tid` if it commits; closed by
+    /// `record_end`.
+    pub fn prepare_begin(&mut self, gtid: u64, tid: u64) {
         self.open_record(REC_PREPARE, gtid);
+        self.bytes.extend_from_slice(&tid.to_le_bytes());
     }
 
     fn open_record(&mut self, kind: u8, id: u64) {

@@ -19,7 +19,7 @@
 //! body[0] = record type:
 //!   0x01 batch header  [seq u64]                        starts every batch
 //!   0x02 commit        [tid u64]  entry*                 one transaction's writes
-//!   0x03 prepare       [gtid u64] entry*                 2PC participant prepare
+//!   0x03 prepare       [gtid u64][tid u64] entry*        2PC participant prepare
 //!   0x04 decision      [gtid u64][commit u8: 0|1]        2PC coordinator decision
 //!   0x05 end           [gtid u64]                        2PC end
 //! entry = [0x01 put][table u16][key u64][row_len u32][row bytes]
@@ -213,6 +213,8 @@ pub enum LogRecord {
     Prepare {
         seq: BatchSeq,
         gtid: u64,
+        /// The transaction id the branch's writes carry (per-row version order in replay).
+        tid: u64,
         writes: Vec<WriteEntry>,
     },
     Decision {

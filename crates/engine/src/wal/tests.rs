@@ -85,7 +85,7 @@ fn fill(buf: &mut LogBuffer, i: u64) -> Vec<LogRecord> {
             });
         }
         2 => {
-            buf.prepare_begin(i);
+            buf.prepare_begin(i, i + 7);
             let r = row(i);
             buf.put(3, i, &r);
             buf.delete(4, i + 1);
@@ -93,6 +93,7 @@ fn fill(buf: &mut LogBuffer, i: u64) -> Vec<LogRecord> {
             out.push(LogRecord::Prepare {
                 seq: 0,
                 gtid: i,
+                tid: i + 7,
                 writes: vec![
                     WriteEntry {
                         table: 3,

@@ -1,0 +1,112 @@
+//! A transport that loses, duplicates, delays and reorders batches: the
+//! in-process transport with seeded faults, for tests of two-phase commit
+//! through the real engine.
+//!
+//! Faults act on whole batches (a batch is what one worker sends one other
+//! in one round); a delayed batch is overtaken by later ones, which is how
+//! reordering happens. The seed is printed by the tests that use it, so a
+//! failure replays.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::bench::rng::FastRng;
+use crate::transport::{Endpoint, Full, InProc, Transport};
+
+/// Fault rates, in percent of batches sent.
+#[derive(Clone, Copy, Debug)]
+pub struct Faults {
+    pub drop_pct: u32,
+    pub duplicate_pct: u32,
+    pub delay_pct: u32,
+    /// A delayed batch arrives after up to this long.
+    pub max_delay: Duration,
+}
+
+/// A delayed batch: due time, sender, receiver, bytes.
+type Delayed = (Instant, Endpoint, Endpoint, Vec<u8>);
+
+/// See the module documentation.
+pub struct FaultyTransport {
+    inner: InProc,
+    faults: Faults,
+    rng: Mutex<FastRng>,
+    delayed: Mutex<Vec<Delayed>>,
+    pub dropped: AtomicU64,
+    pub duplicated: AtomicU64,
+    pub delayed_batches: AtomicU64,
+}
+
+impl FaultyTransport {
+    pub fn new(endpoints: usize, depth: usize, faults: Faults, seed: u64) -> FaultyTransport {
+        FaultyTransport {
+            inner: InProc::new(endpoints, depth),
+            faults,
+            rng: Mutex::new(FastRng::new(seed)),
+            delayed: Mutex::new(Vec::new()),
+            dropped: AtomicU64::new(0),
+            duplicated: AtomicU64::new(0),
+            delayed_batches: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Transport for FaultyTransport {
+    fn send(&self, from: Endpoint, to: Endpoint, batch: Vec<u8>) -> Result<(), Full> {
+        let (drop, dup, delay) = {
+            let mut r = self.rng.lock();
+            let delay_us = r.below(self.faults.max_delay.as_micros().max(1) as u64);
+            (
+                r.percent(self.faults.drop_pct),
+                r.percent(self.faults.duplicate_pct),
+                r.percent(self.faults.delay_pct).then_some(delay_us),
+            )
+        };
+        if drop {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.inner.recycle(batch);
+            return Ok(());
+        }
+        if dup {
+            self.duplicated.fetch_add(1, Ordering::Relaxed);
+            let copy = batch.clone();
+            let _ = self.inner.send(from, to, copy);
+        }
+        if let Some(us) = delay {
+            self.delayed_batches.fetch_add(1, Ordering::Relaxed);
+            self.delayed
+                .lock()
+                .push((Instant::now() + Duration::from_micros(us), from, to, batch));
+            return Ok(());
+        }
+        self.inner.send(from, to, batch)
+    }
+
+    fn recv(&self, me: Endpoint) -> Option<(Endpoint, Vec<u8>)> {
+        {
+            let mut d = self.delayed.lock();
+            if !d.is_empty() {
+                let now = Instant::now();
+                if let Some(i) = d.iter().position(|(at, _, to, _)| *to == me && *at <= now) {
+                    let (_, from, _, b) = d.swap_remove(i);
+                    return Some((from, b));
+                }
+            }
+        }
+        self.inner.recv(me)
+    }
+
+    fn buffer(&self) -> Vec<u8> {
+        self.inner.buffer()
+    }
+
+    fn recycle(&self, buf: Vec<u8>) {
+        self.inner.recycle(buf)
+    }
+
+    fn endpoints(&self) -> usize {
+        self.inner.endpoints()
+    }
+}

@@ -1,0 +1,1193 @@
+//! Distributed transactions across the islands of one process.
+//!
+//! A [`Cluster`] is a deployment running in this process: its islands, the
+//! number of worker threads of each, the [`Transport`] between them and the
+//! [`Router`] that says which island holds a key. Every worker thread owns an
+//! [`Executor`]: a pool of transaction contexts, the island's 2PC
+//! [`Coordinator`] and [`Participant`] for the transactions that land on this
+//! worker, and an outbox with one batch per destination.
+//!
+//! A worker never blocks on another island. Its loop (see [`run`]) polls the
+//! stored procedures of several home transactions; one that touches a key of
+//! another island suspends (its request goes out in the next batch) and the
+//! worker goes on with the others, and with the requests that other islands'
+//! transactions send it: those run on *branch* contexts here, with the same
+//! local code paths (locks, validation), so remote accesses follow the
+//! island's concurrency control. A transaction that touched only its home
+//! island commits locally; one that touched others commits with presumed-abort
+//! two-phase commit, its home island coordinating (and participating, if it
+//! holds a part of it).
+//!
+//! Endpoints: worker `w` of island `i` is endpoint `base[i] + w`. A gtid names
+//! its home worker in its low 8 bits, so replies and votes reach the worker
+//! that coordinates it; its branch on another island lives on the worker
+//! chosen by a hash of the gtid, so every message about one branch reaches
+//! the one worker that holds it (and recovery can find it again).
+//!
+//! Concurrency control: a worker interleaves many transactions on one thread,
+//! so a lock wait would wait for itself. Distributed islands therefore run
+//! `no_wait` 2PL: a conflict aborts and the transaction retries (no
+//! distributed deadlock). OCC cannot serve as is: validating reads at each
+//! participant's prepare without a global lock point is not serializable
+//! across islands (write skew between two islands), and `none` cannot hold a
+//! branch while other transactions run.
+
+pub mod fault;
+pub mod run;
+#[cfg(test)]
+mod tests;
+pub mod wire;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::cc::CcKind;
+use crate::coord::{
+    self, home_of, Action, Coordinator, Gtid, IslandId, LogRec, LogToken, Msg, Participant,
+    Timeouts, Vote, GTID_SEQ_BITS,
+};
+use crate::island::{InDoubt, Island, RecoveryReport};
+use crate::transport::{frames, push_frame, push_frame_with, Endpoint, InProc, Outbox, Transport};
+use crate::txn::{Dist, Router, Txn};
+use crate::wal::BatchSeq;
+use crate::{Abort, AbortReason, Error};
+use wire::{Frame, Status};
+
+pub use crate::txn::Router as KeyRouter;
+
+/// Bits of a gtid's sequence that name the home worker.
+const WORKER_BITS: u32 = 8;
+/// Most workers per island (the gtid has 8 bits for it).
+pub const MAX_WORKERS_PER_ISLAND: usize = 1 << WORKER_BITS;
+/// Most transaction contexts per worker (request tags have 12 bits for it).
+const MAX_CONTEXTS: usize = 1 << (32 - crate::txn::TAG_SEQ_BITS);
+
+/// How a cluster runs.
+#[derive(Clone)]
+pub struct ClusterOptions {
+    /// Home transactions a worker keeps in flight.
+    pub inflight: usize,
+    /// Branches of other islands' transactions a worker holds at once.
+    pub max_branches: usize,
+    pub timeouts: Timeouts,
+    /// A home transaction waiting this long for a remote reply aborts (lost
+    /// messages, a crashed island).
+    pub op_timeout: Duration,
+    /// Mailbox depth (batches) of the default in-process transport.
+    pub mailbox_depth: usize,
+    /// The transport; `None` is an [`InProc`] with one mailbox per worker.
+    pub transport: Option<Arc<dyn Transport>>,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            inflight: 8,
+            max_branches: 64,
+            timeouts: Timeouts::default(),
+            op_timeout: Duration::from_millis(200),
+            mailbox_depth: 1024,
+            transport: None,
+        }
+    }
+}
+
+impl ClusterOptions {
+    /// Transaction contexts an island with `workers` workers must have beyond
+    /// one per worker ([`crate::island::IslandConfig::contexts`]).
+    pub fn contexts_needed(&self, workers: usize) -> usize {
+        workers * (self.inflight + self.max_branches)
+    }
+}
+
+/// Counters of one cluster, summed over its workers.
+#[derive(Debug, Default)]
+pub struct ClusterStats {
+    /// Frames or batches that failed to decode: counted, never executed.
+    pub malformed: AtomicU64,
+    /// Committed transactions that ran two-phase commit.
+    pub distributed_commits: AtomicU64,
+    /// Remote operations served.
+    pub remote_ops: AtomicU64,
+    pub protocol_violations: AtomicU64,
+}
+
+/// A deployment of islands in this process. See the module documentation.
+pub struct Cluster {
+    islands: Vec<Island>,
+    workers: Vec<usize>,
+    base: Vec<u32>,
+    transport: Arc<dyn Transport>,
+    router: Arc<dyn Router>,
+    recovered: Vec<RecoveryReport>,
+    opts: ClusterOptions,
+    /// Workers still running client transactions: the others keep serving.
+    clients: AtomicUsize,
+    pub stats: ClusterStats,
+}
+
+impl Cluster {
+    /// A cluster over islands opened with their recovery reports (in-doubt
+    /// branches are resolved by the executors), `workers[i]` worker threads
+    /// on island `i`.
+    pub fn new(
+        islands: Vec<(Island, RecoveryReport)>,
+        workers: Vec<usize>,
+        router: Arc<dyn Router>,
+        opts: ClusterOptions,
+    ) -> Result<Arc<Cluster>, Error> {
+        if islands.is_empty() || islands.len() != workers.len() {
+            return Err(Error::Config(
+                "a cluster needs one worker count per island".into(),
+            ));
+        }
+        if islands.len() > coord::MAX_ISLANDS {
+            return Err(Error::Config(format!(
+                "{} islands: at most {} can run two-phase commit together",
+                islands.len(),
+                coord::MAX_ISLANDS
+            )));
+        }
+        if opts.inflight == 0 || opts.max_branches == 0 {
+            return Err(Error::Config(
+                "a worker needs at least one transaction and one branch in flight".into(),
+            ));
+        }
+        if opts.inflight + opts.max_branches > MAX_CONTEXTS {
+            return Err(Error::Config(format!(
+                "{} transactions + {} branches in flight per worker: at most {MAX_CONTEXTS} contexts",
+                opts.inflight, opts.max_branches
+            )));
+        }
+        let mut base = Vec::with_capacity(islands.len());
+        let mut n = 0u32;
+        for (i, ((island, _), &w)) in islands.iter().zip(&workers).enumerate() {
+            let cfg = island.config();
+            if w == 0 || w > MAX_WORKERS_PER_ISLAND || w > cfg.workers {
+                return Err(Error::Config(format!(
+                    "island {i}: {w} workers (the island was opened for {}, at most {MAX_WORKERS_PER_ISLAND})",
+                    cfg.workers
+                )));
+            }
+            if islands.len() > 1 && cfg.cc != CcKind::NoWait {
+                return Err(Error::Config(format!(
+                    "island {i} runs '{}': islands that take part in distributed transactions run no_wait \
+                     (a worker interleaves transactions, so it cannot wait for a lock; OCC validation at \
+                     each island's prepare is not serializable across islands)",
+                    cfg.cc
+                )));
+            }
+            if islands.len() > 1 && cfg.contexts < opts.contexts_needed(w) {
+                return Err(Error::Config(format!(
+                    "island {i} was opened with {} extra transaction contexts; its executors need {}",
+                    cfg.contexts,
+                    opts.contexts_needed(w)
+                )));
+            }
+            base.push(n);
+            n += w as u32;
+        }
+        let transport = match &opts.transport {
+            Some(t) => {
+                if t.endpoints() < n as usize {
+                    return Err(Error::Config(format!(
+                        "the transport has {} endpoints; the cluster needs {n}",
+                        t.endpoints()
+                    )));
+                }
+                Arc::clone(t)
+            }
+            None => Arc::new(InProc::new(n as usize, opts.mailbox_depth)) as Arc<dyn Transport>,
+        };
+        let (islands, recovered) = islands.into_iter().unzip();
+        Ok(Arc::new(Cluster {
+            islands,
+            workers,
+            base,
+            transport,
+            router,
+            recovered,
+            opts,
+            clients: AtomicUsize::new(0),
+            stats: ClusterStats::default(),
+        }))
+    }
+
+    pub fn islands(&self) -> &[Island] {
+        &self.islands
+    }
+
+    pub fn workers(&self, island: usize) -> usize {
+        self.workers[island]
+    }
+
+    pub fn options(&self) -> &ClusterOptions {
+        &self.opts
+    }
+
+    fn endpoint(&self, island: IslandId, worker: usize) -> Endpoint {
+        Endpoint(self.base[island as usize] + worker as u32)
+    }
+
+    fn island_of_endpoint(&self, e: Endpoint) -> Option<IslandId> {
+        let i = self.base.partition_point(|&b| b <= e.0);
+        (i > 0 && (e.0 - self.base[i - 1]) < self.workers[i - 1] as u32)
+            .then(|| (i - 1) as IslandId)
+    }
+
+    /// The worker of `island` that holds the branch of `gtid`: the home worker
+    /// on the home island, a hash of the gtid elsewhere.
+    fn branch_worker(&self, island: IslandId, gtid: Gtid) -> usize {
+        if island == home_of(gtid) {
+            home_worker(gtid)
+        } else {
+            (crate::storage::hash::hash_key(gtid) % self.workers[island as usize] as u64) as usize
+        }
+    }
+
+    /// Starts the executor of worker `worker` of island `island`; it takes
+    /// over that worker's share of recovery (in-doubt branches, undecided
+    /// commits) at once.
+    pub fn executor(self: &Arc<Self>, island: usize, worker: usize) -> Result<Executor, Error> {
+        if island >= self.islands.len() || worker >= self.workers[island] {
+            return Err(Error::Config(format!(
+                "no worker {worker} on island {island}"
+            )));
+        }
+        let id = island as IslandId;
+        let cfg = coord::Config {
+            island: id,
+            islands: self.islands.len(),
+            max_in_flight: self.opts.max_branches.max(self.opts.inflight),
+            timeouts: self.opts.timeouts,
+        };
+        let mut ex = Executor {
+            cl: Arc::clone(self),
+            island: id,
+            worker,
+            me: self.endpoint(id, worker),
+            pool: Pool {
+                cl: Arc::clone(self),
+                island: id,
+                ctxs: Vec::new(),
+                free: Vec::new(),
+                branches: HashMap::new(),
+                in_doubt: HashMap::new(),
+                failed: None,
+            },
+            coord: Coordinator::new(coord::Config {
+                max_in_flight: self.opts.inflight.max(1) * 4,
+                ..cfg
+            }),
+            part: Participant::new(cfg),
+            outbox: Outbox::new(self.transport.endpoints()),
+            actions: Vec::new(),
+            local: VecDeque::new(),
+            forces: Vec::new(),
+            coord_pins: HashMap::new(),
+            next_seq: 1,
+            epoch: Instant::now(),
+            last_tick: 0,
+            woken: Vec::new(),
+            outcomes: Vec::new(),
+            flush_due: false,
+        };
+        ex.recover()?;
+        Ok(ex)
+    }
+}
+
+/// The home worker of a gtid.
+fn home_worker(gtid: Gtid) -> usize {
+    (gtid & ((1 << WORKER_BITS) - 1)) as usize
+}
+
+/// What a registered branch context knows beyond the transaction itself.
+struct Branch {
+    ctx: u32,
+    /// From PREP: WRITE/DELETE frames to expect, and whether to hold at prepare.
+    expect: Option<(u32, bool)>,
+    applied: u32,
+    /// A WRITE/DELETE could not be applied: the branch votes no.
+    bad: bool,
+}
+
+/// How a home transaction's commit went.
+#[derive(Debug)]
+pub enum HomeCommit {
+    /// It touched only this island and committed.
+    Local(crate::txn::Committed),
+    /// Two-phase commit started; the outcome arrives in [`Executor::outcomes`].
+    Distributed(Gtid),
+}
+
+/// One worker's executor. See the module documentation.
+pub struct Executor {
+    cl: Arc<Cluster>,
+    island: IslandId,
+    worker: usize,
+    me: Endpoint,
+    pool: Pool,
+    coord: Coordinator,
+    part: Participant,
+    outbox: Outbox,
+    actions: Vec<Action>,
+    /// Messages to this very worker (the home island's own branch).
+    local: VecDeque<(IslandId, Msg)>,
+    /// Forced records not yet durable: (batch, by the coordinator?, token).
+    forces: Vec<(BatchSeq, bool, LogToken)>,
+    /// Pinned batches of commit decisions, until their End.
+    coord_pins: HashMap<Gtid, BatchSeq>,
+    next_seq: u64,
+    epoch: Instant,
+    last_tick: u64,
+    /// Contexts whose remote reply arrived: poll their procedure again.
+    pub woken: Vec<u32>,
+    /// Outcomes of this worker's distributed transactions: (gtid, committed).
+    pub outcomes: Vec<(Gtid, bool)>,
+    flush_due: bool,
+}
+
+/// The executor's transaction contexts and the branches among them.
+struct Pool {
+    cl: Arc<Cluster>,
+    island: IslandId,
+    /// Transaction contexts, owned through raw pointers: a suspended stored
+    /// procedure holds `&mut Txn` into one of them (see [`run`]), while the
+    /// executor delivers replies into the same context between polls.
+    ctxs: Vec<*mut Txn>,
+    free: Vec<u32>,
+    branches: HashMap<Gtid, Branch>,
+    in_doubt: HashMap<Gtid, InDoubt>,
+    failed: Option<Error>,
+}
+
+// SAFETY: the raw context pointers are owned by the executor and only used
+// by the thread that owns it; an executor moves to its worker thread once.
+unsafe impl Send for Executor {}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for &p in &self.ctxs {
+            // SAFETY: allocated by `Box::into_raw` in `alloc_ctx`, freed once here.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
+impl Executor {
+    pub fn island(&self) -> usize {
+        self.island as usize
+    }
+
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cl
+    }
+
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
+    /// A raw pointer to context `c`, for a stored procedure's future.
+    pub(crate) fn ctx_ptr(&self, c: u32) -> *mut Txn {
+        self.pool.ctx_ptr(c)
+    }
+
+    fn new_gtid(&mut self) -> Gtid {
+        let seq = (self.next_seq << WORKER_BITS) | self.worker as u64;
+        self.next_seq += 1;
+        coord::gtid(self.island, seq & ((1 << GTID_SEQ_BITS) - 1))
+    }
+
+    /// Takes a context for a new home transaction (attempt): `None` when all
+    /// are busy. `retry` keeps the previous attempt's wait-die age.
+    pub fn begin_home(&mut self, retry: bool) -> Option<u32> {
+        let c = self.pool.alloc_ctx()?;
+        let gtid = self.new_gtid();
+        let tx = self.pool.ctx(c);
+        tx.begin(retry);
+        let d = tx.dist.as_mut().expect("executor contexts are distributed");
+        d.gtid = gtid;
+        d.reset();
+        Some(c)
+    }
+
+    /// After a poll returned `Pending`: sends the request the procedure
+    /// queued. False if it queued none (a procedure waiting on something
+    /// else: an error the caller reports).
+    pub fn send_request(&mut self, c: u32) -> bool {
+        let tx = self.pool.ctx(c);
+        let Some(d) = tx.dist.as_mut() else {
+            return false;
+        };
+        if !d.req_ready {
+            return false;
+        }
+        d.req_ready = false;
+        let to = self
+            .cl
+            .endpoint(d.req_to, self.cl.branch_worker(d.req_to, d.gtid));
+        push_frame(self.outbox.batch(&*self.cl.transport, to), &d.req);
+        true
+    }
+
+    /// The procedure of home context `c` finished: commit it, locally or with 2PC.
+    /// On `Err` the transaction is aborted everywhere and `c` is free again.
+    pub fn commit_home(&mut self, c: u32) -> Result<HomeCommit, Abort> {
+        let tx = self.pool.ctx(c);
+        let d = tx.dist.as_ref().expect("distributed context");
+        if d.touched.is_empty() {
+            let r = tx.commit();
+            self.pool.free_ctx(c);
+            return r.map(HomeCommit::Local);
+        }
+        let gtid = d.gtid;
+        let touched = d.touched;
+        let hold = tx.has_late_writes();
+        let now = self.now_us();
+        // Ship the changes to remote rows, then PREP, ahead of the PrepareReq.
+        let mut counts = [0u32; coord::MAX_ISLANDS];
+        {
+            let cl = &self.cl;
+            let outbox = &mut self.outbox;
+            tx.for_each_remote_change(|island, table, key, row| {
+                counts[island as usize] += 1;
+                let to = cl.endpoint(island, cl.branch_worker(island, gtid));
+                push_frame_with(outbox.batch(&*cl.transport, to), |b| match row {
+                    Some(row) => wire::write(b, gtid, table, key, row),
+                    None => wire::delete(b, gtid, table, key),
+                });
+            });
+            for island in touched.iter() {
+                let to = cl.endpoint(island, cl.branch_worker(island, gtid));
+                push_frame_with(outbox.batch(&*cl.transport, to), |b| {
+                    wire::prep(b, gtid, counts[island as usize], hold)
+                });
+            }
+        }
+        let mut parts: Vec<IslandId> = touched.iter().collect();
+        if tx.has_local_part() {
+            if self.part.on_branch_begin(gtid, now).is_err() {
+                self.abort_home(c);
+                return Err(Abort::Conflict(AbortReason::Remote));
+            }
+            parts.push(self.island);
+            self.pool.branches.insert(
+                gtid,
+                Branch {
+                    ctx: c,
+                    expect: Some((0, hold)),
+                    applied: 0,
+                    bad: false,
+                },
+            );
+        } else {
+            tx.abort();
+            self.pool.free_ctx(c);
+        }
+        let mut actions = std::mem::take(&mut self.actions);
+        actions.clear();
+        if let Err(e) = self.coord.begin_commit(gtid, &parts, now, &mut actions) {
+            // Full: abort every branch; nothing was decided.
+            for island in parts {
+                actions.push(Action::Send {
+                    to: island,
+                    msg: Msg::AbortReq { gtid },
+                });
+            }
+            self.run_actions(&mut actions, true);
+            self.actions = actions;
+            let _ = e;
+            return Err(Abort::Conflict(AbortReason::Remote));
+        }
+        self.run_actions(&mut actions, true);
+        self.actions = actions;
+        Ok(HomeCommit::Distributed(gtid))
+    }
+
+    /// Aborts home context `c` (its procedure failed, or gave up waiting):
+    /// releases it here and tells every island it touched. `c` is free again.
+    pub fn abort_home(&mut self, c: u32) {
+        let tx = self.pool.ctx(c);
+        if let Some(d) = tx.dist.as_ref() {
+            let gtid = d.gtid;
+            for island in d.touched.iter() {
+                let to = self
+                    .cl
+                    .endpoint(island, self.cl.branch_worker(island, gtid));
+                push_frame_with(self.outbox.batch(&*self.cl.transport, to), |b| {
+                    Msg::AbortReq { gtid }.encode(b)
+                });
+            }
+        }
+        tx.abort();
+        self.pool.free_ctx(c);
+    }
+
+    /// One round of the worker's service loop: receives every batch waiting
+    /// in its mailbox, runs what they ask, completes forced log records that
+    /// became durable, fires timers, and sends the outgoing batches.
+    /// Returns the number of batches received.
+    pub fn pump(&mut self) -> Result<usize, Error> {
+        if let Some(e) = &self.pool.failed {
+            return Err(e.clone());
+        }
+        let t = Arc::clone(&self.cl.transport);
+        let mut received = 0;
+        while let Some((from, batch)) = t.recv(self.me) {
+            received += 1;
+            for f in frames(&batch) {
+                match f {
+                    Ok(payload) => self.on_frame(from, payload),
+                    Err(_) => {
+                        self.cl.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            t.recycle(batch);
+        }
+        self.drain_local();
+        let now = self.now_us();
+        if now >= self.last_tick + 1000 {
+            self.last_tick = now;
+            let mut actions = std::mem::take(&mut self.actions);
+            actions.clear();
+            self.coord.on_tick(now, &mut actions);
+            self.run_actions(&mut actions, true);
+            actions.clear();
+            let mut eng = Engine(&mut self.pool);
+            self.part.on_tick(now, &mut eng, &mut actions);
+            self.run_actions(&mut actions, false);
+            self.actions = actions;
+        }
+        self.complete_forces()?;
+        self.outbox.flush(&*t, self.me);
+        Ok(received)
+    }
+
+    /// Hands the island's log buffer over if forced records wait for it.
+    fn complete_forces(&mut self) -> Result<(), Error> {
+        if self.forces.is_empty() {
+            return Ok(());
+        }
+        let shared = self.cl.islands[self.island as usize].shared();
+        if self.flush_due {
+            shared.flush()?;
+            self.flush_due = false;
+        }
+        if let Some(e) = shared.log_failure() {
+            self.pool.failed = Some(e.clone());
+            return Err(e);
+        }
+        let durable = shared.durable_seq();
+        let mut i = 0;
+        let mut actions = std::mem::take(&mut self.actions);
+        while i < self.forces.len() {
+            let (seq, by_coord, token) = self.forces[i];
+            if seq > durable {
+                i += 1;
+                continue;
+            }
+            self.forces.swap_remove(i);
+            actions.clear();
+            let now = self.now_us();
+            if by_coord {
+                self.coord.on_log_durable(token, now, &mut actions);
+            } else {
+                self.part.on_log_durable(token, now, &mut actions);
+            }
+            self.run_actions(&mut actions, by_coord);
+        }
+        self.actions = actions;
+        self.drain_local();
+        Ok(())
+    }
+
+    /// Whether this worker holds no transaction state (for a clean stop).
+    pub fn quiescent(&self) -> bool {
+        self.coord.in_flight() == 0
+            && self.part.in_flight() == 0
+            && self.pool.branches.is_empty()
+            && self.forces.is_empty()
+            && self.outbox.is_empty()
+    }
+
+    /// Hands the island's log buffer to the log writer.
+    pub fn flush_log(&mut self) -> Result<(), Error> {
+        self.cl.islands[self.island as usize].shared().flush()
+    }
+
+    fn drain_local(&mut self) {
+        let mut actions = std::mem::take(&mut self.actions);
+        while let Some((from, msg)) = self.local.pop_front() {
+            actions.clear();
+            let now = self.now_us();
+            if msg.to_participant() {
+                let mut eng = Engine(&mut self.pool);
+                self.part.on_message(from, msg, now, &mut eng, &mut actions);
+                self.run_actions(&mut actions, false);
+            } else {
+                self.coord.on_message(from, msg, now, &mut actions);
+                self.run_actions(&mut actions, true);
+            }
+        }
+        self.actions = actions;
+    }
+
+    /// Performs the actions of a state machine (`by_coord`: the coordinator's).
+    fn run_actions(&mut self, actions: &mut Vec<Action>, by_coord: bool) {
+        let shared = Arc::clone(self.cl.islands[self.island as usize].shared());
+        let mut i = 0;
+        while i < actions.len() {
+            match actions[i] {
+                Action::Send { to, msg } => {
+                    let gtid = msg.gtid();
+                    let worker = if msg.to_participant() {
+                        self.cl.branch_worker(to, gtid)
+                    } else {
+                        home_worker(gtid)
+                    };
+                    let ep = self.cl.endpoint(to, worker);
+                    if ep == self.me {
+                        self.local.push_back((self.island, msg));
+                    } else {
+                        push_frame_with(self.outbox.batch(&*self.cl.transport, ep), |b| {
+                            msg.encode(b)
+                        });
+                    }
+                }
+                Action::Log { rec, force, token } => {
+                    let seq = match rec {
+                        LogRec::Prepare { gtid } => match self.pool.branches.get(&gtid) {
+                            Some(b) => {
+                                let c = b.ctx;
+                                self.pool.ctx(c).log_prepare(gtid)
+                            }
+                            None => 0,
+                        },
+                        LogRec::Decision { gtid, commit } => {
+                            let seq = shared.log_record(|l| l.decision(gtid, commit), by_coord);
+                            if by_coord && seq != 0 {
+                                self.coord_pins.insert(gtid, seq);
+                            }
+                            seq
+                        }
+                        LogRec::End { gtid } => {
+                            let seq = shared.log_record(|l| l.end(gtid), false);
+                            if let Some(p) = self.coord_pins.remove(&gtid) {
+                                shared.unpin(p);
+                            }
+                            seq
+                        }
+                    };
+                    if force {
+                        if seq == 0 {
+                            // No log: durable at once.
+                            self.forces.push((0, by_coord, token));
+                        } else {
+                            self.forces.push((seq, by_coord, token));
+                            self.flush_due = true;
+                        }
+                    }
+                }
+                Action::Outcome { gtid, committed } => {
+                    if committed {
+                        self.cl
+                            .stats
+                            .distributed_commits
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.outcomes.push((gtid, committed));
+                }
+                Action::Forget { .. } => {}
+            }
+            i += 1;
+        }
+        actions.clear();
+    }
+
+    fn reply(&mut self, to: Endpoint, tag: u32, status: Status, table: u16) {
+        push_frame_with(self.outbox.batch(&*self.cl.transport, to), |b| {
+            wire::reply_header(b, tag, status, table, 0, 0)
+        });
+    }
+
+    fn on_frame(&mut self, from: Endpoint, payload: &[u8]) {
+        let frame = match wire::decode(payload) {
+            Ok(f) => f,
+            Err(_) => {
+                self.cl.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let Some(from_island) = self.cl.island_of_endpoint(from) else {
+            self.cl.stats.malformed.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let ntables = self.cl.islands[self.island as usize].catalog().tables.len();
+        match frame {
+            Frame::Coord(msg) => {
+                let mut actions = std::mem::take(&mut self.actions);
+                actions.clear();
+                let now = self.now_us();
+                if msg.to_participant() {
+                    let mut eng = Engine(&mut self.pool);
+                    self.part
+                        .on_message(from_island, msg, now, &mut eng, &mut actions);
+                    self.run_actions(&mut actions, false);
+                } else {
+                    self.coord.on_message(from_island, msg, now, &mut actions);
+                    self.run_actions(&mut actions, true);
+                }
+                self.actions = actions;
+            }
+            Frame::Get {
+                gtid, tag, table, ..
+            }
+            | Frame::MultiGet {
+                gtid, tag, table, ..
+            }
+            | Frame::Insert {
+                gtid, tag, table, ..
+            }
+            | Frame::Scan {
+                gtid, tag, table, ..
+            } => {
+                if table as usize >= ntables || home_of(gtid) != from_island {
+                    self.cl.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    self.reply(from, tag, Status::Refused, table);
+                    return;
+                }
+                self.serve(from, gtid, tag, frame);
+            }
+            Frame::Reply { tag, .. } => {
+                let c = tag >> crate::txn::TAG_SEQ_BITS;
+                if c as usize >= self.pool.ctxs.len() {
+                    self.cl.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                let tx = self.pool.ctx(c);
+                let Some(d) = tx.dist.as_mut() else { return };
+                // Only the reply to the outstanding request counts; stale
+                // and duplicated ones are dropped.
+                if d.tag == tag && !d.reply_ready && !d.req_ready && d.tag != 0 {
+                    d.reply.clear();
+                    d.reply.extend_from_slice(payload);
+                    d.reply_ready = true;
+                    d.tag = 0;
+                    self.woken.push(c);
+                }
+            }
+            Frame::Write {
+                gtid,
+                table,
+                key,
+                row,
+            } => {
+                if let Some(b) = self.pool.branches.get_mut(&gtid) {
+                    let ok = (table as usize) < ntables
+                        && b.expect.is_none()
+                        // SAFETY: a branch context has no procedure future.
+                        && unsafe { &mut *self.pool.ctxs[b.ctx as usize] }.apply_write(table, key, row);
+                    if ok {
+                        b.applied += 1;
+                    } else {
+                        b.bad = true;
+                    }
+                }
+            }
+            Frame::Delete { gtid, table, key } => {
+                if let Some(b) = self.pool.branches.get_mut(&gtid) {
+                    let ok = (table as usize) < ntables
+                        && b.expect.is_none()
+                        // SAFETY: as above.
+                        && unsafe { &mut *self.pool.ctxs[b.ctx as usize] }.apply_delete(table, key);
+                    if ok {
+                        b.applied += 1;
+                    } else {
+                        b.bad = true;
+                    }
+                }
+            }
+            Frame::Prep { gtid, writes, hold } => {
+                if let Some(b) = self.pool.branches.get_mut(&gtid) {
+                    if b.expect.is_none() {
+                        b.expect = Some((writes, hold));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs a remote operation on the branch of `gtid` (started on first use).
+    fn serve(&mut self, from: Endpoint, gtid: Gtid, tag: u32, frame: Frame<'_>) {
+        let now = self.now_us();
+        let table = match frame {
+            Frame::Get { table, .. }
+            | Frame::MultiGet { table, .. }
+            | Frame::Insert { table, .. }
+            | Frame::Scan { table, .. } => table,
+            _ => unreachable!("serve is called for requests"),
+        };
+        let c = match self.pool.branches.get(&gtid) {
+            Some(b) if b.expect.is_none() => {
+                if self.part.on_branch_begin(gtid, now).is_err() {
+                    return self.reply(from, tag, Status::Refused, table);
+                }
+                b.ctx
+            }
+            // Prepared or preparing: too late for more work.
+            Some(_) => return self.reply(from, tag, Status::Refused, table),
+            None => {
+                if self.part.on_branch_begin(gtid, now).is_err() {
+                    return self.reply(from, tag, Status::Refused, table);
+                }
+                let Some(c) = self.pool.alloc_ctx() else {
+                    let mut actions = std::mem::take(&mut self.actions);
+                    actions.clear();
+                    let mut eng = Engine(&mut self.pool);
+                    self.part.on_message(
+                        home_of(gtid),
+                        Msg::AbortReq { gtid },
+                        now,
+                        &mut eng,
+                        &mut actions,
+                    );
+                    // The AbortConf goes nowhere useful; the home learns from the refusal.
+                    actions.retain(|a| !matches!(a, Action::Send { .. }));
+                    self.run_actions(&mut actions, false);
+                    self.actions = actions;
+                    return self.reply(from, tag, Status::Refused, table);
+                };
+                self.pool.ctx(c).begin(false);
+                self.pool.branches.insert(
+                    gtid,
+                    Branch {
+                        ctx: c,
+                        expect: None,
+                        applied: 0,
+                        bad: false,
+                    },
+                );
+                c
+            }
+        };
+        self.cl.stats.remote_ops.fetch_add(1, Ordering::Relaxed);
+        let tx = self.pool.ctx(c);
+        let t = self.cl.islands[self.island as usize].catalog().table(table);
+        let row_bytes = (t.schema.row_words() * 8) as u32;
+        let cl = Arc::clone(&self.cl);
+        let batch = self.outbox.batch(&*cl.transport, from);
+        let result: Result<(), Abort> = (|| {
+            match frame {
+                Frame::Get {
+                    key, for_update, ..
+                } => {
+                    let h = tx.point(table, key, for_update)?;
+                    push_frame_with(batch, |b| {
+                        wire::reply_header(
+                            b,
+                            tag,
+                            Status::Ok,
+                            table,
+                            row_bytes,
+                            h.is_some() as u32,
+                        );
+                        if let Some(h) = h {
+                            b.extend_from_slice(&key.to_le_bytes());
+                            b.extend_from_slice(tx.row_bytes(h));
+                        }
+                    });
+                }
+                Frame::MultiGet {
+                    for_update, keys, ..
+                } => {
+                    let at = batch.len();
+                    batch.extend_from_slice(&[0; 4]);
+                    let start = batch.len();
+                    wire::reply_header(batch, tag, Status::Ok, table, row_bytes, 0);
+                    let mut n = 0u32;
+                    for k in keys.chunks_exact(8) {
+                        let key = u64::from_le_bytes(k.try_into().expect("8 bytes"));
+                        match tx.point(table, key, for_update) {
+                            Ok(Some(h)) => {
+                                batch.extend_from_slice(&key.to_le_bytes());
+                                batch.extend_from_slice(tx.row_bytes(h));
+                                n += 1;
+                            }
+                            Ok(None) => {}
+                            Err(e) => {
+                                batch.truncate(at);
+                                return Err(e);
+                            }
+                        }
+                    }
+                    let len = (batch.len() - start) as u32;
+                    batch[at..at + 4].copy_from_slice(&len.to_le_bytes());
+                    batch[start + wire::REPLY_N_AT..start + wire::REPLY_N_AT + 4]
+                        .copy_from_slice(&n.to_le_bytes());
+                }
+                Frame::Insert { key, .. } => {
+                    let h = tx.insert_local(table, key)?;
+                    push_frame_with(batch, |b| {
+                        wire::reply_header(
+                            b,
+                            tag,
+                            Status::Ok,
+                            table,
+                            row_bytes,
+                            h.is_some() as u32,
+                        );
+                        if let Some(h) = h {
+                            b.extend_from_slice(&key.to_le_bytes());
+                            b.extend_from_slice(tx.row_bytes(h));
+                        }
+                    });
+                }
+                Frame::Scan {
+                    index,
+                    lo,
+                    hi,
+                    limit,
+                    reverse,
+                    ..
+                } => {
+                    let sec = if index == wire::PRIMARY {
+                        None
+                    } else if (index as usize) < t.secondary.len() {
+                        Some(crate::storage::SecondaryId(index))
+                    } else {
+                        return Err(Abort::Failed(Error::Protocol(format!(
+                            "scan of secondary index {index} of table {table}, which has {}",
+                            t.secondary.len()
+                        ))));
+                    };
+                    let n = tx.scan_index(table, sec, lo, hi, limit as usize, reverse)?;
+                    push_frame_with(batch, |b| {
+                        wire::reply_header(b, tag, Status::Ok, table, row_bytes, n as u32);
+                        for i in 0..n {
+                            let h = tx.scan_row(i);
+                            b.extend_from_slice(&tx.key(h).to_le_bytes());
+                            b.extend_from_slice(tx.row_bytes(h));
+                        }
+                    });
+                }
+                _ => unreachable!(),
+            }
+            Ok(())
+        })();
+        match result {
+            Ok(()) => {}
+            Err(Abort::Conflict(r)) => self.reply(from, tag, Status::Conflict(r), table),
+            Err(_) => self.reply(from, tag, Status::Refused, table),
+        }
+    }
+
+    /// Recovery: this worker's in-doubt branches and undecided commits.
+    fn recover(&mut self) -> Result<(), Error> {
+        let now = self.now_us();
+        let rep = &self.cl.recovered[self.island as usize];
+        let mine_as_home = |g: Gtid| home_of(g) == self.island && home_worker(g) == self.worker;
+        // Never reuse a gtid of the log.
+        for r in &rep.two_pc {
+            let g = r.gtid();
+            if mine_as_home(g) {
+                let seq = (g & ((1 << GTID_SEQ_BITS) - 1)) >> WORKER_BITS;
+                self.next_seq = self.next_seq.max(seq + 1);
+            }
+        }
+        let coord_recs: Vec<LogRec> = rep
+            .two_pc
+            .iter()
+            .filter(|r| mine_as_home(r.gtid()))
+            .copied()
+            .collect();
+        let part_recs: Vec<LogRec> = rep
+            .two_pc
+            .iter()
+            .filter(|r| self.cl.branch_worker(self.island, r.gtid()) == self.worker)
+            .copied()
+            .collect();
+        for d in &rep.in_doubt {
+            if self.cl.branch_worker(self.island, d.gtid) == self.worker {
+                self.pool.in_doubt.insert(d.gtid, d.clone());
+            }
+        }
+        let mut actions = Vec::new();
+        self.coord
+            .recover(&coord_recs, now, &mut actions)
+            .map_err(|e| Error::Recovery(format!("coordinator: {e}")))?;
+        // Re-pin the decisions the coordinator still has to finish.
+        self.run_actions(&mut actions, true);
+        let mut eng = Engine(&mut self.pool);
+        self.part
+            .recover(&part_recs, now, &mut eng, &mut actions)
+            .map_err(|e| Error::Recovery(format!("participant: {e}")))?;
+        self.run_actions(&mut actions, false);
+        if let Some(e) = self.pool.failed.take() {
+            return Err(e);
+        }
+        self.outbox.flush(&*self.cl.transport, self.me);
+        Ok(())
+    }
+
+    /// Branches this worker holds for other islands' (and its own) transactions.
+    pub fn branches_in_flight(&self) -> usize {
+        self.pool.branches.len()
+    }
+}
+
+impl Pool {
+    /// The context `i`. The caller must not hold another reference to it.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) fn ctx(&self, i: u32) -> &mut Txn {
+        // SAFETY: see `ctxs`; contexts live until the executor drops.
+        let p: *mut Txn = self.ctxs[i as usize];
+        unsafe { &mut *p }
+    }
+
+    /// A raw pointer to context `i`, for a stored procedure's future.
+    pub(crate) fn ctx_ptr(&self, i: u32) -> *mut Txn {
+        self.ctxs[i as usize]
+    }
+
+    fn alloc_ctx(&mut self) -> Option<u32> {
+        if let Some(i) = self.free.pop() {
+            return Some(i);
+        }
+        if self.ctxs.len() >= self.cl.opts.inflight + self.cl.opts.max_branches {
+            return None;
+        }
+        let island = &self.cl.islands[self.island as usize];
+        let mut tx = island.worker().ok()?;
+        let id = self.ctxs.len() as u32;
+        tx.dist = Some(Dist::new(
+            Arc::clone(&self.cl.router),
+            self.island,
+            id << crate::txn::TAG_SEQ_BITS,
+        ));
+        self.ctxs.push(Box::into_raw(Box::new(tx)));
+        Some(id)
+    }
+
+    fn free_ctx(&mut self, i: u32) {
+        debug_assert!(!self.free.contains(&i));
+        self.free.push(i);
+    }
+}
+
+/// The engine as the participant state machine sees it ([`coord::Branches`]):
+/// the executor's contexts, borrowed apart from the machine itself.
+struct Engine<'a>(&'a mut Pool);
+
+impl coord::Branches for Engine<'_> {
+    fn prepare(&mut self, gtid: Gtid) -> Vote {
+        let ex = &mut *self.0;
+        let Some(b) = ex.branches.get(&gtid) else {
+            return Vote::No;
+        };
+        let Some((writes, hold)) = b.expect else {
+            // PREP lost or overtaken: the branch cannot know it has all writes.
+            return Vote::No;
+        };
+        if b.bad || b.applied != writes {
+            return Vote::No;
+        }
+        let c = b.ctx;
+        match ex.ctx(c).prepare_branch() {
+            Ok(wrote) if wrote || hold => Vote::Yes,
+            Ok(_) => Vote::ReadOnly,
+            Err(_) => Vote::No,
+        }
+    }
+
+    fn commit(&mut self, gtid: Gtid) {
+        let ex = &mut *self.0;
+        if let Some(b) = ex.branches.remove(&gtid) {
+            ex.ctx(b.ctx).commit_prepared();
+            ex.free_ctx(b.ctx);
+        }
+    }
+
+    fn abort(&mut self, gtid: Gtid) {
+        let ex = &mut *self.0;
+        if let Some(b) = ex.branches.remove(&gtid) {
+            ex.ctx(b.ctx).abort();
+            ex.free_ctx(b.ctx);
+        }
+    }
+
+    fn restore(&mut self, gtid: Gtid) {
+        let ex = &mut *self.0;
+        let Some(d) = ex.in_doubt.remove(&gtid) else {
+            return;
+        };
+        let Some(c) = ex.alloc_ctx() else {
+            ex.failed = Some(Error::Recovery(format!(
+                "no transaction context left to restore in-doubt branch {gtid:#x}"
+            )));
+            return;
+        };
+        let tx = ex.ctx(c);
+        tx.begin(false);
+        match tx.restore_branch(d.tid, d.seq, &d.writes) {
+            Ok(()) => {
+                ex.branches.insert(
+                    gtid,
+                    Branch {
+                        ctx: c,
+                        expect: Some((0, true)),
+                        applied: 0,
+                        bad: false,
+                    },
+                );
+            }
+            Err(e) => {
+                tx.abort();
+                ex.free_ctx(c);
+                ex.failed = Some(Error::Recovery(format!(
+                    "cannot restore in-doubt branch {gtid:#x}: {e}"
+                )));
+            }
+        }
+    }
+}
+
+/// Router for a table partitioned by key ranges.
+pub struct RangeRouter {
+    /// `bounds[i]` is the first key of island `i + 1`.
+    bounds: Vec<u64>,
+    /// Tables present on every island.
+    replicated: Vec<bool>,
+}
+
+impl RangeRouter {
+    /// Island `i` holds keys `[starts[i], starts[i+1])`; `starts[0]` must be 0.
+    pub fn new(starts: &[u64], replicated_tables: &[u16]) -> Result<RangeRouter, Error> {
+        if starts.first() != Some(&0) || starts.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(Error::Config(
+                "island key ranges must start at 0 and increase".into(),
+            ));
+        }
+        let mut replicated = vec![false; 1 << 16];
+        for &t in replicated_tables {
+            replicated[t as usize] = true;
+        }
+        Ok(RangeRouter {
+            bounds: starts[1..].to_vec(),
+            replicated,
+        })
+    }
+}
+
+impl Router for RangeRouter {
+    #[inline]
+    fn island_of(&self, table: u16, key: u64) -> Option<u16> {
+        if self.replicated[table as usize] {
+            return None;
+        }
+        Some(self.bounds.partition_point(|&b| b <= key) as u16)
+    }
+}

@@ -1,0 +1,460 @@
+//! The benchmark driver's worker loop for a [`Cluster`]: each worker thread
+//! keeps several home transactions in flight on its [`Executor`] and serves
+//! the other islands' requests between polls.
+//!
+//! A stored procedure is a future borrowing its transaction context and its
+//! request; the slot that owns the future also owns the request (boxed, so it
+//! never moves) and the executor owns the context (never freed while the
+//! future lives). That is why the futures are stored with a `'static`
+//! lifetime: every future is dropped before its slot, and slots before the
+//! executor, which this module guarantees by construction (see
+//! `Slot::start` and the end of [`cluster_worker`]).
+//!
+//! Each attempt allocates one boxed future (its size is the procedure's, a
+//! few hundred bytes): the one allocation on the path, kept because the
+//! future's type is the workload's and slots are generic over it only
+//! through `dyn`.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use super::{Cluster, Executor, HomeCommit};
+use crate::bench::driver::{
+    run_threads, worker_seed, DriverConfig, WorkerBody, WorkerSpec, Workload, ASYNC_FLUSH_AFTER,
+    FLUSH_AFTER, FLUSH_EVERY, MEASURE, STOP, WARMUP,
+};
+use crate::bench::report::Report;
+use crate::bench::rng::FastRng;
+use crate::bench::stats::{ProgressCounter, WorkerStats};
+use crate::coord::Gtid;
+use crate::wal::{BatchSeq, Durability};
+use crate::{Abort, AbortReason, Error};
+
+type Proc = Pin<Box<dyn Future<Output = Result<(), Abort>>>>;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum St {
+    Free,
+    /// Poll the procedure.
+    Ready,
+    /// Waiting for a remote reply since `since`.
+    Waiting,
+    /// Two-phase commit under way.
+    Committing,
+    /// Aborted; retry at `since`.
+    Backoff,
+}
+
+struct Slot<R> {
+    fut: Option<Proc>,
+    req: Box<R>,
+    state: St,
+    ctx: u32,
+    ty: usize,
+    start: Instant,
+    since: Instant,
+    attempt: u32,
+    gtid: Gtid,
+}
+
+/// Where and how much one worker of a cluster runs.
+#[derive(Clone, Copy, Debug)]
+pub struct ClusterWorker {
+    pub island: usize,
+    pub worker: usize,
+    pub cpu: Option<usize>,
+    /// Stop starting transactions after this many have finished (committed
+    /// or rolled back by the procedure); `Some(0)` only serves other
+    /// islands. `None`: until the run stops.
+    pub limit: Option<u64>,
+}
+
+/// Runs `workload` on every worker of `cl` and reports the measured phase.
+/// `cfg.workers` and `cfg.pin` are ignored: `workers` says it all.
+pub fn run_cluster<W: Workload + 'static>(
+    cl: &Arc<Cluster>,
+    workers: &[ClusterWorker],
+    workload: Arc<W>,
+    cfg: &DriverConfig,
+) -> Result<Report, Error>
+where
+    W::Req: 'static,
+{
+    let mut bodies: Vec<WorkerBody> = Vec::with_capacity(workers.len());
+    let mut specs = Vec::with_capacity(workers.len());
+    let clients = workers.iter().filter(|w| w.limit != Some(0)).count();
+    let executors = workers
+        .iter()
+        .map(|w| cl.executor(w.island, w.worker))
+        .collect::<Result<Vec<_>, _>>()?;
+    cl.clients.store(clients, Ordering::Release);
+    for ((i, w), ex) in workers.iter().enumerate().zip(executors) {
+        let workload = Arc::clone(&workload);
+        let seed = worker_seed(cfg.seed, i);
+        let limit = w.limit;
+        let window = cfg.inflight.max(1);
+        specs.push(WorkerSpec {
+            island: w.island,
+            cpu: w.cpu,
+        });
+        bodies.push(Box::new(move |phase, counter| {
+            cluster_worker(ex, &*workload, i, seed, phase, counter, limit, window)
+        }));
+    }
+    let mut report = run_threads(cl.islands(), &specs, bodies, &workload.types(), cfg)?;
+    let s = &cl.stats;
+    report.notes.push(format!(
+        "islands: {} remote operations served, {} malformed frames rejected, {} protocol violations",
+        s.remote_ops.load(Ordering::Relaxed),
+        s.malformed.load(Ordering::Relaxed),
+        s.protocol_violations.load(Ordering::Relaxed)
+    ));
+    Ok(report)
+}
+
+/// A locally committed transaction waiting for its log batch.
+struct Pending {
+    ack: BatchSeq,
+    start: Instant,
+    ty: usize,
+}
+
+/// Exponential back-off after an abort, without blocking the worker.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_micros(1u64 << attempt.min(10))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn cluster_worker<W: Workload + 'static>(
+    mut ex: Executor,
+    workload: &W,
+    w: usize,
+    seed: u64,
+    phase: &AtomicU8,
+    counter: &ProgressCounter,
+    limit: Option<u64>,
+    ack_window: usize,
+) -> Result<WorkerStats, Error>
+where
+    W::Req: 'static,
+{
+    let cl = Arc::clone(ex.cluster());
+    let durability = cl.islands()[ex.island()].config().durability;
+    let op_timeout = cl.options().op_timeout;
+    let mut stats = WorkerStats::new();
+    let mut rng = FastRng::new(seed);
+    let mut slots: Vec<Slot<W::Req>> = (0..cl.options().inflight)
+        .map(|_| Slot {
+            fut: None,
+            req: Box::default(),
+            state: St::Free,
+            ctx: 0,
+            ty: 0,
+            start: Instant::now(),
+            since: Instant::now(),
+            attempt: 0,
+            gtid: 0,
+        })
+        .collect();
+    let mut finished = 0u64;
+    let mut my_phase = WARMUP;
+    let mut stopping = false;
+    let mut client_done = limit == Some(0);
+    let mut idle_since: Option<Instant> = None;
+    let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut since_flush = 0usize;
+    let mut last_flush = Instant::now();
+    let logging = durability != Durability::Off;
+    let wait_ack = durability == Durability::Sync;
+    let mut cx = Context::from_waker(Waker::noop());
+    let result = (|| -> Result<(), Error> {
+        loop {
+            let p = phase.load(Ordering::Relaxed);
+            if p != my_phase {
+                if p == STOP {
+                    stopping = true;
+                } else if p == MEASURE {
+                    stats.reset();
+                }
+                my_phase = p;
+            }
+            let received = ex.pump()?;
+            for c in ex.woken.drain(..) {
+                if let Some(s) = slots
+                    .iter_mut()
+                    .find(|s| s.state == St::Waiting && s.ctx == c)
+                {
+                    s.state = St::Ready;
+                }
+            }
+            let now = Instant::now();
+            for (g, committed) in ex.outcomes.drain(..) {
+                let Some(s) = slots
+                    .iter_mut()
+                    .find(|s| s.state == St::Committing && s.gtid == g)
+                else {
+                    continue;
+                };
+                if committed {
+                    // The decision was forced to the log before the outcome.
+                    stats.distributed += 1;
+                    stats.record_commit(s.ty, (now - s.start).as_nanos() as u64);
+                    finished += 1;
+                    s.state = St::Free;
+                } else {
+                    stats.record_abort(AbortReason::Remote);
+                    s.attempt += 1;
+                    s.state = St::Backoff;
+                    s.since = now + backoff(s.attempt);
+                }
+            }
+            let may_start = !stopping && limit.is_none_or(|l| finished < l);
+            let mut active = slots.iter().filter(|s| s.state != St::Free).count() as u64;
+            let mut busy = 0;
+            for s in slots.iter_mut() {
+                match s.state {
+                    St::Free if may_start && limit.is_none_or(|l| finished + active < l) => {
+                        let Some(c) = ex.begin_home(false) else {
+                            continue;
+                        };
+                        active += 1;
+                        s.ty = workload.next(w, &mut rng, &mut s.req);
+                        s.start = now;
+                        s.attempt = 0;
+                        start_attempt(s, &ex, c, workload);
+                    }
+                    St::Backoff if now >= s.since => {
+                        if stopping {
+                            s.state = St::Free;
+                            continue;
+                        }
+                        let Some(c) = ex.begin_home(true) else {
+                            continue;
+                        };
+                        stats.record_retry();
+                        start_attempt(s, &ex, c, workload);
+                    }
+                    St::Waiting if now - s.since > op_timeout => {
+                        s.fut = None;
+                        ex.abort_home(s.ctx);
+                        stats.record_abort(AbortReason::Remote);
+                        s.attempt += 1;
+                        s.state = St::Backoff;
+                        s.since = now + backoff(s.attempt);
+                    }
+                    _ => {}
+                }
+                if s.state == St::Ready {
+                    let fut = s.fut.as_mut().expect("a ready slot has a procedure");
+                    match fut.as_mut().poll(&mut cx) {
+                        Poll::Pending => {
+                            if !ex.send_request(s.ctx) {
+                                return Err(Error::Config(
+                                    "a stored procedure suspended without a remote request".into(),
+                                ));
+                            }
+                            s.state = St::Waiting;
+                            s.since = now;
+                        }
+                        Poll::Ready(r) => {
+                            s.fut = None;
+                            let r = match r {
+                                Ok(()) => ex.commit_home(s.ctx),
+                                Err(e) => {
+                                    ex.abort_home(s.ctx);
+                                    Err(e)
+                                }
+                            };
+                            match r {
+                                Ok(HomeCommit::Local(c)) => {
+                                    finished += 1;
+                                    s.state = St::Free;
+                                    since_flush += c.logged as usize;
+                                    if wait_ack && c.ack > cl.islands()[ex.island()].durable_batch()
+                                    {
+                                        pending.push_back(Pending {
+                                            ack: c.ack,
+                                            start: s.start,
+                                            ty: s.ty,
+                                        });
+                                    } else {
+                                        stats
+                                            .record_commit(s.ty, (now - s.start).as_nanos() as u64);
+                                    }
+                                }
+                                Ok(HomeCommit::Distributed(g)) => {
+                                    s.gtid = g;
+                                    s.state = St::Committing;
+                                }
+                                Err(Abort::Conflict(reason)) => {
+                                    stats.record_abort(reason);
+                                    s.attempt += 1;
+                                    s.state = St::Backoff;
+                                    s.since = now + backoff(s.attempt);
+                                }
+                                Err(Abort::User(_)) => {
+                                    stats.record_user_abort(s.ty);
+                                    finished += 1;
+                                    s.state = St::Free;
+                                }
+                                Err(Abort::Failed(e)) => return Err(e),
+                            }
+                        }
+                    }
+                }
+                if s.state != St::Free {
+                    busy += 1;
+                }
+            }
+            // Log hand-offs and acknowledgements of local commits (`sync`).
+            if logging {
+                let due = if wait_ack {
+                    !pending.is_empty()
+                        && (since_flush >= FLUSH_EVERY
+                            || now - last_flush >= FLUSH_AFTER
+                            || pending.len() >= ack_window)
+                } else {
+                    since_flush > 0 && now - last_flush >= ASYNC_FLUSH_AFTER
+                };
+                if due || (stopping && since_flush > 0) {
+                    ex.flush_log()?;
+                    since_flush = 0;
+                    last_flush = now;
+                }
+            }
+            if !pending.is_empty() {
+                let durable = cl.islands()[ex.island()].durable_batch();
+                while let Some(p) = pending.front() {
+                    if p.ack > durable {
+                        break;
+                    }
+                    stats.record_commit(p.ty, (now - p.start).as_nanos() as u64);
+                    pending.pop_front();
+                }
+            }
+            stats.maybe_publish(counter);
+            // Stop: this worker's clients are done, everyone's are, and no
+            // state or message is left here for a while.
+            let idle_client = busy == 0 && (stopping || !may_start);
+            if idle_client && !client_done && (pending.is_empty() || stopping) {
+                client_done = true;
+                cl.clients.fetch_sub(1, Ordering::AcqRel);
+            }
+            if client_done && cl.clients.load(Ordering::Acquire) == 0 && ex.quiescent() {
+                if received > 0 {
+                    idle_since = None;
+                } else {
+                    let t = *idle_since.get_or_insert(now);
+                    if now - t >= Duration::from_millis(2) {
+                        return Ok(());
+                    }
+                }
+            } else {
+                idle_since = None;
+            }
+            if received == 0 && busy == 0 && client_done {
+                std::thread::yield_now();
+            }
+        }
+    })();
+    if result.is_err() && !client_done {
+        // Let the other workers stop instead of serving forever.
+        cl.clients.fetch_sub(1, Ordering::AcqRel);
+    }
+    // Futures borrow their slot's request and a context of `ex`: drop them first.
+    for s in slots.iter_mut() {
+        if s.fut.take().is_some() {
+            ex.abort_home(s.ctx);
+        }
+    }
+    drop(slots);
+    let _ = ex.flush_log();
+    let _ = ex.pump();
+    stats.publish(counter);
+    result.map(|()| stats)
+}
+
+/// Starts an attempt of the slot's request on context `c`.
+fn start_attempt<W: Workload + 'static>(s: &mut Slot<W::Req>, ex: &Executor, c: u32, workload: &W)
+where
+    W::Req: 'static,
+{
+    // SAFETY: the future may outlive this call but not the slot (which owns
+    // the boxed request and drops the future before itself) nor the executor
+    // (whose contexts live until it drops, after every slot); `workload`
+    // outlives the worker loop. See the module documentation.
+    let tx: &'static mut crate::txn::Txn = unsafe { &mut *ex.ctx_ptr(c) };
+    let req: &'static W::Req = unsafe { &*(&*s.req as *const W::Req) };
+    let wl: &'static W = unsafe { &*(workload as *const W) };
+    s.fut = Some(Box::pin(wl.run(tx, req)));
+    s.ctx = c;
+    s.state = St::Ready;
+}
+
+/// Runs `workload` on the given workers until every worker with a `limit`
+/// has finished that many transactions (every worker needs one, or `Some(0)`
+/// to only serve), with no warm-up: for tests and tools that want exact
+/// transaction counts rather than a timed benchmark. Returns each worker's
+/// statistics.
+pub fn run_to_completion<W: Workload + 'static>(
+    cl: &Arc<Cluster>,
+    workers: &[ClusterWorker],
+    workload: Arc<W>,
+    seed: u64,
+) -> Result<Vec<WorkerStats>, Error>
+where
+    W::Req: 'static,
+{
+    if let Some(w) = workers.iter().find(|w| w.limit.is_none()) {
+        return Err(Error::Config(format!(
+            "worker {} of island {} has no transaction limit: the run would not end",
+            w.worker, w.island
+        )));
+    }
+    let clients = workers.iter().filter(|w| w.limit != Some(0)).count();
+    cl.clients.store(clients, Ordering::Release);
+    let phase = AtomicU8::new(MEASURE);
+    let window = cl.options().inflight;
+    let mut out = Vec::new();
+    let executors = workers
+        .iter()
+        .map(|w| cl.executor(w.island, w.worker))
+        .collect::<Result<Vec<_>, _>>()?;
+    std::thread::scope(|scope| -> Result<(), Error> {
+        let mut handles = Vec::new();
+        for ((i, w), ex) in workers.iter().enumerate().zip(executors) {
+            let workload = Arc::clone(&workload);
+            let phase = &phase;
+            let w = *w;
+            handles.push(scope.spawn(move || {
+                if let Some(c) = w.cpu {
+                    let _ = crate::bench::driver::pin_to(c);
+                }
+                let counter = ProgressCounter::new();
+                cluster_worker(
+                    ex,
+                    &*workload,
+                    i,
+                    worker_seed(seed, i),
+                    phase,
+                    &counter,
+                    w.limit,
+                    window,
+                )
+            }));
+        }
+        for h in handles {
+            match h.join() {
+                Ok(r) => out.push(r?),
+                Err(_) => return Err(Error::Config("a worker thread panicked".into())),
+            }
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}

@@ -1,0 +1,572 @@
+//! The wire form of remote operations, and how 2PC messages ride beside them.
+//!
+//! Every frame (see [`crate::transport`]) starts with a kind byte. Kinds below
+//! [`FIRST_DATA_KIND`] are 2PC messages in [`Msg`]'s own encoding; the rest are
+//! the remote-operation layer's, all little-endian and fixed-layout:
+//!
+//! ```text
+//! GET     0x20 [gtid u64][tag u32][table u16][key u64][for_update u8: 0|1]
+//! INSERT  0x21 [gtid u64][tag u32][table u16][key u64]
+//! MGET    0x23 [gtid u64][tag u32][table u16][for_update u8: 0|1][n u32] n × [key u64]
+//! SCAN    0x22 [gtid u64][tag u32][table u16][index u16: 0xffff = primary]
+//!              [lo u128][hi u128][limit u32][reverse u8: 0|1]
+//! REPLY   0x28 [tag u32][status u8][reason u8][table u16][row_bytes u32][n u32]
+//!              n × ([key u64][row: row_bytes])
+//! WRITE   0x30 [gtid u64][table u16][key u64][row: rest of the frame]
+//! DELETE  0x31 [gtid u64][table u16][key u64]
+//! PREP    0x32 [gtid u64][writes u32][hold u8: 0|1]
+//! ```
+//!
+//! Requests carry the gtid of the distributed transaction (the participant
+//! keys its branch by it) and a `tag` that the reply echoes, so the home
+//! worker finds the waiting transaction and can tell a stale reply (from an
+//! earlier, aborted attempt) from the one it waits for. WRITE and DELETE ship
+//! the home transaction's changes to remote rows ahead of the PrepareReq on
+//! the same channel (frames of one sender to one receiver stay in order).
+//! PREP precedes the PrepareReq: it says how many WRITE / DELETE frames the
+//! branch must have received (a participant that got a different number, or
+//! no PREP at all because frames were lost or reordered, votes no), and with
+//! `hold` asks it not to release at prepare even if it wrote nothing (write
+//! locks that some participant takes only at prepare time must not follow
+//! an early release elsewhere, or two-phase locking breaks).
+//!
+//! Decoding checks every length and value and never panics: a malformed frame
+//! is an error the receiver counts and does not execute.
+
+use crate::coord::Msg;
+use crate::AbortReason;
+
+pub const FIRST_DATA_KIND: u8 = 0x20;
+const K_GET: u8 = 0x20;
+const K_INSERT: u8 = 0x21;
+const K_SCAN: u8 = 0x22;
+const K_MGET: u8 = 0x23;
+const K_REPLY: u8 = 0x28;
+const K_WRITE: u8 = 0x30;
+const K_DELETE: u8 = 0x31;
+const K_PREP: u8 = 0x32;
+
+/// `index` value of a primary-key scan.
+pub const PRIMARY: u16 = u16::MAX;
+
+/// How a remote operation went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    /// A concurrency-control conflict: the home transaction aborts and retries.
+    Conflict(AbortReason),
+    /// The participant could not take the branch (full, or its log failed).
+    Refused,
+}
+
+/// A decoded frame. Borrowed parts point into the received batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    Coord(Msg),
+    Get {
+        gtid: u64,
+        tag: u32,
+        table: u16,
+        key: u64,
+        for_update: bool,
+    },
+    Insert {
+        gtid: u64,
+        tag: u32,
+        table: u16,
+        key: u64,
+    },
+    /// Several point reads of one table in one request (absent keys are
+    /// missing from the reply). `keys` is `n` little-endian u64s.
+    MultiGet {
+        gtid: u64,
+        tag: u32,
+        table: u16,
+        for_update: bool,
+        keys: &'a [u8],
+    },
+    Scan {
+        gtid: u64,
+        tag: u32,
+        table: u16,
+        index: u16,
+        lo: u128,
+        hi: u128,
+        limit: u32,
+        reverse: bool,
+    },
+    Reply {
+        tag: u32,
+        status: Status,
+        table: u16,
+        row_bytes: u32,
+        n: u32,
+        rows: &'a [u8],
+    },
+    Write {
+        gtid: u64,
+        table: u16,
+        key: u64,
+        row: &'a [u8],
+    },
+    Delete {
+        gtid: u64,
+        table: u16,
+        key: u64,
+    },
+    Prep {
+        gtid: u64,
+        writes: u32,
+        hold: bool,
+    },
+}
+
+/// Why a frame was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("2PC message: {0}")]
+    Coord(#[from] crate::coord::DecodeError),
+    #[error("unknown frame kind {0:#04x}")]
+    UnknownKind(u8),
+    #[error("frame kind {kind:#04x} is {got} bytes, expected {want}")]
+    BadLength { kind: u8, want: usize, got: usize },
+    #[error("bad flag byte {0}")]
+    BadFlag(u8),
+    #[error("unknown status {0}")]
+    BadStatus(u8),
+    #[error("reply of {n} rows of {row_bytes} bytes does not fit its {got} bytes")]
+    BadRows { n: u32, row_bytes: u32, got: usize },
+}
+
+struct Cur<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cur<'a> {
+    fn take<const N: usize>(&mut self) -> [u8; N] {
+        let mut out = [0u8; N];
+        out.copy_from_slice(&self.b[self.at..self.at + N]);
+        self.at += N;
+        out
+    }
+    fn u8(&mut self) -> u8 {
+        self.take::<1>()[0]
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes(self.take())
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.take())
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take())
+    }
+    fn u128(&mut self) -> u128 {
+        u128::from_le_bytes(self.take())
+    }
+    fn flag(&mut self) -> Result<bool, WireError> {
+        match self.u8() {
+            0 => Ok(false),
+            1 => Ok(true),
+            f => Err(WireError::BadFlag(f)),
+        }
+    }
+    fn rest(&self) -> &'a [u8] {
+        &self.b[self.at..]
+    }
+}
+
+fn need(kind: u8, b: &[u8], want: usize, exact: bool) -> Result<(), WireError> {
+    if b.len() < want || (exact && b.len() != want) {
+        return Err(WireError::BadLength {
+            kind,
+            want,
+            got: b.len(),
+        });
+    }
+    Ok(())
+}
+
+/// Decodes one frame payload.
+pub fn decode(b: &[u8]) -> Result<Frame<'_>, WireError> {
+    let Some(&kind) = b.first() else {
+        return Err(crate::coord::DecodeError::Empty.into());
+    };
+    if kind < FIRST_DATA_KIND {
+        return Ok(Frame::Coord(Msg::decode(b)?));
+    }
+    let mut c = Cur { b, at: 1 };
+    Ok(match kind {
+        K_GET => {
+            need(kind, b, 1 + 8 + 4 + 2 + 8 + 1, true)?;
+            Frame::Get {
+                gtid: c.u64(),
+                tag: c.u32(),
+                table: c.u16(),
+                key: c.u64(),
+                for_update: c.flag()?,
+            }
+        }
+        K_INSERT => {
+            need(kind, b, 1 + 8 + 4 + 2 + 8, true)?;
+            Frame::Insert {
+                gtid: c.u64(),
+                tag: c.u32(),
+                table: c.u16(),
+                key: c.u64(),
+            }
+        }
+        K_MGET => {
+            need(kind, b, 1 + 8 + 4 + 2 + 1 + 4, false)?;
+            let gtid = c.u64();
+            let tag = c.u32();
+            let table = c.u16();
+            let for_update = c.flag()?;
+            let n = c.u32() as usize;
+            let keys = c.rest();
+            if keys.len() != n * 8 {
+                return Err(WireError::BadLength {
+                    kind,
+                    want: 1 + 8 + 4 + 2 + 1 + 4 + n * 8,
+                    got: b.len(),
+                });
+            }
+            Frame::MultiGet {
+                gtid,
+                tag,
+                table,
+                for_update,
+                keys,
+            }
+        }
+        K_SCAN => {
+            need(kind, b, 1 + 8 + 4 + 2 + 2 + 16 + 16 + 4 + 1, true)?;
+            Frame::Scan {
+                gtid: c.u64(),
+                tag: c.u32(),
+                table: c.u16(),
+                index: c.u16(),
+                lo: c.u128(),
+                hi: c.u128(),
+                limit: c.u32(),
+                reverse: c.flag()?,
+            }
+        }
+        K_REPLY => {
+            need(kind, b, 1 + 4 + 1 + 1 + 2 + 4 + 4, false)?;
+            let tag = c.u32();
+            let s = c.u8();
+            let reason = c.u8();
+            let status = match s {
+                0 => Status::Ok,
+                1 => Status::Conflict(
+                    *AbortReason::ALL
+                        .get(reason as usize)
+                        .ok_or(WireError::BadStatus(reason))?,
+                ),
+                2 => Status::Refused,
+                _ => return Err(WireError::BadStatus(s)),
+            };
+            let table = c.u16();
+            let row_bytes = c.u32();
+            let n = c.u32();
+            let rows = c.rest();
+            let want = (n as u64) * (8 + row_bytes as u64);
+            if want != rows.len() as u64 {
+                return Err(WireError::BadRows {
+                    n,
+                    row_bytes,
+                    got: rows.len(),
+                });
+            }
+            Frame::Reply {
+                tag,
+                status,
+                table,
+                row_bytes,
+                n,
+                rows,
+            }
+        }
+        K_WRITE => {
+            need(kind, b, 1 + 8 + 2 + 8, false)?;
+            Frame::Write {
+                gtid: c.u64(),
+                table: c.u16(),
+                key: c.u64(),
+                row: c.rest(),
+            }
+        }
+        K_DELETE => {
+            need(kind, b, 1 + 8 + 2 + 8, true)?;
+            Frame::Delete {
+                gtid: c.u64(),
+                table: c.u16(),
+                key: c.u64(),
+            }
+        }
+        K_PREP => {
+            need(kind, b, 1 + 8 + 4 + 1, true)?;
+            Frame::Prep {
+                gtid: c.u64(),
+                writes: c.u32(),
+                hold: c.flag()?,
+            }
+        }
+        k => return Err(WireError::UnknownKind(k)),
+    })
+}
+
+/// Appends a GET request payload.
+pub fn get(out: &mut Vec<u8>, gtid: u64, tag: u32, table: u16, key: u64, for_update: bool) {
+    out.push(K_GET);
+    out.extend_from_slice(&gtid.to_le_bytes());
+    out.extend_from_slice(&tag.to_le_bytes());
+    out.extend_from_slice(&table.to_le_bytes());
+    out.extend_from_slice(&key.to_le_bytes());
+    out.push(for_update as u8);
+}
+
+/// Appends a MGET request payload.
+pub fn multi_get(
+    out: &mut Vec<u8>,
+    gtid: u64,
+    tag: u32,
+    table: u16,
+    for_update: bool,
+    keys: impl ExactSizeIterator<Item = u64>,
+) {
+    out.push(K_MGET);
+    out.extend_from_slice(&gtid.to_le_bytes());
+    out.extend_from_slice(&tag.to_le_bytes());
+    out.extend_from_slice(&table.to_le_bytes());
+    out.push(for_update as u8);
+    out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
+    for k in keys {
+        out.extend_from_slice(&k.to_le_bytes());
+    }
+}
+
+pub fn insert(out: &mut Vec<u8>, gtid: u64, tag: u32, table: u16, key: u64) {
+    out.push(K_INSERT);
+    out.extend_from_slice(&gtid.to_le_bytes());
+    out.extend_from_slice(&tag.to_le_bytes());
+    out.extend_from_slice(&table.to_le_bytes());
+    out.extend_from_slice(&key.to_le_bytes());
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn scan(
+    out: &mut Vec<u8>,
+    gtid: u64,
+    tag: u32,
+    table: u16,
+    index: u16,
+    lo: u128,
+    hi: u128,
+    limit: u32,
+    reverse: bool,
+) {
+    out.push(K_SCAN);
+    out.extend_from_slice(&gtid.to_le_bytes());
+    out.extend_from_slice(&tag.to_le_bytes());
+    out.extend_from_slice(&table.to_le_bytes());
+    out.extend_from_slice(&index.to_le_bytes());
+    out.extend_from_slice(&lo.to_le_bytes());
+    out.extend_from_slice(&hi.to_le_bytes());
+    out.extend_from_slice(&limit.to_le_bytes());
+    out.push(reverse as u8);
+}
+
+/// Appends a REPLY header; the caller appends `n` rows of `[key][row_bytes]`.
+pub fn reply_header(
+    out: &mut Vec<u8>,
+    tag: u32,
+    status: Status,
+    table: u16,
+    row_bytes: u32,
+    n: u32,
+) {
+    out.push(K_REPLY);
+    out.extend_from_slice(&tag.to_le_bytes());
+    let (s, r) = match status {
+        Status::Ok => (0u8, 0u8),
+        Status::Conflict(reason) => (1, reason.index() as u8),
+        Status::Refused => (2, 0),
+    };
+    out.push(s);
+    out.push(r);
+    out.extend_from_slice(&table.to_le_bytes());
+    out.extend_from_slice(&row_bytes.to_le_bytes());
+    out.extend_from_slice(&n.to_le_bytes());
+}
+
+/// Offset of the row count in a REPLY payload (to patch it after the rows).
+pub const REPLY_N_AT: usize = 1 + 4 + 1 + 1 + 2 + 4;
+
+pub fn write(out: &mut Vec<u8>, gtid: u64, table: u16, key: u64, row: &[u8]) {
+    out.push(K_WRITE);
+    out.extend_from_slice(&gtid.to_le_bytes());
+    out.extend_from_slice(&table.to_le_bytes());
+    out.extend_from_slice(&key.to_le_bytes());
+    out.extend_from_slice(row);
+}
+
+pub fn delete(out: &mut Vec<u8>, gtid: u64, table: u16, key: u64) {
+    out.push(K_DELETE);
+    out.extend_from_slice(&gtid.to_le_bytes());
+    out.extend_from_slice(&table.to_le_bytes());
+    out.extend_from_slice(&key.to_le_bytes());
+}
+
+pub fn prep(out: &mut Vec<u8>, gtid: u64, writes: u32, hold: bool) {
+    out.push(K_PREP);
+    out.extend_from_slice(&gtid.to_le_bytes());
+    out.extend_from_slice(&writes.to_le_bytes());
+    out.push(hold as u8);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn every_kind_round_trips() {
+        let mut b = Vec::new();
+        get(&mut b, 7, 9, 2, 11, true);
+        assert_eq!(
+            decode(&b).unwrap(),
+            Frame::Get {
+                gtid: 7,
+                tag: 9,
+                table: 2,
+                key: 11,
+                for_update: true
+            }
+        );
+        b.clear();
+        multi_get(&mut b, 1, 2, 3, true, [5u64, 6].into_iter());
+        match decode(&b).unwrap() {
+            Frame::MultiGet {
+                gtid: 1,
+                tag: 2,
+                table: 3,
+                for_update: true,
+                keys,
+            } => assert_eq!(keys.len(), 16),
+            f => panic!("decoded {f:?}"),
+        }
+        assert!(decode(&b[..b.len() - 3]).is_err());
+        b.clear();
+        insert(&mut b, 1, 2, 3, 4);
+        assert_eq!(
+            decode(&b).unwrap(),
+            Frame::Insert {
+                gtid: 1,
+                tag: 2,
+                table: 3,
+                key: 4
+            }
+        );
+        b.clear();
+        scan(&mut b, 1, 2, 3, PRIMARY, 5, u128::MAX, 10, true);
+        assert_eq!(
+            decode(&b).unwrap(),
+            Frame::Scan {
+                gtid: 1,
+                tag: 2,
+                table: 3,
+                index: PRIMARY,
+                lo: 5,
+                hi: u128::MAX,
+                limit: 10,
+                reverse: true
+            }
+        );
+        b.clear();
+        reply_header(
+            &mut b,
+            5,
+            Status::Conflict(AbortReason::LockConflict),
+            1,
+            8,
+            2,
+        );
+        b.extend_from_slice(&[1u8; 32]);
+        match decode(&b).unwrap() {
+            Frame::Reply {
+                tag: 5,
+                status: Status::Conflict(AbortReason::LockConflict),
+                table: 1,
+                row_bytes: 8,
+                n: 2,
+                rows,
+            } => assert_eq!(rows.len(), 32),
+            f => panic!("decoded {f:?}"),
+        }
+        b.clear();
+        write(&mut b, 3, 1, 2, &[9, 9]);
+        assert_eq!(
+            decode(&b).unwrap(),
+            Frame::Write {
+                gtid: 3,
+                table: 1,
+                key: 2,
+                row: &[9, 9]
+            }
+        );
+        b.clear();
+        delete(&mut b, 3, 1, 2);
+        assert_eq!(
+            decode(&b).unwrap(),
+            Frame::Delete {
+                gtid: 3,
+                table: 1,
+                key: 2
+            }
+        );
+        b.clear();
+        prep(&mut b, 42, 3, true);
+        assert_eq!(
+            decode(&b).unwrap(),
+            Frame::Prep {
+                gtid: 42,
+                writes: 3,
+                hold: true
+            }
+        );
+        let m = Msg::CommitReq { gtid: 77 };
+        b.clear();
+        m.encode(&mut b);
+        assert_eq!(decode(&b).unwrap(), Frame::Coord(m));
+    }
+
+    #[test]
+    fn malformed_frames_are_errors() {
+        let mut b = Vec::new();
+        get(&mut b, 7, 9, 2, 11, false);
+        assert!(matches!(
+            decode(&b[..b.len() - 1]),
+            Err(WireError::BadLength { .. })
+        ));
+        let mut bad = b.clone();
+        *bad.last_mut().unwrap() = 2;
+        assert_eq!(decode(&bad), Err(WireError::BadFlag(2)));
+        b.clear();
+        reply_header(&mut b, 1, Status::Ok, 0, 8, 3);
+        b.extend_from_slice(&[0u8; 47]);
+        assert!(matches!(decode(&b), Err(WireError::BadRows { .. })));
+        assert_eq!(decode(&[0x7f]), Err(WireError::UnknownKind(0x7f)));
+        assert!(decode(&[]).is_err());
+    }
+
+    proptest! {
+        /// Arbitrary bytes never panic the decoder.
+        #[test]
+        fn decoding_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let _ = decode(&bytes);
+        }
+    }
+}

@@ -1,0 +1,523 @@
+//! Remote operations: a transaction reads and writes rows of other islands.
+//!
+//! A transaction that runs under a distributed executor carries a [`Dist`]:
+//! the deployment's [`Router`] (which island holds a key) and the state of
+//! the one remote request it may have outstanding. An operation on a key of
+//! another island encodes a request (see `dist::wire`) into the transaction,
+//! marks the island as touched and suspends; the executor sends the request
+//! (batched with everything else for that island), keeps running other
+//! transactions, and polls this one again when the reply has arrived. The
+//! reply's rows become access entries holding a *copy* of the remote row:
+//! the owner island holds the lock. Changes to copies are shipped to their
+//! owners at commit (WRITE / DELETE frames before the PrepareReq).
+//!
+//! The participant side lives here too: the owner island runs the request on
+//! a branch context (an ordinary `Txn`) with the same local code paths, so
+//! remote accesses lock and validate exactly like local ones.
+
+use std::sync::Arc;
+use std::task::Poll;
+
+use super::{Access, Kind, RowH, Txn, LOCAL, REMOTE_RID};
+use crate::cc::{Held, Observed};
+use crate::coord::IslandSet;
+use crate::dist::wire::{self, Frame, Status};
+use crate::storage::{SecondaryId, TableId};
+use crate::wal::WriteEntry;
+use crate::{Abort, AbortReason, Error};
+
+/// Where rows live: the deployment's partitioning, as the engine needs it.
+pub trait Router: Send + Sync {
+    /// The island holding `key` of `table`, or `None` when every island has
+    /// the row (a replicated table such as TPC-C's ITEM).
+    fn island_of(&self, table: TableId, key: u64) -> Option<u16>;
+
+    /// The island holding the rows of secondary key `skey` of `index`; `None`
+    /// means every island (scanned locally). The default says `None`: a
+    /// router of a partitioned table with secondary scans must override it.
+    fn island_of_secondary(&self, table: TableId, index: SecondaryId, skey: u64) -> Option<u16> {
+        let _ = (table, index, skey);
+        None
+    }
+}
+
+/// Bits of a request tag below the context id.
+pub(crate) const TAG_SEQ_BITS: u32 = 20;
+const TAG_SEQ_MASK: u32 = (1 << TAG_SEQ_BITS) - 1;
+
+/// A transaction's distributed state (see the module documentation).
+pub(crate) struct Dist {
+    pub(crate) router: Arc<dyn Router>,
+    /// This island.
+    pub(crate) island: u16,
+    /// The current attempt's global id (set by the executor at begin).
+    pub(crate) gtid: u64,
+    /// The tag of the outstanding request, echoed by its reply: tells it from
+    /// stale or duplicated replies. `tag_base` (the context's id) | a counter.
+    pub(crate) tag: u32,
+    pub(crate) tag_base: u32,
+    req_seq: u32,
+    /// Islands other than this one that hold a branch of this attempt.
+    pub(crate) touched: IslandSet,
+    /// A request payload waiting for the executor to send it to `req_to`.
+    pub(crate) req: Vec<u8>,
+    pub(crate) req_to: u16,
+    pub(crate) req_ready: bool,
+    /// The reply payload, once it arrived.
+    pub(crate) reply: Vec<u8>,
+    pub(crate) reply_ready: bool,
+}
+
+impl Dist {
+    pub(crate) fn new(router: Arc<dyn Router>, island: u16, tag_base: u32) -> Box<Dist> {
+        Box::new(Dist {
+            router,
+            island,
+            gtid: 0,
+            tag: 0,
+            tag_base,
+            req_seq: 0,
+            touched: IslandSet::EMPTY,
+            req: Vec::with_capacity(64),
+            req_to: 0,
+            req_ready: false,
+            reply: Vec::with_capacity(1024),
+            reply_ready: false,
+        })
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.touched = IslandSet::EMPTY;
+        self.req_ready = false;
+        self.reply_ready = false;
+    }
+}
+
+impl Txn {
+    /// The other island that holds `key`, if the transaction is distributed
+    /// and the key is not here.
+    #[inline]
+    pub(super) fn route(&self, table: TableId, key: u64) -> Option<u16> {
+        let d = self.dist.as_deref()?;
+        let i = d.router.island_of(table, key)?;
+        (i != d.island).then_some(i)
+    }
+
+    #[inline]
+    pub(super) fn route_secondary(
+        &self,
+        table: TableId,
+        idx: SecondaryId,
+        skey: u64,
+    ) -> Option<u16> {
+        let d = self.dist.as_deref()?;
+        let i = d.router.island_of_secondary(table, idx, skey)?;
+        (i != d.island).then_some(i)
+    }
+
+    /// The access entry of a remote row, if the transaction has one.
+    fn find_remote(&self, island: u16, table: TableId, key: u64) -> Option<RowH> {
+        self.acc
+            .iter()
+            .rposition(|a| a.island == island && a.key == key && a.table == table)
+            .map(|i| RowH(i as u32))
+    }
+
+    fn present(&self, h: RowH) -> bool {
+        let a = &self.acc[h.0 as usize];
+        a.kind != Kind::Delete && (a.seen.present || a.kind == Kind::Insert)
+    }
+
+    /// Queues a request for the executor and waits for its reply.
+    async fn request(&mut self, island: u16, encode: impl FnOnce(&mut Vec<u8>, u64, u32)) {
+        let d = self
+            .dist
+            .as_mut()
+            .expect("remote operation without a distributed context");
+        d.req.clear();
+        d.req_seq = d.req_seq.wrapping_add(1);
+        d.tag = d.tag_base | (d.req_seq & TAG_SEQ_MASK);
+        encode(&mut d.req, d.gtid, d.tag);
+        d.req_to = island;
+        d.req_ready = true;
+        d.reply_ready = false;
+        d.touched.insert(island);
+        std::future::poll_fn(|_| {
+            if self.dist.as_ref().is_some_and(|d| d.reply_ready) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+
+    pub(super) async fn remote_point(
+        &mut self,
+        island: u16,
+        table: TableId,
+        key: u64,
+        for_update: bool,
+    ) -> Result<Option<RowH>, Abort> {
+        if let Some(h) = self.find_remote(island, table, key) {
+            return Ok(self.present(h).then_some(h));
+        }
+        self.request(island, |b, gtid, tag| {
+            wire::get(b, gtid, tag, table, key, for_update)
+        })
+        .await;
+        let held = if for_update {
+            Held::Exclusive
+        } else {
+            Held::Shared
+        };
+        self.absorb(island, table, held, Kind::Read, false)
+    }
+
+    /// Reads several rows of `table`, batching the keys of each other island
+    /// into one request. Results: [`Txn::many_row`]`(i)` for `keys[i]`.
+    pub async fn get_many(
+        &mut self,
+        table: TableId,
+        keys: &[u64],
+        for_update: bool,
+    ) -> Result<(), Abort> {
+        self.many_out.clear();
+        let mut remote = IslandSet::EMPTY;
+        for &k in keys {
+            match self.route(table, k) {
+                Some(i) if self.find_remote(i, table, k).is_none() => {
+                    remote.insert(i);
+                    self.many_out.push(None);
+                }
+                Some(i) => {
+                    let h = self.find_remote(i, table, k).filter(|&h| self.present(h));
+                    self.many_out.push(h);
+                }
+                None => {
+                    let h = self.point(table, k, for_update)?;
+                    self.many_out.push(h);
+                }
+            }
+        }
+        for island in remote.iter() {
+            let mut wanted = std::mem::take(&mut self.many_keys);
+            wanted.clear();
+            wanted.extend(
+                keys.iter()
+                    .filter(|&&k| self.route(table, k) == Some(island)),
+            );
+            self.request(island, |b, gtid, tag| {
+                wire::multi_get(b, gtid, tag, table, for_update, wanted.iter().copied())
+            })
+            .await;
+            self.many_keys = wanted;
+            let held = if for_update {
+                Held::Exclusive
+            } else {
+                Held::Shared
+            };
+            self.absorb(island, table, held, Kind::Read, false)?;
+            for (i, &k) in keys.iter().enumerate() {
+                if self.route(table, k) == Some(island) {
+                    self.many_out[i] = self
+                        .find_remote(island, table, k)
+                        .filter(|&h| self.present(h));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The row of the i-th key of the last [`Txn::get_many`] (`None`: absent).
+    pub fn many_row(&self, i: usize) -> Option<RowH> {
+        self.many_out[i]
+    }
+
+    pub(super) async fn remote_insert(
+        &mut self,
+        island: u16,
+        table: TableId,
+        key: u64,
+    ) -> Result<Option<RowH>, Abort> {
+        if let Some(h) = self.find_remote(island, table, key) {
+            let words = self.island().catalog.table(table).schema.row_words();
+            let a = &mut self.acc[h.0 as usize];
+            if a.kind != Kind::Delete {
+                return Ok(None);
+            }
+            // Deleted earlier in this transaction: becomes an overwrite.
+            a.kind = Kind::Read;
+            a.dirty = true;
+            let off = a.off as usize;
+            self.buf[off..off + words].fill(0);
+            return Ok(Some(h));
+        }
+        self.request(island, |b, gtid, tag| {
+            wire::insert(b, gtid, tag, table, key)
+        })
+        .await;
+        self.absorb(island, table, Held::Exclusive, Kind::Insert, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn remote_scan(
+        &mut self,
+        island: u16,
+        table: TableId,
+        sec: Option<SecondaryId>,
+        lo: u128,
+        hi: u128,
+        limit: usize,
+        reverse: bool,
+    ) -> Result<usize, Abort> {
+        let index = sec.map_or(wire::PRIMARY, |s| s.0);
+        let limit = limit.min(u32::MAX as usize) as u32;
+        self.request(island, |b, gtid, tag| {
+            wire::scan(b, gtid, tag, table, index, lo, hi, limit, reverse)
+        })
+        .await;
+        self.scan_out.clear();
+        self.absorb(island, table, Held::Shared, Kind::Read, true)?;
+        Ok(self.scan_out.len())
+    }
+
+    /// Turns the reply into access entries (copies of the remote rows). For a
+    /// scan the handles go to `scan_out`; otherwise the first row's handle is
+    /// returned (`None`: no such row).
+    fn absorb(
+        &mut self,
+        island: u16,
+        table: TableId,
+        held: Held,
+        kind: Kind,
+        scan: bool,
+    ) -> Result<Option<RowH>, Abort> {
+        let reply = {
+            let d = self.dist.as_mut().expect("distributed context");
+            d.reply_ready = false;
+            std::mem::take(&mut d.reply)
+        };
+        let r = self.absorb_rows(&reply, island, table, held, kind, scan);
+        if let Some(d) = self.dist.as_mut() {
+            d.reply = reply;
+        }
+        r
+    }
+
+    fn absorb_rows(
+        &mut self,
+        reply: &[u8],
+        island: u16,
+        table: TableId,
+        held: Held,
+        kind: Kind,
+        scan: bool,
+    ) -> Result<Option<RowH>, Abort> {
+        let schema_words = self.island().catalog.table(table).schema.row_words();
+        let bad = |why: String| Abort::Failed(Error::Protocol(why));
+        let (status, t, row_bytes, n, rows) = match wire::decode(reply) {
+            Ok(Frame::Reply {
+                status,
+                table,
+                row_bytes,
+                n,
+                rows,
+                ..
+            }) => (status, table, row_bytes, n, rows),
+            Ok(f) => return Err(bad(format!("expected a reply, got {f:?}"))),
+            Err(e) => return Err(bad(format!("malformed reply: {e}"))),
+        };
+        match status {
+            Status::Ok => {}
+            Status::Conflict(r) => return Err(Abort::Conflict(r)),
+            Status::Refused => return Err(Abort::Conflict(AbortReason::Remote)),
+        }
+        if t != table || row_bytes as usize != schema_words * 8 {
+            return Err(bad(format!(
+                "reply for table {t} with {row_bytes}-byte rows to a request on table {table} ({} bytes)",
+                schema_words * 8
+            )));
+        }
+        let mut first = None;
+        for i in 0..n as usize {
+            let at = i * (8 + row_bytes as usize);
+            let key = u64::from_le_bytes(rows[at..at + 8].try_into().expect("8 bytes"));
+            let h = match self.find_remote(island, table, key) {
+                // Seen before: keep this transaction's own image of it.
+                Some(h) => h,
+                None => {
+                    let off = self.push_image(schema_words);
+                    crate::storage::schema::fill_words(
+                        &mut self.buf[off as usize..off as usize + schema_words],
+                        &rows[at + 8..at + 8 + row_bytes as usize],
+                    );
+                    self.push_access(Access {
+                        table,
+                        rid: REMOTE_RID,
+                        key,
+                        island,
+                        kind,
+                        dirty: kind == Kind::Insert,
+                        seen: Observed {
+                            version: 0,
+                            present: true,
+                        },
+                        held,
+                        off,
+                        orig: u32::MAX,
+                    })
+                }
+            };
+            if scan {
+                if self.present(h) {
+                    self.scan_out.push(h);
+                }
+            } else if first.is_none() {
+                first = Some(h);
+            }
+        }
+        Ok(first.filter(|&h| self.present(h)))
+    }
+
+    /// Whether the transaction holds anything on this island (locks, reads to
+    /// validate, writes): then this island is a participant of its 2PC.
+    pub(crate) fn has_local_part(&self) -> bool {
+        self.acc.iter().any(|a| a.island == LOCAL)
+            || !self.misses.is_empty()
+            || !self.scans.is_empty()
+    }
+
+    /// Whether some row the transaction changed was read without its write
+    /// lock (a plain `get` followed by `row_mut`): its owner takes the lock
+    /// only at prepare, so no participant may release early (see `HOLD`).
+    pub(crate) fn has_late_writes(&self) -> bool {
+        self.acc
+            .iter()
+            .any(|a| a.dirty && a.kind == Kind::Read && a.held != Held::Exclusive)
+    }
+
+    /// Calls `f(island, table, key, row)` for every change to a remote row
+    /// (`row` is `None` for a delete).
+    pub(crate) fn for_each_remote_change(
+        &self,
+        mut f: impl FnMut(u16, TableId, u64, Option<&[u8]>),
+    ) {
+        let tables = &self.island().catalog.tables;
+        for a in &self.acc {
+            if a.island == LOCAL {
+                continue;
+            }
+            if a.kind == Kind::Delete {
+                f(a.island, a.table, a.key, None);
+            } else if a.dirty {
+                let words = tables[a.table as usize].schema.row_words();
+                let off = a.off as usize;
+                f(
+                    a.island,
+                    a.table,
+                    a.key,
+                    Some(crate::storage::schema::row_bytes(
+                        &self.buf[off..off + words],
+                    )),
+                );
+            }
+        }
+    }
+
+    /// Participant: the image of row `h` as bytes (for a reply).
+    pub(crate) fn row_bytes(&self, h: RowH) -> &[u8] {
+        crate::storage::schema::row_bytes(self.row(h).words)
+    }
+
+    /// Participant: the entry this branch holds for `key`.
+    fn branch_entry(&self, table: TableId, key: u64) -> Option<RowH> {
+        let t = self.island().catalog.tables.get(table as usize)?;
+        if let Some(rid) = t.lookup(key) {
+            if let Some(h) = self.find(table, rid) {
+                if self.acc[h.0 as usize].key == key {
+                    return Some(h);
+                }
+            }
+        }
+        self.acc
+            .iter()
+            .rposition(|a| a.island == LOCAL && a.key == key && a.table == table)
+            .map(|i| RowH(i as u32))
+    }
+
+    /// Participant: the home transaction changed row `key`; `row` is its new
+    /// image. False if the branch holds no such row or the image has the
+    /// wrong size (the branch then votes no).
+    pub(crate) fn apply_write(&mut self, table: TableId, key: u64, row: &[u8]) -> bool {
+        let Some(h) = self.branch_entry(table, key) else {
+            return false;
+        };
+        let words = self.island().catalog.table(table).schema.row_words();
+        if row.len() != words * 8 || self.acc[h.0 as usize].kind == Kind::Delete {
+            return false;
+        }
+        let m = self.row_mut(h);
+        crate::storage::schema::fill_words(m.words, row);
+        true
+    }
+
+    /// Participant: the home transaction deleted row `key`.
+    pub(crate) fn apply_delete(&mut self, table: TableId, key: u64) -> bool {
+        let Some(h) = self.branch_entry(table, key) else {
+            return false;
+        };
+        let a = &mut self.acc[h.0 as usize];
+        match a.kind {
+            Kind::Read => {
+                a.kind = Kind::Delete;
+                a.dirty = false;
+                true
+            }
+            Kind::Delete => true,
+            Kind::Insert => false,
+        }
+    }
+
+    /// Recovery: re-acquires a prepared branch from its Prepare record (locks
+    /// its rows, stages its writes) so that it holds them until the decision.
+    pub(crate) fn restore_branch(
+        &mut self,
+        tid: u64,
+        pin: crate::wal::BatchSeq,
+        writes: &[WriteEntry],
+    ) -> Result<(), Abort> {
+        for w in writes {
+            let h = match self.point(w.table, w.key, true)? {
+                Some(h) => h,
+                None if w.row.is_some() => {
+                    self.insert_local(w.table, w.key)?
+                        .ok_or(Abort::Failed(Error::Recovery(format!(
+                            "in-doubt branch: key {} of table {} is taken",
+                            w.key, w.table
+                        ))))?
+                }
+                None => continue,
+            };
+            let ok = match &w.row {
+                Some(row) => {
+                    let _ = h;
+                    self.apply_write(w.table, w.key, row)
+                }
+                None => self.apply_delete(w.table, w.key),
+            };
+            if !ok {
+                return Err(Abort::Failed(Error::Recovery(format!(
+                    "in-doubt branch: cannot stage the write of key {} of table {}",
+                    w.key, w.table
+                ))));
+            }
+        }
+        self.lock_and_validate(true)?;
+        if pin != 0 {
+            self.island().log.lock().pin(pin);
+        }
+        self.prepared = Some((tid, pin));
+        Ok(())
+    }
+}
