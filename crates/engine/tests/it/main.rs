@@ -3,5 +3,6 @@
 mod bank;
 mod common;
 mod crash;
+mod dist_crash;
 mod model;
 mod phantom;
