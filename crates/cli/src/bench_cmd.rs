@@ -85,8 +85,10 @@ struct Common {
     /// On several islands: transactions each worker keeps in flight. A worker runs
     /// another transaction (and serves other islands' requests) while one waits for a
     /// remote island.
-    #[arg(long, global = true, default_value_t = 8)]
-    txns_per_worker: usize,
+    /// Default: 8, or 128 with --durability sync (a distributed commit waits for two
+    /// group commits, so more transactions must be in flight to keep a worker busy).
+    #[arg(long, global = true)]
+    txns_per_worker: Option<usize>,
     /// Do not pin worker threads to CPUs.
     #[arg(long, global = true)]
     no_pin: bool,
@@ -377,8 +379,9 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             };
             m.check()?;
             let distributed = n_islands > 1 && (m.multisite_pct > 0 || explicit_locking(&c));
+            let copts = cluster_options(&c, durability, workers.len())?;
             if distributed {
-                cluster_cc(&mut configs, &c, &c.txns_per_worker)?;
+                cluster_cc(&mut configs, &c, &copts)?;
             }
             dcfg.workload_name =
                 format!("micro ({})", if m.update { "update" } else { "read-only" });
@@ -416,7 +419,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 &dcfg,
                 &c.json,
                 quiet,
-                router.map(|r| (r, c.txns_per_worker)),
+                router.map(|r| (r, copts)),
             )
         }
         WorkloadCmd::Tpcc(a) => {
@@ -487,7 +490,7 @@ fn execute<W: Workload + 'static>(
     dcfg: &DriverConfig,
     json: &Option<PathBuf>,
     quiet: bool,
-    cluster: Option<(Arc<dyn Router>, usize)>,
+    cluster: Option<(Arc<dyn Router>, ClusterOptions)>,
 ) -> Result<(), Error> {
     let mut islands = Vec::new();
     for (i, cfg) in configs.into_iter().enumerate() {
@@ -557,7 +560,8 @@ fn execute<W: Workload + 'static>(
     }
     let mut report = match cluster {
         None => driver::run_islands(&islands, workers, Arc::new(workload), dcfg)?,
-        Some((router, inflight)) => {
+        Some((router, opts)) => {
+            let inflight = opts.inflight;
             let mut per_island = vec![0usize; islands.len()];
             let mut cws = Vec::with_capacity(workers.len());
             for w in workers {
@@ -569,10 +573,6 @@ fn execute<W: Workload + 'static>(
                 });
                 per_island[w.island] += 1;
             }
-            let opts = ClusterOptions {
-                inflight,
-                ..Default::default()
-            };
             let cl = Cluster::new(fresh, per_island, router, opts)?;
             let mut r = run_cluster(&cl, &cws, Arc::new(workload), dcfg)?;
             r.notes.push(format!(
@@ -611,10 +611,7 @@ fn explicit_locking(c: &Common) -> bool {
 
 /// Islands that run distributed transactions: `no_wait`, and room for the
 /// executors' transaction contexts. An explicit other choice is an error.
-fn cluster_cc(configs: &mut [IslandConfig], c: &Common, txns: &usize) -> Result<(), Error> {
-    if *txns == 0 {
-        return Err(Error::Config("--txns-per-worker must be at least 1".into()));
-    }
+fn cluster_cc(configs: &mut [IslandConfig], c: &Common, opts: &ClusterOptions) -> Result<(), Error> {
     if let Some(cc) = &c.cc {
         let kind: CcKind = cc.parse().map_err(Error::Config)?;
         if kind != CcKind::NoWait {
@@ -625,13 +622,32 @@ fn cluster_cc(configs: &mut [IslandConfig], c: &Common, txns: &usize) -> Result<
             )));
         }
     }
-    let opts = ClusterOptions {
-        inflight: *txns,
-        ..Default::default()
-    };
     for cfg in configs.iter_mut() {
         cfg.cc = CcKind::NoWait;
         cfg.contexts = opts.contexts_needed(cfg.workers);
     }
     Ok(())
+}
+
+/// The executors' sizes: transactions in flight per worker, and room for the
+/// branches that every other worker's transactions may open here.
+fn cluster_options(
+    c: &Common,
+    durability: Durability,
+    total_workers: usize,
+) -> Result<ClusterOptions, Error> {
+    let inflight = c.txns_per_worker.unwrap_or(match durability {
+        Durability::Sync => 128,
+        _ => 8,
+    });
+    if inflight == 0 || inflight > 1024 {
+        return Err(Error::Config(format!(
+            "--txns-per-worker {inflight} is outside 1..=1024"
+        )));
+    }
+    Ok(ClusterOptions {
+        inflight,
+        max_branches: (inflight * total_workers).clamp(64, 3000),
+        ..Default::default()
+    })
 }

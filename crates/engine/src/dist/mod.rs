@@ -260,11 +260,16 @@ impl Cluster {
         let cfg = coord::Config {
             island: id,
             islands: self.islands.len(),
-            max_in_flight: self.opts.max_branches.max(self.opts.inflight),
+            // A branch outlives its context: after the engine commits it, the
+            // participant still waits for its decision record to be durable;
+            // and the home island's own branches count here too.
+            max_in_flight: 4 * (self.opts.max_branches + self.opts.inflight),
             timeouts: self.opts.timeouts,
         };
         let mut ex = Executor {
             cl: Arc::clone(self),
+            transport: Arc::clone(&self.transport),
+            shared: Arc::clone(self.islands[island].shared()),
             island: id,
             worker,
             me: self.endpoint(id, worker),
@@ -326,6 +331,10 @@ pub enum HomeCommit {
 /// One worker's executor. See the module documentation.
 pub struct Executor {
     cl: Arc<Cluster>,
+    /// Own handles, so the hot path never touches the reference counts that
+    /// every worker shares.
+    transport: Arc<dyn Transport>,
+    shared: Arc<crate::island::Shared>,
     island: IslandId,
     worker: usize,
     me: Endpoint,
@@ -534,9 +543,8 @@ impl Executor {
         if let Some(e) = &self.pool.failed {
             return Err(e.clone());
         }
-        let t = Arc::clone(&self.cl.transport);
         let mut received = 0;
-        while let Some((from, batch)) = t.recv(self.me) {
+        while let Some((from, batch)) = self.transport.recv(self.me) {
             received += 1;
             for f in frames(&batch) {
                 match f {
@@ -546,7 +554,7 @@ impl Executor {
                     }
                 }
             }
-            t.recycle(batch);
+            self.transport.recycle(batch);
         }
         self.drain_local();
         let now = self.now_us();
@@ -563,7 +571,7 @@ impl Executor {
             self.actions = actions;
         }
         self.complete_forces()?;
-        self.outbox.flush(&*t, self.me);
+        self.outbox.flush(&*self.transport, self.me);
         Ok(received)
     }
 
@@ -638,7 +646,6 @@ impl Executor {
 
     /// Performs the actions of a state machine (`by_coord`: the coordinator's).
     fn run_actions(&mut self, actions: &mut Vec<Action>, by_coord: bool) {
-        let shared = Arc::clone(self.cl.islands[self.island as usize].shared());
         let mut i = 0;
         while i < actions.len() {
             match actions[i] {
@@ -668,16 +675,18 @@ impl Executor {
                             None => 0,
                         },
                         LogRec::Decision { gtid, commit } => {
-                            let seq = shared.log_record(|l| l.decision(gtid, commit), by_coord);
+                            let seq = self
+                                .shared
+                                .log_record(|l| l.decision(gtid, commit), by_coord);
                             if by_coord && seq != 0 {
                                 self.coord_pins.insert(gtid, seq);
                             }
                             seq
                         }
                         LogRec::End { gtid } => {
-                            let seq = shared.log_record(|l| l.end(gtid), false);
+                            let seq = self.shared.log_record(|l| l.end(gtid), false);
                             if let Some(p) = self.coord_pins.remove(&gtid) {
-                                shared.unpin(p);
+                                self.shared.unpin(p);
                             }
                             seq
                         }
@@ -878,8 +887,7 @@ impl Executor {
         let tx = self.pool.ctx(c);
         let t = self.cl.islands[self.island as usize].catalog().table(table);
         let row_bytes = (t.schema.row_words() * 8) as u32;
-        let cl = Arc::clone(&self.cl);
-        let batch = self.outbox.batch(&*cl.transport, from);
+        let batch = self.outbox.batch(&*self.transport, from);
         let result: Result<(), Abort> = (|| {
             match frame {
                 Frame::Get {

@@ -124,9 +124,12 @@ struct Pending {
     ty: usize,
 }
 
-/// Exponential back-off after an abort, without blocking the worker.
+/// Exponential back-off after an abort, without blocking the worker. It
+/// starts at tens of microseconds, a few message round trips: a retry that
+/// comes back before the owner island has processed the abort of the
+/// previous attempt would collide with that attempt's own locks.
 fn backoff(attempt: u32) -> Duration {
-    Duration::from_micros(1u64 << attempt.min(10))
+    Duration::from_micros(20u64 << attempt.min(8))
 }
 
 #[allow(clippy::too_many_arguments)]
