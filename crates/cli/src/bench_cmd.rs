@@ -85,8 +85,8 @@ struct Common {
     /// On several islands: transactions each worker keeps in flight. A worker runs
     /// another transaction (and serves other islands' requests) while one waits for a
     /// remote island.
-    /// Default: 8, or 128 with --durability sync (a distributed commit waits for two
-    /// group commits, so more transactions must be in flight to keep a worker busy).
+    /// Default: micro 8 (128 with --durability sync: a distributed commit waits for two
+    /// group commits); TPC-C 1 (16 with sync: a worker's transactions share its warehouse).
     #[arg(long, global = true)]
     txns_per_worker: Option<usize>,
     /// Do not pin worker threads to CPUs.
@@ -318,19 +318,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         pin: !c.no_pin,
         workload_name: String::new(),
         parameters: Default::default(),
-        deployment: format!(
-            "{}; cc {}; durability {durability}{}",
-            plan.summary(),
-            plan.islands()
-                .iter()
-                .map(|i| i.cc.as_str())
-                .collect::<Vec<_>>()
-                .join("/"),
-            log_base
-                .as_ref()
-                .map(|d| format!(", log in {}", d.display()))
-                .unwrap_or_default()
-        ),
+        deployment: deployment_line(&plan, &configs, durability, &log_base),
     };
     let n_islands = plan.islands().len();
     let result = match workload {
@@ -379,9 +367,14 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             };
             m.check()?;
             let distributed = n_islands > 1 && (m.multisite_pct > 0 || explicit_locking(&c));
-            let copts = cluster_options(&c, durability, workers.len())?;
+            let defaults = match durability {
+                Durability::Sync => 128,
+                _ => 8,
+            };
+            let copts = cluster_options(&c, defaults, workers.len())?;
             if distributed {
                 cluster_cc(&mut configs, &c, &copts)?;
+                dcfg.deployment = deployment_line(&plan, &configs, durability, &log_base);
             }
             dcfg.workload_name =
                 format!("micro ({})", if m.update { "update" } else { "read-only" });
@@ -431,11 +424,18 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 ..Default::default()
             };
             t.check()?;
-            if n_islands > 1 && !t.local_only {
-                return Err(Error::Config(format!(
-                    "TPC-C on {n_islands} islands with remote warehouses needs distributed transactions \
-                     (two-phase commit), which this build does not run yet: add --local-only, or use --islands 1"
-                )));
+            let distributed = n_islands > 1 && (!t.local_only || explicit_locking(&c));
+            // One warehouse per worker: transactions interleaved on a worker
+            // collide on its district and warehouse rows, so keep few in flight
+            // (enough to cover the group commits of 2PC in sync mode).
+            let defaults = match durability {
+                Durability::Sync => 16,
+                _ => 1,
+            };
+            let copts = cluster_options(&c, defaults, workers.len())?;
+            if distributed {
+                cluster_cc(&mut configs, &c, &copts)?;
+                dcfg.deployment = deployment_line(&plan, &configs, durability, &log_base);
             }
             dcfg.workload_name = format!("tpcc (mix {})", t.mix);
             dcfg.parameters = t.parameters();
@@ -453,6 +453,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 s.start + 1..s.end + 1
             };
             let w = Tpcc::new(t.clone(), homes)?;
+            let router: Option<Arc<dyn Router>> = if distributed {
+                let ranges: Vec<_> = (0..n_islands).map(wh_of).collect();
+                Some(Arc::new(tpcc::TpccRouter::new(&ranges)?))
+            } else {
+                None
+            };
             execute(
                 configs,
                 |_| tpcc::schema::tables(&t),
@@ -463,7 +469,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 &dcfg,
                 &c.json,
                 quiet,
-                None,
+                router.map(|r| (r, copts)),
             )
         }
         WorkloadCmd::Ipc(_) => unreachable!("handled at the top of run"),
@@ -611,7 +617,11 @@ fn explicit_locking(c: &Common) -> bool {
 
 /// Islands that run distributed transactions: `no_wait`, and room for the
 /// executors' transaction contexts. An explicit other choice is an error.
-fn cluster_cc(configs: &mut [IslandConfig], c: &Common, opts: &ClusterOptions) -> Result<(), Error> {
+fn cluster_cc(
+    configs: &mut [IslandConfig],
+    c: &Common,
+    opts: &ClusterOptions,
+) -> Result<(), Error> {
     if let Some(cc) = &c.cc {
         let kind: CcKind = cc.parse().map_err(Error::Config)?;
         if kind != CcKind::NoWait {
@@ -633,13 +643,10 @@ fn cluster_cc(configs: &mut [IslandConfig], c: &Common, opts: &ClusterOptions) -
 /// branches that every other worker's transactions may open here.
 fn cluster_options(
     c: &Common,
-    durability: Durability,
+    default_inflight: usize,
     total_workers: usize,
 ) -> Result<ClusterOptions, Error> {
-    let inflight = c.txns_per_worker.unwrap_or(match durability {
-        Durability::Sync => 128,
-        _ => 8,
-    });
+    let inflight = c.txns_per_worker.unwrap_or(default_inflight);
     if inflight == 0 || inflight > 1024 {
         return Err(Error::Config(format!(
             "--txns-per-worker {inflight} is outside 1..=1024"
@@ -650,4 +657,26 @@ fn cluster_options(
         max_branches: (inflight * total_workers).clamp(64, 3000),
         ..Default::default()
     })
+}
+
+/// The report's deployment line: the plan, each island's concurrency control, the log.
+fn deployment_line(
+    plan: &Plan,
+    configs: &[IslandConfig],
+    durability: Durability,
+    log_base: &Option<PathBuf>,
+) -> String {
+    format!(
+        "{}; cc {}; durability {durability}{}",
+        plan.summary(),
+        configs
+            .iter()
+            .map(|c| c.cc.name())
+            .collect::<Vec<_>>()
+            .join("/"),
+        log_base
+            .as_ref()
+            .map(|d| format!(", log in {}", d.display()))
+            .unwrap_or_default()
+    )
 }

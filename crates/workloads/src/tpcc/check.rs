@@ -20,9 +20,9 @@
 //! 12. C_BALANCE + C_YTD_PAYMENT = sum(delivered OL_AMOUNT of the customer's orders).
 //!
 //! Conditions 10 and 12 need the customer's history and orders, which live with
-//! the customer's warehouse except for remote Payments' history rows: on an
-//! island that does not hold all warehouses they are only meaningful with
-//! `local_only` runs.
+//! the customer's warehouse except for remote Payments' history rows: checked
+//! on one island that does not hold all warehouses they are only meaningful
+//! with `local_only` runs; [`check_islands`] checks a whole deployment.
 //!
 //! A violation is reported once per condition and district (or warehouse),
 //! with the number of offending rows and the first one found.
@@ -91,14 +91,17 @@ impl Raw<'_> {
     }
 }
 
-fn for_each(island: &Island, table: TableId, mut f: impl FnMut(Raw)) {
-    let t = island.catalog().table(table);
-    t.for_each_row(|_, _, words| {
-        f(Raw {
-            b: row_bytes(words),
-            s: &t.schema,
-        })
-    });
+/// Every row of `table` on every island of `islands`.
+fn for_each(islands: &[&Island], table: TableId, mut f: impl FnMut(Raw)) {
+    for island in islands {
+        let t = island.catalog().table(table);
+        t.for_each_row(|_, _, words| {
+            f(Raw {
+                b: row_bytes(words),
+                s: &t.schema,
+            })
+        });
+    }
 }
 
 #[derive(Default)]
@@ -162,15 +165,23 @@ struct CustomerAgg {
 
 /// Checks conditions 1–10 and 12 on `island`. Empty when consistent.
 pub fn check(island: &Island, cfg: &TpccConfig) -> Result<Vec<Violation>, Error> {
-    Ok(run(island, cfg, false)?.into_vec())
+    Ok(run(&[island], cfg, false)?.into_vec())
+}
+
+/// Checks conditions 1–10 and 12 over a deployment: the islands' rows
+/// together, so a remote Payment's history row on one island counts for its
+/// customer on another.
+pub fn check_islands(islands: &[Island], cfg: &TpccConfig) -> Result<Vec<Violation>, Error> {
+    let all: Vec<&Island> = islands.iter().collect();
+    Ok(run(&all, cfg, false)?.into_vec())
 }
 
 /// Checks the initial population: [`check`] plus condition 11.
 pub fn check_initial(island: &Island, cfg: &TpccConfig) -> Result<Vec<Violation>, Error> {
-    Ok(run(island, cfg, true)?.into_vec())
+    Ok(run(&[island], cfg, true)?.into_vec())
 }
 
-fn run(island: &Island, cfg: &TpccConfig, initial: bool) -> Result<Found, Error> {
+fn run(island: &[&Island], cfg: &TpccConfig, initial: bool) -> Result<Found, Error> {
     cfg.check()?;
     let mut found = Found::default();
     let mut warehouses: BTreeMap<u32, (i64, i64)> = BTreeMap::new(); // w -> (W_YTD, sum H_AMOUNT)

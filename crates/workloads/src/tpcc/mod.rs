@@ -296,6 +296,8 @@ pub struct Tpcc {
     pub cfg: TpccConfig,
     /// Home warehouse of each worker (1-based).
     homes: Vec<u32>,
+    /// History row numbers, per worker.
+    hist_seq: Vec<crossbeam_utils::CachePadded<std::sync::atomic::AtomicU64>>,
 }
 
 impl Tpcc {
@@ -313,7 +315,12 @@ impl Tpcc {
                 cfg.warehouses
             )));
         }
-        Ok(Tpcc { cfg, homes })
+        let hist_seq = (0..homes.len()).map(|_| Default::default()).collect();
+        Ok(Tpcc {
+            cfg,
+            homes,
+            hist_seq,
+        })
     }
 
     /// Worker w's home is warehouse `w mod W + 1`.
@@ -409,10 +416,14 @@ impl Workload for Tpcc {
                     req.c_d = req.d;
                 }
                 self.pick_customer(rng, req);
-                req.seq += 1;
+                // Per worker, not per request object: a worker may keep
+                // several requests in flight (islands), each with its own.
+                let seq = self.hist_seq[worker % self.hist_seq.len()]
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    + 1;
+                req.seq = seq;
                 let slot = (worker as u64 % HIST_MAX_SLOT) + 1;
-                req.history_key =
-                    schema::history_key(w, slot, req.seq & ((1 << HIST_SEQ_BITS) - 1));
+                req.history_key = schema::history_key(w, slot, seq & ((1 << HIST_SEQ_BITS) - 1));
             }
             ORDER_STATUS => {
                 req.c_w = w;
@@ -436,6 +447,70 @@ impl Workload for Tpcc {
             ORDER_STATUS => txns::order_status(tx, req).await,
             DELIVERY => txns::delivery(tx, req).await,
             _ => txns::stock_level(tx, req).await,
+        }
+    }
+}
+
+/// Which island holds a TPC-C row: warehouses are the sites, and every key
+/// layout (see [`schema`]) carries its warehouse in known bits. ITEM is on
+/// every island.
+pub struct TpccRouter {
+    /// `island_of_wh[w]` for warehouse `w` (1-based; index 0 unused).
+    island_of_wh: Vec<u16>,
+}
+
+impl TpccRouter {
+    /// `islands[i]` holds warehouses `ranges[i]` (1-based, half-open).
+    pub fn new(ranges: &[std::ops::Range<u32>]) -> Result<TpccRouter, Error> {
+        let max = ranges.iter().map(|r| r.end).max().unwrap_or(1);
+        let mut island_of_wh = vec![u16::MAX; max as usize];
+        for (i, r) in ranges.iter().enumerate() {
+            for w in r.clone() {
+                island_of_wh[w as usize] = i as u16;
+            }
+        }
+        if let Some(w) = (1..max).find(|&w| island_of_wh[w as usize] == u16::MAX) {
+            return Err(Error::Config(format!("warehouse {w} is held by no island")));
+        }
+        Ok(TpccRouter { island_of_wh })
+    }
+
+    #[inline]
+    fn of(&self, w: u64) -> Option<u16> {
+        // A key outside every range routes to island 0, whose index answers
+        // "no such row" like any missing key.
+        Some(*self.island_of_wh.get(w as usize).unwrap_or(&0))
+    }
+}
+
+impl islands::txn::Router for TpccRouter {
+    fn island_of(&self, table: u16, key: u64) -> Option<u16> {
+        use schema::*;
+        let w = match table {
+            WAREHOUSE => key,
+            DISTRICT => key >> 4,
+            CUSTOMER => key >> 20,
+            HISTORY => key >> 48,
+            NEW_ORDER | ORDERS => key >> 36,
+            ORDER_LINE => key >> 40,
+            STOCK => key >> 32,
+            _ => return None,
+        };
+        self.of(w)
+    }
+
+    fn island_of_secondary(
+        &self,
+        table: u16,
+        _index: islands::storage::SecondaryId,
+        skey: u64,
+    ) -> Option<u16> {
+        use schema::*;
+        match table {
+            // by_last: dk << 32 | hash; by_customer: dk << 16 | c.
+            CUSTOMER => self.of(skey >> 36),
+            ORDERS => self.of(skey >> 20),
+            _ => None,
         }
     }
 }
