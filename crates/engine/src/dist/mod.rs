@@ -125,6 +125,9 @@ pub struct Cluster {
     opts: ClusterOptions,
     /// Workers still running client transactions: the others keep serving.
     clients: AtomicUsize,
+    /// Some island acknowledges only after fsync: read-only branches then
+    /// vote only once what they read is durable, and take part in 2PC.
+    any_sync: bool,
     pub stats: ClusterStats,
 }
 
@@ -201,8 +204,12 @@ impl Cluster {
             }
             None => Arc::new(InProc::new(n as usize, opts.mailbox_depth)) as Arc<dyn Transport>,
         };
+        let any_sync = islands
+            .iter()
+            .any(|(i, _)| i.config().durability == crate::wal::Durability::Sync);
         let (islands, recovered) = islands.into_iter().unzip();
         Ok(Arc::new(Cluster {
+            any_sync,
             islands,
             workers,
             base,
@@ -292,8 +299,10 @@ impl Cluster {
             local: VecDeque::new(),
             forces: Vec::new(),
             coord_pins: HashMap::new(),
+            deferred: Vec::new(),
             next_seq: 1,
             epoch: Instant::now(),
+            now: 0,
             last_tick: 0,
             woken: Vec::new(),
             outcomes: Vec::new(),
@@ -326,6 +335,12 @@ pub enum HomeCommit {
     Local(crate::txn::Committed),
     /// Two-phase commit started; the outcome arrives in [`Executor::outcomes`].
     Distributed(Gtid),
+    /// It read on several islands and wrote nothing, none of its branches
+    /// validates reads at commit, and no island acknowledges after fsync:
+    /// it committed here, and its remote branches were told to release
+    /// (one-way). All its locks were held at once before the first release,
+    /// which is all two-phase locking asks of a reader.
+    Released(crate::txn::Committed),
 }
 
 /// One worker's executor. See the module documentation.
@@ -349,8 +364,11 @@ pub struct Executor {
     forces: Vec<(BatchSeq, bool, LogToken)>,
     /// Pinned batches of commit decisions, until their End.
     coord_pins: HashMap<Gtid, BatchSeq>,
+    /// Read-only votes waiting for the batch they could have read from.
+    deferred: Vec<(BatchSeq, IslandId, Msg)>,
     next_seq: u64,
     epoch: Instant,
+    now: u64,
     last_tick: u64,
     /// Contexts whose remote reply arrived: poll their procedure again.
     pub woken: Vec<u32>,
@@ -395,8 +413,11 @@ impl Executor {
         &self.cl
     }
 
+    /// The protocol clock, read once per round of [`Executor::pump`]: the
+    /// state machines' timeouts are milliseconds, and a clock read per
+    /// message was a tenth of a worker's time.
     fn now_us(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64
+        self.now
     }
 
     /// A raw pointer to context `c`, for a stored procedure's future.
@@ -454,6 +475,28 @@ impl Executor {
         }
         let gtid = d.gtid;
         let touched = d.touched;
+        if !self.cl.any_sync && !d.remote_validated && !tx.has_writes() {
+            for island in touched.iter() {
+                let to = self
+                    .cl
+                    .endpoint(island, self.cl.branch_worker(island, gtid));
+                push_frame_with(self.outbox.batch(&*self.transport, to), |b| {
+                    wire::release(b, gtid)
+                });
+            }
+            if let Some(d) = tx.dist.as_mut() {
+                d.touched = coord::IslandSet::EMPTY;
+            }
+            let r = tx.commit();
+            self.pool.free_ctx(c);
+            if r.is_ok() {
+                self.cl
+                    .stats
+                    .distributed_commits
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            return r.map(HomeCommit::Released);
+        }
         let hold = tx.has_late_writes();
         let now = self.now_us();
         // Ship the changes to remote rows, then PREP, ahead of the PrepareReq.
@@ -543,6 +586,7 @@ impl Executor {
         if let Some(e) = &self.pool.failed {
             return Err(e.clone());
         }
+        self.now = self.epoch.elapsed().as_micros() as u64;
         let mut received = 0;
         while let Some((from, batch)) = self.transport.recv(self.me) {
             received += 1;
@@ -577,7 +621,7 @@ impl Executor {
 
     /// Hands the island's log buffer over if forced records wait for it.
     fn complete_forces(&mut self) -> Result<(), Error> {
-        if self.forces.is_empty() {
+        if self.forces.is_empty() && self.deferred.is_empty() {
             return Ok(());
         }
         let shared = self.cl.islands[self.island as usize].shared();
@@ -590,6 +634,15 @@ impl Executor {
             return Err(e);
         }
         let durable = shared.durable_seq();
+        let mut i = 0;
+        while i < self.deferred.len() {
+            if self.deferred[i].0 > durable {
+                i += 1;
+                continue;
+            }
+            let (_, to, msg) = self.deferred.swap_remove(i);
+            self.send_msg(to, msg);
+        }
         let mut i = 0;
         let mut actions = std::mem::take(&mut self.actions);
         while i < self.forces.len() {
@@ -619,6 +672,7 @@ impl Executor {
             && self.part.in_flight() == 0
             && self.pool.branches.is_empty()
             && self.forces.is_empty()
+            && self.deferred.is_empty()
             && self.outbox.is_empty()
     }
 
@@ -649,22 +703,25 @@ impl Executor {
         let mut i = 0;
         while i < actions.len() {
             match actions[i] {
-                Action::Send { to, msg } => {
-                    let gtid = msg.gtid();
-                    let worker = if msg.to_participant() {
-                        self.cl.branch_worker(to, gtid)
+                Action::Send {
+                    to,
+                    msg:
+                        msg @ Msg::PrepareConf {
+                            read_only: true, ..
+                        },
+                } if self.shared.cfg.durability == crate::wal::Durability::Sync => {
+                    // A read-only vote in sync mode waits until everything the
+                    // branch could have read from is durable (as a local
+                    // read-only commit's acknowledgement does).
+                    let need = self.shared.append_seq.load(Ordering::Acquire);
+                    if need > self.shared.durable_seq() {
+                        self.deferred.push((need, to, msg));
+                        self.flush_due = true;
                     } else {
-                        home_worker(gtid)
-                    };
-                    let ep = self.cl.endpoint(to, worker);
-                    if ep == self.me {
-                        self.local.push_back((self.island, msg));
-                    } else {
-                        push_frame_with(self.outbox.batch(&*self.cl.transport, ep), |b| {
-                            msg.encode(b)
-                        });
+                        self.send_msg(to, msg);
                     }
                 }
+                Action::Send { to, msg } => self.send_msg(to, msg),
                 Action::Log { rec, force, token } => {
                     let seq = match rec {
                         LogRec::Prepare { gtid } => match self.pool.branches.get(&gtid) {
@@ -715,6 +772,22 @@ impl Executor {
             i += 1;
         }
         actions.clear();
+    }
+
+    /// Sends a 2PC message to the worker that handles it (this one: locally).
+    fn send_msg(&mut self, to: IslandId, msg: Msg) {
+        let gtid = msg.gtid();
+        let worker = if msg.to_participant() {
+            self.cl.branch_worker(to, gtid)
+        } else {
+            home_worker(gtid)
+        };
+        let ep = self.cl.endpoint(to, worker);
+        if ep == self.me {
+            self.local.push_back((self.island, msg));
+        } else {
+            push_frame_with(self.outbox.batch(&*self.transport, ep), |b| msg.encode(b));
+        }
     }
 
     fn reply(&mut self, to: Endpoint, tag: u32, status: Status, table: u16) {
@@ -820,6 +893,31 @@ impl Executor {
                     }
                 }
             }
+            Frame::Release { gtid } => {
+                if self
+                    .pool
+                    .branches
+                    .get(&gtid)
+                    .is_some_and(|b| b.expect.is_none())
+                {
+                    // An abort of a branch that wrote nothing is a release;
+                    // the home wants no answer.
+                    let mut actions = std::mem::take(&mut self.actions);
+                    actions.clear();
+                    let now = self.now_us();
+                    let mut eng = Engine(&mut self.pool);
+                    self.part.on_message(
+                        from_island,
+                        Msg::AbortReq { gtid },
+                        now,
+                        &mut eng,
+                        &mut actions,
+                    );
+                    actions.retain(|a| !matches!(a, Action::Send { .. }));
+                    self.run_actions(&mut actions, false);
+                    self.actions = actions;
+                }
+            }
             Frame::Prep { gtid, writes, hold } => {
                 if let Some(b) = self.pool.branches.get_mut(&gtid) {
                     if b.expect.is_none() {
@@ -888,6 +986,7 @@ impl Executor {
         let t = self.cl.islands[self.island as usize].catalog().table(table);
         let row_bytes = (t.schema.row_words() * 8) as u32;
         let batch = self.outbox.batch(&*self.transport, from);
+        let frame_at = batch.len();
         let result: Result<(), Abort> = (|| {
             match frame {
                 Frame::Get {
@@ -917,6 +1016,14 @@ impl Executor {
                     let start = batch.len();
                     wire::reply_header(batch, tag, Status::Ok, table, row_bytes, 0);
                     let mut n = 0u32;
+                    for k in keys.chunks_exact(8) {
+                        let key = u64::from_le_bytes(k.try_into().expect("8 bytes"));
+                        t.prefetch(key, crate::storage::Prefetch::Index);
+                    }
+                    for k in keys.chunks_exact(8) {
+                        let key = u64::from_le_bytes(k.try_into().expect("8 bytes"));
+                        t.prefetch(key, crate::storage::Prefetch::Row);
+                    }
                     for k in keys.chunks_exact(8) {
                         let key = u64::from_le_bytes(k.try_into().expect("8 bytes"));
                         match tx.point(table, key, for_update) {
@@ -983,6 +1090,10 @@ impl Executor {
                     });
                 }
                 _ => unreachable!(),
+            }
+            if tx.has_validated_reads() {
+                // Status Ok → OkValidated: the reason byte after [len][kind][tag][status].
+                batch[frame_at + 4 + 1 + 4 + 1] = 1;
             }
             Ok(())
         })();

@@ -274,7 +274,10 @@ where
                                 }
                             };
                             match r {
-                                Ok(HomeCommit::Local(c)) => {
+                                Ok(HomeCommit::Local(c) | HomeCommit::Released(c)) => {
+                                    if matches!(r, Ok(HomeCommit::Released(_))) {
+                                        stats.distributed += 1;
+                                    }
                                     finished += 1;
                                     s.state = St::Free;
                                     since_flush += c.logged as usize;

@@ -345,3 +345,75 @@ fn islands_in_a_cluster_must_run_no_wait() {
         .expect("occ islands refused");
     assert!(err.to_string().contains("no_wait"), "{err}");
 }
+
+/// Transfers and audits: an audit reads every account of every island in one
+/// transaction (a read-only distributed transaction, committed with one-way
+/// releases when nothing is synced) and must see the exact total.
+struct Audited {
+    bank: Arc<Bank>,
+    all: Vec<u64>,
+}
+
+#[derive(Default)]
+struct AuditReq {
+    audit: bool,
+    t: Transfer,
+}
+
+impl Workload for Audited {
+    type Req = AuditReq;
+
+    fn types(&self) -> Vec<&'static str> {
+        vec!["transfer", "audit"]
+    }
+
+    fn next(&self, worker: usize, rng: &mut FastRng, req: &mut AuditReq) -> usize {
+        req.audit = rng.percent(25);
+        self.bank.next(worker, rng, &mut req.t);
+        req.audit as usize
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a AuditReq) -> Result<(), Abort> {
+        if !req.audit {
+            return self.bank.run(tx, &req.t).await;
+        }
+        tx.get_many(ACCOUNTS, &self.all, false).await?;
+        let mut sum = 0;
+        for i in 0..self.all.len() {
+            let h = tx.many_row(i).ok_or(Abort::User("no account"))?;
+            sum += tx.row(h).i64(BAL);
+        }
+        if sum != INITIAL * self.all.len() as i64 {
+            return Err(Abort::Failed(Error::Config(format!(
+                "an audit saw a total of {sum}"
+            ))));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn audits_across_islands_see_a_constant_total() {
+    let opts = ClusterOptions {
+        inflight: 4,
+        ..Default::default()
+    };
+    let (cl, islands) = open_cluster(3, 60, opts);
+    let workers: Vec<ClusterWorker> = (0..3)
+        .map(|i| ClusterWorker {
+            island: i,
+            worker: 0,
+            cpu: None,
+            limit: Some(300),
+        })
+        .collect();
+    let w = Arc::new(Audited {
+        bank: bank(60),
+        all: (0..60).collect(),
+    });
+    let stats = run_to_completion(&cl, &workers, w, 11).expect("no audit saw a wrong total");
+    let audits: u64 = stats.iter().map(|s| s.commits[1]).sum();
+    assert!(audits > 50, "audits committed: {audits}");
+    let (balances, _) = contents(&islands, 60);
+    assert_eq!(balances.iter().sum::<i64>(), INITIAL * 60);
+}

@@ -15,6 +15,7 @@
 //! WRITE   0x30 [gtid u64][table u16][key u64][row: rest of the frame]
 //! DELETE  0x31 [gtid u64][table u16][key u64]
 //! PREP    0x32 [gtid u64][writes u32][hold u8: 0|1]
+//! RELEASE 0x33 [gtid u64]
 //! ```
 //!
 //! Requests carry the gtid of the distributed transaction (the participant
@@ -45,6 +46,7 @@ const K_REPLY: u8 = 0x28;
 const K_WRITE: u8 = 0x30;
 const K_DELETE: u8 = 0x31;
 const K_PREP: u8 = 0x32;
+const K_RELEASE: u8 = 0x33;
 
 /// `index` value of a primary-key scan.
 pub const PRIMARY: u16 = u16::MAX;
@@ -53,6 +55,9 @@ pub const PRIMARY: u16 = u16::MAX;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
     Ok,
+    /// Done, and the branch now holds reads that it validates at commit
+    /// (index misses, range scans): it must take part in the commit.
+    OkValidated,
     /// A concurrency-control conflict: the home transaction aborts and retries.
     Conflict(AbortReason),
     /// The participant could not take the branch (full, or its log failed).
@@ -118,6 +123,11 @@ pub enum Frame<'a> {
         gtid: u64,
         writes: u32,
         hold: bool,
+    },
+    /// The home transaction committed without writing anything anywhere and
+    /// no branch of it validates reads at commit: release the branch; no reply.
+    Release {
+        gtid: u64,
     },
 }
 
@@ -259,7 +269,9 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, WireError> {
             let s = c.u8();
             let reason = c.u8();
             let status = match s {
-                0 => Status::Ok,
+                0 if reason == 0 => Status::Ok,
+                0 if reason == 1 => Status::OkValidated,
+                0 => return Err(WireError::BadStatus(reason)),
                 1 => Status::Conflict(
                     *AbortReason::ALL
                         .get(reason as usize)
@@ -305,6 +317,10 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, WireError> {
                 table: c.u16(),
                 key: c.u64(),
             }
+        }
+        K_RELEASE => {
+            need(kind, b, 1 + 8, true)?;
+            Frame::Release { gtid: c.u64() }
         }
         K_PREP => {
             need(kind, b, 1 + 8 + 4 + 1, true)?;
@@ -392,6 +408,7 @@ pub fn reply_header(
     out.extend_from_slice(&tag.to_le_bytes());
     let (s, r) = match status {
         Status::Ok => (0u8, 0u8),
+        Status::OkValidated => (0, 1),
         Status::Conflict(reason) => (1, reason.index() as u8),
         Status::Refused => (2, 0),
     };
@@ -418,6 +435,11 @@ pub fn delete(out: &mut Vec<u8>, gtid: u64, table: u16, key: u64) {
     out.extend_from_slice(&gtid.to_le_bytes());
     out.extend_from_slice(&table.to_le_bytes());
     out.extend_from_slice(&key.to_le_bytes());
+}
+
+pub fn release(out: &mut Vec<u8>, gtid: u64) {
+    out.push(K_RELEASE);
+    out.extend_from_slice(&gtid.to_le_bytes());
 }
 
 pub fn prep(out: &mut Vec<u8>, gtid: u64, writes: u32, hold: bool) {
@@ -527,6 +549,18 @@ mod tests {
                 key: 2
             }
         );
+        b.clear();
+        release(&mut b, 43);
+        assert_eq!(decode(&b).unwrap(), Frame::Release { gtid: 43 });
+        b.clear();
+        reply_header(&mut b, 9, Status::OkValidated, 1, 8, 0);
+        assert!(matches!(
+            decode(&b).unwrap(),
+            Frame::Reply {
+                status: Status::OkValidated,
+                ..
+            }
+        ));
         b.clear();
         prep(&mut b, 42, 3, true);
         assert_eq!(

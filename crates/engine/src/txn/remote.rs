@@ -66,6 +66,8 @@ pub(crate) struct Dist {
     /// The reply payload, once it arrived.
     pub(crate) reply: Vec<u8>,
     pub(crate) reply_ready: bool,
+    /// Some remote branch validates reads at commit (misses, scans).
+    pub(crate) remote_validated: bool,
 }
 
 impl Dist {
@@ -83,6 +85,7 @@ impl Dist {
             req_ready: false,
             reply: Vec::with_capacity(1024),
             reply_ready: false,
+            remote_validated: false,
         })
     }
 
@@ -90,6 +93,7 @@ impl Dist {
         self.touched = IslandSet::EMPTY;
         self.req_ready = false;
         self.reply_ready = false;
+        self.remote_validated = false;
     }
 }
 
@@ -183,6 +187,21 @@ impl Txn {
         for_update: bool,
     ) -> Result<(), Abort> {
         self.many_out.clear();
+        if keys.len() > 1 {
+            // Overlap the cache misses of the local keys: index slots first,
+            // then rows (see `Table::prefetch`).
+            let t = self.island().catalog.table(table);
+            for &k in keys {
+                if self.route(table, k).is_none() {
+                    t.prefetch(k, crate::storage::Prefetch::Index);
+                }
+            }
+            for &k in keys {
+                if self.route(table, k).is_none() {
+                    t.prefetch(k, crate::storage::Prefetch::Row);
+                }
+            }
+        }
         let mut remote = IslandSet::EMPTY;
         for &k in keys {
             match self.route(table, k) {
@@ -330,6 +349,11 @@ impl Txn {
         };
         match status {
             Status::Ok => {}
+            Status::OkValidated => {
+                if let Some(d) = self.dist.as_mut() {
+                    d.remote_validated = true;
+                }
+            }
             Status::Conflict(r) => return Err(Abort::Conflict(r)),
             Status::Refused => return Err(Abort::Conflict(AbortReason::Remote)),
         }
@@ -395,6 +419,16 @@ impl Txn {
         self.acc
             .iter()
             .any(|a| a.dirty && a.kind == Kind::Read && a.held != Held::Exclusive)
+    }
+
+    /// Whether the transaction changed anything, here or on another island.
+    pub(crate) fn has_writes(&self) -> bool {
+        self.acc.iter().any(|a| a.dirty || a.kind == Kind::Delete)
+    }
+
+    /// Whether the branch holds reads it validates at commit.
+    pub(crate) fn has_validated_reads(&self) -> bool {
+        !self.misses.is_empty() || !self.scans.is_empty()
     }
 
     /// Calls `f(island, table, key, row)` for every change to a remote row
