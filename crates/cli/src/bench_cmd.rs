@@ -106,7 +106,8 @@ enum WorkloadCmd {
     /// TPC-C: all five transactions, warehouses as sites, a home warehouse per worker.
     /// Measured without keying and think times: not a compliant tpmC.
     Tpcc(TpccArgs),
-    /// Message round trips between two pinned threads (spin queue, crossbeam channel, std mpsc).
+    /// Message round trips between two pinned threads (spin queue, the islands' in-process
+    /// transport, crossbeam channel, std mpsc).
     Ipc(crate::experiment_cmd::IpcArgs),
 }
 

@@ -187,7 +187,8 @@ fn run_counters(a: &CountersArgs) -> Result<(), String> {
 }
 
 /// Message round trips between two pinned threads: a spinning ArrayQueue pair
-/// (the floor), crossbeam bounded channels and std mpsc. Uses --duration,
+/// (the floor), the islands' in-process transport (framed messages, batched per
+/// destination), crossbeam bounded channels and std mpsc. Uses --duration,
 /// --warmup and --json of `islands bench`.
 #[derive(Args, Clone, Debug)]
 pub struct IpcArgs {
@@ -197,8 +198,10 @@ pub struct IpcArgs {
     /// Messages per round trip: the client sends N, then waits for N replies.
     #[arg(long, default_value_t = 1)]
     batch: usize,
-    /// Transports, comma-separated: spin, channel, mpsc.
-    #[arg(long, value_name = "LIST", default_value = "spin,channel,mpsc")]
+    /// Transports, comma-separated: spin (two spinning ArrayQueues, the floor), inproc (the
+    /// islands' transport: 16-byte frames, one batch per round each way, both sides spinning),
+    /// channel (crossbeam bounded, blocking), mpsc (std).
+    #[arg(long, value_name = "LIST", default_value = "spin,inproc,channel,mpsc")]
     transports: String,
     /// Measure exactly N round trips per transport instead of --duration.
     #[arg(long, value_name = "N")]
