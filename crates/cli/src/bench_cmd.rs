@@ -297,15 +297,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     }
     let mut workers = Vec::new();
     for (i, ip) in plan.islands().iter().enumerate() {
-        let cpus: Vec<usize> = ip
-            .cpus
-            .as_ref()
-            .map(|s| s.iter().map(|c| c as usize).collect())
-            .unwrap_or_default();
         for j in 0..ip.workers as usize {
             workers.push(WorkerSpec {
                 island: i,
-                cpu: (!c.no_pin && !cpus.is_empty()).then(|| cpus[j % cpus.len()]),
+                // In the placement's order: under spread, consecutive workers
+                // of one island run on different sockets.
+                cpu: ip.worker_cpu(j).filter(|_| !c.no_pin).map(|c| c as usize),
             });
         }
     }
