@@ -106,7 +106,8 @@ enum WorkloadCmd {
     /// TPC-C: all five transactions, warehouses as sites, a home warehouse per worker.
     /// Measured without keying and think times: not a compliant tpmC.
     Tpcc(TpccArgs),
-    /// Message round trips between two pinned threads (spin queue, crossbeam channel, std mpsc).
+    /// Message round trips between two pinned threads (spin queue, the islands' in-process
+    /// transport, crossbeam channel, std mpsc).
     Ipc(crate::experiment_cmd::IpcArgs),
 }
 
@@ -296,15 +297,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     }
     let mut workers = Vec::new();
     for (i, ip) in plan.islands().iter().enumerate() {
-        let cpus: Vec<usize> = ip
-            .cpus
-            .as_ref()
-            .map(|s| s.iter().map(|c| c as usize).collect())
-            .unwrap_or_default();
         for j in 0..ip.workers as usize {
             workers.push(WorkerSpec {
                 island: i,
-                cpu: (!c.no_pin && !cpus.is_empty()).then(|| cpus[j % cpus.len()]),
+                // In the placement's order: under spread, consecutive workers
+                // of one island run on different sockets.
+                cpu: ip.worker_cpu(j).filter(|_| !c.no_pin).map(|c| c as usize),
             });
         }
     }

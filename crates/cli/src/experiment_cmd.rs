@@ -1,4 +1,5 @@
-//! `islands experiment counters` (the paper's Table 1 / Figure 2) and the
+//! `islands experiment counters` (the paper's Table 1 / Figure 2), the entry of
+//! `islands experiment placement` (see [`crate::placement_cmd`]) and the
 //! command-line side of `islands bench ipc` (message round trips).
 
 use std::path::{Path, PathBuf};
@@ -22,6 +23,10 @@ enum ExperimentCmd {
     /// Threads increment lock-protected counters: one counter, one per socket or one
     /// per core, under spread, grouped and OS placement (Table 1 and Figure 2).
     Counters(CountersArgs),
+    /// The paper's microbenchmark (read-only and update) on one shared-everything island
+    /// whose workers are placed spread, grouped or by the OS: the counters experiment with
+    /// real transactions.
+    Placement(crate::placement_cmd::PlacementArgs),
 }
 
 #[derive(Args, Debug)]
@@ -69,10 +74,12 @@ pub struct CountersArgs {
 pub fn run_experiment(args: &ExperimentArgs) -> Result<(), String> {
     match &args.experiment {
         ExperimentCmd::Counters(a) => run_counters(a),
+        ExperimentCmd::Placement(a) => crate::placement_cmd::run_placement(a),
     }
 }
 
-fn list<T>(
+/// Parses a comma-separated `--what` list; empty items are skipped, an empty list is an error.
+pub(crate) fn list<T>(
     what: &str,
     s: &str,
     parse: impl Fn(&str) -> Result<T, String>,
@@ -88,7 +95,8 @@ fn list<T>(
     Ok(v)
 }
 
-fn seconds(what: &str, v: f64) -> Result<Duration, String> {
+/// A positive number of seconds (at most 1e6) for `--what`.
+pub(crate) fn seconds(what: &str, v: f64) -> Result<Duration, String> {
     if !v.is_finite() || v <= 0.0 || v > 1e6 {
         return Err(format!(
             "--{what} {v}: must be more than 0 and at most 1e6 seconds"
@@ -119,7 +127,7 @@ fn machine(topology: Option<&str>, cpus: Option<&str>) -> Result<Topology, Strin
     }
 }
 
-fn write_file(path: &Path, text: &str) -> Result<(), String> {
+pub(crate) fn write_file(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
@@ -187,7 +195,8 @@ fn run_counters(a: &CountersArgs) -> Result<(), String> {
 }
 
 /// Message round trips between two pinned threads: a spinning ArrayQueue pair
-/// (the floor), crossbeam bounded channels and std mpsc. Uses --duration,
+/// (the floor), the islands' in-process transport (framed messages, batched per
+/// destination), crossbeam bounded channels and std mpsc. Uses --duration,
 /// --warmup and --json of `islands bench`.
 #[derive(Args, Clone, Debug)]
 pub struct IpcArgs {
@@ -197,8 +206,10 @@ pub struct IpcArgs {
     /// Messages per round trip: the client sends N, then waits for N replies.
     #[arg(long, default_value_t = 1)]
     batch: usize,
-    /// Transports, comma-separated: spin, channel, mpsc.
-    #[arg(long, value_name = "LIST", default_value = "spin,channel,mpsc")]
+    /// Transports, comma-separated: spin (two spinning ArrayQueues, the floor), inproc (the
+    /// islands' transport: 16-byte frames, one batch per round each way, both sides spinning),
+    /// channel (crossbeam bounded, blocking), mpsc (std).
+    #[arg(long, value_name = "LIST", default_value = "spin,inproc,channel,mpsc")]
     transports: String,
     /// Measure exactly N round trips per transport instead of --duration.
     #[arg(long, value_name = "N")]

@@ -2,6 +2,7 @@
 
 mod bench_cmd;
 mod experiment_cmd;
+mod placement_cmd;
 mod topology_cmd;
 mod tpcc_cmd;
 
@@ -29,7 +30,8 @@ enum Command {
     Topology(topology_cmd::TopologyArgs),
     /// Print what a deployment would do, without running it.
     Plan(topology_cmd::PlanArgs),
-    /// Experiments from Section 3 of the paper (counters: Table 1 and Figure 2).
+    /// Experiments from Section 3 of the paper (counters: Table 1 and Figure 2; placement:
+    /// the microbenchmark under spread, grouped and OS placement).
     Experiment(experiment_cmd::ExperimentArgs),
     /// TPC-C tools: check a recovered database's consistency conditions.
     Tpcc(tpcc_cmd::TpccArgs),

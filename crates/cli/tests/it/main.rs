@@ -1,3 +1,4 @@
 //! End-to-end tests of the `islands` binary.
 
+mod placement;
 mod tpcc_crash;

@@ -9,10 +9,17 @@
 //! Transports measured here:
 //! - `spin`: two `crossbeam_queue::ArrayQueue`s, both sides spinning (the floor:
 //!   nothing but the cache-line transfers of the queue);
+//! - `inproc`: the islands' own transport ([`crate::transport::InProc`]) used
+//!   as a worker uses it: each message is a 16-byte frame (the `u64` and
+//!   padding, the size of a small 2PC message), the client's frames go out as
+//!   one batch from its [`Outbox`], the server decodes the batch with
+//!   [`frames`], echoes every message in one batch and recycles the buffers;
+//!   both sides spin. Its ratio to `spin` is what batching, framing and the
+//!   buffer pool cost over the bare queue;
 //! - `channel`: two `crossbeam_channel::bounded` channels with blocking `recv`;
 //! - `mpsc`: two `std::sync::mpsc` channels, for reference.
 //!
-//! The island transport plugs in by implementing [`Endpoint`] for its two ends
+//! Another transport plugs in by implementing [`Endpoint`] for its two ends
 //! and calling [`measure_round_trips`].
 
 use std::sync::Arc;
@@ -24,6 +31,7 @@ use serde::Serialize;
 
 use crate::bench::driver::pin_to;
 use crate::topology::CpuId;
+use crate::transport::{self, frames, push_frame, InProc, Outbox, Transport};
 use crate::Error;
 
 /// The end-of-run message; a transport never sees it as a payload.
@@ -31,10 +39,18 @@ pub const STOP: u64 = u64::MAX;
 
 /// One end of a two-way link carrying `u64` messages.
 pub trait Endpoint: Send + 'static {
-    /// Sends a message; may block or spin while the link is full.
+    /// Sends a message; may block or spin while the link is full. A batching
+    /// end may keep it until [`Endpoint::flush`] or its next `recv`.
     fn send(&mut self, msg: u64);
+    /// Hands every message kept by `send` to the link. The client calls it
+    /// after each round's sends, the server after its last echo.
+    fn flush(&mut self) {}
     /// Waits for the next message.
     fn recv(&mut self) -> u64;
+    /// Malformed input this end received and dropped (counted, not executed).
+    fn malformed(&self) -> u64 {
+        0
+    }
 }
 
 /// How to measure.
@@ -55,7 +71,11 @@ pub struct IpcConfig {
 /// What one transport did.
 #[derive(Clone, Debug, Serialize)]
 pub struct IpcResult {
+    /// What the transport is, for people (`spin (ArrayQueue)`).
     pub transport: String,
+    /// Its name in [`TRANSPORTS`] (`spin`) when measured by [`measure`];
+    /// otherwise the same as `transport`.
+    pub key: String,
     pub batch: usize,
     /// Measured round trips.
     pub round_trips: u64,
@@ -69,6 +89,9 @@ pub struct IpcResult {
     pub mean_ns: f64,
     /// Median round trip divided by the batch.
     pub median_ns_per_msg: f64,
+    /// Malformed frames or batches either end dropped (always 0 unless the
+    /// transport is broken; transports without framing report 0).
+    pub malformed: u64,
 }
 
 /// Runs the client on `cfg.cpus.0` and the server (an echo loop) on `cfg.cpus.1`.
@@ -96,11 +119,12 @@ pub fn measure_round_trips<C: Endpoint, S: Endpoint>(
     let server_cpu = cfg.cpus.map(|(_, b)| b);
     let server = std::thread::Builder::new()
         .name("ipc-server".into())
-        .spawn(move || -> Result<u64, Error> {
+        .spawn(move || -> Result<(u64, u64), Error> {
             if let Some(cpu) = server_cpu {
                 if let Err(e) = pin_to(cpu as usize) {
                     // Unblock the client before failing.
                     server.send(STOP);
+                    server.flush();
                     return Err(e);
                 }
             }
@@ -109,7 +133,8 @@ pub fn measure_round_trips<C: Endpoint, S: Endpoint>(
                 let m = server.recv();
                 server.send(m);
                 if m == STOP {
-                    return Ok(echoed);
+                    server.flush();
+                    return Ok((echoed, server.malformed()));
                 }
                 echoed += 1;
             }
@@ -120,16 +145,18 @@ pub fn measure_round_trips<C: Endpoint, S: Endpoint>(
     let run = client_loop(&mut client, cfg, &mut server_stopped);
     if !server_stopped {
         client.send(STOP);
+        client.flush();
         // The server echoes STOP last; drain until it arrives.
         while client.recv() != STOP {}
     }
-    let echoed = server
+    let (echoed, server_malformed) = server
         .join()
         .map_err(|_| Error::Config("the server thread panicked".into()))??;
     let (hist, rts, warm_msgs, secs) = run?;
     let messages = echoed - warm_msgs;
     Ok(IpcResult {
         transport: name.to_string(),
+        key: name.to_string(),
         batch: cfg.batch,
         round_trips: rts,
         messages,
@@ -140,6 +167,7 @@ pub fn measure_round_trips<C: Endpoint, S: Endpoint>(
         max_ns: hist.max(),
         mean_ns: hist.mean(),
         median_ns_per_msg: hist.value_at_quantile(0.5) as f64 / cfg.batch as f64,
+        malformed: server_malformed + client.malformed(),
     })
 }
 
@@ -163,6 +191,7 @@ fn client_loop<C: Endpoint>(
         for k in 0..batch {
             client.send(seq + k);
         }
+        client.flush();
         for k in 0..batch {
             let got = client.recv();
             if got != seq + k {
@@ -285,17 +314,130 @@ pub fn mpsc_pair() -> (MpscEnd, MpscEnd) {
     (MpscEnd { tx: atx, rx: brx }, MpscEnd { tx: btx, rx: arx })
 }
 
-/// The built-in transports, by name.
-pub const TRANSPORTS: [&str; 3] = ["spin", "channel", "mpsc"];
+/// Bytes of one `inproc` message: the `u64`, then zero padding, about the
+/// size of a small two-phase-commit message (a transaction id and a vote).
+pub const INPROC_MSG_BYTES: usize = 16;
+
+/// Batches a mailbox of the `inproc` pair holds: one round's batch in each
+/// direction at a time, so more is only slack.
+const INPROC_DEPTH: usize = 4;
+
+/// One end of the island transport: a worker's view of [`InProc`].
+///
+/// `send` appends a frame to the batch for the peer in this end's [`Outbox`];
+/// `flush` sends that batch (spinning while the peer's mailbox is full, which
+/// is the transport's back-pressure). `recv` returns the next decoded message;
+/// when none is left it first flushes (the replies to the batch just
+/// consumed go out as one batch, as at the end of a worker's round), then
+/// polls its mailbox, spinning, decodes the whole batch with [`frames`] and
+/// gives the buffer back with [`Transport::recycle`]. A frame that is
+/// malformed, or is not [`INPROC_MSG_BYTES`] long, is counted and dropped,
+/// and nothing after it in its batch is executed.
+pub struct InProcEnd {
+    t: Arc<InProc>,
+    me: transport::Endpoint,
+    peer: transport::Endpoint,
+    out: Outbox,
+    /// The messages of the last batch received; `next` is the first not yet returned.
+    inbox: Vec<u64>,
+    next: usize,
+    malformed: u64,
+}
+
+impl InProcEnd {
+    fn new(t: Arc<InProc>, me: u32, peer: u32) -> InProcEnd {
+        let out = Outbox::new(t.endpoints());
+        InProcEnd {
+            t,
+            me: transport::Endpoint(me),
+            peer: transport::Endpoint(peer),
+            out,
+            inbox: Vec::new(),
+            next: 0,
+            malformed: 0,
+        }
+    }
+
+    /// Decodes one batch into the inbox (which the caller has emptied).
+    fn decode(&mut self, batch: &[u8]) {
+        for frame in frames(batch) {
+            match frame {
+                Ok(p) if p.len() == INPROC_MSG_BYTES => {
+                    let mut word = [0u8; 8];
+                    word.copy_from_slice(&p[..8]);
+                    self.inbox.push(u64::from_le_bytes(word));
+                }
+                // A frame of the wrong size, or a batch that stops adding up
+                // (the iterator yields no frame after its error).
+                Ok(_) | Err(_) => self.malformed += 1,
+            }
+        }
+    }
+}
+
+impl Endpoint for InProcEnd {
+    #[inline]
+    fn send(&mut self, msg: u64) {
+        let mut frame = [0u8; INPROC_MSG_BYTES];
+        frame[..8].copy_from_slice(&msg.to_le_bytes());
+        push_frame(self.out.batch(&*self.t, self.peer), &frame);
+    }
+
+    #[inline]
+    fn flush(&mut self) {
+        while self.out.flush(&*self.t, self.me) > 0 {
+            std::hint::spin_loop();
+        }
+    }
+
+    fn recv(&mut self) -> u64 {
+        loop {
+            if let Some(&m) = self.inbox.get(self.next) {
+                self.next += 1;
+                return m;
+            }
+            self.flush();
+            self.inbox.clear();
+            self.next = 0;
+            match self.t.recv(self.me) {
+                Some((_, batch)) => {
+                    self.decode(&batch);
+                    self.t.recycle(batch);
+                }
+                None => std::hint::spin_loop(),
+            }
+        }
+    }
+
+    fn malformed(&self) -> u64 {
+        self.malformed
+    }
+}
+
+/// Two ends of one two-endpoint [`InProc`] transport (client 0, server 1).
+pub fn inproc_pair() -> (InProcEnd, InProcEnd) {
+    let t = Arc::new(InProc::new(2, INPROC_DEPTH));
+    (
+        InProcEnd::new(Arc::clone(&t), 0, 1),
+        InProcEnd::new(t, 1, 0),
+    )
+}
+
+/// The built-in transports, by name, in the order `islands bench ipc` runs them.
+pub const TRANSPORTS: [&str; 4] = ["spin", "inproc", "channel", "mpsc"];
 
 /// Measures a built-in transport by name.
 pub fn measure(name: &str, cfg: &IpcConfig) -> Result<IpcResult, Error> {
     // Room for one batch plus the STOP echo.
     let cap = cfg.batch + 1;
-    match name {
+    let r = match name {
         "spin" => {
             let (c, s) = spin_pair(cap);
             measure_round_trips("spin (ArrayQueue)", c, s, cfg)
+        }
+        "inproc" => {
+            let (c, s) = inproc_pair();
+            measure_round_trips("inproc (islands)", c, s, cfg)
         }
         "channel" => {
             let (c, s) = channel_pair(cap);
@@ -306,8 +448,26 @@ pub fn measure(name: &str, cfg: &IpcConfig) -> Result<IpcResult, Error> {
             measure_round_trips("std mpsc", c, s, cfg)
         }
         other => Err(Error::Config(format!(
-            "unknown transport '{other}' (expected spin, channel or mpsc)"
+            "unknown transport '{other}' (expected spin, inproc, channel or mpsc)"
         ))),
+    };
+    r.map(|r| IpcResult {
+        key: name.to_string(),
+        ..r
+    })
+}
+
+/// The target for the island transport: a message round trip between
+/// two islands of one process under 2 µs at the median.
+pub const INPROC_TARGET_NS: u64 = 2_000;
+
+/// `results[a].median_ns / results[b].median_ns` for the transports keyed `a`
+/// and `b`, if both were measured.
+pub fn median_ratio(results: &[IpcResult], a: &str, b: &str) -> Option<f64> {
+    let median = |k: &str| results.iter().find(|r| r.key == k).map(|r| r.median_ns);
+    match (median(a), median(b)) {
+        (Some(x), Some(y)) if y > 0 => Some(x as f64 / y as f64),
+        _ => None,
     }
 }
 
@@ -316,20 +476,45 @@ pub fn render_table(results: &[IpcResult], header: &str) -> String {
     use std::fmt::Write as _;
     let mut out = format!("{header}\n\n");
     out.push_str(
-        "transport             batch  round trips   rt/s        median ns   p99 ns      ns/msg (median)\n",
+        "transport             batch  round trips   rt/s        median ns   p99 ns      ns/msg (median)  x spin\n",
     );
     for r in results {
+        let vs_spin =
+            median_ratio(results, &r.key, "spin").map_or("-".to_string(), |x| format!("{x:.2}"));
         let _ = writeln!(
             out,
-            "{:<21} {:>5} {:>12} {:>10} {:>11} {:>8} {:>17.1}",
+            "{:<21} {:>5} {:>12} {:>10} {:>11} {:>8} {:>17.1} {:>7}",
             r.transport,
             r.batch,
             crate::bench::fmt::thousands(r.round_trips),
             crate::bench::fmt::human_rate(r.round_trips_per_s),
             crate::bench::fmt::thousands(r.median_ns),
             crate::bench::fmt::thousands(r.p99_ns),
-            r.median_ns_per_msg
+            r.median_ns_per_msg,
+            vs_spin
         );
+    }
+    if let Some(r) = results.iter().find(|r| r.key == "inproc") {
+        if let Some(x) = median_ratio(results, "inproc", "spin") {
+            let _ = write!(
+                out,
+                "\ninproc / spin: {x:.2}x at the median (framing, batching and the buffer pool over the bare queue)"
+            );
+        }
+        if r.batch == 1 {
+            let _ = write!(
+                out,
+                "\ninproc: median round trip {} ns, target under {} ns: {}",
+                crate::bench::fmt::thousands(r.median_ns),
+                crate::bench::fmt::thousands(INPROC_TARGET_NS),
+                if r.median_ns < INPROC_TARGET_NS {
+                    "met"
+                } else {
+                    "not met"
+                }
+            );
+        }
+        out.push('\n');
     }
     out
 }
@@ -372,6 +557,104 @@ mod tests {
         let r = measure("channel", &c).unwrap();
         assert!(r.round_trips > 0);
         assert_eq!(r.messages, r.round_trips * 2);
+    }
+
+    #[test]
+    fn inproc_ends_round_trip_values_in_one_batch_each_way() {
+        let (mut client, mut server) = inproc_pair();
+        let sent = [7u64, 0, u64::MAX - 1, 123_456_789];
+        for &m in &sent {
+            client.send(m);
+        }
+        assert_eq!(
+            client.t.batches_sent(),
+            0,
+            "send only appends to the outbox"
+        );
+        client.flush();
+        assert_eq!(client.t.batches_sent(), 1, "one batch for four messages");
+        for &m in &sent {
+            let got = server.recv();
+            assert_eq!(got, m);
+            server.send(got);
+        }
+        server.flush();
+        assert_eq!(client.t.batches_sent(), 2, "the echo is one batch too");
+        let back: Vec<u64> = sent.iter().map(|_| client.recv()).collect();
+        assert_eq!(back, sent);
+        assert_eq!((client.malformed(), server.malformed()), (0, 0));
+        assert!(client.t.recv(client.me).is_none() && client.t.recv(server.me).is_none());
+    }
+
+    #[test]
+    fn inproc_counts_malformed_batches_and_does_not_execute_them() {
+        let (mut client, mut server) = inproc_pair();
+        let t = Arc::clone(&client.t);
+        let good = |m: u64| {
+            let mut f = [0u8; INPROC_MSG_BYTES];
+            f[..8].copy_from_slice(&m.to_le_bytes());
+            f
+        };
+        let (from, to) = (client.me, server.me);
+        // A frame that claims 16 bytes where the batch has 10 left: nothing runs.
+        let mut b = Vec::new();
+        push_frame(&mut b, &good(1));
+        b.truncate(4 + 10);
+        t.send(from, to, b).unwrap();
+        // A good frame, then a torn header: the good one runs, the rest is counted.
+        let mut b = Vec::new();
+        push_frame(&mut b, &good(42));
+        b.extend_from_slice(&[16, 0]);
+        t.send(from, to, b).unwrap();
+        // A well-framed message of the wrong size is dropped; the next frame runs.
+        let mut b = Vec::new();
+        push_frame(&mut b, b"abc");
+        push_frame(&mut b, &good(9));
+        t.send(from, to, b).unwrap();
+        // Then the client's own batch.
+        client.send(5);
+        client.send(6);
+        client.flush();
+
+        let mut executed = Vec::new();
+        for _ in 0..4 {
+            let m = server.recv();
+            executed.push(m);
+            server.send(m);
+        }
+        server.flush();
+        assert_eq!(executed, vec![42, 9, 5, 6], "no value of a bad frame runs");
+        assert_eq!(
+            server.malformed(),
+            3,
+            "truncated frame, torn header, wrong size"
+        );
+        assert!(t.recv(to).is_none(), "every batch was consumed");
+        let echoed: Vec<u64> = (0..4).map(|_| client.recv()).collect();
+        assert_eq!(echoed, executed);
+        assert_eq!(client.malformed(), 0);
+    }
+
+    #[test]
+    fn inproc_reports_its_ratio_to_spin() {
+        let c = cfg(1, 300);
+        let results = vec![measure("spin", &c).unwrap(), measure("inproc", &c).unwrap()];
+        assert_eq!(results[1].key, "inproc");
+        assert_eq!(results[1].messages, 300);
+        assert_eq!(results[1].malformed, 0);
+        let x = median_ratio(&results, "inproc", "spin").unwrap();
+        assert!(
+            (x - results[1].median_ns as f64 / results[0].median_ns as f64).abs() < 1e-9,
+            "{x}"
+        );
+        let table = render_table(&results, "h");
+        assert!(table.contains("inproc (islands)"), "{table}");
+        assert!(
+            table.contains(&format!("inproc / spin: {x:.2}x")),
+            "{table}"
+        );
+        assert!(table.contains("target under 2,000 ns"), "{table}");
+        assert!(median_ratio(&results, "inproc", "mpsc").is_none());
     }
 
     #[test]

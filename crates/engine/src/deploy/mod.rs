@@ -19,7 +19,7 @@ use std::str::FromStr;
 
 pub use sites::{partition_keys, EvenSplit, IslandId, KeyPartition, SiteMap};
 
-use crate::topology::{plural, CpuSet, Topology, TopologyError};
+use crate::topology::{plural, CpuId, CpuSet, Topology, TopologyError};
 
 /// Errors of deployment specs and plans. Each says what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -259,6 +259,9 @@ pub struct IslandPlan {
     pub id: IslandId,
     /// The CPUs its threads are pinned to; `None` under `os` placement.
     pub cpus: Option<CpuSet>,
+    /// The same CPUs in the order workers take them (see
+    /// [`IslandPlan::worker_cpu`]); empty under `os` placement.
+    pub worker_cpus: Vec<CpuId>,
     /// Physical cores it owns (under `os`: the cores it is meant to use).
     pub cores: usize,
     /// The NUMA node (kernel id) holding most of its CPUs: where its memory goes.
@@ -270,6 +273,17 @@ pub struct IslandPlan {
     pub cc: String,
     pub durability: String,
     pub log_dir: PathBuf,
+}
+
+impl IslandPlan {
+    /// The CPU worker `worker` of this island is pinned to (workers past the
+    /// island's CPUs wrap around them); `None` under `os` placement.
+    pub fn worker_cpu(&self, worker: usize) -> Option<CpuId> {
+        if self.worker_cpus.is_empty() {
+            return None;
+        }
+        Some(self.worker_cpus[worker % self.worker_cpus.len()])
+    }
 }
 
 /// A deployment on one topology: what would run where. Invariants: islands
@@ -285,6 +299,10 @@ pub struct Plan {
     islands: Vec<IslandPlan>,
     site_map: SiteMap,
 }
+
+/// Per island: its pinned CPUs in worker order (`None`: not pinned) and its
+/// core count.
+type Layout = Vec<(Option<Vec<CpuId>>, usize)>;
 
 /// Plans `spec` on `topology`: validates it and chooses every island's cores.
 pub fn plan(topology: &Topology, spec: &DeploySpec) -> Result<Plan, DeployError> {
@@ -304,8 +322,7 @@ pub fn plan(topology: &Topology, spec: &DeploySpec) -> Result<Plan, DeployError>
     if allowed.is_empty() {
         return Err(DeployError::NoAllowedCpus);
     }
-    // (pinned CPUs or None, core count) per island.
-    let layout: Vec<(Option<CpuSet>, usize)> = match &spec.islands {
+    let layout: Layout = match &spec.islands {
         Islands::Explicit(lists) => explicit_layout(topology, lists, spec.placement)?,
         unit => {
             let domains = unit_domains(topology, unit, &allowed)?;
@@ -320,16 +337,29 @@ pub fn plan(topology: &Topology, spec: &DeploySpec) -> Result<Plan, DeployError>
             cores
                 .iter()
                 .map(|cs| {
-                    let mut set = CpuSet::new();
-                    for &c in cs {
-                        set.extend(&topology.allowed_cpus_of_core(c));
-                    }
-                    (Some(set), cs.len())
+                    let per_core: Vec<CpuSet> = cs
+                        .iter()
+                        .map(|&c| topology.allowed_cpus_of_core(c))
+                        .collect();
+                    (Some(worker_order(&per_core)), cs.len())
                 })
                 .collect()
         }
     };
     finish(topology, spec, layout)
+}
+
+/// The order in which workers take an island's CPUs, given the CPUs of each of
+/// its cores in placement order: the first hardware thread of every core, then
+/// the second of every core, and so on. So workers get cores of their own
+/// before any shares one with an SMT sibling, and the first workers go where
+/// the placement put the first cores: one socket after another under grouped,
+/// a different socket each under spread (its cores are dealt round-robin).
+fn worker_order(per_core: &[CpuSet]) -> Vec<CpuId> {
+    let rounds = per_core.iter().map(CpuSet::len).max().unwrap_or(0);
+    (0..rounds)
+        .flat_map(|k| per_core.iter().filter_map(move |c| c.ids().get(k).copied()))
+        .collect()
 }
 
 /// The grouped core sets of a unit label (also used for sizes under spread / os).
@@ -384,7 +414,7 @@ fn explicit_layout(
     t: &Topology,
     lists: &[CpuSet],
     placement: Placement,
-) -> Result<Vec<(Option<CpuSet>, usize)>, DeployError> {
+) -> Result<Layout, DeployError> {
     if lists.is_empty() {
         return Err(DeployError::NoIslands);
     }
@@ -421,17 +451,18 @@ fn explicit_layout(
             cores.dedup();
             cores.sort_unstable();
             cores.dedup();
-            let pinned = (placement == Placement::Grouped).then(|| l.clone());
+            // The listed CPUs of each core, cores in tree order.
+            let per_core: Vec<CpuSet> = cores
+                .iter()
+                .map(|&c| t.cores()[c].cpus.intersection(l))
+                .collect();
+            let pinned = (placement == Placement::Grouped).then(|| worker_order(&per_core));
             (pinned, cores.len())
         })
         .collect())
 }
 
-fn finish(
-    t: &Topology,
-    spec: &DeploySpec,
-    layout: Vec<(Option<CpuSet>, usize)>,
-) -> Result<Plan, DeployError> {
+fn finish(t: &Topology, spec: &DeploySpec, layout: Layout) -> Result<Plan, DeployError> {
     let n = layout.len();
     if n == 0 {
         return Err(DeployError::NoIslands);
@@ -442,8 +473,11 @@ fn finish(
     let islands = layout
         .into_iter()
         .enumerate()
-        .map(|(i, (cpus, cores))| {
+        .map(|(i, (order, cores))| {
             let id = IslandId(i as u32);
+            let cpus = order
+                .as_ref()
+                .map(|o| o.iter().copied().collect::<CpuSet>());
             let workers = spec.workers_per_island.unwrap_or(cores.max(1) as u32);
             let (numa_node, sockets) = match &cpus {
                 Some(set) => (majority_node(t, set), sockets_of(t, set)),
@@ -452,6 +486,7 @@ fn finish(
             IslandPlan {
                 id,
                 cpus,
+                worker_cpus: order.unwrap_or_default(),
                 cores,
                 numa_node,
                 sockets,

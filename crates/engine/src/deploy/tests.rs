@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::topology::{CostClass, CpuSet, Topology};
+use crate::topology::{CostClass, CpuId, CpuSet, Topology};
 
 const SMT: &str = "sockets=2,l3=1,cores=12,threads=2";
 const MACHINES: [&str; 4] = ["4x6", "8x10", SMT, "sockets=2,numa=2,l3=2,cores=3"];
@@ -192,6 +192,60 @@ fn per_socket_per_l3_per_numa() {
             assert_eq!(pinned(i), &n.cpus);
         }
     }
+}
+
+#[test]
+fn workers_take_cores_in_placement_order() {
+    let socket = |t: &Topology, c: CpuId| t.socket_of(c).unwrap();
+    // Every pinned island lists each of its CPUs once for its workers.
+    for machine in MACHINES {
+        let t = topo(machine);
+        for label in ["1", "per-socket", "3", "per-core"] {
+            for placement in [Placement::Grouped, Placement::Spread] {
+                let p = plan(&t, &spec(label, placement)).unwrap();
+                for i in p.islands() {
+                    let mut order = i.worker_cpus.clone();
+                    order.sort_unstable();
+                    assert_eq!(order, pinned(i).ids(), "{machine} {label} {placement}");
+                }
+            }
+        }
+    }
+    // One island on 4x6: spread puts the first 4 workers on 4 sockets (the
+    // paper's Figure 3), grouped fills socket 0 before socket 1.
+    let t = topo("4x6");
+    let spread = plan(&t, &spec("1", Placement::Spread)).unwrap();
+    let spread = &spread.islands()[0];
+    let sockets: Vec<usize> = (0..8)
+        .map(|w| socket(&t, spread.worker_cpu(w).unwrap()))
+        .collect();
+    assert_eq!(sockets, vec![0, 1, 2, 3, 0, 1, 2, 3]);
+    let grouped = plan(&t, &spec("1", Placement::Grouped)).unwrap();
+    let grouped = &grouped.islands()[0];
+    let sockets: Vec<usize> = (0..8)
+        .map(|w| socket(&t, grouped.worker_cpu(w).unwrap()))
+        .collect();
+    assert_eq!(sockets, vec![0, 0, 0, 0, 0, 0, 1, 1]);
+    // More workers than CPUs wrap around.
+    assert_eq!(grouped.worker_cpu(24), grouped.worker_cpu(0));
+    // SMT: every core gets a worker before any core gets two.
+    let smt = topo(SMT);
+    let p = plan(&smt, &spec("1", Placement::Grouped)).unwrap();
+    let i = &p.islands()[0];
+    let core = |w: usize| smt.core_of(i.worker_cpu(w).unwrap()).unwrap().index;
+    let mut first: Vec<usize> = (0..24).map(core).collect();
+    assert!(first[..12].iter().all(|&c| smt.cores()[c].socket == 0));
+    first.sort_unstable();
+    assert_eq!(first, (0..24).collect::<Vec<_>>());
+    assert_eq!(core(24), core(0), "worker 24 is worker 0's sibling");
+    assert_ne!(i.worker_cpu(24), i.worker_cpu(0));
+    // Explicit lists: the listed CPUs, cores in order; os: nothing.
+    let p = plan(&t, &spec("12-13,20;3;", Placement::Grouped)).unwrap();
+    assert_eq!(p.islands()[0].worker_cpus, vec![12, 13, 20]);
+    assert_eq!(p.islands()[1].worker_cpus, vec![3]);
+    let os = plan(&t, &spec("1", Placement::Os)).unwrap();
+    assert!(os.islands()[0].worker_cpus.is_empty());
+    assert_eq!(os.islands()[0].worker_cpu(0), None);
 }
 
 #[test]
