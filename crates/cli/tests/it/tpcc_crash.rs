@@ -22,27 +22,14 @@ fn seed() -> u64 {
         })
 }
 
-#[test]
-fn tpcc_killed_in_sync_mode_recovers_consistent() {
-    let seed = seed();
-    println!("tpcc crash seed {seed} (replay with ISLANDS_TPCC_CRASH_SEED={seed})");
-    let dir =
-        std::env::temp_dir().join(format!("islands-tpcc-crash-{}-{seed}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// Runs `islands bench <deployment> --durability sync … tpcc --warehouses 2`
+/// with its log in `dir`, waits until the load is done, and kills it with
+/// SIGKILL at a moment chosen by `seed`.
+fn bench_and_kill(deployment: &[&str], dir: &std::path::Path, seed: u64) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_islands"))
-        .args([
-            "bench",
-            "--workers",
-            "2",
-            "--cc",
-            "occ",
-            "--durability",
-            "sync",
-            "--warmup",
-            "0",
-            "--duration",
-            "120",
-        ])
+        .arg("bench")
+        .args(deployment)
+        .args(["--durability", "sync", "--warmup", "0", "--duration", "120"])
         .args([
             "--progress",
             "plain",
@@ -50,7 +37,7 @@ fn tpcc_killed_in_sync_mode_recovers_consistent() {
             &seed.to_string(),
             "--log-dir",
         ])
-        .arg(&dir)
+        .arg(dir)
         .args(["tpcc", "--warehouses", "2"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -74,6 +61,16 @@ fn tpcc_killed_in_sync_mode_recovers_consistent() {
     child.kill().unwrap();
     let status = child.wait().unwrap();
     assert!(!status.success(), "the benchmark was supposed to be killed");
+}
+
+#[test]
+fn tpcc_killed_in_sync_mode_recovers_consistent() {
+    let seed = seed();
+    println!("tpcc crash seed {seed} (replay with ISLANDS_TPCC_CRASH_SEED={seed})");
+    let dir =
+        std::env::temp_dir().join(format!("islands-tpcc-crash-{}-{seed}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    bench_and_kill(&["--workers", "2", "--cc", "occ"], &dir, seed);
 
     let cfg = TpccConfig {
         warehouses: 2,
@@ -113,46 +110,7 @@ fn tpcc_on_two_islands_killed_in_sync_mode_recovers_consistent() {
     let dir =
         std::env::temp_dir().join(format!("islands-tpcc-crash2-{}-{seed}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_islands"))
-        .args([
-            "bench",
-            "--islands",
-            "2",
-            "--placement",
-            "os",
-            "--durability",
-            "sync",
-            "--warmup",
-            "0",
-            "--duration",
-            "120",
-            "--progress",
-            "plain",
-            "--seed",
-            &seed.to_string(),
-            "--log-dir",
-        ])
-        .arg(&dir)
-        .args(["tpcc", "--warehouses", "2"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the islands binary");
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    loop {
-        let line = lines
-            .next()
-            .expect("the benchmark ended before it started running")
-            .unwrap();
-        if line.contains("loaded in") {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    std::thread::sleep(Duration::from_millis(300 + seed % 1200));
-    child.kill().unwrap();
-    assert!(!child.wait().unwrap().success());
+    bench_and_kill(&["--islands", "2", "--placement", "os"], &dir, seed);
 
     let out = Command::new(env!("CARGO_BIN_EXE_islands"))
         .args(["tpcc", "check", "--warehouses", "2", "--log-dir"])

@@ -993,20 +993,7 @@ impl Executor {
                     key, for_update, ..
                 } => {
                     let h = tx.point(table, key, for_update)?;
-                    push_frame_with(batch, |b| {
-                        wire::reply_header(
-                            b,
-                            tag,
-                            Status::Ok,
-                            table,
-                            row_bytes,
-                            h.is_some() as u32,
-                        );
-                        if let Some(h) = h {
-                            b.extend_from_slice(&key.to_le_bytes());
-                            b.extend_from_slice(tx.row_bytes(h));
-                        }
-                    });
+                    reply_row(batch, tx, tag, table, row_bytes, key, h);
                 }
                 Frame::MultiGet {
                     for_update, keys, ..
@@ -1046,20 +1033,7 @@ impl Executor {
                 }
                 Frame::Insert { key, .. } => {
                     let h = tx.insert_local(table, key)?;
-                    push_frame_with(batch, |b| {
-                        wire::reply_header(
-                            b,
-                            tag,
-                            Status::Ok,
-                            table,
-                            row_bytes,
-                            h.is_some() as u32,
-                        );
-                        if let Some(h) = h {
-                            b.extend_from_slice(&key.to_le_bytes());
-                            b.extend_from_slice(tx.row_bytes(h));
-                        }
-                    });
+                    reply_row(batch, tx, tag, table, row_bytes, key, h);
                 }
                 Frame::Scan {
                     index,
@@ -1195,6 +1169,25 @@ impl Pool {
         debug_assert!(!self.free.contains(&i));
         self.free.push(i);
     }
+}
+
+/// Appends a reply with row `key` (`None`: no such row) to `batch`.
+fn reply_row(
+    batch: &mut Vec<u8>,
+    tx: &Txn,
+    tag: u32,
+    table: u16,
+    row_bytes: u32,
+    key: u64,
+    h: Option<crate::txn::RowH>,
+) {
+    push_frame_with(batch, |b| {
+        wire::reply_header(b, tag, Status::Ok, table, row_bytes, h.is_some() as u32);
+        if let Some(h) = h {
+            b.extend_from_slice(&key.to_le_bytes());
+            b.extend_from_slice(tx.row_bytes(h));
+        }
+    });
 }
 
 /// The engine as the participant state machine sees it ([`coord::Branches`]):

@@ -115,6 +115,18 @@ impl Router for BankRouter {
     }
 }
 
+/// One worker per island, each running `limit` transactions.
+fn clients(islands: usize, limit: u64) -> Vec<ClusterWorker> {
+    (0..islands)
+        .map(|i| ClusterWorker {
+            island: i,
+            worker: 0,
+            cpu: None,
+            limit: Some(limit),
+        })
+        .collect()
+}
+
 fn open_cluster(
     islands: usize,
     accounts: u64,
@@ -200,14 +212,7 @@ fn transfers_across_three_islands_conserve_money() {
         ..Default::default()
     };
     let (cl, islands) = open_cluster(3, 90, opts);
-    let workers: Vec<ClusterWorker> = (0..3)
-        .map(|i| ClusterWorker {
-            island: i,
-            worker: 0,
-            cpu: None,
-            limit: Some(400),
-        })
-        .collect();
+    let workers = clients(3, 400);
     let stats = run_to_completion(&cl, &workers, bank(90), 7).unwrap();
     let distributed: u64 = stats.iter().map(|s| s.distributed).sum();
     let commits: u64 = stats.iter().map(|s| s.total_commits()).sum();
@@ -246,14 +251,7 @@ fn transfers_survive_lost_duplicated_and_reordered_messages() {
         ..Default::default()
     };
     let (cl, islands) = open_cluster(3, 60, opts);
-    let workers: Vec<ClusterWorker> = (0..3)
-        .map(|i| ClusterWorker {
-            island: i,
-            worker: 0,
-            cpu: None,
-            limit: Some(150),
-        })
-        .collect();
+    let workers = clients(3, 150);
     let stats = run_to_completion(&cl, &workers, bank(60), seed).unwrap();
     let dropped = transport.dropped.load(std::sync::atomic::Ordering::Relaxed);
     assert!(
@@ -399,14 +397,7 @@ fn audits_across_islands_see_a_constant_total() {
         ..Default::default()
     };
     let (cl, islands) = open_cluster(3, 60, opts);
-    let workers: Vec<ClusterWorker> = (0..3)
-        .map(|i| ClusterWorker {
-            island: i,
-            worker: 0,
-            cpu: None,
-            limit: Some(300),
-        })
-        .collect();
+    let workers = clients(3, 300);
     let w = Arc::new(Audited {
         bank: bank(60),
         all: (0..60).collect(),
