@@ -36,13 +36,18 @@ pub struct BenchArgs {
 struct Common {
     /// Islands: `1` (shared-everything, the default), `per-socket`, `per-l3`, `per-core`,
     /// a number N, or explicit CPU lists `0-5;6-11`. Sites (key ranges) are split evenly
-    /// over the islands; see `islands plan`.
-    #[arg(long, global = true, default_value = "1")]
-    islands: String,
-    /// Placement of the islands on the cores: grouped (topology-aware), spread (across
-    /// sockets), os (no pinning).
-    #[arg(long, global = true, default_value = "grouped")]
-    placement: String,
+    /// over the islands; see `islands plan`. Default: 1, or what --config says.
+    #[arg(long, global = true)]
+    islands: Option<String>,
+    /// Placement of the islands on the cores: grouped (topology-aware, the default), spread
+    /// (across sockets), os (no pinning).
+    #[arg(long, global = true)]
+    placement: Option<String>,
+    /// A TOML deployment file, as `islands plan --config` reads it ([deployment] islands,
+    /// placement, workers_per_island, sites, cc, durability, log_dir; [[island]] cpus).
+    /// Options given on the command line override it.
+    #[arg(long, global = true, value_name = "FILE.toml")]
+    config: Option<PathBuf>,
     /// Worker threads per island (default: one per core of the island).
     #[arg(long, global = true)]
     workers_per_island: Option<u32>,
@@ -55,9 +60,9 @@ struct Common {
     #[arg(long, global = true)]
     cc: Option<String>,
     /// Durability: off (no log, as DBx1000 and Silo report), async (acknowledge before the flush),
-    /// sync (acknowledge after the group-commit fdatasync).
-    #[arg(long, global = true, default_value = "off")]
-    durability: String,
+    /// sync (acknowledge after the group-commit fdatasync). Default: off, or what --config says.
+    #[arg(long, global = true)]
+    durability: Option<String>,
     /// Base directory of the logs and checkpoints: island i logs to DIR/island-<i>. Default: a
     /// fresh directory under the system temp dir, removed after the run (a given one is kept,
     /// so `islands tpcc check` can recover it).
@@ -202,13 +207,36 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         return crate::experiment_cmd::run_ipc(a, c.duration, c.warmup, c.json.as_deref())
             .map_err(Error::Config);
     }
+    let file = c
+        .config
+        .as_deref()
+        .map(DeploySpec::from_toml_file)
+        .transpose()?;
     let durability: Durability = c
         .durability
+        .clone()
+        .or_else(|| file.as_ref().map(|f| f.durability.clone()))
+        .unwrap_or_else(|| "off".into())
         .parse()
         .map_err(|e| Error::Config(format!("--durability: {e}")))?;
-    if let Some(cc) = &c.cc {
+    let cc_choice =
+        c.cc.clone()
+            .or_else(|| file.as_ref().and_then(|f| f.cc.clone()));
+    if let Some(cc) = &cc_choice {
         cc.parse::<CcKind>().map_err(Error::Config)?;
     }
+    // What the file says, under what the command line says.
+    let c = Common {
+        cc: cc_choice,
+        log_dir: c
+            .log_dir
+            .clone()
+            .or_else(|| file.as_ref().map(|f| f.log_dir.clone())),
+        workers_per_island: c
+            .workers_per_island
+            .or_else(|| file.as_ref().and_then(|f| f.workers_per_island)),
+        ..c
+    };
     let display = match c.progress.as_str() {
         "auto" => DisplayMode::Auto,
         "bar" => DisplayMode::Bar,
@@ -240,10 +268,19 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
 
     // The deployment: plan it on this machine's topology.
     let topology = Topology::discover()?;
-    let islands_label = Islands::parse(&c.islands)?;
+    let islands_label = match (&c.islands, &file) {
+        (Some(l), _) => Islands::parse(l)?,
+        (None, Some(f)) => f.islands.clone(),
+        (None, None) => Islands::Count(1),
+    };
     let single = islands_label == Islands::Count(1);
     let mut spec = DeploySpec::new(islands_label);
-    spec.placement = c.placement.parse::<Placement>()?;
+    spec.placement = match (&c.placement, &file) {
+        (Some(p), _) => p.parse::<Placement>()?,
+        (None, Some(f)) => f.placement,
+        (None, None) => Placement::Grouped,
+    };
+    spec.sites = file.as_ref().and_then(|f| f.sites);
     spec.workers_per_island =
         match (c.workers_per_island, c.workers) {
             (Some(w), _) => Some(w),

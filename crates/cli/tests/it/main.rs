@@ -1,4 +1,5 @@
 //! End-to-end tests of the `islands` binary.
 
+mod multisite;
 mod placement;
 mod tpcc_crash;

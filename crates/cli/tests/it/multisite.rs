@@ -1,0 +1,91 @@
+//! `islands bench` on several islands: a deployment file, multisite
+//! transactions through two-phase commit, and the refusals.
+
+use std::process::{Command, Output};
+
+fn islands(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_islands"))
+        .args(args)
+        .output()
+        .expect("run the islands binary")
+}
+
+#[test]
+fn a_deployment_file_runs_multisite_transactions_across_two_islands() {
+    let dir = std::env::temp_dir().join(format!("islands-cli-multisite-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let toml = dir.join("deployment.toml");
+    std::fs::write(
+        &toml,
+        "[deployment]\nislands = 2\nplacement = \"os\"\ncc = \"no_wait\"\ndurability = \"off\"\n",
+    )
+    .unwrap();
+    let json = dir.join("result.json");
+    let out = islands(&[
+        "bench",
+        "--config",
+        toml.to_str().unwrap(),
+        "--warmup",
+        "0.1",
+        "--duration",
+        "0.5",
+        "--progress",
+        "quiet",
+        "--json",
+        json.to_str().unwrap(),
+        "micro",
+        "--rows",
+        "20000",
+        "--multisite",
+        "100",
+        "--update",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(
+        r["deployment"].as_str().unwrap().starts_with("2 islands"),
+        "{r}"
+    );
+    let committed = r["committed"].as_u64().unwrap();
+    let distributed = r["distributed"].as_u64().unwrap();
+    assert!(committed > 0);
+    // A multisite transaction has 9 rows drawn from all 20,000: almost all span both islands.
+    assert!(
+        distributed * 10 > committed * 9,
+        "{distributed} of {committed} commits distributed"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn distributed_islands_refuse_a_scheme_that_cannot_serve_them() {
+    for cc in ["occ", "none", "wait_die"] {
+        let out = islands(&[
+            "bench",
+            "--islands",
+            "2",
+            "--placement",
+            "os",
+            "--cc",
+            cc,
+            "--duration",
+            "0.2",
+            "micro",
+            "--rows",
+            "2000",
+            "--multisite",
+            "10",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--cc {cc}: {err}");
+        assert!(
+            err.starts_with("error:") && err.contains("no_wait"),
+            "--cc {cc}: {err}"
+        );
+    }
+}
