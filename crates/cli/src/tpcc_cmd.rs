@@ -115,6 +115,9 @@ fn check_deployment(
     use islands::dist::{Cluster, ClusterOptions};
     let opts = ClusterOptions {
         inflight: 1,
+        // Room for every branch a crash can leave in doubt (the most a bench run
+        // allows per island).
+        max_branches: 4000,
         ..Default::default()
     };
     let mut opened = Vec::new();

@@ -360,11 +360,7 @@ impl Coordinator {
                             retry_at_us: now_us.saturating_add(self.cfg.timeouts.commit_retry_us),
                         },
                     };
-                    if self.txns.insert(gtid, txn).is_err() {
-                        return Err(CoordError::Full {
-                            max: self.txns.cap(),
-                        });
-                    }
+                    self.txns.insert_growing(gtid, txn);
                 }
                 LogRec::End { gtid } => {
                     self.txns.remove(gtid);

@@ -332,15 +332,8 @@ impl Participant {
                     if self.branches.contains(gtid) {
                         continue;
                     }
-                    if self
-                        .branches
-                        .insert(gtid, State::Prepared { ask_at_us })
-                        .is_err()
-                    {
-                        return Err(CoordError::Full {
-                            max: self.cfg.max_in_flight,
-                        });
-                    }
+                    self.branches
+                        .insert_growing(gtid, State::Prepared { ask_at_us });
                 }
                 LogRec::Decision { gtid, .. } => {
                     self.branches.remove(gtid);

@@ -43,6 +43,19 @@ impl<T> Table<T> {
         self.index.insert(gtid, slot);
         Ok(())
     }
+    /// Inserts, doubling the capacity when full. Only recovery uses it: a log may hold
+    /// more unfinished transactions than the restarted island's limit allows, and
+    /// every one of them must be finished.
+    pub(crate) fn insert_growing(&mut self, gtid: Gtid, v: T) {
+        if self.free.is_empty() {
+            let old = self.cap();
+            self.slots.extend((0..old).map(|_| None));
+            self.free.extend((old as u32..2 * old as u32).rev());
+        }
+        if self.insert(gtid, v).is_err() {
+            unreachable!("a free slot was just made");
+        }
+    }
     pub(crate) fn get_mut(&mut self, gtid: Gtid) -> Option<&mut T> {
         let slot = *self.index.get(&gtid)?;
         self.slots[slot as usize].as_mut().map(|(_, v)| v)

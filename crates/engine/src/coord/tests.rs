@@ -346,6 +346,33 @@ fn coordinator_recovery_resends_to_everyone() {
     );
 }
 
+#[test]
+fn recovery_finishes_more_transactions_than_the_restarted_limit() {
+    // The log of a run with a larger limit than the restarted island's (4).
+    let log: Vec<LogRec> = (1..=10)
+        .flat_map(|s| {
+            [
+                LogRec::Prepare { gtid: gtid(0, s) },
+                LogRec::Decision {
+                    gtid: gtid(0, s),
+                    commit: true,
+                },
+            ]
+        })
+        .chain((20..30).map(|s| LogRec::Prepare { gtid: gtid(1, s) }))
+        .collect();
+    let mut c = Coordinator::new(cfg(0, 2));
+    let mut out = Vec::new();
+    c.recover(&log, 0, &mut out).unwrap();
+    assert_eq!(c.in_flight(), 10, "every decided commit is finished");
+    let mut p = Participant::new(cfg(0, 2));
+    let mut e = Stub::default();
+    let mut pout = Vec::new();
+    p.recover(&log, 0, &mut e, &mut pout).unwrap();
+    assert_eq!(p.in_flight(), 10, "every undecided branch stays in doubt");
+    assert_eq!(e.calls.len(), 10);
+}
+
 /// Engine stub for participant unit tests.
 #[derive(Default)]
 struct Stub {

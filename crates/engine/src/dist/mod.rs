@@ -738,6 +738,23 @@ impl Executor {
                             if by_coord && seq != 0 {
                                 self.coord_pins.insert(gtid, seq);
                             }
+                            if by_coord && commit {
+                                // Early lock release of the home island's own
+                                // branch: the decision record is in this log, so
+                                // every transaction that sees these writes is
+                                // logged after it and acknowledged only once it
+                                // is durable (a crash before that loses them
+                                // all, and presumed abort agrees). The
+                                // participant's CommitReq then finds nothing left.
+                                if let Some(b) = self.pool.branches.get(&gtid) {
+                                    let c = b.ctx;
+                                    if self.pool.ctx(c).prepared.is_some() {
+                                        self.pool.branches.remove(&gtid);
+                                        self.pool.ctx(c).commit_prepared();
+                                        self.pool.free_ctx(c);
+                                    }
+                                }
+                            }
                             seq
                         }
                         LogRec::End { gtid } => {
