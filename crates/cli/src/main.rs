@@ -1,6 +1,7 @@
 //! `islands`: the command-line tool of the islands OLTP engine.
 
 mod bench_cmd;
+mod exp;
 mod experiment_cmd;
 mod placement_cmd;
 mod topology_cmd;
@@ -30,14 +31,26 @@ enum Command {
     Topology(topology_cmd::TopologyArgs),
     /// Print what a deployment would do, without running it.
     Plan(topology_cmd::PlanArgs),
-    /// Experiments from Section 3 of the paper (counters: Table 1 and Figure 2; placement:
-    /// the microbenchmark under spread, grouped and OS placement).
+    /// The seeds' experiments, each a sweep with CSV, JSON, SVG and PNG: counters, placement,
+    /// local-tpcc, multisite, cost, breakdown, scaling, skew, inserts; `all --quick` writes
+    /// report.md.
     Experiment(experiment_cmd::ExperimentArgs),
     /// TPC-C tools: check a recovered database's consistency conditions.
     Tpcc(tpcc_cmd::TpccArgs),
 }
 
 fn main() -> ExitCode {
+    // An experiment name that does not exist gets the list of valid ones.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("experiment") {
+        if let Some(name) = args.get(2).filter(|n| !n.starts_with('-')) {
+            let known = ["counters", "placement", "all", "help"];
+            if !known.contains(&name.as_str()) && !exp::NAMES.contains(&name.as_str()) {
+                eprintln!("error: {}", exp::unknown(name));
+                return ExitCode::from(2);
+            }
+        }
+    }
     let cli = Cli::parse();
     let r = match &cli.command {
         Command::Bench(a) => bench_cmd::run(a).map_err(|e| e.to_string()),

@@ -1,0 +1,414 @@
+//! Running an experiment's points: each run is a fresh `islands bench` process
+//! (its own memory, its own load, nothing left from the previous point), the
+//! repetitions are interleaved (rep 1 of every point, then rep 2, …) so that a
+//! slow minute of a shared machine spreads over all points instead of biasing
+//! one, and every finished run is appended to a CSV at once, so an interrupted
+//! sweep (Ctrl-C, or a kill) keeps the points already measured.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// One point of a sweep: a panel of the figure, a series (line) in it, an x
+/// value, and the `islands bench` arguments that measure it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Point {
+    pub panel: String,
+    pub series: String,
+    pub x: f64,
+    pub args: Vec<String>,
+}
+
+/// The figures one run reports (from `islands bench --json`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Sample {
+    pub rep: usize,
+    pub throughput_tps: f64,
+    pub committed: u64,
+    pub threads: usize,
+    pub measured_s: f64,
+    /// Percent of commits that ran 2PC across islands.
+    pub distributed_pct: f64,
+    /// Engine aborts over all attempts.
+    pub abort_rate: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    /// Core time per committed transaction: threads x measured seconds / committed, in µs.
+    pub cost_us: f64,
+    /// Phase name -> µs per committed transaction (when the engine reported phases).
+    pub phases: BTreeMap<String, f64>,
+    pub deployment: String,
+}
+
+/// The phases of a transaction's time, in the order the breakdown stacks them.
+pub const PHASES: [&str; 5] = [
+    "execution",
+    "management",
+    "communication",
+    "locking",
+    "logging",
+];
+
+impl Sample {
+    /// Reads the figures of a bench JSON report.
+    pub fn from_json(v: &Value, rep: usize) -> Result<Sample, String> {
+        let f = |k: &str| -> Result<f64, String> {
+            v.get(k)
+                .and_then(Value::as_f64)
+                .ok_or_else(|| format!("the bench report has no number '{k}'"))
+        };
+        let committed = f("committed")? as u64;
+        let threads = f("threads")? as usize;
+        let measured_s = f("measured_s")?;
+        let distributed = v.get("distributed").and_then(Value::as_f64).unwrap_or(0.0);
+        let lat = |k: &str| {
+            v.get("latency")
+                .and_then(|l| l.get(k))
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0)
+        };
+        let mut phases = BTreeMap::new();
+        if let Some(p) = v.get("phases").filter(|p| !p.is_null()) {
+            for name in PHASES {
+                if let Some(x) = p.get(format!("{name}_us_per_txn")).and_then(Value::as_f64) {
+                    phases.insert(name.to_string(), x);
+                }
+            }
+        }
+        Ok(Sample {
+            rep,
+            throughput_tps: f("throughput_tps")?,
+            committed,
+            threads,
+            measured_s,
+            distributed_pct: if committed > 0 {
+                100.0 * distributed / committed as f64
+            } else {
+                0.0
+            },
+            abort_rate: f("abort_rate").unwrap_or(0.0),
+            p50_us: lat("p50_us"),
+            p99_us: lat("p99_us"),
+            cost_us: if committed > 0 {
+                threads as f64 * measured_s * 1e6 / committed as f64
+            } else {
+                f64::INFINITY
+            },
+            phases,
+            deployment: v
+                .get("deployment")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        })
+    }
+}
+
+/// Median, spread and count of one metric over a point's repetitions.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Spread {
+    pub n: usize,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub std: f64,
+}
+
+impl Spread {
+    pub fn of(values: &[f64]) -> Spread {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return Spread::default();
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        let mean = v.iter().sum::<f64>() / n as f64;
+        let var = if n > 1 {
+            v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1) as f64
+        } else {
+            0.0
+        };
+        Spread {
+            n,
+            median,
+            min: v[0],
+            max: v[n - 1],
+            std: var.sqrt(),
+        }
+    }
+}
+
+/// A point with its samples.
+#[derive(Clone, Debug, Serialize)]
+pub struct Measured {
+    pub point: Point,
+    pub samples: Vec<Sample>,
+}
+
+impl Measured {
+    pub fn spread(&self, metric: impl Fn(&Sample) -> f64) -> Spread {
+        Spread::of(&self.samples.iter().map(metric).collect::<Vec<_>>())
+    }
+}
+
+/// How to run a sweep.
+pub struct Runner {
+    pub exe: PathBuf,
+    pub reps: usize,
+    /// Arguments every run gets (warm-up, duration, progress, …), before the point's.
+    pub common: Vec<String>,
+    pub out_dir: PathBuf,
+    pub name: String,
+    pub quiet: bool,
+}
+
+/// Set by Ctrl-C: the sweep stops after the run in progress (which the child,
+/// interrupted too, does not finish) and writes what it has.
+pub fn interrupted() -> Arc<AtomicBool> {
+    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+    FLAG.get_or_init(|| {
+        let f = Arc::new(AtomicBool::new(false));
+        let g = Arc::clone(&f);
+        // Only one handler per process; if another part set one, Ctrl-C ends the
+        // process and the per-run CSV still holds every finished run.
+        let _ = ctrlc::set_handler(move || {
+            if g.swap(true, Ordering::SeqCst) {
+                eprintln!("\nsecond interrupt: stopping now");
+                std::process::exit(130);
+            }
+            eprintln!("\ninterrupted: keeping the points measured so far");
+        });
+        f
+    })
+    .clone()
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+pub const RUNS_HEADER: &str = "panel,series,x,rep,throughput_tps,committed,threads,cost_us,distributed_pct,abort_rate,p50_us,p99_us,phases,deployment";
+
+fn run_line(p: &Point, s: &Sample) -> String {
+    let phases = s
+        .phases
+        .iter()
+        .map(|(k, v)| format!("{k}={v:.3}"))
+        .collect::<Vec<_>>()
+        .join(";");
+    format!(
+        "{},{},{},{},{:.1},{},{},{:.3},{:.2},{:.4},{:.1},{:.1},{},{}",
+        csv_field(&p.panel),
+        csv_field(&p.series),
+        p.x,
+        s.rep,
+        s.throughput_tps,
+        s.committed,
+        s.threads,
+        s.cost_us,
+        s.distributed_pct,
+        s.abort_rate,
+        s.p50_us,
+        s.p99_us,
+        csv_field(&phases),
+        csv_field(&s.deployment)
+    )
+}
+
+impl Runner {
+    pub fn runs_csv(&self) -> PathBuf {
+        self.out_dir.join(format!("{}-runs.csv", self.name))
+    }
+
+    /// Runs every point `reps` times, interleaved. Returns the measured points
+    /// (those with at least one sample) and whether the sweep was interrupted.
+    pub fn run(&self, points: &[Point]) -> Result<(Vec<Measured>, bool), String> {
+        std::fs::create_dir_all(&self.out_dir)
+            .map_err(|e| format!("cannot create {}: {e}", self.out_dir.display()))?;
+        let runs_path = self.runs_csv();
+        let mut runs = std::fs::File::create(&runs_path)
+            .map_err(|e| format!("cannot write {}: {e}", runs_path.display()))?;
+        writeln!(runs, "{RUNS_HEADER}").map_err(|e| e.to_string())?;
+        let stop = interrupted();
+        let mut measured: Vec<Measured> = points
+            .iter()
+            .map(|p| Measured {
+                point: p.clone(),
+                samples: Vec::new(),
+            })
+            .collect();
+        let total = points.len() * self.reps;
+        let started = Instant::now();
+        let json = std::env::temp_dir().join(format!("islands-exp-{}.json", std::process::id()));
+        let mut done = 0;
+        let mut was_interrupted = false;
+        'outer: for rep in 1..=self.reps {
+            for (i, p) in points.iter().enumerate() {
+                if stop.load(Ordering::SeqCst) {
+                    was_interrupted = true;
+                    break 'outer;
+                }
+                let _ = std::fs::remove_file(&json);
+                let mut cmd = Command::new(&self.exe);
+                cmd.arg("bench")
+                    .args(&self.common)
+                    .arg("--json")
+                    .arg(&json)
+                    .args(&p.args);
+                let out = cmd
+                    .output()
+                    .map_err(|e| format!("cannot run {}: {e}", self.exe.display()))?;
+                if stop.load(Ordering::SeqCst) {
+                    was_interrupted = true;
+                    break 'outer;
+                }
+                if !out.status.success() {
+                    return Err(format!(
+                        "run failed: islands bench {} {}\n{}",
+                        self.common.join(" "),
+                        p.args.join(" "),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ));
+                }
+                let text = std::fs::read_to_string(&json)
+                    .map_err(|e| format!("the run wrote no report {}: {e}", json.display()))?;
+                let v: Value = serde_json::from_str(&text)
+                    .map_err(|e| format!("the run's report is not JSON: {e}"))?;
+                let s = Sample::from_json(&v, rep)?;
+                writeln!(runs, "{}", run_line(p, &s)).map_err(|e| e.to_string())?;
+                runs.flush().map_err(|e| e.to_string())?;
+                done += 1;
+                if !self.quiet {
+                    let el = started.elapsed().as_secs_f64();
+                    let eta = el / done as f64 * (total - done) as f64;
+                    eprintln!(
+                        "[{done}/{total}, {}s left] {} | {} | x={} rep {rep}: {:.1} K txn/s, {:.1} us/txn{}",
+                        eta.round(),
+                        p.panel,
+                        p.series,
+                        p.x,
+                        s.throughput_tps / 1e3,
+                        s.cost_us,
+                        if s.distributed_pct > 0.0 {
+                            format!(", {:.0}% distributed", s.distributed_pct)
+                        } else {
+                            String::new()
+                        }
+                    );
+                }
+                measured[i].samples.push(s);
+            }
+        }
+        let _ = std::fs::remove_file(&json);
+        measured.retain(|m| !m.samples.is_empty());
+        Ok((measured, was_interrupted))
+    }
+}
+
+/// The summary CSV: one line per point, median and spread of throughput and
+/// cost, and the median of each phase.
+pub fn summary_csv(measured: &[Measured]) -> String {
+    let mut s = String::from(
+        "panel,series,x,reps,throughput_median_tps,throughput_min_tps,throughput_max_tps,throughput_std_tps,cost_median_us,cost_min_us,cost_max_us,distributed_pct,abort_rate",
+    );
+    for ph in PHASES {
+        s.push_str(&format!(",{ph}_us"));
+    }
+    s.push('\n');
+    for m in measured {
+        let t = m.spread(|x| x.throughput_tps);
+        let c = m.spread(|x| x.cost_us);
+        let d = m.spread(|x| x.distributed_pct);
+        let a = m.spread(|x| x.abort_rate);
+        s.push_str(&format!(
+            "{},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.3},{:.3},{:.3},{:.2},{:.4}",
+            csv_field(&m.point.panel),
+            csv_field(&m.point.series),
+            m.point.x,
+            t.n,
+            t.median,
+            t.min,
+            t.max,
+            t.std,
+            c.median,
+            c.min,
+            c.max,
+            d.median,
+            a.median
+        ));
+        for ph in PHASES {
+            let p = m.spread(|x| x.phases.get(ph).copied().unwrap_or(f64::NAN));
+            if p.n > 0 {
+                s.push_str(&format!(",{:.3}", p.median));
+            } else {
+                s.push(',');
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// Writes `text` to `dir/file`.
+pub fn write(dir: &Path, file: &str, text: &str) -> Result<PathBuf, String> {
+    let p = dir.join(file);
+    crate::experiment_cmd::write_file(&p, text)?;
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_median_and_std() {
+        let s = Spread::of(&[3.0, 1.0, 2.0]);
+        assert_eq!((s.n, s.median, s.min, s.max), (3, 2.0, 1.0, 3.0));
+        assert!((s.std - 1.0).abs() < 1e-12);
+        let s = Spread::of(&[4.0, 1.0]);
+        assert_eq!(s.median, 2.5);
+        assert_eq!(Spread::of(&[f64::NAN]).n, 0);
+    }
+
+    #[test]
+    fn sample_reads_a_bench_report() {
+        let v: Value = serde_json::from_str(
+            r#"{"committed": 1000, "threads": 2, "measured_s": 0.5, "throughput_tps": 2000.0,
+                "distributed": 250, "abort_rate": 0.1, "latency": {"p50_us": 3.0, "p99_us": 9.0},
+                "phases": {"execution_us_per_txn": 1.5, "logging_us_per_txn": 0.5},
+                "deployment": "2 islands"}"#,
+        )
+        .unwrap();
+        let s = Sample::from_json(&v, 1).unwrap();
+        assert_eq!(s.distributed_pct, 25.0);
+        assert_eq!(s.cost_us, 1000.0); // 2 threads x 0.5 s / 1000 txns
+        assert_eq!(s.phases.get("execution"), Some(&1.5));
+        assert_eq!(s.phases.get("locking"), None);
+        let bad: Value = serde_json::from_str(r#"{"threads": 2}"#).unwrap();
+        assert!(Sample::from_json(&bad, 1)
+            .unwrap_err()
+            .contains("committed"));
+    }
+
+    #[test]
+    fn csv_quotes_fields_with_commas() {
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("plain"), "plain");
+    }
+}
