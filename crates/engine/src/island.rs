@@ -234,6 +234,16 @@ impl Shared {
         Ok(())
     }
 
+    /// Hands the log buffer over and asks the writer not to pause before
+    /// syncing it: locks are held until it is durable ([`Wal::expedite`]).
+    pub(crate) fn flush_urgent(&self) -> Result<(), Error> {
+        if let Some(w) = &self.wal {
+            self.log.lock().hand_off(w)?;
+            w.expedite();
+        }
+        Ok(())
+    }
+
     /// The newest durable batch; everything when there is no log.
     pub(crate) fn durable_seq(&self) -> BatchSeq {
         self.wal.as_ref().map_or(BatchSeq::MAX, |w| w.durable_seq())

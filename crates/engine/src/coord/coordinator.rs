@@ -137,6 +137,31 @@ impl Coordinator {
         Ok(())
     }
 
+    /// While `gtid` is collecting votes: the participants whose vote has not
+    /// arrived. `None` once it is decided (or unknown: aborted and forgotten).
+    /// An executor that starts 2PC before its home branch is done (an early
+    /// prepare of the remote branches) holds back the home island's
+    /// PrepareReq and watches this until only the home island is missing.
+    pub fn missing_votes(&self, gtid: Gtid) -> Option<IslandSet> {
+        let txn = self.txns.get(gtid)?;
+        match txn.phase {
+            Phase::Preparing { .. } => Some(txn.participants.minus(txn.voted)),
+            Phase::Deciding | Phase::Committing { .. } => None,
+        }
+    }
+
+    /// Aborts `gtid` while it collects votes (its home branch failed after an
+    /// early prepare): AbortReq to every participant that may hold a prepared
+    /// branch, outcome reported, nothing logged. False if it is not
+    /// collecting votes (already decided, or aborted and forgotten).
+    pub fn abort_preparing(&mut self, gtid: Gtid, out: &mut Vec<Action>) -> bool {
+        if self.missing_votes(gtid).is_none() {
+            return false;
+        }
+        self.abort(gtid, out);
+        true
+    }
+
     /// A message from a participant.
     pub fn on_message(&mut self, from: IslandId, msg: Msg, now_us: u64, out: &mut Vec<Action>) {
         let gtid = msg.gtid();

@@ -56,6 +56,10 @@ impl<T> Table<T> {
             unreachable!("a free slot was just made");
         }
     }
+    pub(crate) fn get(&self, gtid: Gtid) -> Option<&T> {
+        let slot = *self.index.get(&gtid)?;
+        self.slots[slot as usize].as_ref().map(|(_, v)| v)
+    }
     pub(crate) fn get_mut(&mut self, gtid: Gtid) -> Option<&mut T> {
         let slot = *self.index.get(&gtid)?;
         self.slots[slot as usize].as_mut().map(|(_, v)| v)

@@ -50,7 +50,7 @@ use crate::coord::{
 };
 use crate::island::{InDoubt, Island, RecoveryReport};
 use crate::transport::{frames, push_frame, push_frame_with, Endpoint, InProc, Outbox, Transport};
-use crate::txn::{Dist, Router, Txn};
+use crate::txn::{Dist, Early, Router, Txn};
 use crate::wal::BatchSeq;
 use crate::{Abort, AbortReason, Error};
 use wire::{Frame, Status};
@@ -307,6 +307,7 @@ impl Cluster {
             woken: Vec::new(),
             outcomes: Vec::new(),
             flush_due: false,
+            early: Vec::new(),
         };
         ex.recover()?;
         Ok(ex)
@@ -366,6 +367,9 @@ pub struct Executor {
     coord_pins: HashMap<Gtid, BatchSeq>,
     /// Read-only votes waiting for the batch they could have read from.
     deferred: Vec<(BatchSeq, IslandId, Msg)>,
+    /// Home transactions whose remote branches are being prepared early
+    /// ([`Txn::prepare_remote`]): (gtid, context), until every remote vote is in.
+    early: Vec<(Gtid, u32)>,
     next_seq: u64,
     epoch: Instant,
     now: u64,
@@ -452,6 +456,10 @@ impl Executor {
         let Some(d) = tx.dist.as_mut() else {
             return false;
         };
+        if d.early == Early::Requested {
+            self.prepare_early(c);
+            return true;
+        }
         if !d.req_ready {
             return false;
         }
@@ -475,6 +483,9 @@ impl Executor {
         }
         let gtid = d.gtid;
         let touched = d.touched;
+        if d.early == Early::Prepared {
+            return self.commit_home_early(c, gtid);
+        }
         if !self.cl.any_sync && !d.remote_validated && !tx.has_writes() {
             for island in touched.iter() {
                 let to = self
@@ -499,26 +510,8 @@ impl Executor {
         }
         let hold = tx.has_late_writes();
         let now = self.now_us();
-        // Ship the changes to remote rows, then PREP, ahead of the PrepareReq.
-        let mut counts = [0u32; coord::MAX_ISLANDS];
-        {
-            let cl = &self.cl;
-            let outbox = &mut self.outbox;
-            tx.for_each_remote_change(|island, table, key, row| {
-                counts[island as usize] += 1;
-                let to = cl.endpoint(island, cl.branch_worker(island, gtid));
-                push_frame_with(outbox.batch(&*cl.transport, to), |b| match row {
-                    Some(row) => wire::write(b, gtid, table, key, row),
-                    None => wire::delete(b, gtid, table, key),
-                });
-            });
-            for island in touched.iter() {
-                let to = cl.endpoint(island, cl.branch_worker(island, gtid));
-                push_frame_with(outbox.batch(&*cl.transport, to), |b| {
-                    wire::prep(b, gtid, counts[island as usize], hold)
-                });
-            }
-        }
+        self.ship_remote(c, hold);
+        let tx = self.pool.ctx(c);
         let mut parts: Vec<IslandId> = touched.iter().collect();
         if tx.has_local_part() {
             if self.part.on_branch_begin(gtid, now).is_err() {
@@ -559,12 +552,182 @@ impl Executor {
         Ok(HomeCommit::Distributed(gtid))
     }
 
+    /// Sends the changes context `c` made to rows of other islands, then a
+    /// PREP to every island it touched, ahead of the PrepareReqs.
+    fn ship_remote(&mut self, c: u32, hold: bool) {
+        let tx = self.pool.ctx(c);
+        let Some(d) = tx.dist.as_ref() else {
+            return;
+        };
+        let (gtid, touched) = (d.gtid, d.touched);
+        let mut counts = [0u32; coord::MAX_ISLANDS];
+        let cl = &self.cl;
+        let outbox = &mut self.outbox;
+        tx.for_each_remote_change(|island, table, key, row| {
+            counts[island as usize] += 1;
+            let to = cl.endpoint(island, cl.branch_worker(island, gtid));
+            push_frame_with(outbox.batch(&*cl.transport, to), |b| match row {
+                Some(row) => wire::write(b, gtid, table, key, row),
+                None => wire::delete(b, gtid, table, key),
+            });
+        });
+        for island in touched.iter() {
+            let to = cl.endpoint(island, cl.branch_worker(island, gtid));
+            push_frame_with(outbox.batch(&*cl.transport, to), |b| {
+                wire::prep(b, gtid, counts[island as usize], hold)
+            });
+        }
+    }
+
+    /// [`Txn::prepare_remote`]: starts 2PC over the islands context `c`
+    /// touched and this one, holding back this island's PrepareReq until the
+    /// procedure is done ([`Executor::commit_home`]). The remote branches hold
+    /// every lock, read locks too, until the decision (PREP with hold): the
+    /// home branch takes its locks after they prepared.
+    fn prepare_early(&mut self, c: u32) {
+        let tx = self.pool.ctx(c);
+        let d = tx.dist.as_mut().expect("distributed context");
+        let (gtid, touched) = (d.gtid, d.touched);
+        d.early = Early::Voting;
+        self.ship_remote(c, true);
+        self.pool.ctx(c).mark_remote_shipped();
+        let mut parts: Vec<IslandId> = touched.iter().collect();
+        parts.push(self.island);
+        let now = self.now_us();
+        let mut actions = std::mem::take(&mut self.actions);
+        actions.clear();
+        let home = self.island;
+        match self.coord.begin_commit(gtid, &parts, now, &mut actions) {
+            Ok(()) => {
+                actions.retain(|a| {
+                    !matches!(a, Action::Send { to, msg: Msg::PrepareReq { .. } } if *to == home)
+                });
+                self.early.push((gtid, c));
+            }
+            Err(_) => {
+                // Full: nothing was decided; the branches learn it by AbortReq.
+                actions.clear();
+                for island in touched.iter() {
+                    actions.push(Action::Send {
+                        to: island,
+                        msg: Msg::AbortReq { gtid },
+                    });
+                }
+                if let Some(d) = self.pool.ctx(c).dist.as_mut() {
+                    d.early = Early::Failed;
+                }
+                self.woken.push(c);
+            }
+        }
+        self.run_actions(&mut actions, true);
+        self.actions = actions;
+    }
+
+    /// Early prepares whose remote votes are all in (wake the procedure: it
+    /// goes on with its home work) or that were aborted (wake it to fail).
+    fn check_early(&mut self) {
+        let mut i = 0;
+        while i < self.early.len() {
+            let (gtid, c) = self.early[i];
+            let state = match self.coord.missing_votes(gtid) {
+                Some(m) if m.iter().all(|p| p == self.island) => Early::Prepared,
+                Some(_) => {
+                    i += 1;
+                    continue;
+                }
+                None => Early::Failed,
+            };
+            self.early.swap_remove(i);
+            if let Some(d) = self.pool.ctx(c).dist.as_mut() {
+                d.early = state;
+            }
+            self.woken.push(c);
+        }
+    }
+
+    /// Commit of a home transaction whose remote branches are prepared: the
+    /// home branch prepares now (its own PrepareReq, held back until here),
+    /// or votes read-only if it holds nothing, and the coordinator decides.
+    fn commit_home_early(&mut self, c: u32, gtid: Gtid) -> Result<HomeCommit, Abort> {
+        let tx = self.pool.ctx(c);
+        if tx.remote_changed_after_prepare() {
+            self.abort_home(c);
+            return Err(Abort::Failed(Error::Config(
+                "a row of another island changed after prepare_remote: its island never \
+                 received the change"
+                    .into(),
+            )));
+        }
+        let home = self.island;
+        if self
+            .coord
+            .missing_votes(gtid)
+            .is_none_or(|m| !m.contains(home))
+        {
+            // The coordinator gave up on it (prepare timeout) after its
+            // remote votes woke the procedure: it aborted and told everyone.
+            tx.abort();
+            self.pool.free_ctx(c);
+            return Err(Abort::Conflict(AbortReason::Remote));
+        }
+        let now = self.now_us();
+        if tx.has_local_part() {
+            let hold = tx.has_late_writes();
+            if self.part.on_branch_begin(gtid, now).is_err() {
+                self.abort_home(c);
+                return Err(Abort::Conflict(AbortReason::Remote));
+            }
+            self.pool.branches.insert(
+                gtid,
+                Branch {
+                    ctx: c,
+                    expect: Some((0, hold)),
+                    applied: 0,
+                    bad: false,
+                },
+            );
+            self.local.push_back((home, Msg::PrepareReq { gtid }));
+        } else {
+            // Everything the branch could have read is in this island's log
+            // before the decision, so a read-only vote needs no wait here.
+            tx.abort();
+            self.pool.free_ctx(c);
+            self.local.push_back((
+                home,
+                Msg::PrepareConf {
+                    gtid,
+                    read_only: true,
+                },
+            ));
+        }
+        // Prepare, vote and decide now, not in the next round: until the
+        // decision is logged the home branch holds its (hot) rows, and this
+        // worker's other transactions, polled in between, would find them
+        // locked. The home Prepare needs no force (see `run_actions`).
+        self.drain_local();
+        let _ = self.complete_forces(); // a log failure resurfaces in `pump`
+        Ok(HomeCommit::Distributed(gtid))
+    }
+
     /// Aborts home context `c` (its procedure failed, or gave up waiting):
     /// releases it here and tells every island it touched. `c` is free again.
     pub fn abort_home(&mut self, c: u32) {
         let tx = self.pool.ctx(c);
         if let Some(d) = tx.dist.as_ref() {
             let gtid = d.gtid;
+            if matches!(d.early, Early::Voting | Early::Prepared) {
+                // 2PC started early: the coordinator tells every branch.
+                self.early.retain(|&(g, _)| g != gtid);
+                let mut actions = std::mem::take(&mut self.actions);
+                actions.clear();
+                self.coord.abort_preparing(gtid, &mut actions);
+                self.run_actions(&mut actions, true);
+                self.actions = actions;
+                let tx = self.pool.ctx(c);
+                tx.abort();
+                self.pool.free_ctx(c);
+                return;
+            }
             for island in d.touched.iter() {
                 let to = self
                     .cl
@@ -615,6 +778,9 @@ impl Executor {
             self.actions = actions;
         }
         self.complete_forces()?;
+        if !self.early.is_empty() {
+            self.check_early();
+        }
         self.outbox.flush(&*self.transport, self.me);
         Ok(received)
     }
@@ -626,7 +792,7 @@ impl Executor {
         }
         let shared = self.cl.islands[self.island as usize].shared();
         if self.flush_due {
-            shared.flush()?;
+            shared.flush_urgent()?;
             self.flush_due = false;
         }
         if let Some(e) = shared.log_failure() {
@@ -765,7 +931,16 @@ impl Executor {
                             seq
                         }
                     };
-                    if force {
+                    // The home island's own branch needs no force of its
+                    // Prepare: the commit decision goes to this same log
+                    // after it, so the decision is durable only with it, and
+                    // without a durable decision the branch aborts anyway
+                    // (presumed abort). Its vote goes out at once.
+                    let own_prepare = !by_coord
+                        && matches!(rec, LogRec::Prepare { gtid } if home_of(gtid) == self.island);
+                    if force && own_prepare {
+                        self.forces.push((0, false, token));
+                    } else if force {
                         if seq == 0 {
                             // No log: durable at once.
                             self.forces.push((0, by_coord, token));

@@ -50,7 +50,7 @@ use crate::{Abort, AbortReason, Error};
 
 mod remote;
 pub use remote::Router;
-pub(crate) use remote::{Dist, TAG_SEQ_BITS};
+pub(crate) use remote::{Dist, Early, TAG_SEQ_BITS};
 
 /// `Access::island` of a row of this island.
 pub(crate) const LOCAL: u16 = u16::MAX;

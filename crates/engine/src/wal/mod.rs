@@ -317,6 +317,13 @@ struct Queue {
     /// Emptied batch buffers, swapped into workers' `LogBuffer`s by `submit`.
     pool: Vec<Vec<u8>>,
     shutdown: bool,
+    /// Someone holds locks until a pending batch is durable (a 2PC prepare or
+    /// decision): the writer cuts its group-commit pause short. Cleared when
+    /// the writer takes the pending batches.
+    urgent: bool,
+    /// The writer is in its group-commit pause (so `expedite` must wake it;
+    /// `submit` does not, or every commit would cut the pause short).
+    pausing: bool,
 }
 
 #[derive(Default)]
@@ -541,6 +548,8 @@ impl Wal {
                 pending: Vec::new(),
                 pool: Vec::new(),
                 shutdown: false,
+                urgent: false,
+                pausing: false,
             }),
             work_cv: Condvar::new(),
             durable: AtomicU64::new(next_seq - 1),
@@ -585,9 +594,31 @@ impl Wal {
         let mut bytes = q.pool.pop().unwrap_or_default();
         buf.swap_bytes(&mut bytes);
         q.pending.push((seq, bytes));
+        let wake = !q.pausing;
         drop(q);
-        sh.work_cv.notify_one();
+        if wake {
+            sh.work_cv.notify_one();
+        }
         Ok(seq)
+    }
+
+    /// Asks the writer to write and sync what is pending now, without the
+    /// rest of its group-commit pause: for records whose transaction holds
+    /// locks until they are durable (2PC prepares and decisions). Commits
+    /// that only wait for their acknowledgement keep the pause, which is what
+    /// makes their groups large.
+    pub fn expedite(&self) {
+        let sh = &*self.shared;
+        let mut q = sh.queue.lock();
+        if q.pending.is_empty() || q.urgent {
+            return;
+        }
+        q.urgent = true;
+        let wake = q.pausing;
+        drop(q);
+        if wake {
+            sh.work_cv.notify_one();
+        }
     }
 
     /// Sync: batches <= this are written and fdatasync'ed. Async: written. Off: submitted.
@@ -771,15 +802,17 @@ impl Writer {
             if !async_mode && self.shared.cfg.group_delay > Duration::ZERO {
                 // Group commit: let more batches arrive before the next
                 // write + fdatasync. Each fdatasync costs kernel CPU that the
-                // workers share; a short pause buys much larger groups.
-                let left = self
-                    .shared
-                    .cfg
-                    .group_delay
-                    .saturating_sub(self.last_sync.elapsed());
-                if !left.is_zero() {
-                    std::thread::sleep(left);
+                // workers share; a short pause buys much larger groups. An
+                // `expedite` (locks wait on a pending batch) ends it early.
+                let deadline = self.last_sync + self.shared.cfg.group_delay;
+                let mut q = self.shared.queue.lock();
+                q.pausing = true;
+                while !q.urgent && !q.shutdown {
+                    if self.shared.work_cv.wait_until(&mut q, deadline).timed_out() {
+                        break;
+                    }
                 }
+                q.pausing = false;
             }
             let shutdown = {
                 let mut q = self.shared.queue.lock();
@@ -795,6 +828,7 @@ impl Writer {
                     }
                 }
                 std::mem::swap(&mut q.pending, &mut self.taken);
+                q.urgent = false;
                 q.shutdown
             };
             if !self.taken.is_empty() {

@@ -22,7 +22,7 @@ use super::schema::{
     order_line_key, s_dist, stock, stock_key, wh, CUSTOMER, CUSTOMER_BY_LAST, DISTRICT, DISTRICTS,
     HISTORY, ITEM, MAX_OL, NEW_ORDER, ORDERS, ORDERS_BY_CUSTOMER, ORDER_LINE, STOCK, WAREHOUSE,
 };
-use super::{TpccConfig, TpccReq};
+use super::{Line, TpccConfig, TpccReq};
 
 /// Orders StockLevel looks back over (Clause 2.8.2.2).
 const STOCK_LEVEL_ORDERS: u32 = 20;
@@ -43,8 +43,41 @@ fn inconsistent(tx: &Txn, what: &str, key: u64) -> Abort {
 }
 
 /// NewOrder (Clause 2.4.2).
+///
+/// The spec's effects, in an order that suits islands: lines supplied by
+/// other warehouses first (they may live on another island), then
+/// [`Txn::prepare_remote`], then the home warehouse's own stock rows (NURand
+/// makes a few items hot), its district (D_NEXT_O_ID: the hottest row),
+/// customer and the inserts. Across islands, this island's rows are then
+/// locked only while its part runs, not across the remote branches' forced
+/// prepare records.
 pub async fn new_order(tx: &mut Txn, cfg: &TpccConfig, req: &TpccReq) -> Result<(), Abort> {
     let (w, d) = (req.w, req.d);
+    // Per line: amount and S_DIST_xx, kept for the ORDER_LINE rows.
+    let mut amounts = [0i64; MAX_OL as usize];
+    let mut dist_infos = [[0u8; 24]; MAX_OL as usize];
+    // Lines supplied by another warehouse first (it may be on another
+    // island), then those of the home warehouse: a hot stock row of this
+    // island is locked only after the remote branches prepared.
+    let mut total = 0i64;
+    for remote in [true, false] {
+        for (i, line) in req.lines().iter().enumerate() {
+            if (line.supply_w != w) != remote {
+                continue;
+            }
+            // The 1% rollback (Clause 2.4.2.3) aborts at its item, whichever
+            // line it is on: the effect is the spec's.
+            let (amount, dist_info) = stock_line(tx, line, w, d).await?;
+            amounts[i] = amount;
+            dist_infos[i] = dist_info;
+            total += amount;
+        }
+        if remote {
+            // Remote stock rows (if any) are prepared, locked until the decision.
+            tx.prepare_remote().await?;
+        }
+    }
+
     let wk = u64::from(w);
     let wh_h = tx
         .get(WAREHOUSE, wk)
@@ -104,48 +137,7 @@ pub async fn new_order(tx: &mut Txn, cfg: &TpccConfig, req: &TpccReq) -> Result<
         r.set_i32(no::NO_D_ID, d as i32);
         r.set_i32(no::NO_W_ID, w as i32);
     }
-
-    let mut total = 0i64;
     for (i, line) in req.lines().iter().enumerate() {
-        let ik = u64::from(line.i_id);
-        // The 1% rollback: an unused item id (Clause 2.4.2.3).
-        let Some(i_h) = tx.get(ITEM, ik).await? else {
-            return Err(Abort::User(
-                "NewOrder: invalid item (the spec's 1% rollback)",
-            ));
-        };
-        let price = tx.row(i_h).i64(item::I_PRICE);
-        let i_original = contains(tx.row(i_h).str(item::I_DATA), b"ORIGINAL");
-        let sk = stock_key(line.supply_w, line.i_id);
-        let s_h = tx
-            .get_for_update(STOCK, sk)
-            .await?
-            .ok_or_else(|| broken("stock", sk))?;
-        let qty = line.quantity as i32;
-        let mut dist_info = [0u8; 24];
-        let s_original;
-        {
-            let s = tx.row(s_h);
-            let di = s.str(s_dist(d));
-            dist_info[..di.len()].copy_from_slice(di);
-            s_original = contains(s.str(stock::S_DATA), b"ORIGINAL");
-        }
-        {
-            let mut s = tx.row_mut(s_h);
-            let q = s.i32(stock::S_QUANTITY);
-            s.set_i32(
-                stock::S_QUANTITY,
-                if q >= qty + 10 { q - qty } else { q - qty + 91 },
-            );
-            s.set_i64(stock::S_YTD, s.i64(stock::S_YTD) + i64::from(qty));
-            s.set_i32(stock::S_ORDER_CNT, s.i32(stock::S_ORDER_CNT) + 1);
-            if line.supply_w != w {
-                s.set_i32(stock::S_REMOTE_CNT, s.i32(stock::S_REMOTE_CNT) + 1);
-            }
-        }
-        black_box(i_original && s_original);
-        let amount = i64::from(qty) * price;
-        total += amount;
         let number = i as u32 + 1;
         let olk = order_line_key(w, d, o_id, number);
         let ol_h = tx
@@ -160,13 +152,55 @@ pub async fn new_order(tx: &mut Txn, cfg: &TpccConfig, req: &TpccReq) -> Result<
         r.set_i32(ol::OL_I_ID, line.i_id as i32);
         r.set_i32(ol::OL_SUPPLY_W_ID, line.supply_w as i32);
         r.set_i64(ol::OL_DELIVERY_D, 0);
-        r.set_i32(ol::OL_QUANTITY, qty);
-        r.set_i64(ol::OL_AMOUNT, amount);
-        r.set_str(ol::OL_DIST_INFO, &dist_info);
+        r.set_i32(ol::OL_QUANTITY, line.quantity as i32);
+        r.set_i64(ol::OL_AMOUNT, amounts[i]);
+        r.set_str(ol::OL_DIST_INFO, &dist_infos[i]);
     }
     // total * (1 - discount) * (1 + w_tax + d_tax), rates in basis points.
     black_box(total * (10_000 - c_discount) / 10_000 * (10_000 + w_tax + d_tax) / 10_000);
     Ok(())
+}
+
+/// One NewOrder line's item and stock: checks the item (the 1% rollback),
+/// updates the stock row, returns OL_AMOUNT and S_DIST_xx.
+async fn stock_line(tx: &mut Txn, line: &Line, w: u32, d: u32) -> Result<(i64, [u8; 24]), Abort> {
+    let ik = u64::from(line.i_id);
+    let Some(i_h) = tx.get(ITEM, ik).await? else {
+        return Err(Abort::User(
+            "NewOrder: invalid item (the spec's 1% rollback)",
+        ));
+    };
+    let price = tx.row(i_h).i64(item::I_PRICE);
+    let i_original = contains(tx.row(i_h).str(item::I_DATA), b"ORIGINAL");
+    let sk = stock_key(line.supply_w, line.i_id);
+    let s_h = tx
+        .get_for_update(STOCK, sk)
+        .await?
+        .ok_or_else(|| broken("stock", sk))?;
+    let qty = line.quantity as i32;
+    let mut dist_info = [0u8; 24];
+    let s_original;
+    {
+        let s = tx.row(s_h);
+        let di = s.str(s_dist(d));
+        dist_info[..di.len()].copy_from_slice(di);
+        s_original = contains(s.str(stock::S_DATA), b"ORIGINAL");
+    }
+    {
+        let mut s = tx.row_mut(s_h);
+        let q = s.i32(stock::S_QUANTITY);
+        s.set_i32(
+            stock::S_QUANTITY,
+            if q >= qty + 10 { q - qty } else { q - qty + 91 },
+        );
+        s.set_i64(stock::S_YTD, s.i64(stock::S_YTD) + i64::from(qty));
+        s.set_i32(stock::S_ORDER_CNT, s.i32(stock::S_ORDER_CNT) + 1);
+        if line.supply_w != w {
+            s.set_i32(stock::S_REMOTE_CNT, s.i32(stock::S_REMOTE_CNT) + 1);
+        }
+    }
+    black_box(i_original && s_original);
+    Ok((i64::from(qty) * price, dist_info))
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -219,23 +253,13 @@ async fn find_customer(tx: &mut Txn, req: &TpccReq, for_update: bool) -> Result<
 }
 
 /// Payment (Clause 2.5.2).
+///
+/// The customer (on another island for 15% of Payments) comes first, then
+/// [`Txn::prepare_remote`], then the home warehouse and district rows, whose
+/// YTD every Payment of the warehouse updates: across islands they are then
+/// locked only while this island's part runs (see [`new_order`]).
 pub async fn payment(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
     let (w, d) = (req.w, req.d);
-    let wk = u64::from(w);
-    let wh_h = tx
-        .get_for_update(WAREHOUSE, wk)
-        .await?
-        .ok_or_else(|| broken("warehouse", wk))?;
-    let ytd = tx.row(wh_h).i64(wh::W_YTD);
-    tx.row_mut(wh_h).set_i64(wh::W_YTD, ytd + req.amount);
-    let dk = district_key(w, d);
-    let d_h = tx
-        .get_for_update(DISTRICT, dk)
-        .await?
-        .ok_or_else(|| broken("district", dk))?;
-    let ytd = tx.row(d_h).i64(dist::D_YTD);
-    tx.row_mut(d_h).set_i64(dist::D_YTD, ytd + req.amount);
-
     let c_h = find_customer(tx, req, true).await?;
     let c_id = tx.row(c_h).i32(cust::C_ID);
     let bad_credit = tx.row(c_h).str(cust::C_CREDIT) == b"BC";
@@ -271,6 +295,23 @@ pub async fn payment(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
             c.set_str(cust::C_DATA, &data[..data_len]);
         }
     }
+
+    tx.prepare_remote().await?;
+
+    let wk = u64::from(w);
+    let wh_h = tx
+        .get_for_update(WAREHOUSE, wk)
+        .await?
+        .ok_or_else(|| broken("warehouse", wk))?;
+    let ytd = tx.row(wh_h).i64(wh::W_YTD);
+    tx.row_mut(wh_h).set_i64(wh::W_YTD, ytd + req.amount);
+    let dk = district_key(w, d);
+    let d_h = tx
+        .get_for_update(DISTRICT, dk)
+        .await?
+        .ok_or_else(|| broken("district", dk))?;
+    let ytd = tx.row(d_h).i64(dist::D_YTD);
+    tx.row_mut(d_h).set_i64(dist::D_YTD, ytd + req.amount);
 
     let mut h_data = [0u8; 24];
     let (w_row, d_row) = (tx.row(wh_h), tx.row(d_h));
