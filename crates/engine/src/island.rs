@@ -584,8 +584,39 @@ fn recover(catalog: &Catalog, rec: crate::wal::Recovery) -> Result<RecoveryRepor
                 Some(rid) => crate::storage::tid_of(t.version(rid).load(Ordering::Acquire)),
                 None => tombstones.get(&(w.table, w.key)).copied().unwrap_or(0),
             };
-            if current >= tid && current != 0 {
+            // A patch at the tid the row already has is this transaction's
+            // next patch of it (one update may log several), or one the
+            // checkpoint image already holds: applying it again is a no-op.
+            let patch = w.patch_at.is_some();
+            if current != 0 && (current > tid || (current == tid && !patch)) {
                 report.skipped_writes += 1;
+                continue;
+            }
+            if let (Some(at), Some(bytes)) = (w.patch_at, &w.row) {
+                // An update of part of the row, over the image that holds
+                // every earlier write of it. No row: a later delete (in the
+                // checkpoint) removed it, and the delete wins.
+                let Some(rid) = t.lookup(w.key) else {
+                    report.skipped_writes += 1;
+                    continue;
+                };
+                let (at, words) = (at as usize, t.schema.row_words());
+                if at + bytes.len() > words * 8 {
+                    return Err(Error::Recovery(format!(
+                        "a log patch of key {} of table {} (bytes {at}..{}) runs past its {}-byte row",
+                        w.key,
+                        t.name,
+                        at + bytes.len(),
+                        words * 8
+                    )));
+                }
+                img.clear();
+                img.resize(words, 0);
+                t.copy_out(rid, &mut img);
+                crate::storage::schema::row_bytes_mut(&mut img)[at..at + bytes.len()]
+                    .copy_from_slice(bytes);
+                report.applied_writes += 1;
+                t.put_direct(&mut caches[w.table as usize], w.key, tid, &img)?;
                 continue;
             }
             report.applied_writes += 1;

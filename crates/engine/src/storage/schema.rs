@@ -130,6 +130,11 @@ pub fn row_bytes(words: &[u64]) -> &[u8] {
     bytes(words)
 }
 
+/// Row words as mutable bytes (for applying a log patch).
+pub fn row_bytes_mut(words: &mut [u64]) -> &mut [u8] {
+    bytes_mut(words)
+}
+
 /// Copies a byte image (from the log or a checkpoint) into row words.
 pub fn fill_words(words: &mut [u64], src: &[u8]) {
     let b = bytes_mut(words);

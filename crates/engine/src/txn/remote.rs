@@ -623,6 +623,12 @@ impl Txn {
         for w in writes {
             let h = match self.point(w.table, w.key, true)? {
                 Some(h) => h,
+                None if w.patch_at.is_some() => {
+                    return Err(Abort::Failed(Error::Recovery(format!(
+                        "in-doubt branch: the row it updated (key {} of table {}) is gone",
+                        w.key, w.table
+                    ))));
+                }
                 None if w.row.is_some() => {
                     self.insert_local(w.table, w.key)?
                         .ok_or(Abort::Failed(Error::Recovery(format!(
@@ -632,12 +638,19 @@ impl Txn {
                 }
                 None => continue,
             };
-            let ok = match &w.row {
-                Some(row) => {
-                    let _ = h;
-                    self.apply_write(w.table, w.key, row)
+            let ok = match (&w.row, w.patch_at) {
+                (Some(bytes), Some(at)) => {
+                    // Over the row as recovery has it: what the branch read.
+                    let m = self.row_mut(h);
+                    let b = crate::storage::schema::row_bytes_mut(m.words);
+                    let (at, end) = (at as usize, at as usize + bytes.len());
+                    end <= b.len() && {
+                        b[at..end].copy_from_slice(bytes);
+                        true
+                    }
                 }
-                None => self.apply_delete(w.table, w.key),
+                (Some(row), None) => self.apply_write(w.table, w.key, row),
+                (None, _) => self.apply_delete(w.table, w.key),
             };
             if !ok {
                 return Err(Abort::Failed(Error::Recovery(format!(

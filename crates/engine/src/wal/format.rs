@@ -22,6 +22,7 @@ pub(crate) const REC_CKPT_FOOTER: u8 = 0x22;
 
 const ENTRY_PUT: u8 = 0x01;
 const ENTRY_DELETE: u8 = 0x02;
+const ENTRY_PATCH: u8 = 0x03;
 
 /// Checkpoint files start with this magic in their header record.
 pub(crate) const CKPT_MAGIC: &[u8; 8] = b"ISLCKPT1";
@@ -170,15 +171,27 @@ fn decode_writes(c: &mut Cursor<'_>) -> Result<Vec<WriteEntry>, &'static str> {
         let kind = c.u8().ok_or("truncated write entry")?;
         let table = c.u16().ok_or("truncated write entry")?;
         let key = c.u64().ok_or("truncated write entry")?;
-        let row = match kind {
+        let (row, patch_at) = match kind {
             ENTRY_PUT => {
                 let n = c.u32().ok_or("truncated write entry")? as usize;
-                Some(c.take(n).ok_or("row length runs past the record")?.to_vec())
+                let row = c.take(n).ok_or("row length runs past the record")?;
+                (Some(row.to_vec()), None)
             }
-            ENTRY_DELETE => None,
+            ENTRY_DELETE => (None, None),
+            ENTRY_PATCH => {
+                let at = c.u32().ok_or("truncated patch entry")?;
+                let n = c.u32().ok_or("truncated patch entry")? as usize;
+                let bytes = c.take(n).ok_or("patch length runs past the record")?;
+                (Some(bytes.to_vec()), Some(at))
+            }
             _ => return Err("unknown write entry kind"),
         };
-        writes.push(WriteEntry { table, key, row });
+        writes.push(WriteEntry {
+            table,
+            key,
+            row,
+            patch_at,
+        });
     }
     Ok(writes)
 }
@@ -288,6 +301,19 @@ impl LogBuffer {
         self.bytes
             .extend_from_slice(&(row.len() as u32).to_le_bytes());
         self.bytes.extend_from_slice(row);
+    }
+
+    /// An update that changed only `bytes`, at byte `offset` of the row image.
+    pub fn patch(&mut self, table: u16, key: u64, offset: u32, bytes: &[u8]) {
+        assert!(self.open.is_some(), "patch outside a commit/prepare record");
+        assert!(bytes.len() <= MAX_BODY_BYTES, "patch too large for the log");
+        self.bytes.push(ENTRY_PATCH);
+        self.bytes.extend_from_slice(&table.to_le_bytes());
+        self.bytes.extend_from_slice(&key.to_le_bytes());
+        self.bytes.extend_from_slice(&offset.to_le_bytes());
+        self.bytes
+            .extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        self.bytes.extend_from_slice(bytes);
     }
 
     pub fn delete(&mut self, table: u16, key: u64) {

@@ -24,6 +24,13 @@
 //!   0x05 end           [gtid u64]                        2PC end
 //! entry = [0x01 put][table u16][key u64][row_len u32][row bytes]
 //!       | [0x02 delete][table u16][key u64]
+//!       | [0x03 patch][table u16][key u64][offset u32][len u32][bytes]
+//!
+//! A patch is an update that changed only bytes `offset..offset+len` of a
+//! row (a TPC-C stock update changes 4 of its 40 words): it is applied to the
+//! row as recovery has it at that point, which holds every earlier write of
+//! the row (writers of a row append in the order of their tids, under its
+//! lock, and a checkpoint's image of a row holds every write up to its tid).
 //! ```
 //!
 //! Invariants: segments only roll over at batch boundaries (once a segment reaches
@@ -42,7 +49,8 @@
 //! A checkpoint with start seq S stands for every batch below S: once it is durable, older
 //! checkpoints and every segment whose batches are all below S are deleted. Recovery returns
 //! the checkpoint and the records of batches >= S; replaying them over the checkpoint must be
-//! idempotent (puts are after-images; the snapshot may already hold some of their effects).
+//! idempotent (puts are after-images; the snapshot may already hold some of their effects;
+//! a patch applies only over an image older than itself).
 
 mod checkpoint;
 mod device;
@@ -200,6 +208,9 @@ pub struct WriteEntry {
     pub key: u64,
     /// `None` is a delete.
     pub row: Option<Vec<u8>>,
+    /// `Some(offset)`: a patch, `row` holds bytes `offset..offset + len` of
+    /// the row image only (an update of an existing row).
+    pub patch_at: Option<u32>,
 }
 
 /// A recovered log record, tagged with the batch it was submitted in.

@@ -66,6 +66,16 @@ fn fill(buf: &mut LogBuffer, i: u64) -> Vec<LogRecord> {
                         table: 7,
                         key,
                         row: None,
+                        patch_at: None,
+                    });
+                } else if k == 1 && i % 2 == 1 {
+                    let r = row(key);
+                    buf.patch(k as u16, key, 16 + i as u32, &r);
+                    writes.push(WriteEntry {
+                        table: k as u16,
+                        key,
+                        row: Some(r),
+                        patch_at: Some(16 + i as u32),
                     });
                 } else {
                     let r = row(key);
@@ -74,6 +84,7 @@ fn fill(buf: &mut LogBuffer, i: u64) -> Vec<LogRecord> {
                         table: k as u16,
                         key,
                         row: Some(r),
+                        patch_at: None,
                     });
                 }
             }
@@ -99,11 +110,13 @@ fn fill(buf: &mut LogBuffer, i: u64) -> Vec<LogRecord> {
                         table: 3,
                         key: i,
                         row: Some(r),
+                        patch_at: None,
                     },
                     WriteEntry {
                         table: 4,
                         key: i + 1,
                         row: None,
+                        patch_at: None,
                     },
                 ],
             });
@@ -597,6 +610,7 @@ fn concurrent_submitters(wal: &Arc<Wal>, threads: u64, per_thread: u64) -> Vec<L
                             table: t as u16,
                             key: i,
                             row: Some(tid.to_le_bytes().to_vec()),
+                            patch_at: None,
                         }],
                     });
                 }
