@@ -16,6 +16,7 @@ use islands::topology::Topology;
 use islands::txn::Router;
 use islands::wal::Durability;
 use islands::Error;
+use islands_workloads::inserts::{self, Inserts, InsertsConfig};
 use islands_workloads::micro::{self, Micro, MicroConfig};
 use islands_workloads::tpcc::{self, Mix, Tpcc, TpccConfig};
 use islands_workloads::ycsb::{self, Ycsb, YcsbConfig};
@@ -114,6 +115,21 @@ enum WorkloadCmd {
     /// Message round trips between two pinned threads (spin queue, the islands' in-process
     /// transport, crossbeam channel, std mpsc).
     Ipc(crate::experiment_cmd::IpcArgs),
+    /// Xi et al.'s insert microbenchmark: each worker (client) inserts one record per
+    /// transaction into a private table. No logical contention: what limits it is the log
+    /// the clients share (one per island) and the engine itself (try --durability off).
+    Inserts(InsertsArgs),
+}
+
+#[derive(Args, Clone)]
+struct InsertsArgs {
+    /// Bytes per record.
+    #[arg(long, default_value_t = 100)]
+    row_bytes: usize,
+    /// Most records a client's table holds; a run that fills it stops with an error
+    /// (memory is taken only as records come).
+    #[arg(long, default_value_t = 1 << 26)]
+    rows_per_client: u64,
 }
 
 #[derive(Args, Clone)]
@@ -507,6 +523,38 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 &c.json,
                 quiet,
                 router.map(|r| (r, copts)),
+            )
+        }
+        WorkloadCmd::Inserts(a) => {
+            let cfg = InsertsConfig {
+                row_bytes: a.row_bytes,
+                rows_per_client: a.rows_per_client,
+            };
+            cfg.check()?;
+            dcfg.workload_name = "inserts (one private table per client)".into();
+            dcfg.parameters = cfg.parameters();
+            // A worker's table is its rank among its island's workers.
+            let mut rank = vec![0u16; n_islands];
+            let table_of: Vec<u16> = workers
+                .iter()
+                .map(|w| {
+                    rank[w.island] += 1;
+                    rank[w.island] - 1
+                })
+                .collect();
+            let clients: Vec<usize> = rank.iter().map(|&r| r as usize).collect();
+            let w = Inserts::new(cfg.clone(), table_of)?;
+            execute(
+                configs,
+                |i| inserts::tables(&cfg, clients[i]),
+                |_, _| Ok(()),
+                &plan,
+                &workers,
+                w,
+                &dcfg,
+                &c.json,
+                quiet,
+                None,
             )
         }
         WorkloadCmd::Ipc(_) => unreachable!("handled at the top of run"),

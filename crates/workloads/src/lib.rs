@@ -4,7 +4,9 @@
 //! - [`ycsb`]: YCSB-style key-value transactions (DBx1000's and Silo's configurations).
 //! - [`micro`]: the paper's partition-sensitive microbenchmark (read or update N rows).
 //! - [`tpcc`]: TPC-C: all five transactions, the consistency checker.
+//! - [`inserts`]: Xi et al.'s insert microbenchmark (a private table per client).
 
+pub mod inserts;
 pub mod micro;
 pub mod tpcc;
 pub mod ycsb;

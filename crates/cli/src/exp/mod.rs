@@ -116,7 +116,9 @@ impl Deployment {
             })
             .collect::<Vec<_>>()
             .join(";");
-        vec!["--islands".into(), s]
+        // A trailing `;` keeps one CPU list a list: `--islands 0` would be a
+        // count of islands (and refused), `--islands 1` one island of every core.
+        vec!["--islands".into(), format!("{s};")]
     }
 }
 

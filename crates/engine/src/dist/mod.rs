@@ -514,20 +514,8 @@ impl Executor {
         let tx = self.pool.ctx(c);
         let mut parts: Vec<IslandId> = touched.iter().collect();
         if tx.has_local_part() {
-            if self.part.on_branch_begin(gtid, now).is_err() {
-                self.abort_home(c);
-                return Err(Abort::Conflict(AbortReason::Remote));
-            }
+            self.home_branch(c, gtid, hold, now)?;
             parts.push(self.island);
-            self.pool.branches.insert(
-                gtid,
-                Branch {
-                    ctx: c,
-                    expect: Some((0, hold)),
-                    applied: 0,
-                    bad: false,
-                },
-            );
         } else {
             tx.abort();
             self.pool.free_ctx(c);
@@ -550,6 +538,26 @@ impl Executor {
         self.run_actions(&mut actions, true);
         self.actions = actions;
         Ok(HomeCommit::Distributed(gtid))
+    }
+
+    /// Makes home context `c` the home island's own branch of `gtid` (its
+    /// participant prepares it like any other). On `Err` (the participant's
+    /// table is full) the transaction is aborted everywhere and `c` is free.
+    fn home_branch(&mut self, c: u32, gtid: Gtid, hold: bool, now: u64) -> Result<(), Abort> {
+        if self.part.on_branch_begin(gtid, now).is_err() {
+            self.abort_home(c);
+            return Err(Abort::Conflict(AbortReason::Remote));
+        }
+        self.pool.branches.insert(
+            gtid,
+            Branch {
+                ctx: c,
+                expect: Some((0, hold)),
+                applied: 0,
+                bad: false,
+            },
+        );
+        Ok(())
     }
 
     /// Sends the changes context `c` made to rows of other islands, then a
@@ -673,19 +681,7 @@ impl Executor {
         let now = self.now_us();
         if tx.has_local_part() {
             let hold = tx.has_late_writes();
-            if self.part.on_branch_begin(gtid, now).is_err() {
-                self.abort_home(c);
-                return Err(Abort::Conflict(AbortReason::Remote));
-            }
-            self.pool.branches.insert(
-                gtid,
-                Branch {
-                    ctx: c,
-                    expect: Some((0, hold)),
-                    applied: 0,
-                    bad: false,
-                },
-            );
+            self.home_branch(c, gtid, hold, now)?;
             self.local.push_back((home, Msg::PrepareReq { gtid }));
         } else {
             // Everything the branch could have read is in this island's log

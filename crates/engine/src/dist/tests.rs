@@ -224,12 +224,14 @@ fn transfers_across_three_islands_conserve_money() {
     check_bank(&islands, 90, &stats);
 }
 
-#[test]
-fn transfers_survive_lost_duplicated_and_reordered_messages() {
+/// A transport between 3 islands that drops, duplicates and delays batches
+/// (seed from `ISLANDS_DIST_SEED`, else the process id ^ `salt`, printed),
+/// and cluster options with timeouts short enough for the losses.
+fn faulty_cluster(salt: u64) -> (u64, Arc<FaultyTransport>, ClusterOptions) {
     let seed: u64 = std::env::var("ISLANDS_DIST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| std::process::id() as u64);
+        .unwrap_or_else(|| std::process::id() as u64 ^ salt);
     eprintln!("fault seed {seed} (replay with ISLANDS_DIST_SEED={seed})");
     let faults = Faults {
         drop_pct: 3,
@@ -250,6 +252,12 @@ fn transfers_survive_lost_duplicated_and_reordered_messages() {
         transport: Some(transport.clone()),
         ..Default::default()
     };
+    (seed, transport, opts)
+}
+
+#[test]
+fn transfers_survive_lost_duplicated_and_reordered_messages() {
+    let (seed, transport, opts) = faulty_cluster(0);
     let (cl, islands) = open_cluster(3, 60, opts);
     let workers = clients(3, 150);
     let stats = run_to_completion(&cl, &workers, bank(60), seed).unwrap();
@@ -544,30 +552,7 @@ fn early_prepared_transfers_and_audits_conserve_money() {
 
 #[test]
 fn early_prepared_transfers_survive_lost_duplicated_and_reordered_messages() {
-    let seed: u64 = std::env::var("ISLANDS_DIST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| std::process::id() as u64 ^ 0x5eed);
-    eprintln!("fault seed {seed} (replay with ISLANDS_DIST_SEED={seed})");
-    let faults = Faults {
-        drop_pct: 3,
-        duplicate_pct: 3,
-        delay_pct: 10,
-        max_delay: Duration::from_micros(500),
-    };
-    let transport = Arc::new(FaultyTransport::new(3, 4096, faults, seed));
-    let opts = ClusterOptions {
-        inflight: 4,
-        op_timeout: Duration::from_millis(5),
-        timeouts: coord::Timeouts {
-            prepare_us: 5_000,
-            commit_retry_us: 2_000,
-            decision_retry_us: 3_000,
-            branch_idle_us: 20_000,
-        },
-        transport: Some(transport.clone()),
-        ..Default::default()
-    };
+    let (seed, transport, opts) = faulty_cluster(0x5eed);
     let (cl, islands) = open_cluster(3, 120, opts);
     let workers = clients(3, 150);
     let stats = run_to_completion(&cl, &workers, early_bank(120, 3, 10), seed)

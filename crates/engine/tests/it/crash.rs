@@ -926,6 +926,19 @@ fn updates_logged_as_patches_recover_exactly() {
     let names: Vec<String> = (0..COLS).map(|c| format!("c{c}")).collect();
     let cols: Vec<(&str, ColType)> = names.iter().map(|n| (n.as_str(), ColType::I64)).collect();
     let defs = vec![TableDef::new("wide", &cols, 256, PrimaryKind::Hash)];
+    let insert_row = |tx: &mut Txn, k: u64, row: [i64; COLS]| {
+        run_durable(tx, |tx| {
+            Box::pin(async move {
+                let h = tx.insert(WIDE, k).await?.expect("a free key");
+                let mut r = tx.row_mut(h);
+                for (c, v) in row.iter().enumerate() {
+                    r.set_i64(Col(c as u16), *v);
+                }
+                Ok(())
+            })
+        })
+        .unwrap()
+    };
     let dir = temp_dir("crash-patch");
     let mut model: HashMap<u64, [i64; COLS]> = HashMap::new();
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
@@ -941,17 +954,7 @@ fn updates_logged_as_patches_recover_exactly() {
         let mut tx = island.worker().unwrap();
         for k in 0..KEYS {
             let row: [i64; COLS] = std::array::from_fn(|c| (k * 100 + c as u64) as i64);
-            run_durable(&mut tx, |tx| {
-                Box::pin(async move {
-                    let h = tx.insert(WIDE, k).await?.expect("fresh key");
-                    let mut r = tx.row_mut(h);
-                    for (c, v) in row.iter().enumerate() {
-                        r.set_i64(Col(c as u16), *v);
-                    }
-                    Ok(())
-                })
-            })
-            .unwrap();
+            insert_row(&mut tx, k, row);
             model.insert(k, row);
         }
         for step in 0..600u64 {
@@ -978,17 +981,7 @@ fn updates_logged_as_patches_recover_exactly() {
                     })
                     .unwrap();
                     let again: [i64; COLS] = std::array::from_fn(|c| del[c] + 1_000_000);
-                    run_durable(&mut tx, |tx| {
-                        Box::pin(async move {
-                            let h = tx.insert(WIDE, k).await?.expect("deleted key");
-                            let mut r = tx.row_mut(h);
-                            for (c, v) in again.iter().enumerate() {
-                                r.set_i64(Col(c as u16), *v);
-                            }
-                            Ok(())
-                        })
-                    })
-                    .unwrap();
+                    insert_row(&mut tx, k, again);
                     model.insert(k, again);
                     continue;
                 }
