@@ -116,9 +116,11 @@ impl Deployment {
             })
             .collect::<Vec<_>>()
             .join(";");
-        // A trailing `;` keeps one CPU list a list: `--islands 0` would be a
-        // count of islands (and refused), `--islands 1` one island of every core.
-        vec!["--islands".into(), format!("{s};")]
+        // A trailing `;` keeps a single CPU list a list: `--islands 0` would
+        // be a count of islands (and refused), `--islands 1` one island of
+        // every core.
+        let end = if self.groups.len() == 1 { ";" } else { "" };
+        vec!["--islands".into(), format!("{s}{end}")]
     }
 }
 
@@ -1198,6 +1200,15 @@ mod tests {
         let m = machine(&[0, 0, 0, 1, 1, 1]);
         assert_eq!(islands_of(&m, 6, 2).args()[1], "0,1,2;3,4,5");
         assert_eq!(islands_of(&m, 4, 4).args()[1], "0;1;2;3");
+        // One island of one CPU stays a CPU list, not "0 islands".
+        let one = islands_of(&m, 1, 1).args()[1].clone();
+        assert_eq!(one, "0;");
+        assert_eq!(
+            islands::deploy::Islands::parse(&one).unwrap(),
+            islands::deploy::Islands::Explicit(
+                vec![islands::topology::CpuSet::parse("0").unwrap()]
+            )
+        );
         assert_eq!(per_socket(&m, 4).groups, vec![vec![0, 1, 2], vec![3]]);
         assert_eq!(divisors(6), vec![1, 2, 3, 6]);
         let mut deps = vec![islands_of(&m, 2, 1), per_socket(&m, 2)];
