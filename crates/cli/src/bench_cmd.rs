@@ -95,6 +95,11 @@ struct Common {
     /// group commits); TPC-C 4 (32 with sync: a worker's transactions share its warehouse).
     #[arg(long, global = true)]
     txns_per_worker: Option<usize>,
+    /// Count where the workers' time goes: execution, management, communication, locking,
+    /// logging (µs per transaction, in the report and the JSON). Reads the processor's
+    /// time-stamp counter at every phase boundary, so leave it off for peak figures.
+    #[arg(long, global = true)]
+    phases: bool,
     /// Do not pin worker threads to CPUs.
     #[arg(long, global = true)]
     no_pin: bool,
@@ -367,6 +372,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         seed: c.seed,
         display,
         pin: !c.no_pin,
+        phases: c.phases,
         workload_name: String::new(),
         parameters: Default::default(),
         deployment: deployment_line(&plan, &configs, durability, &log_base),

@@ -367,6 +367,7 @@ pub fn run_experiment(
                     seed: cfg.seed.wrapping_add(rep as u64),
                     display: DisplayMode::Quiet,
                     pin: p.placement != Placement::Os,
+                    phases: false,
                     workload_name: format!("micro ({})", mode_name(update)),
                     parameters: mc.parameters(),
                     deployment: p.summary(t),

@@ -21,6 +21,7 @@ use crate::txn::Txn;
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
+use crate::bench::phases::{self, Phase};
 use crate::wal::{BatchSeq, Durability, FsDevice, LogBuffer, LogDevice, LogRecord, Wal, WalConfig};
 use crate::Error;
 
@@ -211,12 +212,15 @@ impl Shared {
         if self.wal.is_none() {
             return 0;
         }
+        let prev = phases::switch(Phase::Logging);
         let mut slot = self.log.lock();
         f(&mut slot.buf);
         let seq = slot.next_seq;
         if pin {
             slot.pin(seq);
         }
+        drop(slot);
+        phases::switch(prev);
         seq
     }
 
@@ -229,7 +233,10 @@ impl Shared {
     /// Hands the log buffer to the log writer (if there is one and it holds records).
     pub(crate) fn flush(&self) -> Result<(), Error> {
         if let Some(w) = &self.wal {
-            self.log.lock().hand_off(w)?;
+            let prev = phases::switch(Phase::Logging);
+            let r = self.log.lock().hand_off(w);
+            phases::switch(prev);
+            r?;
         }
         Ok(())
     }
@@ -238,8 +245,11 @@ impl Shared {
     /// syncing it: locks are held until it is durable ([`Wal::expedite`]).
     pub(crate) fn flush_urgent(&self) -> Result<(), Error> {
         if let Some(w) = &self.wal {
-            self.log.lock().hand_off(w)?;
+            let prev = phases::switch(Phase::Logging);
+            let r = self.log.lock().hand_off(w);
             w.expedite();
+            phases::switch(prev);
+            r?;
         }
         Ok(())
     }

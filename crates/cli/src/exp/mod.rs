@@ -306,7 +306,12 @@ fn points(name: &str, c: &Ctx) -> Result<Vec<Point>, String> {
                         format!("{} 4 rows", mode_name(u)),
                         &dep.label,
                         x,
-                        &[dep.args(), c.mode_args(u), micro(u, 4, x, 0.0)],
+                        &[
+                            dep.args(),
+                            c.mode_args(u),
+                            s(&["--phases"]),
+                            micro(u, 4, x, 0.0),
+                        ],
                     ));
                 }
             }

@@ -33,6 +33,7 @@ fn a_deployment_file_runs_multisite_transactions_across_two_islands() {
         "quiet",
         "--json",
         json.to_str().unwrap(),
+        "--phases",
         "micro",
         "--rows",
         "20000",
@@ -59,7 +60,62 @@ fn a_deployment_file_runs_multisite_transactions_across_two_islands() {
         distributed * 10 > committed * 9,
         "{distributed} of {committed} commits distributed"
     );
+    // The phase counters add up to no more than the workers' time per
+    // transaction, and distributed transactions spend some on messages.
+    let p = &r["phases"];
+    let us = |k: &str| p[k].as_f64().unwrap_or_else(|| panic!("no {k} in {p}"));
+    let busy: f64 = [
+        "execution_us_per_txn",
+        "management_us_per_txn",
+        "communication_us_per_txn",
+        "locking_us_per_txn",
+        "logging_us_per_txn",
+    ]
+    .iter()
+    .map(|k| us(k))
+    .sum();
+    let wall =
+        r["threads"].as_f64().unwrap() * r["measured_s"].as_f64().unwrap() * 1e6 / committed as f64;
+    assert!(
+        us("execution_us_per_txn") > 0.0 && us("communication_us_per_txn") > 0.0,
+        "{p}"
+    );
+    assert!(
+        busy + us("idle_us_per_txn") <= wall * 1.2,
+        "{p}: {busy} us busy of {wall} us"
+    );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_insert_benchmark_runs_and_refuses_bad_sizes() {
+    let out = islands(&[
+        "bench",
+        "--islands",
+        "per-core",
+        "--warmup",
+        "0",
+        "--duration",
+        "0.3",
+        "--progress",
+        "quiet",
+        "inserts",
+        "--row-bytes",
+        "64",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("inserts (one private table per client)"));
+    let out = islands(&["bench", "inserts", "--row-bytes", "4"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error: ") && err.contains("--row-bytes"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::cpu::CpuTime;
+use super::phases::{self, Phase};
 use super::progress::{DisplayMode, ProgressDisplay};
 use super::report::{LogReport, Machine, Report, RunInfo};
 use super::rng::FastRng;
@@ -62,6 +63,9 @@ pub struct DriverConfig {
     pub display: DisplayMode,
     /// Pin worker `i` to the i-th CPU this process may use.
     pub pin: bool,
+    /// Count where the workers' time goes ([`crate::bench::phases`]; costs a
+    /// time-stamp read at every phase boundary).
+    pub phases: bool,
     /// Shown in the report.
     pub workload_name: String,
     pub parameters: BTreeMap<String, String>,
@@ -78,6 +82,7 @@ impl Default for DriverConfig {
             seed: 1,
             display: DisplayMode::Auto,
             pin: true,
+            phases: false,
             workload_name: String::new(),
             parameters: BTreeMap::new(),
             deployment: String::new(),
@@ -208,6 +213,7 @@ pub(crate) fn run_threads(
         let phase = Arc::clone(&phase);
         let counter = Arc::clone(&counters[w]);
         let cpu = spec.cpu;
+        let count_phases = cfg.phases;
         handles.push(
             std::thread::Builder::new()
                 .name(format!("i{}-worker-{w}", spec.island))
@@ -216,6 +222,7 @@ pub(crate) fn run_threads(
                         // Pinning can fail in a restricted container; the run goes on unpinned.
                         let _ = pin_to(c);
                     }
+                    crate::bench::phases::enable(count_phases);
                     body(&phase, &counter)
                 })
                 .map_err(|e| Error::Config(format!("cannot start a worker thread: {e}")))?,
@@ -293,6 +300,12 @@ pub(crate) fn run_threads(
             machine: Machine::detect(),
         },
     );
+    if cfg.phases {
+        report.phases = Some(crate::bench::report::PhaseReport::new(
+            &merged.phase_ticks,
+            merged.total_commits(),
+        ));
+    }
     report.notes.push(format!(
         "durability {durability}: {}",
         match durability {
@@ -340,14 +353,19 @@ fn worker_loop<W: Workload>(
                 break;
             }
             stats.reset();
+            phases::take();
             my_phase = p;
         }
+        phases::switch(Phase::Management);
         let ty = workload.next(w, &mut rng, &mut req);
         let start = Instant::now();
         let mut attempt = 0u32;
         let committed = loop {
             tx.begin(attempt > 0);
-            let r = poll_local(workload.run(&mut tx, &req)).and_then(|()| tx.commit());
+            phases::switch(Phase::Execution);
+            let r = poll_local(workload.run(&mut tx, &req));
+            phases::switch(Phase::Management);
+            let r = r.and_then(|()| tx.commit());
             match r {
                 Ok(c) => break Some(c),
                 Err(Abort::Conflict(reason)) => {
@@ -397,7 +415,9 @@ fn worker_loop<W: Workload>(
                     || since_flush > 0 && now - last_flush >= ASYNC_FLUSH_AFTER
             };
             if due {
+                phases::switch(Phase::Logging);
                 tx.flush_log()?;
+                phases::switch(Phase::Management);
                 since_flush = 0;
                 last_flush = now;
             }
@@ -412,7 +432,9 @@ fn worker_loop<W: Workload>(
                 if let Some(e) = tx.log_failure() {
                     return Err(e);
                 }
+                phases::switch(Phase::Idle);
                 std::thread::yield_now();
+                phases::switch(Phase::Management);
                 durable = tx.durable_batch();
             }
             while let Some(p) = pending.front() {
@@ -425,6 +447,7 @@ fn worker_loop<W: Workload>(
             stats.maybe_publish(counter);
         }
     }
+    stats.phase_ticks = phases::take();
     // Hand the rest to the log so nothing committed waits for another worker.
     let _ = tx.flush_log();
     stats.publish(counter);

@@ -143,7 +143,44 @@ pub struct Report {
     pub log: Option<LogReport>,
     pub machine: Machine,
     pub started_unix_s: u64,
+    /// Where the workers' time went, per committed transaction (`--phases`).
+    pub phases: Option<PhaseReport>,
     pub notes: Vec<String>,
+}
+
+/// Core time per committed transaction in each phase (see
+/// [`crate::bench::phases`]), in microseconds, summed over the workers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseReport {
+    pub execution_us_per_txn: f64,
+    pub management_us_per_txn: f64,
+    pub communication_us_per_txn: f64,
+    pub locking_us_per_txn: f64,
+    pub logging_us_per_txn: f64,
+    /// Time workers gave their core away with nothing to do (not a cost).
+    pub idle_us_per_txn: f64,
+}
+
+impl PhaseReport {
+    /// From the workers' merged ticks and the transactions they committed.
+    pub fn new(ticks: &[u64; crate::bench::phases::PHASES], committed: u64) -> PhaseReport {
+        use crate::bench::phases::{ticks_per_us, Phase};
+        let per = |p: Phase| {
+            if committed == 0 {
+                0.0
+            } else {
+                ticks[p as usize] as f64 / ticks_per_us() / committed as f64
+            }
+        };
+        PhaseReport {
+            execution_us_per_txn: per(Phase::Execution),
+            management_us_per_txn: per(Phase::Management),
+            communication_us_per_txn: per(Phase::Communication),
+            locking_us_per_txn: per(Phase::Locking),
+            logging_us_per_txn: per(Phase::Logging),
+            idle_us_per_txn: per(Phase::Idle),
+        }
+    }
 }
 
 impl Report {
@@ -216,6 +253,7 @@ impl Report {
                 .started
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            phases: None,
             notes: Vec::new(),
         }
     }
@@ -331,6 +369,19 @@ impl Report {
             100.0 * self.cpu_utilisation,
             self.cores
         );
+        if let Some(p) = &self.phases {
+            let _ = writeln!(
+                t,
+                "phases us   execution {:.2}  management {:.2}  communication {:.2}  locking {:.2}  \
+                 logging {:.2}  (per transaction; idle {:.2})",
+                p.execution_us_per_txn,
+                p.management_us_per_txn,
+                p.communication_us_per_txn,
+                p.locking_us_per_txn,
+                p.logging_us_per_txn,
+                p.idle_us_per_txn
+            );
+        }
         if let Some(log) = &self.log {
             let _ = writeln!(
                 t,

@@ -104,6 +104,8 @@ pub struct WorkerStats {
     lifetime_commits: u64,
     /// Commit latency in nanoseconds, first attempt to commit (retries included).
     latency_ns: Histogram<u64>,
+    /// Clock ticks per phase ([`crate::bench::phases`]), when the run counts them.
+    pub phase_ticks: [u64; crate::bench::phases::PHASES],
 }
 
 impl Default for WorkerStats {
@@ -129,6 +131,7 @@ impl WorkerStats {
             distributed: 0,
             lifetime_commits: 0,
             latency_ns,
+            phase_ticks: [0; crate::bench::phases::PHASES],
         }
     }
 
@@ -181,6 +184,7 @@ impl WorkerStats {
         self.retries = 0;
         self.distributed = 0;
         self.latency_ns.reset();
+        self.phase_ticks = [0; crate::bench::phases::PHASES];
     }
 
     /// Adds `other` into `self`.
@@ -196,6 +200,9 @@ impl WorkerStats {
         }
         self.retries += other.retries;
         self.distributed += other.distributed;
+        for (a, b) in self.phase_ticks.iter_mut().zip(other.phase_ticks) {
+            *a += b;
+        }
         self.lifetime_commits += other.lifetime_commits;
         // Both histograms have the same constant bounds, so adding cannot fail.
         if let Err(e) = self.latency_ns.add(&other.latency_ns) {

@@ -28,6 +28,7 @@ use crate::bench::driver::{
     run_threads, worker_seed, DriverConfig, WorkerBody, WorkerSpec, Workload, ASYNC_FLUSH_AFTER,
     FLUSH_AFTER, FLUSH_EVERY, MEASURE, STOP, WARMUP,
 };
+use crate::bench::phases::{self, Phase};
 use crate::bench::report::Report;
 use crate::bench::rng::FastRng;
 use crate::bench::stats::{ProgressCounter, WorkerStats};
@@ -183,10 +184,13 @@ where
                     stopping = true;
                 } else if p == MEASURE {
                     stats.reset();
+                    phases::take();
                 }
                 my_phase = p;
             }
+            phases::switch(Phase::Communication);
             let received = ex.pump()?;
+            phases::switch(Phase::Management);
             let mut progressed = received > 0 || !ex.woken.is_empty() || !ex.outcomes.is_empty();
             for c in ex.woken.drain(..) {
                 if let Some(s) = slots
@@ -256,7 +260,10 @@ where
                 if s.state == St::Ready {
                     progressed = true;
                     let fut = s.fut.as_mut().expect("a ready slot has a procedure");
-                    match fut.as_mut().poll(&mut cx) {
+                    phases::switch(Phase::Execution);
+                    let polled = fut.as_mut().poll(&mut cx);
+                    phases::switch(Phase::Management);
+                    match polled {
                         Poll::Pending => {
                             if !ex.send_request(s.ctx) {
                                 return Err(Error::Config(
@@ -333,7 +340,9 @@ where
                     since_flush > 0 && now - last_flush >= ASYNC_FLUSH_AFTER
                 };
                 if due || (stopping && since_flush > 0) {
+                    phases::switch(Phase::Logging);
                     ex.flush_log()?;
+                    phases::switch(Phase::Management);
                     since_flush = 0;
                     last_flush = now;
                 }
@@ -376,10 +385,12 @@ where
                 // on 2 islands, 2 cores: +12% in interleaved pairs). Without
                 // a log nobody else wants the core, and the syscall only
                 // slows the answer to the next reply.
+                phases::switch(Phase::Idle);
                 std::thread::yield_now();
             }
         }
     })();
+    stats.phase_ticks = phases::take();
     if result.is_err() && !client_done {
         // Let the other workers stop instead of serving forever.
         cl.clients.fetch_sub(1, Ordering::AcqRel);

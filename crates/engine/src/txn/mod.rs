@@ -40,6 +40,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use crate::bench::phases::{self, Phase};
 use crate::cc::{CcKind, Held, Observed, TxnMeta, WriteLock};
 use crate::island::Shared;
 use crate::storage::hash::HashIndex;
@@ -384,14 +385,24 @@ impl Txn {
         let words = t.schema.row_words();
         let off = self.buf.len();
         self.buf.resize(off + words, 0);
-        let (seen, held) = shared.cc.read(
+        // Under `none` a read is a copy: execution, not locking.
+        let prev = if self.validate {
+            phases::switch(Phase::Locking)
+        } else {
+            Phase::Idle
+        };
+        let read = shared.cc.read(
             t,
             rid,
             key,
             &mut self.buf[off..off + words],
             for_update,
             &self.meta,
-        )?;
+        );
+        if self.validate {
+            phases::switch(prev);
+        }
+        let (seen, held) = read?;
         let orig = if seen.present && !t.secondary.is_empty() {
             let o = self.buf.len();
             self.buf.extend_from_within(off..off + words);
@@ -773,13 +784,18 @@ impl Txn {
             )));
         }
         let writes = self.has_local_writes();
-        let tid = self.lock_and_validate(writes)?;
+        let prev = phases::switch(Phase::Locking);
+        let tid = self.lock_and_validate(writes);
+        let tid = tid.inspect_err(|_| {
+            phases::switch(prev);
+        })?;
         let shared = self.island();
         // 4. Log, before installing: see `island::Shared::log`.
         let logged = writes && shared.wal.is_some();
         let mut ack = 0;
         let flag = &shared.committing[self.worker as usize];
         if logged {
+            phases::switch(Phase::Logging);
             flag.store(flag.load(Ordering::Relaxed) + 1, Ordering::Release);
             let mut slot = shared.log.lock();
             let before = slot.buf.len_bytes();
@@ -798,11 +814,13 @@ impl Txn {
             ack = shared.append_seq.load(Ordering::Acquire);
         }
         // 5. Install and release.
+        phases::switch(Phase::Locking);
         self.install(tid);
         if logged {
             flag.store(flag.load(Ordering::Relaxed) + 1, Ordering::Release);
         }
         self.clear();
+        phases::switch(prev);
         Ok(Committed { tid, logged, ack })
     }
 
@@ -973,8 +991,10 @@ impl Txn {
     pub(crate) fn prepare_branch(&mut self) -> Result<bool, Abort> {
         debug_assert!(self.prepared.is_none(), "prepared twice");
         let writes = self.has_local_writes();
-        let tid = self.lock_and_validate(writes)?;
-        self.prepared = Some((tid, 0));
+        let prev = phases::switch(Phase::Locking);
+        let tid = self.lock_and_validate(writes);
+        phases::switch(prev);
+        self.prepared = Some((tid?, 0));
         Ok(writes)
     }
 
@@ -991,12 +1011,15 @@ impl Txn {
         if shared.wal.is_none() {
             return 0;
         }
+        let prev = phases::switch(Phase::Logging);
         let mut slot = shared.log.lock();
         slot.buf.prepare_begin(gtid, tid);
         self.log_writes(&mut slot.buf);
         slot.buf.record_end();
         let seq = slot.next_seq;
         slot.pin(seq);
+        drop(slot);
+        phases::switch(prev);
         self.prepared = Some((tid, seq));
         seq
     }
@@ -1013,7 +1036,9 @@ impl Txn {
         if pin != 0 {
             shared.log.lock().unpin(pin);
         }
+        let prev = phases::switch(Phase::Locking);
         self.install(tid);
+        phases::switch(prev);
         flag.store(flag.load(Ordering::Relaxed) + 1, Ordering::Release);
         self.clear();
     }
