@@ -219,6 +219,11 @@ impl Shared {
         if pin {
             slot.pin(seq);
         }
+        // A commit decision makes writes visible (early lock release): a
+        // read-only transaction that reads them must wait for this batch.
+        if self.append_seq.load(Ordering::Relaxed) < seq {
+            self.append_seq.store(seq, Ordering::Release);
+        }
         drop(slot);
         phases::switch(prev);
         seq

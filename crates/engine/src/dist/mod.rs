@@ -287,6 +287,7 @@ impl Cluster {
                 free: Vec::new(),
                 branches: HashMap::new(),
                 in_doubt: HashMap::new(),
+                decided: HashMap::new(),
                 failed: None,
             },
             coord: Coordinator::new(coord::Config {
@@ -392,6 +393,9 @@ struct Pool {
     free: Vec<u32>,
     branches: HashMap<Gtid, Branch>,
     in_doubt: HashMap<Gtid, InDoubt>,
+    /// Commit decisions a participant logged before installing its branch
+    /// (see `Engine::commit`): the batch each went to, for its force.
+    decided: HashMap<Gtid, BatchSeq>,
     failed: Option<Error>,
 }
 
@@ -894,9 +898,17 @@ impl Executor {
                             None => 0,
                         },
                         LogRec::Decision { gtid, commit } => {
-                            let seq = self
-                                .shared
-                                .log_record(|l| l.decision(gtid, commit), by_coord);
+                            let logged = if by_coord {
+                                None
+                            } else {
+                                self.pool.decided.remove(&gtid)
+                            };
+                            let seq = match logged {
+                                Some(seq) => seq,
+                                None => self
+                                    .shared
+                                    .log_record(|l| l.decision(gtid, commit), by_coord),
+                            };
                             if by_coord && seq != 0 {
                                 self.coord_pins.insert(gtid, seq);
                             }
@@ -1406,6 +1418,15 @@ impl coord::Branches for Engine<'_> {
     fn commit(&mut self, gtid: Gtid) {
         let ex = &mut *self.0;
         if let Some(b) = ex.branches.remove(&gtid) {
+            // The decision goes to the log before the branch installs and
+            // releases, as every commit's record does: a transaction that
+            // then sees these writes logs after them, so replay applies them
+            // first (its patches are diffed against an image that holds
+            // them). The participant's Log action below finds it logged.
+            let seq = ex.cl.islands[ex.island as usize]
+                .shared()
+                .log_record(|l| l.decision(gtid, true), false);
+            ex.decided.insert(gtid, seq);
             ex.ctx(b.ctx).commit_prepared();
             ex.free_ctx(b.ctx);
         }

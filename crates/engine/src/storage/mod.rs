@@ -86,6 +86,12 @@ pub struct TableDef {
     pub capacity: u64,
     pub primary: PrimaryKind,
     pub secondary: Vec<SecondaryDef>,
+    /// The rows are loaded once and never inserted, deleted, or moved to
+    /// another secondary key afterwards (TPC-C's warehouse, district,
+    /// customer, stock, item). Scans of such a table cannot meet a phantom,
+    /// so they need no validation at commit; transactions that would change
+    /// its key set fail instead.
+    pub fixed_keys: bool,
 }
 
 impl TableDef {
@@ -104,7 +110,14 @@ impl TableDef {
             capacity,
             primary,
             secondary: vec![],
+            fixed_keys: false,
         }
+    }
+
+    /// Declares the table's key set fixed after load (see `fixed_keys`).
+    pub fn with_fixed_keys(mut self) -> TableDef {
+        self.fixed_keys = true;
+        self
     }
 
     pub fn with_secondary(mut self, name: &str, key: fn(&RowRef) -> u64) -> TableDef {
@@ -124,6 +137,8 @@ pub struct Table {
     pub(crate) hash: Option<HashIndex>,
     pub(crate) ordered: Option<OrderedIndex>,
     pub(crate) secondary: Vec<(SecondaryDef, OrderedIndex)>,
+    /// See [`TableDef::fixed_keys`].
+    pub fixed_keys: bool,
 }
 
 /// Index of a secondary index within its table.
@@ -159,6 +174,7 @@ impl Table {
                 .iter()
                 .map(|s| (s.clone(), OrderedIndex::new(concurrent)))
                 .collect(),
+            fixed_keys: def.fixed_keys,
         })
     }
 

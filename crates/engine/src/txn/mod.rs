@@ -324,6 +324,9 @@ impl Txn {
             return;
         }
         let t = self.shared.catalog.table(table);
+        if t.fixed_keys {
+            return; // no insert can fill the miss
+        }
         match &t.hash {
             Some(h) => {
                 let stripe = HashIndex::stripe_of(key);
@@ -437,6 +440,9 @@ impl Txn {
     pub(crate) fn insert_local(&mut self, table: TableId, key: u64) -> Result<Option<RowH>, Abort> {
         let shared = self.island();
         let t = shared.catalog.table(table);
+        if t.fixed_keys {
+            return Err(fixed_keys_error(t, "an insert"));
+        }
         let rid = t.alloc(&mut self.caches[table as usize])?;
         let old = t.version(rid).load(std::sync::atomic::Ordering::Acquire);
         let held = shared.cc.claim_insert(t, rid, &self.meta);
@@ -500,6 +506,10 @@ impl Txn {
 
     /// Deletes a row the transaction has read (or inserted).
     pub async fn delete(&mut self, h: RowH) -> Result<(), Abort> {
+        let t = self.island().catalog.table(self.acc[h.0 as usize].table);
+        if t.fixed_keys {
+            return Err(fixed_keys_error(t, "a delete"));
+        }
         let a = &mut self.acc[h.0 as usize];
         match a.kind {
             Kind::Read => {
@@ -750,7 +760,8 @@ impl Txn {
             (false, true) => (last, hi),
         };
         let exhausted = true;
-        if self.validate {
+        // A table whose key set is fixed has no phantoms to validate against.
+        if self.validate && !self.island().catalog.table(table).fixed_keys {
             self.scans.push(Scan {
                 table,
                 secondary: sec,
@@ -784,6 +795,12 @@ impl Txn {
             )));
         }
         let writes = self.has_local_writes();
+        if writes {
+            if let Err(e) = self.check_fixed_keys() {
+                self.abort();
+                return Err(e);
+            }
+        }
         let prev = phases::switch(Phase::Locking);
         let tid = self.lock_and_validate(writes);
         let tid = tid.inspect_err(|_| {
@@ -991,6 +1008,12 @@ impl Txn {
     pub(crate) fn prepare_branch(&mut self) -> Result<bool, Abort> {
         debug_assert!(self.prepared.is_none(), "prepared twice");
         let writes = self.has_local_writes();
+        if writes {
+            if let Err(e) = self.check_fixed_keys() {
+                self.abort();
+                return Err(e);
+            }
+        }
         let prev = phases::switch(Phase::Locking);
         let tid = self.lock_and_validate(writes);
         phases::switch(prev);
@@ -1346,3 +1369,41 @@ const PATCH_GAP_WORDS: usize = 2;
 const MAX_PATCHES: usize = 4;
 /// Log bytes of a patch beyond its data (kind, table, key, offset, length).
 const PATCH_HEADER_BYTES: usize = 19;
+
+fn fixed_keys_error(t: &Table, what: &str) -> Abort {
+    Abort::Failed(Error::Config(format!(
+        "{what} on table '{}', whose key set is fixed after load (TableDef::with_fixed_keys)",
+        t.name
+    )))
+}
+
+impl Txn {
+    /// Refuses an update that moves a row of a fixed-key table to another
+    /// secondary key: its scans are not validated, so that would be a phantom.
+    fn check_fixed_keys(&self) -> Result<(), Abort> {
+        let tables = &self.island().catalog.tables;
+        for a in &self.acc {
+            let t = &tables[a.table as usize];
+            if a.island != LOCAL || !a.dirty || !t.fixed_keys || a.orig == u32::MAX {
+                continue;
+            }
+            let words = t.schema.row_words();
+            let (o, n) = (a.orig as usize, a.off as usize);
+            let old = RowRef {
+                words: &self.buf[o..o + words],
+                schema: &t.schema,
+            };
+            let new = RowRef {
+                words: &self.buf[n..n + words],
+                schema: &t.schema,
+            };
+            if t.secondary
+                .iter()
+                .any(|(def, _)| (def.key)(&old) != (def.key)(&new))
+            {
+                return Err(fixed_keys_error(t, "a change of a secondary key"));
+            }
+        }
+        Ok(())
+    }
+}

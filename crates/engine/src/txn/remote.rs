@@ -170,14 +170,20 @@ impl Txn {
     /// vote decides with the others'; locks are all taken before any is
     /// released, so this is still two-phase locking.
     ///
-    /// A no-op on a single island or when no other island was touched.
+    /// A no-op on a single island, when no other island was touched, or when
+    /// a remote branch validates a scan or a point miss (those are checked at
+    /// prepare, not locked, so they prepare last, at commit).
     pub async fn prepare_remote(&mut self) -> Result<(), Abort> {
         let Some(d) = self.dist.as_mut() else {
             return Ok(());
         };
         match d.early {
             Early::Prepared => return Ok(()),
-            Early::Off if d.touched.is_empty() => return Ok(()),
+            // Nothing to prepare; or a remote branch validates a scan or a
+            // miss at prepare: with no lock on a range, validating it before
+            // this island's part runs would let a phantom in between (then it
+            // prepares at commit, with the rest).
+            Early::Off if d.touched.is_empty() || d.remote_validated => return Ok(()),
             Early::Off => d.early = Early::Requested,
             Early::Failed => return Err(Abort::Conflict(AbortReason::Remote)),
             Early::Requested | Early::Voting => {}

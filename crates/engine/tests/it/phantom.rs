@@ -222,3 +222,87 @@ fn a_miss_after_an_own_insert_on_its_stripe_is_validated() {
         a.commit().unwrap_or_else(|e| panic!("{cc}: alone: {e}"));
     }
 }
+
+/// A table declared with a fixed key set (its scans and misses go
+/// unvalidated) refuses what would make a phantom: an insert, a delete, and an
+/// update that moves a row to another secondary key. Updates that keep the
+/// secondary key commit, and so does a read of a missing key.
+#[test]
+fn fixed_key_tables_refuse_what_would_make_a_phantom() {
+    fn by_val(r: &islands::storage::RowRef) -> u64 {
+        r.u64(VAL)
+    }
+    let def = TableDef::new(
+        "fixed",
+        &[("val", ColType::U64), ("other", ColType::U64)],
+        64,
+        PrimaryKind::Hash,
+    )
+    .with_secondary("by_val", by_val)
+    .with_fixed_keys();
+    for cc in [CcKind::NoWait, CcKind::Occ, CcKind::None] {
+        let workers = if cc == CcKind::None { 1 } else { 2 };
+        let (island, _) =
+            Island::open(IslandConfig::new(cc, workers), std::slice::from_ref(&def)).unwrap();
+        {
+            let mut l = island.loader().unwrap();
+            for k in 0..10u64 {
+                l.put(0, k, |r| r.set_u64(VAL, k)).unwrap();
+            }
+        }
+        let mut tx = island.worker().unwrap();
+        let err = |r: Result<(), Abort>| match r {
+            Err(Abort::Failed(e)) => e.to_string(),
+            other => panic!("{cc}: expected a failure, got {other:?}"),
+        };
+        let e = err(tx.execute(0, |tx| {
+            Box::pin(async move {
+                tx.insert(0, 99).await?;
+                Ok(())
+            })
+        }));
+        assert!(e.contains("an insert") && e.contains("fixed"), "{cc}: {e}");
+        let e = err(tx.execute(0, |tx| {
+            Box::pin(async move {
+                let h = tx.get_for_update(0, 3).await?.expect("loaded");
+                tx.delete(h).await
+            })
+        }));
+        assert!(e.contains("a delete"), "{cc}: {e}");
+        let e = err(tx.execute(0, |tx| {
+            Box::pin(async move {
+                let h = tx.get_for_update(0, 4).await?.expect("loaded");
+                tx.row_mut(h).set_u64(VAL, 40);
+                Ok(())
+            })
+        }));
+        assert!(e.contains("secondary key"), "{cc}: {e}");
+        // Keeping the secondary key, and reading a key that is not there, commit.
+        tx.execute(0, |tx| {
+            Box::pin(async move {
+                let h = tx.get_for_update(0, 5).await?.expect("loaded");
+                tx.row_mut(h).set_u64(Col(1), 7);
+                assert!(tx.get(0, 77).await?.is_none());
+                let n = tx
+                    .scan_secondary(0, islands::storage::SecondaryId(0), 5, 10, false)
+                    .await?;
+                assert_eq!(n, 1);
+                Ok(())
+            })
+        })
+        .unwrap_or_else(|e| panic!("{cc}: {e}"));
+        // Nothing the refused transactions did is there; the update is.
+        let (v4, o5, n) = tx
+            .execute(0, |tx| {
+                Box::pin(async move {
+                    let v4 = tx.get(0, 4).await?.map(|h| tx.row(h).u64(VAL));
+                    let o5 = tx.get(0, 5).await?.map(|h| tx.row(h).u64(Col(1)));
+                    let n =
+                        tx.get(0, 3).await?.is_some() as u8 + tx.get(0, 99).await?.is_some() as u8;
+                    Ok((v4, o5, n))
+                })
+            })
+            .unwrap();
+        assert_eq!((v4, o5, n), (Some(4), Some(7), 1), "{cc}");
+    }
+}

@@ -275,10 +275,14 @@ pub fn tables(cfg: &TpccConfig) -> Vec<TableDef> {
     let customers = districts * u64::from(cfg.customers_per_district);
     let orders = districts * u64::from(cfg.max_orders_per_district);
     vec![
-        TableDef::new("warehouse", wh::COLUMNS, w, PrimaryKind::Hash),
-        TableDef::new("district", dist::COLUMNS, districts, PrimaryKind::Hash),
+        // Warehouses, districts, customers, items and stock are loaded once
+        // and only updated (never a new key or a new last name): their scans
+        // and misses need no phantom validation.
+        TableDef::new("warehouse", wh::COLUMNS, w, PrimaryKind::Hash).with_fixed_keys(),
+        TableDef::new("district", dist::COLUMNS, districts, PrimaryKind::Hash).with_fixed_keys(),
         TableDef::new("customer", cust::COLUMNS, customers, PrimaryKind::Hash)
-            .with_secondary(CUSTOMER_BY_LAST_NAME, customer_by_last),
+            .with_secondary(CUSTOMER_BY_LAST_NAME, customer_by_last)
+            .with_fixed_keys(),
         TableDef::new(
             "history",
             hist::COLUMNS,
@@ -299,12 +303,14 @@ pub fn tables(cfg: &TpccConfig) -> Vec<TableDef> {
             item::COLUMNS,
             u64::from(cfg.items),
             PrimaryKind::Hash,
-        ),
+        )
+        .with_fixed_keys(),
         TableDef::new(
             "stock",
             stock::COLUMNS,
             w * u64::from(cfg.items),
             PrimaryKind::Hash,
-        ),
+        )
+        .with_fixed_keys(),
     ]
 }
