@@ -795,12 +795,7 @@ impl Txn {
             )));
         }
         let writes = self.has_local_writes();
-        if writes {
-            if let Err(e) = self.check_fixed_keys() {
-                self.abort();
-                return Err(e);
-            }
-        }
+        self.check_fixed_keys(writes)?;
         let prev = phases::switch(Phase::Locking);
         let tid = self.lock_and_validate(writes);
         let tid = tid.inspect_err(|_| {
@@ -1008,12 +1003,7 @@ impl Txn {
     pub(crate) fn prepare_branch(&mut self) -> Result<bool, Abort> {
         debug_assert!(self.prepared.is_none(), "prepared twice");
         let writes = self.has_local_writes();
-        if writes {
-            if let Err(e) = self.check_fixed_keys() {
-                self.abort();
-                return Err(e);
-            }
-        }
+        self.check_fixed_keys(writes)?;
         let prev = phases::switch(Phase::Locking);
         let tid = self.lock_and_validate(writes);
         phases::switch(prev);
@@ -1380,7 +1370,19 @@ fn fixed_keys_error(t: &Table, what: &str) -> Abort {
 impl Txn {
     /// Refuses an update that moves a row of a fixed-key table to another
     /// secondary key: its scans are not validated, so that would be a phantom.
-    fn check_fixed_keys(&self) -> Result<(), Abort> {
+    /// On `Err` the transaction is aborted. `writes`: it wrote here.
+    fn check_fixed_keys(&mut self, writes: bool) -> Result<(), Abort> {
+        if !writes {
+            return Ok(());
+        }
+        if let Err(e) = self.fixed_key_change() {
+            self.abort();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn fixed_key_change(&self) -> Result<(), Abort> {
         let tables = &self.island().catalog.tables;
         for a in &self.acc {
             let t = &tables[a.table as usize];
