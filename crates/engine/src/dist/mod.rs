@@ -1418,15 +1418,19 @@ impl coord::Branches for Engine<'_> {
     fn commit(&mut self, gtid: Gtid) {
         let ex = &mut *self.0;
         if let Some(b) = ex.branches.remove(&gtid) {
-            // The decision goes to the log before the branch installs and
+            // A branch with writes logs its decision before it installs and
             // releases, as every commit's record does: a transaction that
             // then sees these writes logs after them, so replay applies them
             // first (its patches are diffed against an image that holds
-            // them). The participant's Log action below finds it logged.
-            let seq = ex.cl.islands[ex.island as usize]
-                .shared()
-                .log_record(|l| l.decision(gtid, true), false);
-            ex.decided.insert(gtid, seq);
+            // them). The participant's Log action that follows finds it
+            // logged. A read-only branch (released at prepare, or held) has
+            // nothing to order.
+            if ex.ctx(b.ctx).has_local_writes() {
+                let seq = ex.cl.islands[ex.island as usize]
+                    .shared()
+                    .log_record(|l| l.decision(gtid, true), false);
+                ex.decided.insert(gtid, seq);
+            }
             ex.ctx(b.ctx).commit_prepared();
             ex.free_ctx(b.ctx);
         }

@@ -777,7 +777,7 @@ impl Txn {
     }
 
     /// Whether the transaction changed rows of this island.
-    fn has_local_writes(&self) -> bool {
+    pub(crate) fn has_local_writes(&self) -> bool {
         self.acc
             .iter()
             .any(|a| a.island == LOCAL && (a.dirty || a.kind == Kind::Delete))
