@@ -746,10 +746,17 @@ impl Executor {
     /// became durable, fires timers, and sends the outgoing batches.
     /// Returns the number of batches received.
     pub fn pump(&mut self) -> Result<usize, Error> {
+        self.pump_at(Instant::now())
+    }
+
+    /// [`Executor::pump`] with the caller's reading of the clock (a worker
+    /// loop reads it once per round; a read is tens of nanoseconds, and an
+    /// executor that waits for replies runs many rounds per transaction).
+    pub fn pump_at(&mut self, now: Instant) -> Result<usize, Error> {
         if let Some(e) = &self.pool.failed {
             return Err(e.clone());
         }
-        self.now = self.epoch.elapsed().as_micros() as u64;
+        self.now = now.saturating_duration_since(self.epoch).as_micros() as u64;
         let mut received = 0;
         while let Some((from, batch)) = self.transport.recv(self.me) {
             received += 1;

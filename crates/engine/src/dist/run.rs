@@ -188,8 +188,9 @@ where
                 }
                 my_phase = p;
             }
+            let now = Instant::now();
             phases::switch(Phase::Communication);
-            let received = ex.pump()?;
+            let received = ex.pump_at(now)?;
             phases::switch(Phase::Management);
             let mut progressed = received > 0 || !ex.woken.is_empty() || !ex.outcomes.is_empty();
             for c in ex.woken.drain(..) {
@@ -200,7 +201,6 @@ where
                     s.state = St::Ready;
                 }
             }
-            let now = Instant::now();
             for (g, committed) in ex.outcomes.drain(..) {
                 let Some(s) = slots
                     .iter_mut()

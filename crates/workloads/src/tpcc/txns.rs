@@ -14,6 +14,7 @@ use std::hint::black_box;
 use std::io::Write;
 
 use islands::cc::CcKind;
+use islands::storage::Prefetch;
 use islands::txn::{RowH, Txn};
 use islands::{Abort, AbortReason, Error};
 
@@ -59,6 +60,7 @@ pub async fn new_order(tx: &mut Txn, cfg: &TpccConfig, req: &TpccReq) -> Result<
     // Lines supplied by another warehouse first (it may be on another
     // island), then those of the home warehouse: a hot stock row of this
     // island is locked only after the remote branches prepared.
+    prefetch_new_order(tx, req);
     let mut total = 0i64;
     for remote in [true, false] {
         for (i, line) in req.lines().iter().enumerate() {
@@ -159,6 +161,24 @@ pub async fn new_order(tx: &mut Txn, cfg: &TpccConfig, req: &TpccReq) -> Result<
     // total * (1 - discount) * (1 + w_tax + d_tax), rates in basis points.
     black_box(total * (10_000 - c_discount) / 10_000 * (10_000 + w_tax + d_tax) / 10_000);
     Ok(())
+}
+
+/// Prefetch hints for every row NewOrder reads by key: index slots first,
+/// then the rows, so that the cache misses of its ~25 point reads (ITEM and
+/// STOCK are far larger than a cache) overlap instead of coming one after
+/// another. Rows of another island are not here: their hints only miss.
+fn prefetch_new_order(tx: &Txn, req: &TpccReq) {
+    let (w, d) = (req.w, req.d);
+    let ck = customer_key(req.c_w, req.c_d, req.c_id);
+    let dk = district_key(w, d);
+    for what in [Prefetch::Index, Prefetch::Row] {
+        for line in req.lines() {
+            tx.prefetch(ITEM, u64::from(line.i_id), what);
+            tx.prefetch(STOCK, stock_key(line.supply_w, line.i_id), what);
+        }
+        tx.prefetch(DISTRICT, dk, what);
+        tx.prefetch(CUSTOMER, ck, what);
+    }
 }
 
 /// One NewOrder line's item and stock: checks the item (the 1% rollback),
