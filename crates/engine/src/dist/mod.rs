@@ -307,6 +307,7 @@ impl Cluster {
             last_tick: 0,
             woken: Vec::new(),
             outcomes: Vec::new(),
+            reported: Vec::new(),
             flush_due: false,
             early: Vec::new(),
         };
@@ -377,8 +378,16 @@ pub struct Executor {
     last_tick: u64,
     /// Contexts whose remote reply arrived: poll their procedure again.
     pub woken: Vec<u32>,
-    /// Outcomes of this worker's distributed transactions: (gtid, committed).
-    pub outcomes: Vec<(Gtid, bool)>,
+    /// Outcomes of this worker's distributed transactions: `(gtid,
+    /// Some(ack))` committed, durable once this island's log is durable
+    /// through batch `ack` (0: at once); `(gtid, None)` aborted. A commit is
+    /// reported when its decision is appended, not when it is durable: the
+    /// home branch's locks are gone by then and the outcome cannot change, so
+    /// the client's slot is free for the next transaction while the decision
+    /// waits for its group commit, as a local commit's does.
+    pub outcomes: Vec<(Gtid, Option<BatchSeq>)>,
+    /// Commits already reported at their decision (see `outcomes`).
+    reported: Vec<Gtid>,
     flush_due: bool,
 }
 
@@ -920,6 +929,10 @@ impl Executor {
                                 self.coord_pins.insert(gtid, seq);
                             }
                             if by_coord && commit {
+                                self.outcomes.push((gtid, Some(seq)));
+                                self.reported.push(gtid);
+                            }
+                            if by_coord && commit {
                                 // Early lock release of the home island's own
                                 // branch: the decision record is in this log, so
                                 // every transaction that sees these writes is
@@ -972,7 +985,13 @@ impl Executor {
                             .distributed_commits
                             .fetch_add(1, Ordering::Relaxed);
                     }
-                    self.outcomes.push((gtid, committed));
+                    if !committed {
+                        self.outcomes.push((gtid, None));
+                    } else if let Some(i) = self.reported.iter().position(|&g| g == gtid) {
+                        self.reported.swap_remove(i);
+                    } else {
+                        self.outcomes.push((gtid, Some(0)));
+                    }
                 }
                 Action::Forget { .. } => {}
             }

@@ -148,7 +148,8 @@ where
     W::Req: 'static,
 {
     let cl = Arc::clone(ex.cluster());
-    let durability = cl.islands()[ex.island()].config().durability;
+    let home = ex.island();
+    let durability = cl.islands()[home].config().durability;
     let op_timeout = cl.options().op_timeout;
     let mut stats = WorkerStats::new();
     let mut rng = FastRng::new(seed);
@@ -201,19 +202,27 @@ where
                     s.state = St::Ready;
                 }
             }
-            for (g, committed) in ex.outcomes.drain(..) {
+            for (g, outcome) in ex.outcomes.drain(..) {
                 let Some(s) = slots
                     .iter_mut()
                     .find(|s| s.state == St::Committing && s.gtid == g)
                 else {
                     continue;
                 };
-                if committed {
-                    // The decision was forced to the log before the outcome.
+                if let Some(ack) = outcome {
+                    // Decided: it counts once its decision is durable.
                     stats.distributed += 1;
-                    stats.record_commit(s.ty, (now - s.start).as_nanos() as u64);
                     finished += 1;
                     s.state = St::Free;
+                    if wait_ack && ack > cl.islands()[home].durable_batch() {
+                        pending.push_back(Pending {
+                            ack,
+                            start: s.start,
+                            ty: s.ty,
+                        });
+                    } else {
+                        stats.record_commit(s.ty, (now - s.start).as_nanos() as u64);
+                    }
                 } else {
                     stats.record_abort(AbortReason::Remote);
                     s.attempt += 1;
