@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use super::Gtid;
 
 pub(crate) struct Table<T> {
-    index: HashMap<Gtid, u32>,
+    /// foldhash, not SipHash: looked up for every 2PC message (SipHash was
+    /// 2.5% of TPC-C's time). Gtids come from the deployment's own islands.
+    index: HashMap<Gtid, u32, foldhash::fast::FixedState>,
     slots: Vec<Option<(Gtid, T)>>,
     free: Vec<u32>,
 }
@@ -16,7 +18,7 @@ impl<T> Table<T> {
     pub(crate) fn new(cap: usize) -> Self {
         assert!(cap > 0 && cap <= u32::MAX as usize);
         Table {
-            index: HashMap::with_capacity(cap),
+            index: HashMap::with_capacity_and_hasher(cap, Default::default()),
             slots: (0..cap).map(|_| None).collect(),
             free: (0..cap as u32).rev().collect(),
         }

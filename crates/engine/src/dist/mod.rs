@@ -285,9 +285,9 @@ impl Cluster {
                 island: id,
                 ctxs: Vec::new(),
                 free: Vec::new(),
-                branches: HashMap::new(),
-                in_doubt: HashMap::new(),
-                decided: HashMap::new(),
+                branches: GtidMap::default(),
+                in_doubt: GtidMap::default(),
+                decided: GtidMap::default(),
                 failed: None,
             },
             coord: Coordinator::new(coord::Config {
@@ -299,7 +299,7 @@ impl Cluster {
             actions: Vec::new(),
             local: VecDeque::new(),
             forces: Vec::new(),
-            coord_pins: HashMap::new(),
+            coord_pins: GtidMap::default(),
             deferred: Vec::new(),
             next_seq: 1,
             epoch: Instant::now(),
@@ -315,6 +315,11 @@ impl Cluster {
         Ok(ex)
     }
 }
+
+/// Per-gtid maps of the executor: foldhash, not SipHash (they are touched
+/// for every remote operation and 2PC message; gtids come from the
+/// deployment's own islands).
+type GtidMap<V> = HashMap<Gtid, V, foldhash::fast::FixedState>;
 
 /// The home worker of a gtid.
 fn home_worker(gtid: Gtid) -> usize {
@@ -366,7 +371,7 @@ pub struct Executor {
     /// Forced records not yet durable: (batch, by the coordinator?, token).
     forces: Vec<(BatchSeq, bool, LogToken)>,
     /// Pinned batches of commit decisions, until their End.
-    coord_pins: HashMap<Gtid, BatchSeq>,
+    coord_pins: GtidMap<BatchSeq>,
     /// Read-only votes waiting for the batch they could have read from.
     deferred: Vec<(BatchSeq, IslandId, Msg)>,
     /// Home transactions whose remote branches are being prepared early
@@ -400,11 +405,11 @@ struct Pool {
     /// executor delivers replies into the same context between polls.
     ctxs: Vec<*mut Txn>,
     free: Vec<u32>,
-    branches: HashMap<Gtid, Branch>,
-    in_doubt: HashMap<Gtid, InDoubt>,
+    branches: GtidMap<Branch>,
+    in_doubt: GtidMap<InDoubt>,
     /// Commit decisions a participant logged before installing its branch
     /// (see `Engine::commit`): the batch each went to, for its force.
-    decided: HashMap<Gtid, BatchSeq>,
+    decided: GtidMap<BatchSeq>,
     failed: Option<Error>,
 }
 
