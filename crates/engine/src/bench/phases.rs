@@ -90,6 +90,17 @@ fn now() -> u64 {
     }
 }
 
+/// The raw clock the phases use (time-stamp counter ticks on x86-64): for
+/// hot loops that time many short things, where a monotonic-clock read and
+/// a `timespec` subtraction cost several times more. Convert with
+/// [`ticks_per_us`]. The worker threads that compare readings are pinned,
+/// and the kernel only uses the counter as its own clock source when it is
+/// synchronised across cores.
+#[inline]
+pub fn ticks() -> u64 {
+    now()
+}
+
 /// Makes `p` the calling thread's current phase; returns the one it ends.
 #[inline]
 pub fn switch(p: Phase) -> Phase {

@@ -41,8 +41,9 @@ pub mod wire;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::bench::phases;
 use crate::cc::CcKind;
 use crate::coord::{
     self, home_of, Action, Coordinator, Gtid, IslandId, LogRec, LogToken, Msg, Participant,
@@ -302,7 +303,7 @@ impl Cluster {
             coord_pins: GtidMap::default(),
             deferred: Vec::new(),
             next_seq: 1,
-            epoch: Instant::now(),
+            ticks_per_us: (phases::ticks_per_us().round() as u64).max(1),
             now: 0,
             last_tick: 0,
             woken: Vec::new(),
@@ -378,7 +379,8 @@ pub struct Executor {
     /// ([`Txn::prepare_remote`]): (gtid, context), until every remote vote is in.
     early: Vec<(Gtid, u32)>,
     next_seq: u64,
-    epoch: Instant,
+    /// Converts [`phases::ticks`] to the protocol clock's microseconds.
+    ticks_per_us: u64,
     now: u64,
     last_tick: u64,
     /// Contexts whose remote reply arrived: poll their procedure again.
@@ -760,17 +762,17 @@ impl Executor {
     /// became durable, fires timers, and sends the outgoing batches.
     /// Returns the number of batches received.
     pub fn pump(&mut self) -> Result<usize, Error> {
-        self.pump_at(Instant::now())
+        self.pump_at(phases::ticks())
     }
 
-    /// [`Executor::pump`] with the caller's reading of the clock (a worker
-    /// loop reads it once per round; a read is tens of nanoseconds, and an
-    /// executor that waits for replies runs many rounds per transaction).
-    pub fn pump_at(&mut self, now: Instant) -> Result<usize, Error> {
+    /// [`Executor::pump`] with the caller's reading of [`phases::ticks`]
+    /// (a worker loop reads the clock once per round, and an executor that
+    /// waits for replies runs many rounds per transaction).
+    pub fn pump_at(&mut self, now_ticks: u64) -> Result<usize, Error> {
         if let Some(e) = &self.pool.failed {
             return Err(e.clone());
         }
-        self.now = now.saturating_duration_since(self.epoch).as_micros() as u64;
+        self.now = now_ticks / self.ticks_per_us;
         let mut received = 0;
         while let Some((from, batch)) = self.transport.recv(self.me) {
             received += 1;

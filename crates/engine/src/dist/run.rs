@@ -21,7 +21,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Cluster, Executor, HomeCommit};
 use crate::bench::driver::{
@@ -57,8 +57,9 @@ struct Slot<R> {
     state: St,
     ctx: u32,
     ty: usize,
-    start: Instant,
-    since: Instant,
+    /// Clock readings ([`Clock`]).
+    start: u64,
+    since: u64,
     attempt: u32,
     gtid: Gtid,
 }
@@ -121,8 +122,38 @@ where
 /// A locally committed transaction waiting for its log batch.
 struct Pending {
     ack: BatchSeq,
-    start: Instant,
+    start: u64,
     ty: usize,
+}
+
+/// The worker loop's clock: [`phases::ticks`], read once per round. A
+/// monotonic-clock read and the `timespec` arithmetic on it were 15% of a
+/// worker's time in the multisite microbenchmark (profiled), where a round
+/// handles a transaction or less.
+struct Clock {
+    per_us: f64,
+}
+
+impl Clock {
+    fn new() -> Clock {
+        Clock {
+            per_us: phases::ticks_per_us(),
+        }
+    }
+
+    #[inline]
+    fn now(&self) -> u64 {
+        phases::ticks()
+    }
+
+    fn ticks(&self, d: Duration) -> u64 {
+        (d.as_nanos() as f64 * self.per_us / 1000.0) as u64
+    }
+
+    #[inline]
+    fn ns(&self, ticks: u64) -> u64 {
+        (ticks as f64 * 1000.0 / self.per_us) as u64
+    }
 }
 
 /// Exponential back-off after an abort, without blocking the worker. It
@@ -150,7 +181,11 @@ where
     let cl = Arc::clone(ex.cluster());
     let home = ex.island();
     let durability = cl.islands()[home].config().durability;
-    let op_timeout = cl.options().op_timeout;
+    let clock = Clock::new();
+    let op_timeout = clock.ticks(cl.options().op_timeout);
+    let flush_after = clock.ticks(FLUSH_AFTER);
+    let async_flush_after = clock.ticks(ASYNC_FLUSH_AFTER);
+    let linger = clock.ticks(Duration::from_millis(2));
     let mut stats = WorkerStats::new();
     let mut rng = FastRng::new(seed);
     let mut slots: Vec<Slot<W::Req>> = (0..cl.options().inflight)
@@ -160,8 +195,8 @@ where
             state: St::Free,
             ctx: 0,
             ty: 0,
-            start: Instant::now(),
-            since: Instant::now(),
+            start: 0,
+            since: 0,
             attempt: 0,
             gtid: 0,
         })
@@ -170,10 +205,10 @@ where
     let mut my_phase = WARMUP;
     let mut stopping = false;
     let mut client_done = limit == Some(0);
-    let mut idle_since: Option<Instant> = None;
+    let mut idle_since: Option<u64> = None;
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut since_flush = 0usize;
-    let mut last_flush = Instant::now();
+    let mut last_flush = clock.now();
     let logging = durability != Durability::Off;
     let wait_ack = durability == Durability::Sync;
     let mut cx = Context::from_waker(Waker::noop());
@@ -189,7 +224,7 @@ where
                 }
                 my_phase = p;
             }
-            let now = Instant::now();
+            let now = clock.now();
             phases::switch(Phase::Communication);
             let received = ex.pump_at(now)?;
             phases::switch(Phase::Management);
@@ -221,13 +256,13 @@ where
                             ty: s.ty,
                         });
                     } else {
-                        stats.record_commit(s.ty, (now - s.start).as_nanos() as u64);
+                        stats.record_commit(s.ty, clock.ns(now.saturating_sub(s.start)));
                     }
                 } else {
                     stats.record_abort(AbortReason::Remote);
                     s.attempt += 1;
                     s.state = St::Backoff;
-                    s.since = now + backoff(s.attempt);
+                    s.since = now + clock.ticks(backoff(s.attempt));
                 }
             }
             let may_start = !stopping && limit.is_none_or(|l| finished < l);
@@ -256,13 +291,13 @@ where
                         stats.record_retry();
                         start_attempt(s, &ex, c, workload);
                     }
-                    St::Waiting if now - s.since > op_timeout => {
+                    St::Waiting if now.saturating_sub(s.since) > op_timeout => {
                         s.fut = None;
                         ex.abort_home(s.ctx);
                         stats.record_abort(AbortReason::Remote);
                         s.attempt += 1;
                         s.state = St::Backoff;
-                        s.since = now + backoff(s.attempt);
+                        s.since = now + clock.ticks(backoff(s.attempt));
                     }
                     _ => {}
                 }
@@ -310,8 +345,11 @@ where
                                         // A fresh clock: `now` is this round's, and a
                                         // transaction started in this round would
                                         // record a latency of zero.
-                                        let t = Instant::now();
-                                        stats.record_commit(s.ty, (t - s.start).as_nanos() as u64);
+                                        let t = clock.now();
+                                        stats.record_commit(
+                                            s.ty,
+                                            clock.ns(t.saturating_sub(s.start)),
+                                        );
                                     }
                                 }
                                 Ok(HomeCommit::Distributed(g)) => {
@@ -322,7 +360,7 @@ where
                                     stats.record_abort(reason);
                                     s.attempt += 1;
                                     s.state = St::Backoff;
-                                    s.since = now + backoff(s.attempt);
+                                    s.since = now + clock.ticks(backoff(s.attempt));
                                 }
                                 Err(Abort::User(_)) => {
                                     stats.record_user_abort(s.ty);
@@ -343,10 +381,10 @@ where
                 let due = if wait_ack {
                     !pending.is_empty()
                         && (since_flush >= FLUSH_EVERY
-                            || now - last_flush >= FLUSH_AFTER
+                            || now.saturating_sub(last_flush) >= flush_after
                             || pending.len() >= ack_window)
                 } else {
-                    since_flush > 0 && now - last_flush >= ASYNC_FLUSH_AFTER
+                    since_flush > 0 && now.saturating_sub(last_flush) >= async_flush_after
                 };
                 if due || (stopping && since_flush > 0) {
                     phases::switch(Phase::Logging);
@@ -362,7 +400,7 @@ where
                     if p.ack > durable {
                         break;
                     }
-                    stats.record_commit(p.ty, (now - p.start).as_nanos() as u64);
+                    stats.record_commit(p.ty, clock.ns(now.saturating_sub(p.start)));
                     pending.pop_front();
                 }
             }
@@ -379,7 +417,7 @@ where
                     idle_since = None;
                 } else {
                     let t = *idle_since.get_or_insert(now);
-                    if now - t >= Duration::from_millis(2) {
+                    if now.saturating_sub(t) >= linger {
                         return Ok(());
                     }
                 }
