@@ -784,7 +784,7 @@ impl Executor {
                     }
                 }
             }
-            self.transport.recycle(batch);
+            self.outbox.recycle(&*self.transport, batch);
         }
         self.drain_local();
         let now = self.now_us();

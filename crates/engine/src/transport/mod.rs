@@ -127,13 +127,34 @@ pub struct Outbox {
     pending: Vec<Option<Vec<u8>>>,
     /// Destinations with a non-empty batch, in first-use order.
     dirty: Vec<Endpoint>,
+    /// Buffers of batches this worker received and consumed, reused for the
+    /// batches it sends: a buffer then shuttles between two workers without
+    /// passing through the transport's shared pool (whose head and tail
+    /// every worker would write).
+    spare: Vec<Vec<u8>>,
 }
+
+/// Consumed buffers an [`Outbox`] keeps for itself; more go back to the
+/// transport's pool.
+const SPARE_BUFFERS: usize = 64;
 
 impl Outbox {
     pub fn new(endpoints: usize) -> Outbox {
         Outbox {
             pending: (0..endpoints).map(|_| None).collect(),
             dirty: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// Takes back the buffer of a batch this worker received and consumed.
+    #[inline]
+    pub fn recycle(&mut self, t: &dyn Transport, mut buf: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFFERS {
+            buf.clear();
+            self.spare.push(buf);
+        } else {
+            t.recycle(buf);
         }
     }
 
@@ -142,7 +163,7 @@ impl Outbox {
     pub fn batch(&mut self, t: &dyn Transport, to: Endpoint) -> &mut Vec<u8> {
         let slot = &mut self.pending[to.0 as usize];
         if slot.is_none() {
-            *slot = Some(t.buffer());
+            *slot = Some(self.spare.pop().unwrap_or_else(|| t.buffer()));
         }
         let b = slot.as_mut().expect("just filled");
         if b.is_empty() && !self.dirty.contains(&to) {
@@ -192,8 +213,15 @@ type Mailbox = ArrayQueue<(Endpoint, Vec<u8>)>;
 /// Islands as thread groups of one process: one bounded lock-free mailbox per
 /// endpoint and a shared pool of batch buffers.
 pub struct InProc {
-    mailboxes: Vec<CachePadded<Mailbox>>,
+    mailboxes: Vec<CachePadded<Inbox>>,
     pool: ArrayQueue<Vec<u8>>,
+}
+
+/// A mailbox and the count of batches delivered to it (written by its
+/// senders only: one counter shared by every worker was a cache line that
+/// moved between cores on every send).
+struct Inbox {
+    queue: Mailbox,
     sent: CachePadded<AtomicU64>,
 }
 
@@ -202,25 +230,33 @@ impl InProc {
     pub fn new(endpoints: usize, depth: usize) -> InProc {
         InProc {
             mailboxes: (0..endpoints)
-                .map(|_| CachePadded::new(ArrayQueue::new(depth.max(1))))
+                .map(|_| {
+                    CachePadded::new(Inbox {
+                        queue: ArrayQueue::new(depth.max(1)),
+                        sent: CachePadded::new(AtomicU64::new(0)),
+                    })
+                })
                 .collect(),
             pool: ArrayQueue::new((endpoints * depth).clamp(16, 1 << 16)),
-            sent: CachePadded::new(AtomicU64::new(0)),
         }
     }
 
     /// Batches sent so far (all endpoints).
     pub fn batches_sent(&self) -> u64 {
-        self.sent.load(Ordering::Relaxed)
+        self.mailboxes
+            .iter()
+            .map(|m| m.sent.load(Ordering::Relaxed))
+            .sum()
     }
 }
 
 impl Transport for InProc {
     #[inline]
     fn send(&self, from: Endpoint, to: Endpoint, batch: Vec<u8>) -> Result<(), Full> {
-        match self.mailboxes[to.0 as usize].push((from, batch)) {
+        let inbox = &self.mailboxes[to.0 as usize];
+        match inbox.queue.push((from, batch)) {
             Ok(()) => {
-                self.sent.fetch_add(1, Ordering::Relaxed);
+                inbox.sent.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
             Err((_, b)) => Err(Full(b)),
@@ -229,7 +265,7 @@ impl Transport for InProc {
 
     #[inline]
     fn recv(&self, me: Endpoint) -> Option<(Endpoint, Vec<u8>)> {
-        self.mailboxes[me.0 as usize].pop()
+        self.mailboxes[me.0 as usize].queue.pop()
     }
 
     #[inline]
