@@ -220,9 +220,28 @@ impl ConcurrencyControl for NoCc {
 /// or changes during the copy (a seqlock read). Used by OCC reads.
 #[inline]
 pub(crate) fn stable_read(t: &Table, rid: RowId, key: u64, out: &mut [u64]) -> Observed {
+    seqlock_read(t, rid, key, out, false)
+}
+
+/// `absent_if_claimed`: a slot locked while absent (an uncommitted insert)
+/// reads as absent instead of being waited for.
+#[inline]
+fn seqlock_read(
+    t: &Table,
+    rid: RowId,
+    key: u64,
+    out: &mut [u64],
+    absent_if_claimed: bool,
+) -> Observed {
     let mut spins = 0u32;
     loop {
         let v1 = t.version(rid).load(Ordering::Acquire);
+        if absent_if_claimed && v1 & LOCKED != 0 && v1 & PRESENT == 0 {
+            return Observed {
+                version: v1,
+                present: false,
+            };
+        }
         if v1 & LOCKED != 0 {
             spins += 1;
             backoff(spins);
@@ -241,6 +260,15 @@ pub(crate) fn stable_read(t: &Table, rid: RowId, key: u64, out: &mut [u64]) -> O
             };
         }
     }
+}
+
+/// A read-committed read ([`crate::txn::Txn::read_committed`]): the row's
+/// committed image, without a lock. As [`stable_read`], except that a slot
+/// locked while absent (an insert not yet committed, under OCC) reads as
+/// absent at once instead of waiting for its commit.
+#[inline]
+pub(crate) fn committed_read(t: &Table, rid: RowId, key: u64, out: &mut [u64]) -> Observed {
+    seqlock_read(t, rid, key, out, true)
 }
 
 #[inline]

@@ -494,6 +494,10 @@ impl Executor {
     /// The procedure of home context `c` finished: commit it, locally or with 2PC.
     /// On `Err` the transaction is aborted everywhere and `c` is free again.
     pub fn commit_home(&mut self, c: u32) -> Result<HomeCommit, Abort> {
+        if let Some(e) = self.pool.ctx(c).read_committed_wrote() {
+            self.abort_home(c);
+            return Err(e);
+        }
         let tx = self.pool.ctx(c);
         let d = tx.dist.as_ref().expect("distributed context");
         if d.touched.is_empty() {

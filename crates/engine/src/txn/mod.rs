@@ -148,6 +148,8 @@ pub struct Txn {
     unflushed_bytes: usize,
     last_tid: u64,
     validate: bool,
+    /// [`Txn::read_committed`]: reads take no locks and nothing is validated.
+    read_committed: bool,
     has_inserts: bool,
     /// Set when the transaction runs under a distributed executor: routing and
     /// the state of its remote operations (see `remote.rs`).
@@ -178,6 +180,7 @@ impl Txn {
             unflushed_bytes: 0,
             last_tid,
             validate,
+            read_committed: false,
             has_inserts: false,
             dist: None,
             prepared: None,
@@ -320,7 +323,7 @@ impl Txn {
     }
 
     fn record_miss(&mut self, table: TableId, key: u64) {
-        if !self.validate {
+        if !self.validate || self.read_committed {
             return;
         }
         let t = self.shared.catalog.table(table);
@@ -394,14 +397,22 @@ impl Txn {
         } else {
             Phase::Idle
         };
-        let read = shared.cc.read(
-            t,
-            rid,
-            key,
-            &mut self.buf[off..off + words],
-            for_update,
-            &self.meta,
-        );
+        let read = if self.read_committed && !for_update {
+            // The row in the table is always a committed image (writes are
+            // buffered until commit installs them), so a consistent copy of
+            // it, without a lock, is a committed read.
+            let seen = crate::cc::committed_read(t, rid, key, &mut self.buf[off..off + words]);
+            Ok((seen, crate::cc::Held::Nothing))
+        } else {
+            shared.cc.read(
+                t,
+                rid,
+                key,
+                &mut self.buf[off..off + words],
+                for_update,
+                &self.meta,
+            )
+        };
         if self.validate {
             phases::switch(prev);
         }
@@ -761,7 +772,7 @@ impl Txn {
         };
         let exhausted = true;
         // A table whose key set is fixed has no phantoms to validate against.
-        if self.validate && !self.island().catalog.table(table).fixed_keys {
+        if self.validate && !self.read_committed && !self.island().catalog.table(table).fixed_keys {
             self.scans.push(Scan {
                 table,
                 secondary: sec,
@@ -788,6 +799,10 @@ impl Txn {
     /// For a transaction that touched only this island; one that touched
     /// others commits through its executor's two-phase commit.
     pub fn commit(&mut self) -> Result<Committed, Abort> {
+        if let Some(e) = self.read_committed_wrote() {
+            self.abort();
+            return Err(e);
+        }
         if self.dist.as_ref().is_some_and(|d| !d.touched.is_empty()) {
             self.abort();
             return Err(Abort::Failed(Error::Config(
@@ -874,8 +889,8 @@ impl Txn {
                 return Err(Abort::Conflict(reason));
             }
         }
-        // 2. Validate.
-        if self.validate {
+        // 2. Validate (nothing under read committed: it read no snapshot).
+        if self.validate && !self.read_committed {
             if let Err(reason) = self.validate_all() {
                 self.abort();
                 return Err(Abort::Conflict(reason));
@@ -1151,6 +1166,7 @@ impl Txn {
     }
 
     fn clear(&mut self) {
+        self.read_committed = false;
         self.acc.clear();
         self.acc_index.clear();
         self.buf.clear();
@@ -1368,6 +1384,30 @@ fn fixed_keys_error(t: &Table, what: &str) -> Abort {
 }
 
 impl Txn {
+    /// Lowers this transaction's isolation to *read committed* (ANSI P0 and
+    /// P1 excluded; TPC-C's Level 1, which its Stock-Level transaction may
+    /// run at, Clause 3.4.1): from here on its local reads take no lock and
+    /// are not validated at commit, and neither are its scans and misses. It
+    /// sees only committed rows, but two reads of one row may differ, and
+    /// phantoms may appear. It never makes another transaction abort or wait.
+    /// Reads for update still lock, and its reads on other islands keep
+    /// their island's scheme. A read-committed transaction must not write:
+    /// its commit fails with an error.
+    pub fn read_committed(&mut self) {
+        self.read_committed = true;
+    }
+
+    /// A write in a read-committed transaction: the error its commit gives.
+    pub(crate) fn read_committed_wrote(&self) -> Option<Abort> {
+        (self.read_committed && (self.has_writes() || self.has_inserts)).then(|| {
+            Abort::Failed(Error::Config(
+                "a read-committed transaction (Txn::read_committed) wrote: only read-only \
+                 transactions may lower their isolation"
+                    .into(),
+            ))
+        })
+    }
+
     /// Refuses an update that moves a row of a fixed-key table to another
     /// secondary key: its scans are not validated, so that would be a phantom.
     /// On `Err` the transaction is aborted. `writes`: it wrote here.

@@ -4,5 +4,6 @@ mod bank;
 mod common;
 mod crash;
 mod dist_crash;
+mod isolation;
 mod model;
 mod phantom;
