@@ -1469,6 +1469,8 @@ impl coord::Branches for Engine<'_> {
                 ex.decided.insert(gtid, seq);
             }
             ex.ctx(b.ctx).commit_prepared();
+            #[cfg(test)]
+            tests::after_branch_install(&ex.cl, gtid);
             ex.free_ctx(b.ctx);
         }
     }

@@ -637,3 +637,164 @@ fn remote_work_after_prepare_remote_fails_with_a_clear_error() {
         assert!(balances.iter().all(|&b| b == INITIAL), "{balances:?}");
     }
 }
+
+/// Runs right after a participant installs a committed branch (and released
+/// its locks), on that participant's worker thread: the window in which a
+/// later transaction of the island can write the same row.
+/// Only the cluster it names (by address) calls it: tests run in parallel.
+type InstallHook = (usize, Box<dyn FnMut(Gtid) + Send>);
+static AFTER_INSTALL: std::sync::Mutex<Option<InstallHook>> = std::sync::Mutex::new(None);
+
+pub(super) fn after_branch_install(cl: &Arc<Cluster>, gtid: Gtid) {
+    let mut hook = AFTER_INSTALL.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((target, f)) = hook.as_mut() {
+        if *target == Arc::as_ptr(cl) as usize {
+            f(gtid);
+        }
+    }
+}
+
+/// Columns the test sets: the first and the last of a wide row.
+const WIDE: u16 = 0;
+const COL_A: Col = Col(0);
+const COL_B: Col = Col(7);
+
+/// One distributed transaction: sets column A of key 0 (island 0, home) and
+/// of key 5 (island 1).
+struct SetA;
+
+impl Workload for SetA {
+    type Req = Transfer;
+    fn types(&self) -> Vec<&'static str> {
+        vec!["set-a"]
+    }
+    fn next(&self, _: usize, _: &mut FastRng, _: &mut Transfer) -> usize {
+        0
+    }
+    async fn run<'a>(&'a self, tx: &'a mut Txn, _: &'a Transfer) -> Result<(), Abort> {
+        for (k, v) in [(0u64, 1i64), (5, 7)] {
+            let h = tx
+                .get_for_update(WIDE, k)
+                .await?
+                .ok_or(Abort::User("missing row"))?;
+            tx.row_mut(h).set_i64(COL_A, v);
+        }
+        Ok(())
+    }
+}
+
+struct SplitRouter;
+
+impl Router for SplitRouter {
+    fn island_of(&self, _: u16, key: u64) -> Option<u16> {
+        Some(u16::from(key >= 4))
+    }
+}
+
+/// A participant logs its commit decision before it installs the branch, so
+/// a transaction of the same island that writes the row right after the
+/// install logs after the decision. Replay applies updates by version and
+/// patches (changed words only) on top of the image they were made against:
+/// were the later patch logged first, replay would apply it and then skip
+/// the branch's older version, losing column A. The hook runs that later
+/// transaction (setting column B) in exactly that window, deterministically.
+#[test]
+fn a_write_right_after_a_branch_installs_recovers_after_it() {
+    let dir = std::env::temp_dir().join(format!(
+        "islands-install-order-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    // Wide enough that changing one column logs a patch, not the row.
+    let names: Vec<String> = (0..8).map(|c| format!("c{c}")).collect();
+    let cols: Vec<(&str, ColType)> = names.iter().map(|n| (n.as_str(), ColType::I64)).collect();
+    let defs = vec![TableDef::new("wide", &cols, 16, PrimaryKind::Hash)];
+    let opts = ClusterOptions::default();
+    let contexts = opts.contexts_needed(1);
+    let config = |i: usize| {
+        // Island 1 has a spare worker slot for the hook's transaction.
+        let mut cfg = IslandConfig::new(CcKind::NoWait, 1 + i).durable(
+            crate::wal::Durability::Sync,
+            dir.join(format!("island-{i}")),
+        );
+        cfg.name = format!("island-{i}");
+        cfg.contexts = contexts;
+        cfg
+    };
+    let mut opened = Vec::new();
+    for i in 0..2usize {
+        let (island, _) = Island::open(config(i), &defs).unwrap();
+        {
+            let mut l = island.loader().unwrap();
+            let k = if i == 0 { 0 } else { 5 };
+            l.put(WIDE, k, |r| r.set_i64(COL_A, -1)).unwrap();
+        }
+        // Loaded rows are durable from a checkpoint, not the log.
+        island.checkpoint().unwrap();
+        opened.push((island, Default::default()));
+    }
+    let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let mut later = handles[1].worker().unwrap();
+    let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ran2 = Arc::clone(&ran);
+    let cl = Cluster::new(opened, vec![1, 1], Arc::new(SplitRouter), opts).unwrap();
+    let hook: Box<dyn FnMut(Gtid) + Send> = Box::new(move |_| {
+        later
+            .execute(0, |tx| {
+                Box::pin(async move {
+                    let h = tx.get_for_update(WIDE, 5).await?.expect("row 5");
+                    assert_eq!(tx.row(h).i64(COL_A), 7, "the branch is installed");
+                    tx.row_mut(h).set_i64(COL_B, 9);
+                    Ok(())
+                })
+            })
+            .expect("the later transaction commits");
+        ran2.store(true, std::sync::atomic::Ordering::Release);
+    });
+    *AFTER_INSTALL.lock().unwrap() = Some((Arc::as_ptr(&cl) as usize, hook));
+    let workers = [
+        ClusterWorker {
+            island: 0,
+            worker: 0,
+            cpu: None,
+            limit: Some(1),
+        },
+        ClusterWorker {
+            island: 1,
+            worker: 0,
+            cpu: None,
+            limit: Some(0),
+        },
+    ];
+    let stats = run_to_completion(&cl, &workers, Arc::new(SetA), 7).unwrap();
+    *AFTER_INSTALL.lock().unwrap() = None;
+    assert!(
+        ran.load(std::sync::atomic::Ordering::Acquire),
+        "the hook ran"
+    );
+    assert_eq!(stats.iter().map(|s| s.distributed).sum::<u64>(), 1);
+    drop(cl);
+    for h in &handles {
+        h.shutdown();
+    }
+    drop(handles);
+    // Recover island 1 from its log alone: both columns must be there.
+    let (island, report) = Island::open(config(1), &defs).unwrap();
+    let mut tx = island.worker().unwrap();
+    let (a, b) = tx
+        .execute(0, |tx| {
+            Box::pin(async move {
+                let h = tx.get(WIDE, 5).await?.expect("row 5");
+                Ok((tx.row(h).i64(COL_A), tx.row(h).i64(COL_B)))
+            })
+        })
+        .unwrap();
+    assert_eq!((a, b), (7, 9), "row 5 after recovery ({report:?})");
+    drop(tx);
+    island.shutdown();
+    drop(island);
+    let _ = std::fs::remove_dir_all(&dir);
+}
