@@ -115,6 +115,13 @@ impl Router for BankRouter {
     }
 }
 
+/// Island 0 runs one transaction; island 1 only serves.
+fn client_and_server() -> Vec<ClusterWorker> {
+    let mut w = clients(2, 1);
+    w[1].limit = Some(0);
+    w
+}
+
 /// One worker per island, each running `limit` transactions.
 fn clients(islands: usize, limit: u64) -> Vec<ClusterWorker> {
     (0..islands)
@@ -614,20 +621,7 @@ fn remote_work_after_prepare_remote_fails_with_a_clear_error() {
         (1, "changed after prepare_remote"),
     ] {
         let (cl, islands) = open_cluster(2, 10, ClusterOptions::default());
-        let workers = vec![
-            ClusterWorker {
-                island: 0,
-                worker: 0,
-                cpu: None,
-                limit: Some(1),
-            },
-            ClusterWorker {
-                island: 1,
-                worker: 0,
-                cpu: None,
-                limit: Some(0),
-            },
-        ];
+        let workers = client_and_server();
         let Err(err) = run_to_completion(&cl, &workers, Arc::new(Misuse { what }), 1) else {
             panic!("the misuse fails the run");
         };
@@ -755,20 +749,7 @@ fn a_write_right_after_a_branch_installs_recovers_after_it() {
         ran2.store(true, std::sync::atomic::Ordering::Release);
     });
     *AFTER_INSTALL.lock().unwrap() = Some((Arc::as_ptr(&cl) as usize, hook));
-    let workers = [
-        ClusterWorker {
-            island: 0,
-            worker: 0,
-            cpu: None,
-            limit: Some(1),
-        },
-        ClusterWorker {
-            island: 1,
-            worker: 0,
-            cpu: None,
-            limit: Some(0),
-        },
-    ];
+    let workers = client_and_server();
     let stats = run_to_completion(&cl, &workers, Arc::new(SetA), 7).unwrap();
     *AFTER_INSTALL.lock().unwrap() = None;
     assert!(
