@@ -940,10 +940,10 @@ impl Executor {
                                 self.coord_pins.insert(gtid, seq);
                             }
                             if by_coord && commit {
+                                // Decided: the client hears it now (see
+                                // `outcomes`), the durable Outcome is skipped.
                                 self.outcomes.push((gtid, Some(seq)));
                                 self.reported.push(gtid);
-                            }
-                            if by_coord && commit {
                                 // Early lock release of the home island's own
                                 // branch: the decision record is in this log, so
                                 // every transaction that sees these writes is
