@@ -323,7 +323,7 @@ impl Island {
         let next_seq = wal.as_ref().map_or(1, |w| w.next_seq());
         let shared = Arc::new(Shared {
             catalog,
-            cc: cfg.cc.build(),
+            cc: cfg.cc.build(concurrent),
             wal,
             ts: AtomicU64::new(0),
             delete_tid: AtomicU64::new(0),

@@ -46,12 +46,20 @@ impl CcKind {
         }
     }
 
-    /// The scheme object for this kind.
-    pub fn build(self) -> Box<dyn ConcurrencyControl> {
+    /// The scheme object for this kind. `concurrent` is false when one thread
+    /// alone runs the island's transactions (a single-worker island): its lock
+    /// words then need no atomic read-modify-write (see [`TwoPl`]).
+    pub fn build(self, concurrent: bool) -> Box<dyn ConcurrencyControl> {
         match self {
             CcKind::None => Box::new(NoCc),
-            CcKind::NoWait => Box::new(TwoPl { wait_die: false }),
-            CcKind::WaitDie => Box::new(TwoPl { wait_die: true }),
+            CcKind::NoWait => Box::new(TwoPl {
+                wait_die: false,
+                concurrent,
+            }),
+            CcKind::WaitDie => Box::new(TwoPl {
+                wait_die: true,
+                concurrent,
+            }),
             CcKind::Occ => Box::new(Occ),
         }
     }
