@@ -126,6 +126,11 @@ pub struct Cluster {
     opts: ClusterOptions,
     /// Workers still running client transactions: the others keep serving.
     clients: AtomicUsize,
+    /// Workers of the run that still hold or expect something (see
+    /// `run::cluster_worker`'s exit): a worker leaves only when every worker
+    /// has been settled for a while, since a settled worker's peer may still
+    /// resend it a commit whose acknowledgement was lost.
+    unsettled: AtomicUsize,
     /// Some island acknowledges only after fsync: read-only branches then
     /// vote only once what they read is durable, and take part in 2PC.
     any_sync: bool,
@@ -219,6 +224,7 @@ impl Cluster {
             recovered,
             opts,
             clients: AtomicUsize::new(0),
+            unsettled: AtomicUsize::new(0),
             stats: ClusterStats::default(),
         }))
     }
@@ -777,20 +783,7 @@ impl Executor {
             return Err(e.clone());
         }
         self.now = now_ticks / self.ticks_per_us;
-        let mut received = 0;
-        while let Some((from, batch)) = self.transport.recv(self.me) {
-            received += 1;
-            for f in frames(&batch) {
-                match f {
-                    Ok(payload) => self.on_frame(from, payload),
-                    Err(_) => {
-                        self.cl.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            self.outbox.recycle(&*self.transport, batch);
-        }
-        self.drain_local();
+        let received = self.receive();
         let now = self.now_us();
         if now >= self.last_tick + 1000 {
             self.last_tick = now;
@@ -810,6 +803,38 @@ impl Executor {
         }
         self.outbox.flush(&*self.transport, self.me);
         Ok(received)
+    }
+
+    /// Handles every batch waiting in this worker's mailbox (and the
+    /// messages it sent itself); returns how many batches it took.
+    fn receive(&mut self) -> usize {
+        let mut received = 0;
+        while let Some((from, batch)) = self.transport.recv(self.me) {
+            received += 1;
+            for f in frames(&batch) {
+                match f {
+                    Ok(payload) => self.on_frame(from, payload),
+                    Err(_) => {
+                        self.cl.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            self.outbox.recycle(&*self.transport, batch);
+        }
+        self.drain_local();
+        received
+    }
+
+    /// Between two polls of home transactions: sends what they queued and
+    /// serves what arrived, so that neither a request of this worker nor a
+    /// reply it owes waits for the rest of the round (a round polls up to
+    /// `inflight` procedures). Cheaper than [`Executor::pump_at`]: no timers,
+    /// no log hand-off. Returns the batches it took.
+    pub fn exchange(&mut self) -> usize {
+        self.outbox.flush(&*self.transport, self.me);
+        let received = self.receive();
+        self.outbox.flush(&*self.transport, self.me);
+        received
     }
 
     /// Hands the island's log buffer over if forced records wait for it.

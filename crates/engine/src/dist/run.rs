@@ -95,6 +95,7 @@ where
         .map(|w| cl.executor(w.island, w.worker))
         .collect::<Result<Vec<_>, _>>()?;
     cl.clients.store(clients, Ordering::Release);
+    cl.unsettled.store(workers.len(), Ordering::Release);
     for ((i, w), ex) in workers.iter().enumerate().zip(executors) {
         let workload = Arc::clone(&workload);
         let seed = worker_seed(cfg.seed, i);
@@ -156,6 +157,14 @@ impl Clock {
     }
 }
 
+/// Rounds in a row without progress a worker spins (durability `off`)
+/// before it yields its core each round: a few microseconds, longer than a
+/// round trip to a running peer. Workers that share cores (more workers than
+/// cores, or other processes) must yield, or a peer that would answer waits
+/// for the spinner's time slice; the fault-injecting tests (3 islands on 2
+/// cores, 5 ms timeouts) then aborted nearly every attempt on timeouts.
+const IDLE_SPINS: u32 = 256;
+
 /// Exponential back-off after an abort, without blocking the worker. It
 /// starts at tens of microseconds, a few message round trips: a retry that
 /// comes back before the owner island has processed the abort of the
@@ -206,6 +215,9 @@ where
     let mut stopping = false;
     let mut client_done = limit == Some(0);
     let mut idle_since: Option<u64> = None;
+    let mut idle_rounds = 0u32;
+    // Counted in `cl.unsettled` while false (every worker starts unsettled).
+    let mut settled = false;
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut since_flush = 0usize;
     let mut last_flush = clock.now();
@@ -226,7 +238,7 @@ where
             }
             let now = clock.now();
             phases::switch(Phase::Communication);
-            let received = ex.pump_at(now)?;
+            let mut received = ex.pump_at(now)?;
             phases::switch(Phase::Management);
             let mut progressed = received > 0 || !ex.woken.is_empty() || !ex.outcomes.is_empty();
             for c in ex.woken.drain(..) {
@@ -371,6 +383,9 @@ where
                             }
                         }
                     }
+                    phases::switch(Phase::Communication);
+                    received += ex.exchange();
+                    phases::switch(Phase::Management);
                 }
                 if s.state != St::Free {
                     busy += 1;
@@ -412,35 +427,57 @@ where
                 client_done = true;
                 cl.clients.fetch_sub(1, Ordering::AcqRel);
             }
-            if client_done && cl.clients.load(Ordering::Acquire) == 0 && ex.quiescent() {
-                if received > 0 {
-                    idle_since = None;
+            // Leave once every worker has been settled (no client work, no
+            // 2PC state, nothing received) for `linger`. Settled alone is not
+            // enough: a worker that committed a branch and forgot it still
+            // owes an acknowledgement to a coordinator whose first one was
+            // lost, and only the coordinator knows it waits.
+            let now_settled = client_done
+                && received == 0
+                && cl.clients.load(Ordering::Acquire) == 0
+                && ex.quiescent();
+            if now_settled != settled {
+                settled = now_settled;
+                if settled {
+                    cl.unsettled.fetch_sub(1, Ordering::AcqRel);
                 } else {
-                    let t = *idle_since.get_or_insert(now);
-                    if now.saturating_sub(t) >= linger {
-                        return Ok(());
-                    }
+                    cl.unsettled.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+            if settled && cl.unsettled.load(Ordering::Acquire) == 0 {
+                let t = *idle_since.get_or_insert(now);
+                if now.saturating_sub(t) >= linger {
+                    return Ok(());
                 }
             } else {
                 idle_since = None;
             }
-            if (!progressed && logging) || (received == 0 && busy == 0 && client_done) {
+            idle_rounds = if progressed { 0 } else { idle_rounds + 1 };
+            if (!progressed && (logging || idle_rounds > IDLE_SPINS))
+                || (received == 0 && busy == 0 && client_done)
+            {
                 // Every transaction here waits (for another island, or for a
                 // log flush): give the core to whoever they wait for. With
                 // fewer cores than workers plus log writers, spinning here
                 // delays the very fdatasync that would free them (TPC-C sync
                 // on 2 islands, 2 cores: +12% in interleaved pairs). Without
-                // a log nobody else wants the core, and the syscall only
-                // slows the answer to the next reply.
+                // a log, a worker spins a while first: when it has a core of
+                // its own nobody else wants it, and the syscall only slows
+                // the answer to the next reply.
                 phases::switch(Phase::Idle);
                 std::thread::yield_now();
             }
         }
     })();
     stats.phase_ticks = phases::take();
-    if result.is_err() && !client_done {
+    if result.is_err() {
         // Let the other workers stop instead of serving forever.
-        cl.clients.fetch_sub(1, Ordering::AcqRel);
+        if !client_done {
+            cl.clients.fetch_sub(1, Ordering::AcqRel);
+        }
+        if !settled {
+            cl.unsettled.fetch_sub(1, Ordering::AcqRel);
+        }
     }
     // Futures borrow their slot's request and a context of `ex`: drop them first.
     for s in slots.iter_mut() {
@@ -494,6 +531,7 @@ where
     }
     let clients = workers.iter().filter(|w| w.limit != Some(0)).count();
     cl.clients.store(clients, Ordering::Release);
+    cl.unsettled.store(workers.len(), Ordering::Release);
     let phase = AtomicU8::new(MEASURE);
     let window = cl.options().inflight;
     let mut out = Vec::new();

@@ -779,3 +779,115 @@ fn a_write_right_after_a_branch_installs_recovers_after_it() {
     drop(island);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The in-process transport, except that it loses the first batch that
+/// carries a participant's commit acknowledgement (CommitConf).
+struct LoseFirstCommitConf {
+    inner: InProc,
+    lost: std::sync::atomic::AtomicBool,
+}
+
+impl Transport for LoseFirstCommitConf {
+    fn send(
+        &self,
+        from: Endpoint,
+        to: Endpoint,
+        batch: Vec<u8>,
+    ) -> Result<(), crate::transport::Full> {
+        let acks = frames(&batch).any(|f| {
+            matches!(
+                f.ok().and_then(|p| wire::decode(p).ok()),
+                Some(Frame::Coord(coord::Msg::CommitConf { .. }))
+            )
+        });
+        if acks && !self.lost.swap(true, Ordering::Relaxed) {
+            self.inner.recycle(batch);
+            return Ok(());
+        }
+        self.inner.send(from, to, batch)
+    }
+    fn recv(&self, me: Endpoint) -> Option<(Endpoint, Vec<u8>)> {
+        self.inner.recv(me)
+    }
+    fn buffer(&self) -> Vec<u8> {
+        self.inner.buffer()
+    }
+    fn recycle(&self, buf: Vec<u8>) {
+        self.inner.recycle(buf)
+    }
+    fn endpoints(&self) -> usize {
+        self.inner.endpoints()
+    }
+}
+
+/// A participant that committed its branch and forgot it has nothing left
+/// to do, but its acknowledgement was lost: the coordinator resends the
+/// commit and needs a second one. The participant's worker must not leave
+/// before that (it used to, once idle for 2 ms, and the coordinator's
+/// worker then waited forever).
+#[test]
+fn a_lost_commit_acknowledgement_is_resent_before_the_workers_leave() {
+    let transport = Arc::new(LoseFirstCommitConf {
+        inner: InProc::new(2, 64),
+        lost: Default::default(),
+    });
+    let opts = ClusterOptions {
+        transport: Some(transport.clone()),
+        timeouts: coord::Timeouts {
+            commit_retry_us: 20_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (cl, islands) = open_cluster(2, 10, opts);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let run = {
+        let cl = Arc::clone(&cl);
+        std::thread::spawn(move || {
+            // Account 0 (island 0) pays account 9 (island 1).
+            let r = run_to_completion(&cl, &client_and_server(), Arc::new(OneTransfer), 1);
+            let _ = done_tx.send(());
+            r
+        })
+    };
+    assert!(
+        done_rx.recv_timeout(Duration::from_secs(20)).is_ok(),
+        "the run did not end: a worker left while its coordinator still waited"
+    );
+    let stats = run.join().expect("no panic").unwrap();
+    assert!(
+        transport.lost.load(Ordering::Relaxed),
+        "no acknowledgement was lost"
+    );
+    assert_eq!(stats[0].distributed, 1);
+    let (balances, _) = contents(&islands, 10);
+    assert_eq!(balances[0], INITIAL - 7);
+    assert_eq!(balances[9], INITIAL + 7);
+}
+
+/// Island 0's account 0 pays 7 to island 1's account 9.
+struct OneTransfer;
+
+impl Workload for OneTransfer {
+    type Req = ();
+
+    fn types(&self) -> Vec<&'static str> {
+        vec!["transfer"]
+    }
+
+    fn next(&self, _: usize, _: &mut FastRng, _: &mut ()) -> usize {
+        0
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, _: &'a ()) -> Result<(), Abort> {
+        for (key, delta) in [(0u64, -7i64), (9, 7)] {
+            let h = tx
+                .get_for_update(ACCOUNTS, key)
+                .await?
+                .ok_or(Abort::User("no account"))?;
+            let b = tx.row(h).i64(BAL);
+            tx.row_mut(h).set_i64(BAL, b + delta);
+        }
+        Ok(())
+    }
+}
