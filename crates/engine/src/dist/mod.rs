@@ -521,7 +521,7 @@ impl Executor {
                 let to = self
                     .cl
                     .endpoint(island, self.cl.branch_worker(island, gtid));
-                push_frame_with(self.outbox.batch(&*self.transport, to), |b| {
+                push_frame_with(self.outbox.batch_lazy(&*self.transport, to), |b| {
                     wire::release(b, gtid)
                 });
             }
@@ -831,9 +831,13 @@ impl Executor {
     /// `inflight` procedures). Cheaper than [`Executor::pump_at`]: no timers,
     /// no log hand-off. Returns the batches it took.
     pub fn exchange(&mut self) -> usize {
-        self.outbox.flush(&*self.transport, self.me);
+        if self.outbox.urgent() {
+            self.outbox.flush(&*self.transport, self.me);
+        }
         let received = self.receive();
-        self.outbox.flush(&*self.transport, self.me);
+        if self.outbox.urgent() {
+            self.outbox.flush(&*self.transport, self.me);
+        }
         received
     }
 

@@ -132,6 +132,9 @@ pub struct Outbox {
     /// passing through the transport's shared pool (whose head and tail
     /// every worker would write).
     spare: Vec<Vec<u8>>,
+    /// A frame someone waits for was queued since the last flush (see
+    /// [`Outbox::batch_lazy`]).
+    urgent: bool,
 }
 
 /// Consumed buffers an [`Outbox`] keeps for itself; more go back to the
@@ -144,6 +147,7 @@ impl Outbox {
             pending: (0..endpoints).map(|_| None).collect(),
             dirty: Vec::new(),
             spare: Vec::new(),
+            urgent: false,
         }
     }
 
@@ -158,9 +162,19 @@ impl Outbox {
         }
     }
 
-    /// The batch being built for `to` (taken from the transport's pool).
+    /// The batch being built for `to` (taken from the transport's pool), for
+    /// a frame its receiver or sender waits on.
     #[inline]
     pub fn batch(&mut self, t: &dyn Transport, to: Endpoint) -> &mut Vec<u8> {
+        self.urgent = true;
+        self.batch_lazy(t, to)
+    }
+
+    /// The batch being built for `to`, for a frame nobody waits on (a
+    /// one-way notice): it leaves with the next urgent frame or at the
+    /// caller's next regular flush, so it costs no batch of its own.
+    #[inline]
+    pub fn batch_lazy(&mut self, t: &dyn Transport, to: Endpoint) -> &mut Vec<u8> {
         let slot = &mut self.pending[to.0 as usize];
         if slot.is_none() {
             *slot = Some(self.spare.pop().unwrap_or_else(|| t.buffer()));
@@ -175,6 +189,7 @@ impl Outbox {
     /// Sends every non-empty batch. Batches whose destination is full stay
     /// here for the next flush; returns how many stayed.
     pub fn flush(&mut self, t: &dyn Transport, from: Endpoint) -> usize {
+        self.urgent = false;
         let mut kept = 0;
         let mut i = 0;
         while i < self.dirty.len() {
@@ -204,6 +219,12 @@ impl Outbox {
 
     pub fn is_empty(&self) -> bool {
         self.dirty.is_empty()
+    }
+
+    /// Whether an urgent frame was queued since the last flush.
+    #[inline]
+    pub fn urgent(&self) -> bool {
+        self.urgent
     }
 }
 
