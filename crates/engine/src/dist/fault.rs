@@ -28,12 +28,16 @@ pub struct Faults {
 /// A delayed batch: due time, sender, receiver, bytes.
 type Delayed = (Instant, Endpoint, Endpoint, Vec<u8>);
 
+/// Picks the one batch [`FaultyTransport::lose_once`] loses.
+type LoseOnce = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
 /// See the module documentation.
 pub struct FaultyTransport {
     inner: InProc,
     faults: Faults,
     rng: Mutex<FastRng>,
     delayed: Mutex<Vec<Delayed>>,
+    lose_once: Mutex<Option<LoseOnce>>,
     pub dropped: AtomicU64,
     pub duplicated: AtomicU64,
     pub delayed_batches: AtomicU64,
@@ -46,6 +50,7 @@ impl FaultyTransport {
             faults,
             rng: Mutex::new(FastRng::new(seed)),
             delayed: Mutex::new(Vec::new()),
+            lose_once: Mutex::new(None),
             dropped: AtomicU64::new(0),
             duplicated: AtomicU64::new(0),
             delayed_batches: AtomicU64::new(0),
@@ -53,8 +58,25 @@ impl FaultyTransport {
     }
 }
 
+impl FaultyTransport {
+    /// Besides the random faults, loses the first batch for which `pick`
+    /// holds (a deterministic fault for one scenario).
+    pub fn lose_once(&self, pick: impl Fn(&[u8]) -> bool + Send + Sync + 'static) {
+        *self.lose_once.lock() = Some(Box::new(pick));
+    }
+}
+
 impl Transport for FaultyTransport {
     fn send(&self, from: Endpoint, to: Endpoint, batch: Vec<u8>) -> Result<(), Full> {
+        {
+            let mut once = self.lose_once.lock();
+            if once.as_ref().is_some_and(|pick| pick(&batch)) {
+                *once = None;
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                self.inner.recycle(batch);
+                return Ok(());
+            }
+        }
         let (drop, dup, delay) = {
             let mut r = self.rng.lock();
             let delay_us = r.below(self.faults.max_delay.as_micros().max(1) as u64);

@@ -780,46 +780,6 @@ fn a_write_right_after_a_branch_installs_recovers_after_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The in-process transport, except that it loses the first batch that
-/// carries a participant's commit acknowledgement (CommitConf).
-struct LoseFirstCommitConf {
-    inner: InProc,
-    lost: std::sync::atomic::AtomicBool,
-}
-
-impl Transport for LoseFirstCommitConf {
-    fn send(
-        &self,
-        from: Endpoint,
-        to: Endpoint,
-        batch: Vec<u8>,
-    ) -> Result<(), crate::transport::Full> {
-        let acks = frames(&batch).any(|f| {
-            matches!(
-                f.ok().and_then(|p| wire::decode(p).ok()),
-                Some(Frame::Coord(coord::Msg::CommitConf { .. }))
-            )
-        });
-        if acks && !self.lost.swap(true, Ordering::Relaxed) {
-            self.inner.recycle(batch);
-            return Ok(());
-        }
-        self.inner.send(from, to, batch)
-    }
-    fn recv(&self, me: Endpoint) -> Option<(Endpoint, Vec<u8>)> {
-        self.inner.recv(me)
-    }
-    fn buffer(&self) -> Vec<u8> {
-        self.inner.buffer()
-    }
-    fn recycle(&self, buf: Vec<u8>) {
-        self.inner.recycle(buf)
-    }
-    fn endpoints(&self) -> usize {
-        self.inner.endpoints()
-    }
-}
-
 /// A participant that committed its branch and forgot it has nothing left
 /// to do, but its acknowledgement was lost: the coordinator resends the
 /// commit and needs a second one. The participant's worker must not leave
@@ -827,9 +787,20 @@ impl Transport for LoseFirstCommitConf {
 /// worker then waited forever).
 #[test]
 fn a_lost_commit_acknowledgement_is_resent_before_the_workers_leave() {
-    let transport = Arc::new(LoseFirstCommitConf {
-        inner: InProc::new(2, 64),
-        lost: Default::default(),
+    let no_faults = Faults {
+        drop_pct: 0,
+        duplicate_pct: 0,
+        delay_pct: 0,
+        max_delay: Duration::from_micros(1),
+    };
+    let transport = Arc::new(FaultyTransport::new(2, 64, no_faults, 1));
+    transport.lose_once(|batch| {
+        frames(batch).any(|f| {
+            matches!(
+                f.ok().and_then(|p| wire::decode(p).ok()),
+                Some(Frame::Coord(coord::Msg::CommitConf { .. }))
+            )
+        })
     });
     let opts = ClusterOptions {
         transport: Some(transport.clone()),
@@ -855,8 +826,9 @@ fn a_lost_commit_acknowledgement_is_resent_before_the_workers_leave() {
         "the run did not end: a worker left while its coordinator still waited"
     );
     let stats = run.join().expect("no panic").unwrap();
-    assert!(
-        transport.lost.load(Ordering::Relaxed),
+    assert_eq!(
+        transport.dropped.load(Ordering::Relaxed),
+        1,
         "no acknowledgement was lost"
     );
     assert_eq!(stats[0].distributed, 1);
