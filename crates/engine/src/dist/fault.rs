@@ -25,6 +25,16 @@ pub struct Faults {
     pub max_delay: Duration,
 }
 
+impl Faults {
+    /// No random faults (for deterministic ones, see [`FaultyTransport::lose_once`]).
+    pub const NONE: Faults = Faults {
+        drop_pct: 0,
+        duplicate_pct: 0,
+        delay_pct: 0,
+        max_delay: Duration::from_micros(1),
+    };
+}
+
 /// A delayed batch: due time, sender, receiver, bytes.
 type Delayed = (Instant, Endpoint, Endpoint, Vec<u8>);
 

@@ -302,12 +302,7 @@ fn one_island_and_three_islands_end_in_the_same_state() {
 
 #[test]
 fn malformed_batches_and_frames_are_counted_not_executed() {
-    let faults = Faults {
-        drop_pct: 0,
-        duplicate_pct: 0,
-        delay_pct: 0,
-        max_delay: Duration::from_micros(1),
-    };
+    let faults = Faults::NONE;
     let transport = Arc::new(FaultyTransport::new(2, 64, faults, 1));
     let opts = ClusterOptions {
         transport: Some(transport.clone()),
@@ -787,12 +782,7 @@ fn a_write_right_after_a_branch_installs_recovers_after_it() {
 /// worker then waited forever).
 #[test]
 fn a_lost_commit_acknowledgement_is_resent_before_the_workers_leave() {
-    let no_faults = Faults {
-        drop_pct: 0,
-        duplicate_pct: 0,
-        delay_pct: 0,
-        max_delay: Duration::from_micros(1),
-    };
+    let no_faults = Faults::NONE;
     let transport = Arc::new(FaultyTransport::new(2, 64, no_faults, 1));
     transport.lose_once(|batch| {
         frames(batch).any(|f| {
