@@ -140,6 +140,9 @@ pub struct Txn {
     scan_out: Vec<RowH>,
     many_out: Vec<Option<RowH>>,
     many_keys: Vec<u64>,
+    /// The island of each key of the last `get_many` (`LOCAL` for this one):
+    /// routed once, not once per pass (the router is a dynamic call).
+    many_route: Vec<u16>,
     acc_index: HashMap<(TableId, RowId), u32, foldhash::fast::FixedState>,
     locks: Vec<WriteLock>,
     caches: Vec<RowCache>,
@@ -174,6 +177,7 @@ impl Txn {
             scan_out: Vec::new(),
             many_out: Vec::new(),
             many_keys: Vec::new(),
+            many_route: Vec::new(),
             acc_index: HashMap::default(),
             locks: Vec::new(),
             caches: (0..n).map(|_| RowCache::default()).collect(),

@@ -290,36 +290,51 @@ impl Txn {
         for_update: bool,
     ) -> Result<(), Abort> {
         self.many_out.clear();
+        let mut route = std::mem::take(&mut self.many_route);
+        route.clear();
+        if self.dist.is_some() {
+            route.extend(keys.iter().map(|&k| self.route(table, k).unwrap_or(LOCAL)));
+        } else {
+            // An island alone: every key is local.
+            route.resize(keys.len(), LOCAL);
+        }
+        let r = self.get_many_routed(table, keys, &route, for_update).await;
+        self.many_route = route;
+        r
+    }
+
+    async fn get_many_routed(
+        &mut self,
+        table: TableId,
+        keys: &[u64],
+        route: &[u16],
+        for_update: bool,
+    ) -> Result<(), Abort> {
         if keys.len() > 1 {
             // Overlap the cache misses of the local keys: index slots first,
             // then rows (see `Table::prefetch`).
             let t = self.island().catalog.table(table);
-            for &k in keys {
-                if self.route(table, k).is_none() {
+            for (&k, &i) in keys.iter().zip(route) {
+                if i == LOCAL {
                     t.prefetch(k, crate::storage::Prefetch::Index);
                 }
             }
-            for &k in keys {
-                if self.route(table, k).is_none() {
+            for (&k, &i) in keys.iter().zip(route) {
+                if i == LOCAL {
                     t.prefetch(k, crate::storage::Prefetch::Row);
                 }
             }
         }
         let mut remote = IslandSet::EMPTY;
-        for &k in keys {
-            match self.route(table, k) {
-                Some(i) if self.find_remote(i, table, k).is_none() => {
-                    remote.insert(i);
-                    self.many_out.push(None);
-                }
-                Some(i) => {
-                    let h = self.find_remote(i, table, k).filter(|&h| self.present(h));
-                    self.many_out.push(h);
-                }
-                None => {
-                    let h = self.point(table, k, for_update)?;
-                    self.many_out.push(h);
-                }
+        for (&k, &i) in keys.iter().zip(route) {
+            if i == LOCAL {
+                let h = self.point(table, k, for_update)?;
+                self.many_out.push(h);
+            } else if let Some(h) = self.find_remote(i, table, k) {
+                self.many_out.push(Some(h).filter(|&h| self.present(h)));
+            } else {
+                remote.insert(i);
+                self.many_out.push(None);
             }
         }
         for island in remote.iter() {
@@ -327,7 +342,9 @@ impl Txn {
             wanted.clear();
             wanted.extend(
                 keys.iter()
-                    .filter(|&&k| self.route(table, k) == Some(island)),
+                    .zip(route)
+                    .filter(|&(_, &i)| i == island)
+                    .map(|(&k, _)| k),
             );
             let r = self
                 .request(island, |b, gtid, tag| {
@@ -342,9 +359,9 @@ impl Txn {
                 Held::Shared
             };
             self.absorb(island, table, held, Kind::Read, false)?;
-            for (i, &k) in keys.iter().enumerate() {
-                if self.route(table, k) == Some(island) {
-                    self.many_out[i] = self
+            for (n, (&k, &i)) in keys.iter().zip(route).enumerate() {
+                if i == island {
+                    self.many_out[n] = self
                         .find_remote(island, table, k)
                         .filter(|&h| self.present(h));
                 }
