@@ -66,9 +66,7 @@ impl FaultyTransport {
             delayed_batches: AtomicU64::new(0),
         }
     }
-}
 
-impl FaultyTransport {
     /// Besides the random faults, loses the first batch for which `pick`
     /// holds (a deterministic fault for one scenario).
     pub fn lose_once(&self, pick: impl Fn(&[u8]) -> bool + Send + Sync + 'static) {

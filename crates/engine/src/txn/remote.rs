@@ -292,12 +292,7 @@ impl Txn {
         self.many_out.clear();
         let mut route = std::mem::take(&mut self.many_route);
         route.clear();
-        if self.dist.is_some() {
-            route.extend(keys.iter().map(|&k| self.route(table, k).unwrap_or(LOCAL)));
-        } else {
-            // An island alone: every key is local.
-            route.resize(keys.len(), LOCAL);
-        }
+        route.extend(keys.iter().map(|&k| self.route(table, k).unwrap_or(LOCAL)));
         let r = self.get_many_routed(table, keys, &route, for_update).await;
         self.many_route = route;
         r
