@@ -97,8 +97,8 @@ struct Common {
     /// On several islands: transactions each worker keeps in flight. A worker runs
     /// another transaction (and serves other islands' requests) while one waits for a
     /// remote island.
-    /// Default: micro 8 (128 with --durability sync: a distributed commit waits for two
-    /// group commits); TPC-C 4 (32 with sync: a worker's transactions share its warehouse).
+    /// Default: micro 8 (128 with a log, sync or async: a distributed commit waits for two
+    /// forced records); TPC-C 4 (32 with a log: a worker's transactions share its warehouse).
     #[arg(long, global = true)]
     txns_per_worker: Option<usize>,
     /// Count where the workers' time goes: execution, management, communication, locking,
@@ -431,9 +431,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             };
             m.check()?;
             let distributed = n_islands > 1 && (m.multisite_pct > 0 || explicit_locking(&c));
+            // Forced 2PC records wait for an fdatasync in `async` mode too
+            // (atomicity across islands needs them), so both log modes want
+            // the deep window.
             let defaults = match durability {
-                Durability::Sync => 128,
-                _ => 8,
+                Durability::Off => 8,
+                Durability::Sync | Durability::Async => 128,
             };
             let copts = cluster_options(&c, defaults, workers.len())?;
             if distributed {
@@ -495,8 +498,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             // round trip (off: 1 -> 4 is +12%), or the two group commits of
             // 2PC in sync mode (16 -> 32 is +20%, with more lock conflicts).
             let defaults = match durability {
-                Durability::Sync => 32,
-                _ => 4,
+                Durability::Off => 4,
+                Durability::Sync | Durability::Async => 32,
             };
             let copts = cluster_options(&c, defaults, workers.len())?;
             if distributed {
