@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use islands::bench::driver::{self, DriverConfig, WorkerSpec, Workload};
+use islands::bench::ipc;
 use islands::bench::progress::DisplayMode;
+use islands::bench::report::HostProbe;
 use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, IslandId, Islands, Placement, Plan};
 use islands::dist::run::{run_cluster, ClusterWorker};
 use islands::dist::{Cluster, ClusterOptions, RangeRouter};
 use islands::island::{Island, IslandConfig, RecoveryReport};
-use islands::topology::Topology;
+use islands::topology::{CpuId, Topology};
 use islands::txn::Router;
 use islands::wal::Durability;
 use islands::Error;
@@ -665,6 +667,8 @@ fn execute<W: Workload + 'static>(
             t.elapsed().as_secs_f64()
         );
     }
+    let probe_at = probe_cpus(workers);
+    let probe_before = probe_at.and_then(|(a, b)| ipc::probe(a as CpuId, b as CpuId));
     let mut report = match cluster {
         None => driver::run_islands(&islands, workers, Arc::new(workload), dcfg)?,
         Some((router, opts)) => {
@@ -688,6 +692,13 @@ fn execute<W: Workload + 'static>(
             r
         }
     };
+    if let (Some((a, b)), Some(before)) = (probe_at, probe_before) {
+        report.host = Some(HostProbe {
+            cpus: [a, b],
+            round_trip_ns_before: before,
+            round_trip_ns_after: ipc::probe(a as CpuId, b as CpuId),
+        });
+    }
     for i in &islands {
         i.shutdown();
     }
@@ -707,6 +718,18 @@ fn execute<W: Workload + 'static>(
         }
     }
     Ok(())
+}
+
+/// The two CPUs of the host probe ([`HostProbe`]): the first pinned worker's
+/// and that of the first pinned worker of another island (where the
+/// messages go), or else of another CPU. `None` without two pinned CPUs.
+fn probe_cpus(workers: &[WorkerSpec]) -> Option<(usize, usize)> {
+    let pinned = || workers.iter().filter_map(|w| w.cpu.map(|c| (w.island, c)));
+    let (island, a) = pinned().next()?;
+    let other = pinned()
+        .find(|&(i, c)| i != island && c != a)
+        .or_else(|| pinned().find(|&(_, c)| c != a))?;
+    Some((a, other.1))
 }
 
 /// Whether the user chose a locking scheme (then a multi-island run uses the
@@ -780,4 +803,28 @@ fn deployment_line(
             .map(|d| format!(", log in {}", d.display()))
             .unwrap_or_default()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(island: usize, cpu: Option<usize>) -> WorkerSpec {
+        WorkerSpec { island, cpu }
+    }
+
+    #[test]
+    fn the_probe_pairs_cpus_of_two_islands_when_there_are_two() {
+        let ws = [w(0, Some(0)), w(0, Some(1)), w(1, Some(2)), w(1, Some(3))];
+        assert_eq!(probe_cpus(&ws), Some((0, 2)));
+        // One island: two of its CPUs.
+        assert_eq!(probe_cpus(&ws[..2]), Some((0, 1)));
+        // Two workers sharing one CPU, or unpinned workers: nothing to probe.
+        assert_eq!(probe_cpus(&[w(0, Some(1)), w(1, Some(1))]), None);
+        assert_eq!(probe_cpus(&[w(0, None), w(1, None)]), None);
+        assert_eq!(
+            probe_cpus(&[w(0, None), w(1, Some(0)), w(1, Some(1))]),
+            Some((0, 1))
+        );
+    }
 }

@@ -457,6 +457,21 @@ pub fn measure(name: &str, cfg: &IpcConfig) -> Result<IpcResult, Error> {
     })
 }
 
+/// Reads the host's cross-core state: the median round trip of a spin-queue
+/// ping-pong between CPUs `a` and `b` for a few tens of milliseconds (see
+/// [`crate::bench::report::HostProbe`]). `None` if it could not run (the
+/// same CPU twice, or pinning refused).
+pub fn probe(a: CpuId, b: CpuId) -> Option<u64> {
+    let cfg = IpcConfig {
+        cpus: Some((a, b)),
+        batch: 1,
+        warmup: Duration::from_millis(5),
+        duration: Duration::from_millis(30),
+        round_trips: None,
+    };
+    measure("spin", &cfg).ok().map(|r| r.median_ns)
+}
+
 /// The target for the island transport: a message round trip between
 /// two islands of one process under 2 µs at the median.
 pub const INPROC_TARGET_NS: u64 = 2_000;

@@ -55,6 +55,26 @@ pub struct LogReport {
     pub fdatasync_mean_ms: f64,
 }
 
+/// A reading of the host's cross-core state around a run: the median round
+/// trip of a spin-queue ping-pong between two of the run's worker CPUs
+/// (those of two islands when there are several), taken just before the
+/// warm-up and again just after the run (see [`crate::bench::ipc::probe`]).
+///
+/// Why: on a virtual machine the hypervisor may place two vCPUs on cores
+/// that share a last-level cache or on cores that do not, and move them
+/// while the guest runs. The guest's `/sys` cannot tell, yet message-heavy
+/// runs change by a factor of 1.5 between the two (this project's 2-vCPU
+/// AMD VM read 0.3 µs in one state and 1.2 µs in the other). The reading
+/// says which state a figure was measured in; a run whose two readings
+/// differ saw the state change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostProbe {
+    /// The two CPUs of the ping-pong.
+    pub cpus: [usize; 2],
+    pub round_trip_ns_before: u64,
+    pub round_trip_ns_after: Option<u64>,
+}
+
 /// The machine the run was on.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Machine {
@@ -142,6 +162,10 @@ pub struct Report {
     pub cores: usize,
     pub log: Option<LogReport>,
     pub machine: Machine,
+    /// The host's cross-core round trip around the run (`None`: not probed,
+    /// e.g. unpinned workers or a single CPU).
+    #[serde(default)]
+    pub host: Option<HostProbe>,
     pub started_unix_s: u64,
     /// Where the workers' time went, per committed transaction (`--phases`).
     pub phases: Option<PhaseReport>,
@@ -249,6 +273,7 @@ impl Report {
             cores: run.cores,
             log: run.log,
             machine: run.machine,
+            host: None,
             started_unix_s: run
                 .started
                 .duration_since(UNIX_EPOCH)
@@ -397,6 +422,20 @@ impl Report {
             "machine     {} ({} cpus, {}, linux {})",
             m.hostname, m.nproc, m.cpu_model, m.kernel
         );
+        if let Some(h) = &self.host {
+            let us = |ns: u64| ns as f64 / 1e3;
+            let after = h
+                .round_trip_ns_after
+                .map_or(String::new(), |a| format!(", {:.2} µs after", us(a)));
+            let _ = writeln!(
+                t,
+                "host        cross-core round trip cpus {}-{}: {:.2} µs before the run{after} \
+                 (spin-queue median: the host's state, see README)",
+                h.cpus[0],
+                h.cpus[1],
+                us(h.round_trip_ns_before)
+            );
+        }
         for note in &self.notes {
             let _ = writeln!(t, "note        {note}");
         }
@@ -528,6 +567,29 @@ mod tests {
         let back = Report::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn the_host_probe_shows_and_round_trips_and_old_json_reads_without_it() {
+        let (mut r, _) = sample();
+        assert!(!r.render_table().contains("host "));
+        r.host = Some(HostProbe {
+            cpus: [0, 3],
+            round_trip_ns_before: 1_210,
+            round_trip_ns_after: Some(320),
+        });
+        let t = r.render_table();
+        assert!(
+            t.contains("cross-core round trip cpus 0-3: 1.21 µs before the run, 0.32 µs after"),
+            "{t}"
+        );
+        let json = r.to_json_pretty();
+        assert_eq!(Report::from_json(&json).unwrap(), r);
+        // A report written before the probe existed still reads.
+        let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        v.as_object_mut().unwrap().remove("host");
+        let old = Report::from_json(&v.to_string()).unwrap();
+        assert_eq!(old.host, None);
     }
 
     #[test]
