@@ -99,8 +99,8 @@ struct Common {
     /// On several islands: transactions each worker keeps in flight. A worker runs
     /// another transaction (and serves other islands' requests) while one waits for a
     /// remote island.
-    /// Default: micro 8 (128 with a log, sync or async: a distributed commit waits for two
-    /// forced records); TPC-C 4 (32 with a log: a worker's transactions share its warehouse).
+    /// Default: micro 8 (128 with a log, sync or async: a distributed commit waits for the
+    /// log writer twice); TPC-C 4 (32 with a log: a worker's transactions share its warehouse).
     #[arg(long, global = true)]
     txns_per_worker: Option<usize>,
     /// Count where the workers' time goes: execution, management, communication, locking,
@@ -433,9 +433,9 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             };
             m.check()?;
             let distributed = n_islands > 1 && (m.multisite_pct > 0 || explicit_locking(&c));
-            // Forced 2PC records wait for an fdatasync in `async` mode too
-            // (atomicity across islands needs them), so both log modes want
-            // the deep window.
+            // Forced 2PC records wait for the log writer in `async` mode too
+            // (for its write; atomicity across islands needs them in the
+            // log), so both log modes want the deep window.
             let defaults = match durability {
                 Durability::Off => 8,
                 Durability::Sync | Durability::Async => 128,

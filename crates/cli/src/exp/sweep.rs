@@ -45,9 +45,11 @@ pub struct Sample {
     /// Phase name -> µs per committed transaction (when the engine reported phases).
     pub phases: BTreeMap<String, f64>,
     pub deployment: String,
-    /// The host probe's cross-core round trip before the run, in ns (see
-    /// `islands::bench::report::HostProbe`): which host state the run saw.
+    /// The host probe's cross-core round trip before and after the run, in
+    /// ns (see `islands::bench::report::HostProbe`): which host state the run
+    /// saw, and whether it changed during the run.
     pub host_rt_ns: Option<u64>,
+    pub host_rt_after_ns: Option<u64>,
 }
 
 /// The phases of a transaction's time, in the order the breakdown stacks them.
@@ -113,6 +115,10 @@ impl Sample {
             host_rt_ns: v
                 .get("host")
                 .and_then(|h| h.get("round_trip_ns_before"))
+                .and_then(Value::as_u64),
+            host_rt_after_ns: v
+                .get("host")
+                .and_then(|h| h.get("round_trip_ns_after"))
                 .and_then(Value::as_u64),
         })
     }
@@ -210,7 +216,7 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-pub const RUNS_HEADER: &str = "panel,series,x,rep,throughput_tps,committed,threads,cost_us,distributed_pct,abort_rate,p50_us,p99_us,phases,deployment,host_rt_ns";
+pub const RUNS_HEADER: &str = "panel,series,x,rep,throughput_tps,committed,threads,cost_us,distributed_pct,abort_rate,p50_us,p99_us,phases,deployment,host_rt_ns,host_rt_after_ns";
 
 fn run_line(p: &Point, s: &Sample) -> String {
     let phases = s
@@ -220,7 +226,7 @@ fn run_line(p: &Point, s: &Sample) -> String {
         .collect::<Vec<_>>()
         .join(";");
     format!(
-        "{},{},{},{},{:.1},{},{},{:.3},{:.2},{:.4},{:.1},{:.1},{},{},{}",
+        "{},{},{},{},{:.1},{},{},{:.3},{:.2},{:.4},{:.1},{:.1},{},{},{},{}",
         csv_field(&p.panel),
         csv_field(&p.series),
         p.x,
@@ -235,7 +241,8 @@ fn run_line(p: &Point, s: &Sample) -> String {
         s.p99_us,
         csv_field(&phases),
         csv_field(&s.deployment),
-        s.host_rt_ns.map_or(String::new(), |n| n.to_string())
+        s.host_rt_ns.map_or(String::new(), |n| n.to_string()),
+        s.host_rt_after_ns.map_or(String::new(), |n| n.to_string())
     )
 }
 

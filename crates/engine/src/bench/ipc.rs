@@ -469,7 +469,15 @@ pub fn probe(a: CpuId, b: CpuId) -> Option<u64> {
         duration: Duration::from_millis(30),
         round_trips: None,
     };
-    measure("spin", &cfg).ok().map(|r| r.median_ns)
+    // The client side pins the thread it runs on: a thread of its own, so
+    // the caller (and every thread it spawns later) keeps its affinity.
+    std::thread::Builder::new()
+        .name("host-probe".into())
+        .spawn(move || measure("spin", &cfg).ok().map(|r| r.median_ns))
+        .ok()?
+        .join()
+        .ok()
+        .flatten()
 }
 
 /// The target for the island transport: a message round trip between
