@@ -154,6 +154,10 @@ impl TwoPl {
 }
 
 impl ConcurrencyControl for TwoPl {
+    fn is_locked(&self, t: &Table, rid: RowId) -> bool {
+        !is_free(Self::lock_word(t, rid).load(Ordering::Relaxed))
+    }
+
     fn kind(&self) -> CcKind {
         if self.wait_die {
             CcKind::WaitDie

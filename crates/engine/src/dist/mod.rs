@@ -50,6 +50,7 @@ use crate::coord::{
     Timeouts, Vote, GTID_SEQ_BITS,
 };
 use crate::island::{InDoubt, Island, RecoveryReport};
+use crate::storage::{RowId, TableId};
 use crate::transport::{frames, push_frame, push_frame_with, Endpoint, InProc, Outbox, Transport};
 use crate::txn::{Dist, Early, Router, Txn};
 use crate::wal::BatchSeq;
@@ -459,6 +460,19 @@ impl Executor {
     /// message was a tenth of a worker's time.
     fn now_us(&self) -> u64 {
         self.now
+    }
+
+    /// The row whose lock the last attempt on context `c` ran into, if it
+    /// aborted on a local one ([`Txn::conflict_row`]); valid until `c` is
+    /// taken again.
+    pub(crate) fn conflict_row(&self, c: u32) -> Option<(TableId, RowId)> {
+        self.pool.ctx(c).conflict_row()
+    }
+
+    /// Whether a row of this island is locked now: a hint for when to retry
+    /// an attempt that conflicted on it.
+    pub(crate) fn row_locked(&self, table: TableId, rid: RowId) -> bool {
+        crate::txn::row_locked(&self.shared, table, rid)
     }
 
     /// A raw pointer to context `c`, for a stored procedure's future.

@@ -128,6 +128,11 @@ pub struct Committed {
     pub ack: BatchSeq,
 }
 
+/// [`Txn::row_locked`], for holders of the island's shared state.
+pub(crate) fn row_locked(shared: &Shared, table: TableId, rid: RowId) -> bool {
+    shared.cc.is_locked(shared.catalog.table(table), rid)
+}
+
 /// A worker's transaction context. See the module documentation.
 pub struct Txn {
     shared: Arc<Shared>,
@@ -154,6 +159,10 @@ pub struct Txn {
     /// [`Txn::read_committed`]: reads take no locks and nothing is validated.
     read_committed: bool,
     has_inserts: bool,
+    /// The row whose lock this attempt ran into (a local read that
+    /// conflicted), kept after the abort: the driver retries once that row
+    /// is free ([`Txn::conflict_row_locked`]).
+    conflict: Option<(TableId, RowId)>,
     /// Set when the transaction runs under a distributed executor: routing and
     /// the state of its remote operations (see `remote.rs`).
     pub(crate) dist: Option<Box<remote::Dist>>,
@@ -186,6 +195,7 @@ impl Txn {
             validate,
             read_committed: false,
             has_inserts: false,
+            conflict: None,
             dist: None,
             prepared: None,
         }
@@ -203,6 +213,20 @@ impl Txn {
         unsafe { &*Arc::as_ptr(&self.shared) }
     }
 
+    /// After an attempt that aborted on a lock conflict of a local read: the
+    /// row it ran into (`None`: no such conflict, or it was on another
+    /// island). Kept until the context begins again.
+    pub fn conflict_row(&self) -> Option<(TableId, RowId)> {
+        self.conflict
+    }
+
+    /// Whether a row of this island is locked now (see
+    /// [`crate::cc::ConcurrencyControl::is_locked`]): a hint for when to
+    /// retry an attempt that conflicted on it.
+    pub fn row_locked(&self, table: TableId, rid: RowId) -> bool {
+        row_locked(&self.shared, table, rid)
+    }
+
     pub fn worker_id(&self) -> u16 {
         self.worker
     }
@@ -215,6 +239,7 @@ impl Txn {
     /// previous attempt, so a retried transaction ages and eventually wins.
     pub fn begin(&mut self, retry: bool) {
         debug_assert!(self.acc.is_empty(), "begin inside a transaction");
+        self.conflict = None;
         if !retry || self.meta.ts == 0 {
             self.meta.ts = self.shared.next_ts();
         }
@@ -419,6 +444,9 @@ impl Txn {
         };
         if self.validate {
             phases::switch(prev);
+        }
+        if let Err(AbortReason::LockConflict) = read {
+            self.conflict = Some((table, rid));
         }
         let (seen, held) = read?;
         let orig = if seen.present && !t.secondary.is_empty() {

@@ -117,3 +117,45 @@ fn a_read_committed_transaction_that_writes_fails() {
         t.commit().unwrap();
     }
 }
+
+/// A plain read that conflicts names the row it ran into, and the row reads
+/// as locked until its holder ends: what a driver waits on before it retries
+/// (instead of blind backoffs). A fresh attempt forgets the conflict.
+#[test]
+fn a_conflict_names_its_row_which_stays_locked_until_the_holder_ends() {
+    for cc in [CcKind::NoWait, CcKind::WaitDie] {
+        let island = island(cc);
+        let (mut w, mut p) = (island.worker().unwrap(), island.worker().unwrap());
+        w.begin(false);
+        let h = poll_local(w.get_for_update(0, 2)).unwrap().unwrap();
+        w.row_mut(h).set_u64(VAL, 7);
+        // An older reader would wait under wait-die: make the reader younger.
+        p.begin(false);
+        assert_eq!(p.conflict_row(), None);
+        let _ = poll_local(p.get(0, 1)).unwrap().unwrap();
+        let r = poll_local(p.get(0, 2));
+        assert!(r.is_err(), "{cc}: {r:?}");
+        let Some((table, rid)) = p.conflict_row() else {
+            // Wait-die reports its own reason; only no_wait names the row.
+            assert_eq!(cc, CcKind::WaitDie, "{cc}: no conflict row");
+            p.abort();
+            w.abort();
+            continue;
+        };
+        assert_eq!(table, 0);
+        p.abort();
+        // The reader let go of row 1; row 2 is still the writer's.
+        assert!(p.row_locked(table, rid), "{cc}");
+        w.commit().unwrap();
+        assert!(!p.row_locked(table, rid), "{cc}: still locked after commit");
+        p.begin(false);
+        assert_eq!(
+            p.conflict_row(),
+            None,
+            "{cc}: a new attempt keeps the old conflict"
+        );
+        let h = poll_local(p.get(0, 2)).unwrap().unwrap();
+        assert_eq!(p.row(h).u64(VAL), 7);
+        p.commit().unwrap();
+    }
+}
