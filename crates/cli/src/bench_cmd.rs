@@ -100,7 +100,7 @@ struct Common {
     /// another transaction (and serves other islands' requests) while one waits for a
     /// remote island.
     /// Default: micro 8 (128 with a log, sync or async: a distributed commit waits for the
-    /// log writer twice); TPC-C 4 (32 with a log: a worker's transactions share its warehouse).
+    /// log writer twice); TPC-C 4 (64 with a log: a worker's transactions share its warehouse).
     #[arg(long, global = true)]
     txns_per_worker: Option<usize>,
     /// Count where the workers' time goes: execution, management, communication, locking,
@@ -499,9 +499,15 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             // customers), so keep few in flight: enough to cover a remote
             // round trip (off: 1 -> 4 is +12%), or the two group commits of
             // 2PC in sync mode (16 -> 32 is +20%, with more lock conflicts).
+            // With a log, a distributed transaction holds its slot across
+            // its remote branches' forced prepare, and so do the 2PC waits of
+            // up to a quarter of the slots: 64 keeps the worker busy even when
+            // an fdatasync takes a millisecond (pairs against 32, 50/50 mix:
+            // 1.06, 0.85, 1.02, 1.05; full mix 1.01, 1.10, 1.03; 128 gained
+            // nothing over 64 and aborted more).
             let defaults = match durability {
                 Durability::Off => 4,
-                Durability::Sync | Durability::Async => 32,
+                Durability::Sync | Durability::Async => 64,
             };
             let copts = cluster_options(&c, defaults, workers.len())?;
             if distributed {
