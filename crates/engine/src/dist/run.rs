@@ -390,7 +390,9 @@ where
                                     s.state = St::Backoff;
                                     // The context is free but not yet taken
                                     // again: its conflict is this attempt's.
-                                    s.watch = ex.conflict_row(s.ctx);
+                                    s.watch = (reason == AbortReason::LockConflict)
+                                        .then(|| ex.conflict_row(s.ctx))
+                                        .flatten();
                                     let wait = match s.watch {
                                         Some(_) => backoff(s.attempt).max(WATCH_FALLBACK),
                                         None => backoff(s.attempt),
