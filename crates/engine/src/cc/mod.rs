@@ -152,13 +152,14 @@ pub trait ConcurrencyControl: Send + Sync {
     /// Releases a row without changing it (read-only rows at commit, every row at abort).
     fn release(&self, t: &Table, rid: RowId, held: Held);
 
-    /// Whether some transaction holds the row so that a request for it would
-    /// conflict now. A hint, read without synchronising with the holder: a
-    /// transaction that aborted on the row retries once it reads false
-    /// instead of after blind backoffs (see `dist::run`). The default says
-    /// false (retry at once).
-    fn is_locked(&self, t: &Table, rid: RowId) -> bool {
-        let _ = (t, rid);
+    /// Whether a request for the row (`exclusive`, or shared) would conflict
+    /// with its holders now. A hint, read without synchronising with them: a
+    /// transaction that aborted on the row's lock retries once this reads
+    /// false instead of after blind backoffs (see `dist::run`). The default
+    /// says false (retry at once), right for a scheme whose reads never
+    /// conflict on a lock (OCC validates at commit instead).
+    fn is_locked(&self, t: &Table, rid: RowId, exclusive: bool) -> bool {
+        let _ = (t, rid, exclusive);
         false
     }
 }

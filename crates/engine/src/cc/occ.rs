@@ -114,10 +114,6 @@ impl ConcurrencyControl for Occ {
     }
 
     #[inline]
-    fn is_locked(&self, t: &Table, rid: RowId) -> bool {
-        t.version(rid).load(Ordering::Relaxed) & LOCKED != 0
-    }
-
     fn release(&self, t: &Table, rid: RowId, held: Held) {
         if held == Held::VersionLock {
             let w = t.version(rid);

@@ -154,8 +154,14 @@ impl TwoPl {
 }
 
 impl ConcurrencyControl for TwoPl {
-    fn is_locked(&self, t: &Table, rid: RowId) -> bool {
-        !is_free(Self::lock_word(t, rid).load(Ordering::Relaxed))
+    fn is_locked(&self, t: &Table, rid: RowId, exclusive: bool) -> bool {
+        let w = Self::lock_word(t, rid).load(Ordering::Relaxed);
+        if exclusive {
+            !is_free(w)
+        } else {
+            // Readers share: only a writer, or a full reader count, conflicts.
+            w & EXCL != 0 || w & COUNT_MASK == COUNT_MASK
+        }
     }
 
     fn kind(&self) -> CcKind {

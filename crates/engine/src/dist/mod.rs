@@ -50,9 +50,8 @@ use crate::coord::{
     Timeouts, Vote, GTID_SEQ_BITS,
 };
 use crate::island::{InDoubt, Island, RecoveryReport};
-use crate::storage::{RowId, TableId};
 use crate::transport::{frames, push_frame, push_frame_with, Endpoint, InProc, Outbox, Transport};
-use crate::txn::{Dist, Early, Router, Txn};
+use crate::txn::{Dist, Early, LockWait, Router, Txn};
 use crate::wal::BatchSeq;
 use crate::{Abort, AbortReason, Error};
 use wire::{Frame, Status};
@@ -462,17 +461,20 @@ impl Executor {
         self.now
     }
 
-    /// The row whose lock the last attempt on context `c` ran into, if it
-    /// aborted on a local one ([`Txn::conflict_row`]); valid until `c` is
-    /// taken again.
-    pub(crate) fn conflict_row(&self, c: u32) -> Option<(TableId, RowId)> {
-        self.pool.ctx(c).conflict_row()
+    /// After the attempt on context `c` aborted: the local row whose lock it
+    /// ran into ([`Txn::conflict_row`]), if any, and whether it had touched
+    /// another island (whose branch hears of the abort by a message that a
+    /// retry must not overtake). Valid until `c` is taken again.
+    pub(crate) fn conflict_of(&self, c: u32) -> Option<(LockWait, bool)> {
+        let tx = self.pool.ctx(c);
+        let touched = tx.dist.as_ref().is_some_and(|d| !d.touched.is_empty());
+        tx.conflict_row().map(|w| (w, touched))
     }
 
-    /// Whether a row of this island is locked now: a hint for when to retry
-    /// an attempt that conflicted on it.
-    pub(crate) fn row_locked(&self, table: TableId, rid: RowId) -> bool {
-        crate::txn::row_locked(&self.shared, table, rid)
+    /// Whether the request of `w` would still conflict now: a hint for when
+    /// to retry an attempt that ran into it.
+    pub(crate) fn still_locked(&self, w: LockWait) -> bool {
+        crate::txn::still_locked(&self.shared, w)
     }
 
     /// A raw pointer to context `c`, for a stored procedure's future.

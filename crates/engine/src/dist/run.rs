@@ -33,7 +33,7 @@ use crate::bench::report::Report;
 use crate::bench::rng::FastRng;
 use crate::bench::stats::{ProgressCounter, WorkerStats};
 use crate::coord::Gtid;
-use crate::storage::{RowId, TableId};
+use crate::txn::LockWait;
 use crate::wal::{BatchSeq, Durability};
 use crate::{Abort, AbortReason, Error};
 
@@ -63,8 +63,10 @@ struct Slot<R> {
     since: u64,
     attempt: u32,
     gtid: Gtid,
-    /// In backoff after a conflict on this local row: retry once it is free.
-    watch: Option<(TableId, RowId)>,
+    /// In backoff after a conflict on this local row: retry once it is free
+    /// (and the clock has passed `watch_from`).
+    watch: Option<LockWait>,
+    watch_from: u64,
 }
 
 /// Where and how much one worker of a cluster runs.
@@ -219,6 +221,7 @@ where
             attempt: 0,
             gtid: 0,
             watch: None,
+            watch_from: 0,
         })
         .collect();
     let mut finished = 0u64;
@@ -306,7 +309,8 @@ where
                     }
                     St::Backoff
                         if now >= s.since
-                            || s.watch.is_some_and(|(t, rid)| !ex.row_locked(t, rid)) =>
+                            || (now >= s.watch_from
+                                && s.watch.is_some_and(|w| !ex.still_locked(w))) =>
                     {
                         if stopping {
                             s.state = St::Free;
@@ -390,14 +394,23 @@ where
                                     s.state = St::Backoff;
                                     // The context is free but not yet taken
                                     // again: its conflict is this attempt's.
-                                    s.watch = (reason == AbortReason::LockConflict)
-                                        .then(|| ex.conflict_row(s.ctx))
+                                    let conflict = (reason == AbortReason::LockConflict)
+                                        .then(|| ex.conflict_of(s.ctx))
                                         .flatten();
-                                    let wait = match s.watch {
-                                        Some(_) => backoff(s.attempt).max(WATCH_FALLBACK),
-                                        None => backoff(s.attempt),
-                                    };
-                                    s.since = now + clock.ticks(wait);
+                                    let blind = clock.ticks(backoff(s.attempt));
+                                    s.watch = conflict.map(|(w, _)| w);
+                                    s.since = now + blind;
+                                    s.watch_from = now;
+                                    if let Some((_, touched)) = conflict {
+                                        s.since = now + blind.max(clock.ticks(WATCH_FALLBACK));
+                                        // An AbortReq to a branch on another
+                                        // worker may still be on its way:
+                                        // give it the blind backoff before a
+                                        // retry can meet the old branch's locks.
+                                        if touched {
+                                            s.watch_from = now + blind;
+                                        }
+                                    }
                                 }
                                 Err(Abort::User(_)) => {
                                     stats.record_user_abort(s.ty);

@@ -128,9 +128,20 @@ pub struct Committed {
     pub ack: BatchSeq,
 }
 
-/// [`Txn::row_locked`], for holders of the island's shared state.
-pub(crate) fn row_locked(shared: &Shared, table: TableId, rid: RowId) -> bool {
-    shared.cc.is_locked(shared.catalog.table(table), rid)
+/// A row whose lock an attempt ran into, and how it asked for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockWait {
+    pub table: TableId,
+    pub rid: RowId,
+    /// Asked for exclusively (a read for update); else shared.
+    pub exclusive: bool,
+}
+
+/// [`Txn::still_locked`], for holders of the island's shared state.
+pub(crate) fn still_locked(shared: &Shared, w: LockWait) -> bool {
+    shared
+        .cc
+        .is_locked(shared.catalog.table(w.table), w.rid, w.exclusive)
 }
 
 /// A worker's transaction context. See the module documentation.
@@ -161,8 +172,8 @@ pub struct Txn {
     has_inserts: bool,
     /// The row whose lock this attempt ran into (a local read that
     /// conflicted), kept after the abort: the driver retries once that row
-    /// is free ([`Txn::conflict_row_locked`]).
-    conflict: Option<(TableId, RowId)>,
+    /// is free ([`Txn::conflict_row`]).
+    conflict: Option<LockWait>,
     /// Set when the transaction runs under a distributed executor: routing and
     /// the state of its remote operations (see `remote.rs`).
     pub(crate) dist: Option<Box<remote::Dist>>,
@@ -216,15 +227,15 @@ impl Txn {
     /// After an attempt that aborted on a lock conflict of a local read: the
     /// row it ran into (`None`: no such conflict, or it was on another
     /// island). Kept until the context begins again.
-    pub fn conflict_row(&self) -> Option<(TableId, RowId)> {
+    pub fn conflict_row(&self) -> Option<LockWait> {
         self.conflict
     }
 
-    /// Whether a row of this island is locked now (see
-    /// [`crate::cc::ConcurrencyControl::is_locked`]): a hint for when to
-    /// retry an attempt that conflicted on it.
-    pub fn row_locked(&self, table: TableId, rid: RowId) -> bool {
-        row_locked(&self.shared, table, rid)
+    /// Whether the request of `w` (a [`Txn::conflict_row`]) would still
+    /// conflict now (see [`crate::cc::ConcurrencyControl::is_locked`]): a
+    /// hint for when to retry the attempt that ran into it.
+    pub fn still_locked(&self, w: LockWait) -> bool {
+        still_locked(&self.shared, w)
     }
 
     pub fn worker_id(&self) -> u16 {
@@ -446,7 +457,11 @@ impl Txn {
             phases::switch(prev);
         }
         if let Err(AbortReason::LockConflict) = read {
-            self.conflict = Some((table, rid));
+            self.conflict = Some(LockWait {
+                table,
+                rid,
+                exclusive: for_update,
+            });
         }
         let (seen, held) = read?;
         let orig = if seen.present && !t.secondary.is_empty() {

@@ -118,44 +118,69 @@ fn a_read_committed_transaction_that_writes_fails() {
     }
 }
 
-/// A plain read that conflicts names the row it ran into, and the row reads
-/// as locked until its holder ends: what a driver waits on before it retries
-/// (instead of blind backoffs). A fresh attempt forgets the conflict.
+/// A read that conflicts names the row it ran into and how it asked for it,
+/// and the row reads as locked for that request until the holder ends: what
+/// a driver waits on before it retries (instead of blind backoffs). A shared
+/// holder blocks a writer's retry but not a reader's. A fresh attempt forgets
+/// the conflict. (Only no_wait names the row: wait-die waits or dies.)
 #[test]
 fn a_conflict_names_its_row_which_stays_locked_until_the_holder_ends() {
-    for cc in [CcKind::NoWait, CcKind::WaitDie] {
-        let island = island(cc);
-        let (mut w, mut p) = (island.worker().unwrap(), island.worker().unwrap());
-        w.begin(false);
-        let h = poll_local(w.get_for_update(0, 2)).unwrap().unwrap();
-        w.row_mut(h).set_u64(VAL, 7);
-        // An older reader would wait under wait-die: make the reader younger.
-        p.begin(false);
-        assert_eq!(p.conflict_row(), None);
-        let _ = poll_local(p.get(0, 1)).unwrap().unwrap();
-        let r = poll_local(p.get(0, 2));
-        assert!(r.is_err(), "{cc}: {r:?}");
-        let Some((table, rid)) = p.conflict_row() else {
-            // Wait-die reports its own reason; only no_wait names the row.
-            assert_eq!(cc, CcKind::WaitDie, "{cc}: no conflict row");
-            p.abort();
-            w.abort();
-            continue;
-        };
-        assert_eq!(table, 0);
-        p.abort();
-        // The reader let go of row 1; row 2 is still the writer's.
-        assert!(p.row_locked(table, rid), "{cc}");
-        w.commit().unwrap();
-        assert!(!p.row_locked(table, rid), "{cc}: still locked after commit");
-        p.begin(false);
-        assert_eq!(
-            p.conflict_row(),
-            None,
-            "{cc}: a new attempt keeps the old conflict"
-        );
-        let h = poll_local(p.get(0, 2)).unwrap().unwrap();
-        assert_eq!(p.row(h).u64(VAL), 7);
-        p.commit().unwrap();
-    }
+    let island = island(CcKind::NoWait);
+    let (mut w, mut p, mut q) = (
+        island.worker().unwrap(),
+        island.worker().unwrap(),
+        island.worker().unwrap(),
+    );
+    w.begin(false);
+    let h = poll_local(w.get_for_update(0, 2)).unwrap().unwrap();
+    w.row_mut(h).set_u64(VAL, 7);
+
+    // A shared read of row 2 conflicts with the writer.
+    p.begin(false);
+    assert_eq!(p.conflict_row(), None);
+    let _ = poll_local(p.get(0, 1)).unwrap().unwrap();
+    let r = poll_local(p.get(0, 2));
+    assert!(
+        matches!(r, Err(Abort::Conflict(AbortReason::LockConflict))),
+        "{r:?}"
+    );
+    let shared = p.conflict_row().expect("the conflict names its row");
+    assert_eq!((shared.table, shared.exclusive), (0, false));
+    p.abort();
+    // The reader let go of row 1; row 2 is still the writer's.
+    assert!(p.still_locked(shared));
+
+    // A read for update of row 2 conflicts too, as an exclusive request.
+    q.begin(false);
+    let r = poll_local(q.get_for_update(0, 2));
+    assert!(r.is_err(), "{r:?}");
+    let excl = q.conflict_row().expect("the conflict names its row");
+    assert_eq!(excl.rid, shared.rid, "both ran into row 2");
+    assert!(excl.exclusive);
+    q.abort();
+
+    w.commit().unwrap();
+    assert!(
+        !p.still_locked(shared),
+        "still locked after the holder committed"
+    );
+    assert!(!q.still_locked(excl));
+
+    // A reader holds row 2 now: the writer's retry would conflict, the
+    // reader's not.
+    p.begin(false);
+    assert_eq!(
+        p.conflict_row(),
+        None,
+        "a new attempt keeps the old conflict"
+    );
+    let h = poll_local(p.get(0, 2)).unwrap().unwrap();
+    assert_eq!(p.row(h).u64(VAL), 7);
+    assert!(q.still_locked(excl), "a shared holder must block a writer");
+    assert!(
+        !q.still_locked(shared),
+        "a shared holder must not block a reader"
+    );
+    p.commit().unwrap();
+    assert!(!q.still_locked(excl));
 }
