@@ -32,4 +32,13 @@ print("A txn/s", [round(x) for x in a])
 print("B txn/s", [round(x) for x in b])
 r = [y / x for x, y in zip(a, b)]
 print("B/A per pair", [round(x, 3) for x in r], "median", round(statistics.median(r), 3))
+# The host probe's cross-core round trip (ns) before each run, when the
+# workers were pinned to two CPUs: pairs whose readings differ ran in
+# different host states (see README, "Measuring on a small machine").
+def host(v, i):
+    h = json.load(open(f"{d}/{v}-{i}.json")).get("host")
+    return h["round_trip_ns_before"] if h else None
+if any(host("A", i) is not None for i in range(1, n + 1)):
+    print("host ns A", [host("A", i) for i in range(1, n + 1)])
+    print("host ns B", [host("B", i) for i in range(1, n + 1)])
 PY
