@@ -923,6 +923,8 @@ pub struct Outcome {
     pub name: String,
     pub png: PathBuf,
     pub verdict: Verdict,
+    /// [`sweep::host_summary`] of its runs.
+    pub host: Option<String>,
     pub interrupted: bool,
     pub points: usize,
 }
@@ -1078,6 +1080,10 @@ pub fn run(name: &str, a: &SweepArgs) -> Result<Outcome, String> {
             None => "this machine cannot tell",
         }
     );
+    let host = sweep::host_summary(&measured);
+    if let Some(h) = &host {
+        println!("host: {h}");
+    }
     if interrupted {
         println!(
             "interrupted: {} of {} points measured",
@@ -1099,6 +1105,7 @@ pub fn run(name: &str, a: &SweepArgs) -> Result<Outcome, String> {
         name: name.to_string(),
         png,
         verdict: v,
+        host,
         interrupted,
         points: measured.len(),
     })
@@ -1175,6 +1182,9 @@ fn report_md(outcomes: &[Outcome], a: &SweepArgs) -> Result<String, String> {
         );
         for c in &o.verdict.caveats {
             let _ = writeln!(r, "- Note: {c}");
+        }
+        if let Some(h) = &o.host {
+            let _ = writeln!(r, "- Host: {h}.");
         }
         if o.interrupted {
             let _ = writeln!(r, "- Interrupted: {} points measured.", o.points);

@@ -336,6 +336,36 @@ impl Runner {
     }
 }
 
+/// What the host probe read over an experiment's runs (see
+/// `islands::bench::report::HostProbe`): the range and median of the
+/// cross-core round trip before the runs, and how many runs saw it move by
+/// more than half between before and after. `None` when no run was probed.
+pub fn host_summary(measured: &[Measured]) -> Option<String> {
+    let samples = measured.iter().flat_map(|m| &m.samples);
+    let mut before: Vec<u64> = samples.clone().filter_map(|s| s.host_rt_ns).collect();
+    if before.is_empty() {
+        return None;
+    }
+    before.sort_unstable();
+    let changed = samples
+        .filter_map(|s| Some((s.host_rt_ns?, s.host_rt_after_ns?)))
+        .filter(|&(b, a)| {
+            let (lo, hi) = (b.min(a).max(1) as f64, b.max(a) as f64);
+            hi / lo > 1.5
+        })
+        .count();
+    Some(format!(
+        "the host's cross-core round trip read {}-{} ns before the runs (median {} ns over {} runs); \
+         {changed} run(s) saw it move by more than half during the run. Runs in different host \
+         states are not comparable (README, \"Measuring on a small machine\"; every run's readings \
+         are in the runs CSV)",
+        before[0],
+        before[before.len() - 1],
+        before[before.len() / 2],
+        before.len()
+    ))
+}
+
 /// The summary CSV: one line per point, median and spread of throughput and
 /// cost, and the median of each phase.
 pub fn summary_csv(measured: &[Measured]) -> String {
@@ -419,6 +449,36 @@ mod tests {
         assert!(Sample::from_json(&bad, 1)
             .unwrap_err()
             .contains("committed"));
+    }
+
+    #[test]
+    fn the_host_summary_gives_the_range_and_the_runs_that_changed_state() {
+        let s = |b: Option<u64>, a: Option<u64>| Sample {
+            host_rt_ns: b,
+            host_rt_after_ns: a,
+            ..Sample::default()
+        };
+        let point = Point {
+            panel: "p".into(),
+            series: "s".into(),
+            x: 0.0,
+            args: Vec::new(),
+        };
+        let m = |samples| Measured {
+            point: point.clone(),
+            samples,
+        };
+        assert_eq!(host_summary(&[m(vec![s(None, None)])]), None);
+        let text = host_summary(&[
+            m(vec![s(Some(250), Some(260)), s(Some(1_210), Some(240))]),
+            m(vec![s(Some(1_250), Some(1_230)), s(Some(240), None)]),
+        ])
+        .unwrap();
+        assert!(
+            text.contains("read 240-1250 ns before the runs (median 1210 ns over 4 runs)"),
+            "{text}"
+        );
+        assert!(text.contains("1 run(s) saw it move"), "{text}");
     }
 
     #[test]
