@@ -63,7 +63,7 @@ pub struct LogReport {
 /// Why: on a virtual machine the hypervisor may place two vCPUs on cores
 /// that share a last-level cache or on cores that do not, and move them
 /// while the guest runs. The guest's `/sys` cannot tell, yet message-heavy
-/// runs change by a factor of 1.3 to 1.6 between the two (this project's 2-vCPU
+/// runs change by a factor of 1.3 to 1.7 between the two (this project's 2-vCPU
 /// AMD VM read 0.3 µs in one state and 1.2 µs in the other). The reading
 /// says which state a figure was measured in; a run whose two readings
 /// differ saw the state change.
