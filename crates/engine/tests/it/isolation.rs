@@ -5,7 +5,7 @@
 use islands::cc::CcKind;
 use islands::island::{Island, IslandConfig};
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
-use islands::txn::poll_local;
+use islands::txn::{poll_local, Txn};
 use islands::{Abort, AbortReason};
 
 const VAL: Col = Col(0);
@@ -23,6 +23,21 @@ fn island(cc: CcKind) -> Island {
     island
 }
 
+fn three_workers(island: &Island) -> (Txn, Txn, Txn) {
+    (
+        island.worker().unwrap(),
+        island.worker().unwrap(),
+        island.worker().unwrap(),
+    )
+}
+
+/// `w` begins and holds row `key` for update with a new (uncommitted) value.
+fn writer_holds(w: &mut Txn, key: u64, val: u64) {
+    w.begin(false);
+    let h = poll_local(w.get_for_update(0, key)).unwrap().unwrap();
+    w.row_mut(h).set_u64(VAL, val);
+}
+
 /// A writer holds row 1 (locked, or about to commit under OCC) with a new
 /// value. A read-committed reader sees the old committed value and commits;
 /// it neither sees the uncommitted value (P1) nor aborts the writer. Once the
@@ -33,14 +48,8 @@ fn island(cc: CcKind) -> Island {
 fn read_committed_sees_only_committed_rows_and_blocks_nobody() {
     for cc in [CcKind::NoWait, CcKind::WaitDie, CcKind::Occ] {
         let island = island(cc);
-        let (mut w, mut r, mut p) = (
-            island.worker().unwrap(),
-            island.worker().unwrap(),
-            island.worker().unwrap(),
-        );
-        w.begin(false);
-        let h = poll_local(w.get_for_update(0, 1)).unwrap().unwrap();
-        w.row_mut(h).set_u64(VAL, 111);
+        let (mut w, mut r, mut p) = three_workers(&island);
+        writer_holds(&mut w, 1, 111);
         let ins = poll_local(w.insert(0, 9)).unwrap().unwrap();
         w.row_mut(ins).set_u64(VAL, 999);
 
@@ -126,14 +135,8 @@ fn a_read_committed_transaction_that_writes_fails() {
 #[test]
 fn a_conflict_names_its_row_which_stays_locked_until_the_holder_ends() {
     let island = island(CcKind::NoWait);
-    let (mut w, mut p, mut q) = (
-        island.worker().unwrap(),
-        island.worker().unwrap(),
-        island.worker().unwrap(),
-    );
-    w.begin(false);
-    let h = poll_local(w.get_for_update(0, 2)).unwrap().unwrap();
-    w.row_mut(h).set_u64(VAL, 7);
+    let (mut w, mut p, mut q) = three_workers(&island);
+    writer_holds(&mut w, 2, 7);
 
     // A shared read of row 2 conflicts with the writer.
     p.begin(false);
