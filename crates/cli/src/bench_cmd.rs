@@ -674,7 +674,8 @@ fn execute<W: Workload + 'static>(
         );
     }
     let probe_at = probe_cpus(workers);
-    let probe_before = probe_at.and_then(|(a, b)| ipc::probe(a as CpuId, b as CpuId));
+    let probe = || probe_at.and_then(|(a, b)| ipc::probe(a as CpuId, b as CpuId));
+    let probe_before = probe();
     let mut report = match cluster {
         None => driver::run_islands(&islands, workers, Arc::new(workload), dcfg)?,
         Some((router, opts)) => {
@@ -702,7 +703,7 @@ fn execute<W: Workload + 'static>(
         report.host = Some(HostProbe {
             cpus: [a, b],
             round_trip_ns_before: before,
-            round_trip_ns_after: ipc::probe(a as CpuId, b as CpuId),
+            round_trip_ns_after: probe(),
         });
     }
     for i in &islands {

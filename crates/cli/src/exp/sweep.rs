@@ -87,6 +87,7 @@ impl Sample {
                 }
             }
         }
+        let host = |k: &str| v.get("host").and_then(|h| h.get(k)).and_then(Value::as_u64);
         Ok(Sample {
             rep,
             throughput_tps: f("throughput_tps")?,
@@ -112,14 +113,8 @@ impl Sample {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string(),
-            host_rt_ns: v
-                .get("host")
-                .and_then(|h| h.get("round_trip_ns_before"))
-                .and_then(Value::as_u64),
-            host_rt_after_ns: v
-                .get("host")
-                .and_then(|h| h.get("round_trip_ns_after"))
-                .and_then(Value::as_u64),
+            host_rt_ns: host("round_trip_ns_before"),
+            host_rt_after_ns: host("round_trip_ns_after"),
         })
     }
 }
@@ -445,6 +440,14 @@ mod tests {
         assert_eq!(s.cost_us, 1000.0); // 2 threads x 0.5 s / 1000 txns
         assert_eq!(s.phases.get("execution"), Some(&1.5));
         assert_eq!(s.phases.get("locking"), None);
+        assert_eq!((s.host_rt_ns, s.host_rt_after_ns), (None, None));
+        let probed: Value = serde_json::from_str(
+            r#"{"committed": 1, "threads": 1, "measured_s": 1.0, "throughput_tps": 1.0,
+                "host": {"cpus": [0, 1], "round_trip_ns_before": 1210, "round_trip_ns_after": 250}}"#,
+        )
+        .unwrap();
+        let s = Sample::from_json(&probed, 1).unwrap();
+        assert_eq!((s.host_rt_ns, s.host_rt_after_ns), (Some(1210), Some(250)));
         let bad: Value = serde_json::from_str(r#"{"threads": 2}"#).unwrap();
         assert!(Sample::from_json(&bad, 1)
             .unwrap_err()

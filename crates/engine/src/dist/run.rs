@@ -69,10 +69,30 @@ struct Slot<R> {
     since: u64,
     attempt: u32,
     gtid: Gtid,
-    /// In backoff after a conflict on this local row: retry once it is free
-    /// (and the clock has passed `watch_from`).
-    watch: Option<LockWait>,
-    watch_from: u64,
+    /// In backoff after a conflict on a local row: retry once the row would
+    /// let the request pass, but not before the clock reading given.
+    watch: Option<(LockWait, u64)>,
+}
+
+impl<R> Slot<R> {
+    /// An attempt aborted: wait before the next. `conflict` is the local row
+    /// it ran into, if any, and whether it had touched another island (see
+    /// [`Executor::conflict_of`]).
+    fn back_off(&mut self, now: u64, clock: &Clock, conflict: Option<(LockWait, bool)>) {
+        self.attempt += 1;
+        self.state = St::Backoff;
+        let blind = clock.ticks(backoff(self.attempt));
+        (self.since, self.watch) = match conflict {
+            None => (now + blind, None),
+            // An AbortReq to a branch on another worker may still be on its
+            // way: give it the blind backoff before a retry can meet the old
+            // branch's locks.
+            Some((w, touched)) => (
+                now + blind.max(clock.ticks(WATCH_FALLBACK)),
+                Some((w, if touched { now + blind } else { now })),
+            ),
+        };
+    }
 }
 
 /// Where and how much one worker of a cluster runs.
@@ -227,7 +247,6 @@ where
             attempt: 0,
             gtid: 0,
             watch: None,
-            watch_from: 0,
         })
         .collect();
     let mut finished = 0u64;
@@ -292,10 +311,7 @@ where
                     }
                 } else {
                     stats.record_abort(AbortReason::Remote);
-                    s.attempt += 1;
-                    s.state = St::Backoff;
-                    s.watch = None;
-                    s.since = now + clock.ticks(backoff(s.attempt));
+                    s.back_off(now, &clock, None);
                 }
             }
             let may_start = !stopping && limit.is_none_or(|l| finished < l);
@@ -315,8 +331,8 @@ where
                     }
                     St::Backoff
                         if now >= s.since
-                            || (now >= s.watch_from
-                                && s.watch.is_some_and(|w| !ex.still_locked(w))) =>
+                            || s.watch
+                                .is_some_and(|(w, from)| now >= from && !ex.still_locked(w)) =>
                     {
                         if stopping {
                             s.state = St::Free;
@@ -332,10 +348,7 @@ where
                         s.fut = None;
                         ex.abort_home(s.ctx);
                         stats.record_abort(AbortReason::Remote);
-                        s.attempt += 1;
-                        s.state = St::Backoff;
-                        s.watch = None;
-                        s.since = now + clock.ticks(backoff(s.attempt));
+                        s.back_off(now, &clock, None);
                     }
                     _ => {}
                 }
@@ -396,27 +409,12 @@ where
                                 }
                                 Err(Abort::Conflict(reason)) => {
                                     stats.record_abort(reason);
-                                    s.attempt += 1;
-                                    s.state = St::Backoff;
                                     // The context is free but not yet taken
                                     // again: its conflict is this attempt's.
                                     let conflict = (reason == AbortReason::LockConflict)
                                         .then(|| ex.conflict_of(s.ctx))
                                         .flatten();
-                                    let blind = clock.ticks(backoff(s.attempt));
-                                    s.watch = conflict.map(|(w, _)| w);
-                                    s.since = now + blind;
-                                    s.watch_from = now;
-                                    if let Some((_, touched)) = conflict {
-                                        s.since = now + blind.max(clock.ticks(WATCH_FALLBACK));
-                                        // An AbortReq to a branch on another
-                                        // worker may still be on its way:
-                                        // give it the blind backoff before a
-                                        // retry can meet the old branch's locks.
-                                        if touched {
-                                            s.watch_from = now + blind;
-                                        }
-                                    }
+                                    s.back_off(now, &clock, conflict);
                                 }
                                 Err(Abort::User(_)) => {
                                     stats.record_user_abort(s.ty);
