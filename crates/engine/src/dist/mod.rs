@@ -502,8 +502,8 @@ impl Executor {
     }
 
     /// After a poll returned `Pending`: sends the request the procedure
-    /// queued. False if it queued none (a procedure waiting on something
-    /// else: an error the caller reports).
+    /// queued. False if it waits for nothing the executor can deliver (a
+    /// procedure waiting on something else: an error the caller reports).
     pub fn send_request(&mut self, c: u32) -> bool {
         let tx = self.pool.ctx(c);
         let Some(d) = tx.dist.as_mut() else {
@@ -514,7 +514,10 @@ impl Executor {
             return true;
         }
         if !d.req_ready {
-            return false;
+            // A spurious wake: it still waits for its reply or its early
+            // votes. A wake pushed for an attempt that then timed out in
+            // the same round reaches the next attempt on the same context.
+            return d.tag != 0 || d.early == Early::Voting;
         }
         d.req_ready = false;
         let to = self

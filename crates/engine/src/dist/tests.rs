@@ -276,6 +276,29 @@ fn transfers_survive_lost_duplicated_and_reordered_messages() {
     check_bank(&islands, 60, &stats);
 }
 
+/// Remote operations that time out about as often as they are answered: a
+/// reply may then wake a context whose attempt gave up in the same round and
+/// whose next attempt already waits for a reply of its own. That wake is
+/// spurious, not an error (a worker used to fail with 'a stored procedure
+/// suspended without a remote request', and the run hung without it).
+#[test]
+fn replies_racing_timeouts_are_spurious_wakes_not_errors() {
+    let (seed, transport, mut opts) = faulty_cluster(3);
+    opts.op_timeout = Duration::from_micros(40);
+    let (cl, islands) = open_cluster(3, 60, opts);
+    let stats = run_to_completion(&cl, &clients(3, 150), bank(60), seed).unwrap();
+    assert!(transport.dropped.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    let timed_out: u64 = stats
+        .iter()
+        .map(|s| s.aborts[crate::AbortReason::Remote.index()])
+        .sum();
+    assert!(
+        timed_out > 0,
+        "no operation timed out: the test tests nothing"
+    );
+    check_bank(&islands, 60, &stats);
+}
+
 #[test]
 fn one_island_and_three_islands_end_in_the_same_state() {
     let mut results = Vec::new();

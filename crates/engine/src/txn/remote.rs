@@ -112,6 +112,9 @@ impl Dist {
 
     pub(crate) fn reset(&mut self) {
         self.touched = IslandSet::EMPTY;
+        // No request outstanding: a late reply to the previous attempt on
+        // this context is dropped as stale.
+        self.tag = 0;
         self.req_ready = false;
         self.reply_ready = false;
         self.remote_validated = false;
