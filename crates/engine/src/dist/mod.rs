@@ -68,8 +68,17 @@ const MAX_CONTEXTS: usize = 1 << (32 - crate::txn::TAG_SEQ_BITS);
 /// How a cluster runs.
 #[derive(Clone)]
 pub struct ClusterOptions {
-    /// Home transactions a worker keeps in flight.
+    /// Home transactions a worker keeps executing (polling their procedures).
     pub inflight: usize,
+    /// Distributed commits a worker keeps in flight beyond `inflight`: a
+    /// transaction whose procedure finished and whose two-phase commit is
+    /// under way gives its slot to the next transaction (its request is kept
+    /// for a retry should the commit abort). With a log, each such commit
+    /// waits for a participant's forced prepare (a group commit), and a slot
+    /// held across it would leave the worker idle or need a deep window of
+    /// executing transactions (whose rows go cold, and whose locks collide).
+    /// 0: a transaction holds its slot until its outcome.
+    pub commit_window: usize,
     /// Branches of other islands' transactions a worker holds at once.
     pub max_branches: usize,
     pub timeouts: Timeouts,
@@ -86,6 +95,7 @@ impl Default for ClusterOptions {
     fn default() -> Self {
         ClusterOptions {
             inflight: 8,
+            commit_window: 16,
             max_branches: 64,
             timeouts: Timeouts::default(),
             op_timeout: Duration::from_millis(200),
@@ -99,7 +109,14 @@ impl ClusterOptions {
     /// Transaction contexts an island with `workers` workers must have beyond
     /// one per worker ([`crate::island::IslandConfig::contexts`]).
     pub fn contexts_needed(&self, workers: usize) -> usize {
-        workers * (self.inflight + self.max_branches)
+        workers * self.contexts_per_worker()
+    }
+
+    /// Transaction contexts one worker's executor may take: its executing
+    /// transactions, the home branches of its commits in flight, and the
+    /// branches it holds for other workers' transactions.
+    fn contexts_per_worker(&self) -> usize {
+        self.inflight + self.commit_window + self.max_branches
     }
 }
 
@@ -164,10 +181,10 @@ impl Cluster {
                 "a worker needs at least one transaction and one branch in flight".into(),
             ));
         }
-        if opts.inflight + opts.max_branches > MAX_CONTEXTS {
+        if opts.contexts_per_worker() > MAX_CONTEXTS {
             return Err(Error::Config(format!(
-                "{} transactions + {} branches in flight per worker: at most {MAX_CONTEXTS} contexts",
-                opts.inflight, opts.max_branches
+                "{} transactions + {} commits + {} branches in flight per worker: at most {MAX_CONTEXTS} contexts",
+                opts.inflight, opts.commit_window, opts.max_branches
             )));
         }
         let mut base = Vec::with_capacity(islands.len());
@@ -277,7 +294,7 @@ impl Cluster {
             // A branch outlives its context: after the engine commits it, the
             // participant still waits for its decision record to be durable;
             // and the home island's own branches count here too.
-            max_in_flight: 4 * (self.opts.max_branches + self.opts.inflight),
+            max_in_flight: 4 * self.opts.contexts_per_worker(),
             timeouts: self.opts.timeouts,
         };
         let mut ex = Executor {
@@ -298,7 +315,7 @@ impl Cluster {
                 failed: None,
             },
             coord: Coordinator::new(coord::Config {
-                max_in_flight: self.opts.inflight.max(1) * 4,
+                max_in_flight: (self.opts.inflight + self.opts.commit_window).max(1) * 4,
                 ..cfg
             }),
             part: Participant::new(cfg),
@@ -1469,7 +1486,7 @@ impl Pool {
         if let Some(i) = self.free.pop() {
             return Some(i);
         }
-        if self.ctxs.len() >= self.cl.opts.inflight + self.cl.opts.max_branches {
+        if self.ctxs.len() >= self.cl.opts.contexts_per_worker() {
             return None;
         }
         let island = &self.cl.islands[self.island as usize];

@@ -303,8 +303,10 @@ fn replies_racing_timeouts_are_spurious_wakes_not_errors() {
 fn one_island_and_three_islands_end_in_the_same_state() {
     let mut results = Vec::new();
     for n in [1usize, 3] {
+        // One transaction at a time, commit included: the same sequence.
         let opts = ClusterOptions {
             inflight: 1,
+            commit_window: 0,
             ..Default::default()
         };
         let (cl, islands) = open_cluster(n, 60, opts);
