@@ -40,6 +40,8 @@ pub struct IslandConfig {
     pub segment_bytes: u64,
     /// `sync` mode: the log writer's pause between fdatasyncs, to grow groups.
     pub group_delay: std::time::Duration,
+    /// Log segments written over preallocated files ([`WalConfig::preallocate`]).
+    pub preallocate_log: bool,
     /// `sync` mode: a forced 2PC record (a participant's Prepare, a
     /// coordinator's decision) cuts the writer's group-commit pause short
     /// ([`Wal::expedite`]), so the locks that wait on it go sooner, at the
@@ -67,6 +69,7 @@ impl std::fmt::Debug for IslandConfig {
             .field("log_dir", &self.log_dir)
             .field("segment_bytes", &self.segment_bytes)
             .field("group_delay", &self.group_delay)
+            .field("preallocate_log", &self.preallocate_log)
             .field("expedite_2pc", &self.expedite_2pc)
             .field("device", &self.device.as_ref().map(|_| "custom"))
             .field("contexts", &self.contexts)
@@ -84,6 +87,7 @@ impl IslandConfig {
             log_dir: None,
             segment_bytes: 64 << 20,
             group_delay: WalConfig::DEFAULT_GROUP_DELAY,
+            preallocate_log: false,
             expedite_2pc: false,
             device: None,
             contexts: 0,
@@ -308,6 +312,7 @@ impl Island {
                     durability: d,
                     segment_bytes: cfg.segment_bytes,
                     group_delay: cfg.group_delay,
+                    preallocate: cfg.preallocate_log,
                 };
                 let (wal, rec) = Wal::open_with_device(wal_cfg, device).map_err(|e| {
                     Error::Config(format!(

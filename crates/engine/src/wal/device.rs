@@ -4,6 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One open log segment, written sequentially.
 pub trait LogFile: Send {
@@ -21,7 +22,30 @@ pub trait LogDevice: Send + Sync {
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn LogFile>>;
     /// fsync of the directory, so created / renamed / removed entries are durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Makes `path` a file of `bytes` zero bytes, written and fdatasync'ed, to become a
+    /// segment later ([`LogDevice::adopt`]). Writing over blocks that exist changes no file
+    /// metadata, so an fdatasync of such a segment writes its data only, where one of a
+    /// growing file also commits the file system's journal (ext4 here, two logs at once:
+    /// 0.52 ms against 0.23 ms per 20 KB write and fdatasync). Returns `Ok(false)` without
+    /// a file if `stop` was set meanwhile, or if the device does not preallocate (the
+    /// default: the log then creates its segments empty, with `create`).
+    fn preallocate(&self, _path: &Path, _bytes: u64, _stop: &AtomicBool) -> io::Result<bool> {
+        Ok(false)
+    }
+    /// Renames a file that `preallocate` made to the segment `to`, and opens it for writing
+    /// from its start (the caller syncs the directory).
+    fn adopt(&self, _from: &Path, _to: &Path) -> io::Result<Box<dyn LogFile>> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this log device does not preallocate",
+        ))
+    }
 }
+
+/// Zeros written per call while preallocating, and between the fdatasyncs that keep the
+/// file system from queueing a whole segment of dirty pages ahead of the log's own writes.
+const ZERO_CHUNK: usize = 1 << 20;
+const ZERO_SYNC_EVERY: u64 = 8 << 20;
 
 /// The real file system.
 #[derive(Debug, Default, Clone, Copy)]
@@ -52,5 +76,33 @@ impl LogDevice for FsDevice {
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
+    }
+    fn preallocate(&self, path: &Path, bytes: u64, stop: &AtomicBool) -> io::Result<bool> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        let zeros = vec![0u8; ZERO_CHUNK];
+        let mut done = 0u64;
+        while done < bytes {
+            if stop.load(Ordering::Relaxed) {
+                drop(f);
+                let _ = std::fs::remove_file(path);
+                return Ok(false);
+            }
+            let n = (bytes - done).min(ZERO_CHUNK as u64) as usize;
+            f.write_all(&zeros[..n])?;
+            done += n as u64;
+            if done.is_multiple_of(ZERO_SYNC_EVERY) || done == bytes {
+                rustix::fs::fdatasync(&f).map_err(io::Error::from)?;
+            }
+        }
+        Ok(true)
+    }
+    fn adopt(&self, from: &Path, to: &Path) -> io::Result<Box<dyn LogFile>> {
+        std::fs::rename(from, to)?;
+        let f = OpenOptions::new().write(true).open(to)?;
+        Ok(Box::new(FsFile(f)))
     }
 }

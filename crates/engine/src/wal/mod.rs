@@ -46,6 +46,13 @@
 //! without a checkpoint) has lost segments: that is a recovery error, not a truncation.
 //! Nothing is written or read when durability is `off`.
 //!
+//! With [`WalConfig::preallocate`], a thread keeps a file of zeros (`wal-spare.tmp`,
+//! removed when the log opens) ready for the next segment, and the writer rolls over to it
+//! (a rename), so its fdatasyncs overwrite blocks instead of growing the file. Such a
+//! segment ends in zeros after its last record; recovery takes a tail of nothing but zeros
+//! for the end of the records (no record has length 0, so a torn write is never all zeros
+//! unless none of it reached the disk) and trims it from the last segment.
+//!
 //! A checkpoint with start seq S stands for every batch below S: once it is durable, older
 //! checkpoints and every segment whose batches are all below S are deleted. Recovery returns
 //! the checkpoint and the records of batches >= S; replaying them over the checkpoint must be
@@ -138,6 +145,14 @@ pub struct WalConfig {
     /// `sync` mode: the writer waits this long after an fdatasync before it
     /// takes the next group, so groups grow (a commit delay). Zero: none.
     pub group_delay: Duration,
+    /// Write segments over files of zeros made ahead of time (see
+    /// [`LogDevice::preallocate`]): an fdatasync then commits no file-system
+    /// metadata, which halves its latency here, but every log byte is written
+    /// twice. It pays where transactions wait for forced records and the log
+    /// is light (two-phase commit: micro update at 100% multisite, sync, 1.26,
+    /// 1.06, 1.08 times as fast), and costs where the disk and the cores are
+    /// busy with the log itself (TPC-C 50/50, sync: 0.73, 0.82, 0.93). Off by default.
+    pub preallocate: bool,
 }
 
 impl WalConfig {
@@ -150,6 +165,7 @@ impl WalConfig {
             durability,
             segment_bytes: Self::DEFAULT_SEGMENT_BYTES,
             group_delay: Self::DEFAULT_GROUP_DELAY,
+            preallocate: false,
         }
     }
 }
@@ -318,7 +334,9 @@ pub struct WalStats {
     pub batches_written: u64,
     pub syncs: u64,
     pub sync_nanos: u64,
+    /// Segments rolled over to, and how many of them were preallocated.
     pub segments_created: u64,
+    pub segments_preallocated: u64,
 }
 
 /// Guarded by `Shared::queue`: seq assignment and the hand-off to the writer.
@@ -344,6 +362,30 @@ struct Stats {
     syncs: AtomicU64,
     sync_nanos: AtomicU64,
     segments_created: AtomicU64,
+    segments_preallocated: AtomicU64,
+}
+
+/// The file of zeros that the preallocator keeps ready for the next segment.
+pub(crate) const SPARE_NAME: &str = "wal-spare.tmp";
+
+/// Bytes a log writes into a segment that was not preallocated before it asks
+/// for a spare (at most): a log that stays small (a test, a quiet island)
+/// never writes a segment of zeros.
+const PREALLOCATE_AFTER: u64 = 1 << 20;
+
+/// Hand-off between the writer and the preallocator thread, which keeps one
+/// spare segment ready (see [`LogDevice::preallocate`]).
+#[derive(Default)]
+struct Spare {
+    /// The spare file is complete and durable.
+    ready: AtomicBool,
+    /// The writer wants a spare: make one. Guarded, with `cv`.
+    wanted: Mutex<bool>,
+    /// The writer asked for a spare that it has not taken yet (writer only).
+    asked: AtomicBool,
+    cv: Condvar,
+    /// Shutdown: stop, even in the middle of a file.
+    stop: AtomicBool,
 }
 
 struct Shared {
@@ -363,6 +405,7 @@ struct Shared {
     segments: Mutex<Vec<(BatchSeq, PathBuf)>>,
     checkpoint_lock: Mutex<()>,
     stats: Stats,
+    spare: Spare,
     /// Holds the exclusive flock on `<dir>/LOCK` while the log is open.
     _dir_lock: Option<std::fs::File>,
 }
@@ -419,6 +462,7 @@ fn lock_dir(dir: &Path) -> Result<std::fs::File, WalError> {
 pub struct Wal {
     shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    preallocator: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl fmt::Debug for Wal {
@@ -451,6 +495,7 @@ impl Wal {
             let wal = Wal {
                 shared,
                 writer: Mutex::new(None),
+                preallocator: Mutex::new(None),
             };
             return Ok((Arc::new(wal), Recovery::default()));
         }
@@ -471,8 +516,7 @@ impl Wal {
         let lock = lock_dir(&dir)?;
         let listing = recovery::list_dir(&dir)?;
         for tmp in &listing.temps {
-            std::fs::remove_file(tmp)
-                .map_err(|e| WalError::io("remove unfinished checkpoint", tmp, e))?;
+            std::fs::remove_file(tmp).map_err(|e| WalError::io("remove temporary file", tmp, e))?;
         }
         let checkpoint = recovery::load_checkpoint(&listing.checkpoints)?;
         let scan = recovery::scan(&dir, device.as_ref(), listing.segments)?;
@@ -527,6 +571,17 @@ impl Wal {
             taken: Vec::new(),
             unsynced: false,
             last_sync: Instant::now(),
+            preallocated: false,
+        };
+        let preallocator = if shared.cfg.preallocate {
+            let pre_shared = Arc::clone(&shared);
+            let handle = std::thread::Builder::new()
+                .name("wal-prealloc".into())
+                .spawn(move || preallocate_segments(&pre_shared))
+                .map_err(|e| WalError::io("spawn the segment preallocator for", &dir, e))?;
+            Some(handle)
+        } else {
+            None
         };
         let handle = std::thread::Builder::new()
             .name("wal-writer".into())
@@ -535,6 +590,7 @@ impl Wal {
         let wal = Wal {
             shared,
             writer: Mutex::new(Some(handle)),
+            preallocator: Mutex::new(preallocator),
         };
         let recovery = Recovery {
             checkpoint,
@@ -572,6 +628,7 @@ impl Wal {
             segments: Mutex::new(segments),
             checkpoint_lock: Mutex::new(()),
             stats: Stats::default(),
+            spare: Spare::default(),
             _dir_lock: lock,
         })
     }
@@ -739,6 +796,14 @@ impl Wal {
             // A panicking writer already poisoned the log (see Writer::run).
             let _ = h.join();
         }
+        self.shared.spare.stop.store(true, Ordering::Release);
+        {
+            let _g = self.shared.spare.wanted.lock();
+            self.shared.spare.cv.notify_all();
+        }
+        if let Some(h) = self.preallocator.lock().take() {
+            let _ = h.join();
+        }
         self.shared.stopped.store(true, Ordering::Release);
         let _g = self.shared.durable_lock.lock();
         self.shared.durable_cv.notify_all();
@@ -752,6 +817,7 @@ impl Wal {
             syncs: s.syncs.load(Ordering::Relaxed),
             sync_nanos: s.sync_nanos.load(Ordering::Relaxed),
             segments_created: s.segments_created.load(Ordering::Relaxed),
+            segments_preallocated: s.segments_preallocated.load(Ordering::Relaxed),
         }
     }
 
@@ -783,6 +849,45 @@ struct Writer {
     taken: Vec<(BatchSeq, Vec<u8>)>,
     unsynced: bool,
     last_sync: Instant,
+    /// The current segment was preallocated: writing it changes no metadata.
+    preallocated: bool,
+}
+
+impl Spare {
+    fn ask(&self) {
+        self.asked.store(true, Ordering::Relaxed);
+        *self.wanted.lock() = true;
+        self.cv.notify_one();
+    }
+}
+
+/// The preallocator thread: keeps one spare segment of zeros ready for the
+/// writer's next roll-over, off the writer's path (zero-filling 64 MiB takes
+/// a fraction of a second). A failure is not the log's: segments are then
+/// created empty, as without preallocation, and the spare file is left for
+/// the next open to remove.
+fn preallocate_segments(shared: &Shared) {
+    let spare = &shared.spare;
+    let path = shared.cfg.dir.join(SPARE_NAME);
+    loop {
+        {
+            let mut wanted = spare.wanted.lock();
+            while !*wanted && !spare.stop.load(Ordering::Acquire) {
+                spare.cv.wait(&mut wanted);
+            }
+            if spare.stop.load(Ordering::Acquire) {
+                return;
+            }
+            *wanted = false;
+        }
+        match shared
+            .device
+            .preallocate(&path, shared.cfg.segment_bytes, &spare.stop)
+        {
+            Ok(true) => spare.ready.store(true, Ordering::Release),
+            Ok(false) | Err(_) => return,
+        }
+    }
 }
 
 impl Writer {
@@ -868,7 +973,14 @@ impl Writer {
         self.staging.clear();
         for i in 0..self.taken.len() {
             let seq = self.taken[i].0;
-            if self.file_len + self.staging.len() as u64 >= seg_bytes {
+            let used = self.file_len + self.staging.len() as u64;
+            // A segment that was not preallocated (the first, or one the
+            // spare was not ready for) gives way as soon as a spare is.
+            if used >= seg_bytes
+                || (used > 0
+                    && !self.preallocated
+                    && self.shared.spare.ready.load(Ordering::Acquire))
+            {
                 self.roll(seq)?;
             }
             format::push_batch_header(&mut self.staging, seq);
@@ -878,6 +990,13 @@ impl Writer {
             }
         }
         self.flush_staging()?;
+        if !self.preallocated
+            && self.shared.cfg.preallocate
+            && self.file_len >= PREALLOCATE_AFTER.min(seg_bytes / 4)
+            && !self.shared.spare.asked.swap(true, Ordering::Relaxed)
+        {
+            self.shared.spare.ask();
+        }
         let n = self.taken.len() as u64;
         self.shared
             .stats
@@ -938,11 +1057,26 @@ impl Writer {
         }
         let dir = &self.shared.cfg.dir;
         let path = dir.join(recovery::segment_name(first_seq));
-        let file = self
-            .shared
-            .device
-            .create(&path)
-            .map_err(|e| WalError::io("create log segment", &path, e))?;
+        let spare = &self.shared.spare;
+        let adopted = if spare.ready.swap(false, Ordering::AcqRel) {
+            let adopted = self.shared.device.adopt(&dir.join(SPARE_NAME), &path).ok();
+            if adopted.is_some() {
+                // The next one, while this one fills.
+                spare.ask();
+            }
+            adopted
+        } else {
+            None
+        };
+        self.preallocated = adopted.is_some();
+        let file = match adopted {
+            Some(f) => f,
+            None => self
+                .shared
+                .device
+                .create(&path)
+                .map_err(|e| WalError::io("create log segment", &path, e))?,
+        };
         self.shared
             .device
             .sync_dir(dir)
@@ -954,6 +1088,12 @@ impl Writer {
             .stats
             .segments_created
             .fetch_add(1, Ordering::Relaxed);
+        if self.preallocated {
+            self.shared
+                .stats
+                .segments_preallocated
+                .fetch_add(1, Ordering::Relaxed);
+        }
         Ok(())
     }
 

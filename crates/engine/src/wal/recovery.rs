@@ -40,7 +40,7 @@ pub(crate) fn list_dir(dir: &Path) -> Result<DirListing, WalError> {
             out.segments.push((seq, entry.path()));
         } else if let Some(seq) = parse_seq(name, "ckpt-", ".ckp") {
             out.checkpoints.push((seq, entry.path()));
-        } else if parse_seq(name, "ckpt-", ".tmp").is_some() {
+        } else if parse_seq(name, "ckpt-", ".tmp").is_some() || name == super::SPARE_NAME {
             out.temps.push(entry.path());
         }
     }
@@ -67,23 +67,38 @@ struct Cut {
     reason: String,
 }
 
-/// Scans one segment's bytes, appending its records. Returns the cut if it has a bad tail.
-fn scan_segment(data: &[u8], first_seq: BatchSeq, out: &mut Scan) -> Option<Cut> {
+/// How a segment's records end.
+enum End {
+    /// At the end of the file.
+    Clean,
+    /// At this offset, with nothing but zero bytes after it: the unused part
+    /// of a preallocated segment ([`super::LogDevice::preallocate`]).
+    Zeros(usize),
+    /// At a bad record: the tail from there is cut.
+    Bad(Cut),
+}
+
+/// Scans one segment's bytes, appending its records, and says how they end.
+fn scan_segment(data: &[u8], first_seq: BatchSeq, out: &mut Scan) -> End {
     let mut off = 0usize;
     let mut batch: Option<BatchSeq> = None;
     loop {
         let (body, next) = match read_frame(data, off) {
             Ok(Some(frame)) => frame,
-            Ok(None) => return None,
+            Ok(None) => return End::Clean,
+            // No record has a zero length, so a torn write is never all
+            // zeros unless none of it reached the disk (then it was never
+            // acknowledged either).
+            Err(_) if data[off..].iter().all(|&b| b == 0) => return End::Zeros(off),
             Err(e) => {
-                return Some(Cut {
+                return End::Bad(Cut {
                     offset: off,
                     reason: e.to_string(),
                 })
             }
         };
         let cut = |reason: &str| {
-            Some(Cut {
+            End::Bad(Cut {
                 offset: off,
                 reason: reason.to_string(),
             })
@@ -131,9 +146,24 @@ pub(crate) fn scan(
     let mut iter = segments.into_iter();
     while let Some((first_seq, path)) = iter.next() {
         let data = fs::read(&path).map_err(|e| WalError::io("read log segment", &path, e))?;
-        let cut = scan_segment(&data, first_seq, &mut out);
+        let end = scan_segment(&data, first_seq, &mut out);
         out.segments.push((first_seq, path.clone()));
-        let Some(cut) = cut else { continue };
+        let cut = match end {
+            End::Clean => continue,
+            // The last segment loses its unused zeros, so that appending
+            // goes on where its records end; nothing is reported.
+            End::Zeros(off) if iter.len() == 0 => {
+                let mut file = device
+                    .open_append(&path)
+                    .map_err(|e| WalError::io("open log segment", &path, e))?;
+                file.set_len(off as u64)
+                    .and_then(|()| file.sync_data())
+                    .map_err(|e| WalError::io("trim preallocated log segment", &path, e))?;
+                continue;
+            }
+            End::Zeros(_) => continue,
+            End::Bad(cut) => cut,
+        };
 
         let mut file = device
             .open_append(&path)

@@ -361,6 +361,8 @@ fn rollover_checkpoint_and_segment_deletion() {
     let tmp = TempDir::new("ckpt");
     let mut c = cfg(tmp.path(), Durability::Sync);
     c.segment_bytes = 300;
+    // Segments roll over to preallocated ones too, and checkpoints delete them.
+    c.preallocate = true;
     let (wal, _) = Wal::open(c.clone()).unwrap();
     let mut expected = Vec::new();
     for i in 0..40 {
@@ -851,4 +853,70 @@ fn async_shutdown_syncs_what_is_queued() {
     drop(wal);
     let (_wal, rec) = Wal::open(cfg(tmp.path(), Durability::Async)).unwrap();
     assert_eq!(rec.records, expected);
+}
+
+/// Segments are preallocated (written over a file of zeros, so an fdatasync
+/// changes no metadata): recovery takes a segment's unused zeros for the end
+/// of its records, not for a torn tail, and appending goes on after them. A
+/// partial record in front of the zeros is still a torn tail.
+#[test]
+fn preallocated_segments_end_at_their_zeros() {
+    let tmp = TempDir::new("prealloc");
+    let mut c = cfg(tmp.path(), Durability::Sync);
+    c.segment_bytes = 4096;
+    c.preallocate = true;
+    let (wal, _) = Wal::open(c.clone()).unwrap();
+    let mut expected = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut i = 0;
+    // Stop right after a roll-over to a preallocated segment: the last
+    // segment then holds a few records and then zeros.
+    while wal.stats().segments_preallocated < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no spare segment in 30 s: {:?}",
+            wal.stats()
+        );
+        expected.extend(write_batches(&wal, i, 2));
+        wal.wait_durable(wal.next_seq() - 1).unwrap();
+        i += 2;
+    }
+    drop(wal);
+    let seg = last_segment(tmp.path());
+    let data = std::fs::read(&seg).unwrap();
+    assert_eq!(data.len(), 4096, "the last segment was preallocated");
+    let end = data.len() - data.iter().rev().take_while(|&&b| b == 0).count();
+    assert!(end > 0 && end < 4096, "records, then zeros: {end}");
+    assert!(tmp.path().join(SPARE_NAME).exists(), "a spare was ready");
+
+    let (wal, rec) = Wal::open(c.clone()).unwrap();
+    assert_eq!(rec.truncated, None);
+    assert_eq!(rec.records, expected);
+    assert!(
+        !tmp.path().join(SPARE_NAME).exists(),
+        "open removes the spare"
+    );
+    assert!(
+        std::fs::metadata(&seg).unwrap().len() < 4096,
+        "zeros trimmed"
+    );
+    expected.extend(write_batches(&wal, 1000, 3));
+    wal.wait_durable(wal.next_seq() - 1).unwrap();
+    drop(wal);
+    let (wal, rec) = Wal::open(c.clone()).unwrap();
+    assert_eq!(rec.truncated, None);
+    assert_eq!(rec.records, expected);
+    drop(wal);
+
+    // A torn record in front of a preallocated segment's zeros.
+    let mut torn = std::fs::read(&seg).unwrap();
+    let good = torn.len();
+    torn.extend_from_slice(&[40, 0, 0, 0, 1, 2, 3, 4, 5]);
+    torn.resize(4096, 0);
+    std::fs::write(&seg, &torn).unwrap();
+    let (_wal, rec) = Wal::open(c).unwrap();
+    assert_eq!(rec.records, expected);
+    let t = rec.truncated.expect("a torn tail is reported");
+    assert_eq!(t.offset, good as u64);
+    assert_eq!(t.bytes_truncated, (4096 - good) as u64);
 }
