@@ -803,6 +803,8 @@ impl Wal {
         }
         if let Some(h) = self.preallocator.lock().take() {
             let _ = h.join();
+            // A spare nobody will take (a crash leaves it to the next open).
+            let _ = std::fs::remove_file(self.shared.cfg.dir.join(SPARE_NAME));
         }
         self.shared.stopped.store(true, Ordering::Release);
         let _g = self.shared.durable_lock.lock();
