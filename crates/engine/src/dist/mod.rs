@@ -519,29 +519,29 @@ impl Executor {
     }
 
     /// After a poll returned `Pending`: sends the request the procedure
-    /// queued. False if it waits for nothing the executor can deliver (a
-    /// procedure waiting on something else: an error the caller reports).
-    pub fn send_request(&mut self, c: u32) -> bool {
+    /// queued (`Some(true)`), or finds that it still waits for an earlier
+    /// one (`Some(false)`: the wake was spurious). `None` if it waits for
+    /// nothing the executor can deliver (a procedure waiting on something
+    /// else: an error the caller reports).
+    pub fn send_request(&mut self, c: u32) -> Option<bool> {
         let tx = self.pool.ctx(c);
-        let Some(d) = tx.dist.as_mut() else {
-            return false;
-        };
+        let d = tx.dist.as_mut()?;
         if d.early == Early::Requested {
             self.prepare_early(c);
-            return true;
+            return Some(true);
         }
         if !d.req_ready {
             // A spurious wake: it still waits for its reply or its early
             // votes. A wake pushed for an attempt that then timed out in
             // the same round reaches the next attempt on the same context.
-            return d.tag != 0 || d.early == Early::Voting;
+            return (d.tag != 0 || d.early == Early::Voting).then_some(false);
         }
         d.req_ready = false;
         let to = self
             .cl
             .endpoint(d.req_to, self.cl.branch_worker(d.req_to, d.gtid));
         push_frame(self.outbox.batch(&*self.cl.transport, to), &d.req);
-        true
+        Some(true)
     }
 
     /// The procedure of home context `c` finished: commit it, locally or with 2PC.

@@ -429,13 +429,16 @@ where
                     phases::switch(Phase::Management);
                     match polled {
                         Poll::Pending => {
-                            if !ex.send_request(s.ctx) {
+                            let Some(sent) = ex.send_request(s.ctx) else {
                                 return Err(Error::Config(
                                     "a stored procedure suspended without a remote request".into(),
                                 ));
-                            }
+                            };
                             s.state = St::Waiting;
-                            s.since = now;
+                            // A spurious wake does not restart the wait's clock.
+                            if sent {
+                                s.since = now;
+                            }
                         }
                         Poll::Ready(r) => {
                             s.fut = None;

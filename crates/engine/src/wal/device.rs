@@ -101,8 +101,10 @@ impl LogDevice for FsDevice {
         Ok(true)
     }
     fn adopt(&self, from: &Path, to: &Path) -> io::Result<Box<dyn LogFile>> {
+        // Open first: a failed open leaves no file at `to`, so the writer
+        // can still create the segment there.
+        let f = OpenOptions::new().write(true).open(from)?;
         std::fs::rename(from, to)?;
-        let f = OpenOptions::new().write(true).open(to)?;
         Ok(Box::new(FsFile(f)))
     }
 }

@@ -573,20 +573,22 @@ impl Wal {
             last_sync: Instant::now(),
             preallocated: false,
         };
-        let preallocator = if shared.cfg.preallocate {
-            let pre_shared = Arc::clone(&shared);
-            let handle = std::thread::Builder::new()
-                .name("wal-prealloc".into())
-                .spawn(move || preallocate_segments(&pre_shared))
-                .map_err(|e| WalError::io("spawn the segment preallocator for", &dir, e))?;
-            Some(handle)
-        } else {
-            None
-        };
         let handle = std::thread::Builder::new()
             .name("wal-writer".into())
             .spawn(move || writer.run())
             .map_err(|e| WalError::io("spawn the log writer for", &dir, e))?;
+        // After the writer, so that no early return leaves it waiting for
+        // ever; without it the log runs on segments it creates, as when a
+        // preallocation fails.
+        let preallocator = if shared.cfg.preallocate {
+            let pre_shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("wal-prealloc".into())
+                .spawn(move || preallocate_segments(&pre_shared))
+                .ok()
+        } else {
+            None
+        };
         let wal = Wal {
             shared,
             writer: Mutex::new(Some(handle)),
