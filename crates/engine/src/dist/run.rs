@@ -407,6 +407,10 @@ where
                             s.attempt = 0;
                         }
                         start_attempt(s, &ex, c, workload);
+                        if slot_of.len() <= c as usize {
+                            slot_of.resize(c as usize + 1, 0);
+                        }
+                        slot_of[c as usize] = i as u32;
                     }
                     St::Waiting if now.saturating_sub(s.since) > op_timeout => {
                         s.fut = None;
@@ -418,11 +422,6 @@ where
                 }
                 if s.state == St::Ready {
                     progressed = true;
-                    let c = s.ctx as usize;
-                    if slot_of.len() <= c {
-                        slot_of.resize(c + 1, 0);
-                    }
-                    slot_of[c] = i as u32;
                     let fut = s.fut.as_mut().expect("a ready slot has a procedure");
                     phases::switch(Phase::Execution);
                     let polled = fut.as_mut().poll(&mut cx);

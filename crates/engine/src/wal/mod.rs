@@ -381,7 +381,8 @@ struct Spare {
     ready: AtomicBool,
     /// The writer wants a spare: make one. Guarded, with `cv`.
     wanted: Mutex<bool>,
-    /// The writer asked for a spare that it has not taken yet (writer only).
+    /// The writer has asked for spares (writer only): after the first ask, each adopted
+    /// spare asks for the next.
     asked: AtomicBool,
     cv: Condvar,
     /// Shutdown: stop, even in the middle of a file.
@@ -997,7 +998,7 @@ impl Writer {
         if !self.preallocated
             && self.shared.cfg.preallocate
             && self.file_len >= PREALLOCATE_AFTER.min(seg_bytes / 4)
-            && !self.shared.spare.asked.swap(true, Ordering::Relaxed)
+            && !self.shared.spare.asked.load(Ordering::Relaxed)
         {
             self.shared.spare.ask();
         }

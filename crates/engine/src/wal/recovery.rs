@@ -153,24 +153,14 @@ pub(crate) fn scan(
             // The last segment loses its unused zeros, so that appending
             // goes on where its records end; nothing is reported.
             End::Zeros(off) if iter.len() == 0 => {
-                let mut file = device
-                    .open_append(&path)
-                    .map_err(|e| WalError::io("open log segment", &path, e))?;
-                file.set_len(off as u64)
-                    .and_then(|()| file.sync_data())
-                    .map_err(|e| WalError::io("trim preallocated log segment", &path, e))?;
+                cut_segment(device, &path, off)?;
                 continue;
             }
             End::Zeros(_) => continue,
             End::Bad(cut) => cut,
         };
 
-        let mut file = device
-            .open_append(&path)
-            .map_err(|e| WalError::io("open log segment for truncation", &path, e))?;
-        file.set_len(cut.offset as u64)
-            .and_then(|()| file.sync_data())
-            .map_err(|e| WalError::io("truncate log segment", &path, e))?;
+        cut_segment(device, &path, cut.offset)?;
         let mut deleted = Vec::new();
         for (_, later) in iter.by_ref() {
             fs::remove_file(&later).map_err(|e| WalError::io("delete log segment", &later, e))?;
@@ -189,6 +179,16 @@ pub(crate) fn scan(
         break;
     }
     Ok(out)
+}
+
+/// Shortens a segment to its first `len` bytes, durably.
+fn cut_segment(device: &dyn LogDevice, path: &Path, len: usize) -> Result<(), WalError> {
+    let mut file = device
+        .open_append(path)
+        .map_err(|e| WalError::io("open log segment for truncation", path, e))?;
+    file.set_len(len as u64)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| WalError::io("truncate log segment", path, e))
 }
 
 /// Loads the newest checkpoint. A newest checkpoint that does not validate is an error, not
