@@ -102,6 +102,8 @@ pub struct WorkerStats {
     /// Commits since the stats were created, not cleared by [`WorkerStats::reset`]:
     /// what the worker publishes, so the monitor sees a count that never goes back.
     lifetime_commits: u64,
+    /// The lifetime commit count last published.
+    published: u64,
     /// Commit latency in nanoseconds, first attempt to commit (retries included).
     latency_ns: Histogram<u64>,
     /// Clock ticks per phase ([`crate::bench::phases`]), when the run counts them.
@@ -130,6 +132,7 @@ impl WorkerStats {
             retries: 0,
             distributed: 0,
             lifetime_commits: 0,
+            published: 0,
             latency_ns,
             phase_ticks: [0; crate::bench::phases::PHASES],
         }
@@ -162,17 +165,21 @@ impl WorkerStats {
         self.user_aborts[ty] += 1;
     }
 
-    /// Publishes the lifetime commit count to `counter` every [`PUBLISH_EVERY`]
-    /// commits. Call after `record_commit`; call [`WorkerStats::publish`] once at the end.
+    /// Publishes the lifetime commit count to `counter` once it has grown by
+    /// [`PUBLISH_EVERY`] commits since the last publication. A worker that
+    /// records many commits at once (the outcomes of a log batch) steps over
+    /// multiples of `PUBLISH_EVERY`, so this compares with what was published
+    /// rather than testing for a multiple. Call [`WorkerStats::publish`] once at the end.
     #[inline]
-    pub fn maybe_publish(&self, counter: &ProgressCounter) {
-        if self.lifetime_commits.is_multiple_of(PUBLISH_EVERY) {
-            counter.publish(self.lifetime_commits);
+    pub fn maybe_publish(&mut self, counter: &ProgressCounter) {
+        if self.lifetime_commits - self.published >= PUBLISH_EVERY {
+            self.publish(counter);
         }
     }
 
-    pub fn publish(&self, counter: &ProgressCounter) {
+    pub fn publish(&mut self, counter: &ProgressCounter) {
         counter.publish(self.lifetime_commits);
+        self.published = self.lifetime_commits;
     }
 
     /// Clears everything measured (at the end of warm-up). The lifetime commit
@@ -403,6 +410,27 @@ mod tests {
         s.record_commit(2, 10);
         s.publish(&counter);
         assert_eq!(counter.load(), PUBLISH_EVERY + 1);
+    }
+
+    #[test]
+    fn commits_recorded_in_batches_are_still_published() {
+        // A worker acknowledges a log batch's commits together and calls
+        // `maybe_publish` after the batch, stepping over exact multiples.
+        let counter = ProgressCounter::new();
+        let mut s = WorkerStats::new();
+        for _ in 0..(3 * PUBLISH_EVERY) / 7 {
+            for _ in 0..7 {
+                s.record_commit(0, 10);
+            }
+            s.maybe_publish(&counter);
+        }
+        let recorded = s.lifetime_commits();
+        assert!(
+            counter.load() + PUBLISH_EVERY > recorded,
+            "published {} of {recorded}",
+            counter.load()
+        );
+        assert!(counter.load() >= 2 * PUBLISH_EVERY);
     }
 
     #[test]
