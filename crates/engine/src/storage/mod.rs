@@ -197,8 +197,9 @@ impl Table {
     }
 
     /// Prefetch hints for a point access to `key`. `Index` brings the index
-    /// slot into cache; `Row` looks the key up (best after an `Index` hint)
-    /// and brings the row's first lines into cache. Issuing the hints for all
+    /// slot into cache; `Row` finds the key's row (best after an `Index` hint;
+    /// in a hash index by the slot's tag alone, so that the hint never waits
+    /// for the row) and brings the row's first lines into cache. Issuing the hints for all
     /// keys of a transaction before touching any of them overlaps the cache
     /// misses instead of taking them one after another.
     #[inline]
@@ -210,7 +211,11 @@ impl Table {
                 }
             }
             Prefetch::Row => {
-                if let Some(rid) = self.lookup(key) {
+                let rid = match &self.hash {
+                    Some(h) => h.guess(key),
+                    None => self.lookup(key),
+                };
+                if let Some(rid) = rid {
                     let w = self.arena.row(rid);
                     prefetch(&w[0]);
                     if w.len() > 8 {
