@@ -142,6 +142,10 @@ pub struct RecoveryReport {
     /// The 2PC records of the log, in log order (for the coordinator's and
     /// participant's recovery).
     pub two_pc: Vec<crate::coord::LogRec>,
+    /// The batch of each gtid's first commit decision in the log. A recovered
+    /// coordinator pins it again until the End, so that a checkpoint taken
+    /// before every participant acknowledged cannot drop the decision.
+    pub decision_batches: HashMap<u64, BatchSeq>,
     /// Prepared branches without a decision: in doubt until their
     /// coordinator answers. Their writes are not applied.
     pub in_doubt: Vec<InDoubt>,
@@ -696,11 +700,14 @@ fn recover(catalog: &Catalog, rec: crate::wal::Recovery) -> Result<RecoveryRepor
                     },
                 );
             }
-            LogRecord::Decision { gtid, commit, .. } => {
+            LogRecord::Decision { seq, gtid, commit } => {
                 report.two_pc.push(crate::coord::LogRec::Decision {
                     gtid: *gtid,
                     commit: *commit,
                 });
+                if *commit {
+                    report.decision_batches.entry(*gtid).or_insert(*seq);
+                }
                 if let Some(p) = prepared.remove(gtid) {
                     if *commit {
                         apply(p.tid, &p.writes, &mut report)?;

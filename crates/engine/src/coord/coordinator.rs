@@ -74,6 +74,11 @@ impl Coordinator {
         self.txns.len()
     }
 
+    /// Whether `gtid` is in flight here (not yet ended, aborted or forgotten).
+    pub fn holds(&self, gtid: Gtid) -> bool {
+        self.txns.contains(gtid)
+    }
+
     pub fn is_full(&self) -> bool {
         self.txns.is_full()
     }

@@ -1448,7 +1448,24 @@ impl Executor {
         self.coord
             .recover(&coord_recs, now, &mut actions)
             .map_err(|e| Error::Recovery(format!("coordinator: {e}")))?;
-        // Re-pin the decisions the coordinator still has to finish.
+        // The decisions the coordinator still has to finish stay pinned
+        // until their End, as in the run that made them: a checkpoint before
+        // every participant acknowledged would drop them otherwise, and a
+        // second crash would turn those commits into presumed aborts.
+        for r in &coord_recs {
+            let LogRec::Decision { gtid, commit: true } = *r else {
+                continue;
+            };
+            if !self.coord.holds(gtid) || self.coord_pins.contains_key(&gtid) {
+                continue;
+            }
+            if let Some(&seq) = rep.decision_batches.get(&gtid) {
+                if seq != 0 {
+                    self.shared.log.lock().pin(seq);
+                    self.coord_pins.insert(gtid, seq);
+                }
+            }
+        }
         self.run_actions(&mut actions, true);
         let mut eng = Engine(&mut self.pool);
         self.part

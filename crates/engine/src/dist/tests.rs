@@ -878,3 +878,83 @@ impl Workload for OneTransfer {
         Ok(())
     }
 }
+
+/// A coordinator that recovers a commit decision without its End keeps the
+/// decision's batch pinned until the End. A checkpoint taken while a
+/// participant has not acknowledged must not drop the decision: a second
+/// crash would then make the coordinator forget the commit and answer that
+/// participant "abort" (presumed abort) while the others committed.
+#[test]
+fn a_recovered_decision_outlives_a_checkpoint_until_its_end() {
+    let dir = std::env::temp_dir().join(format!(
+        "islands-repin-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let defs = tables(8);
+    let opts = ClusterOptions::default();
+    let contexts = opts.contexts_needed(1);
+    let config = |i: usize| {
+        let mut cfg = IslandConfig::new(CcKind::NoWait, 1).durable(
+            crate::wal::Durability::Sync,
+            dir.join(format!("island-{i}")),
+        );
+        cfg.name = format!("island-{i}");
+        cfg.contexts = contexts;
+        cfg
+    };
+    let g = coord::gtid(0, 5 << WORKER_BITS);
+    let decided = LogRec::Decision {
+        gtid: g,
+        commit: true,
+    };
+    // What a crash left: island 0 (home) decided commit, island 1 prepared.
+    {
+        let (home, _) = Island::open(config(0), &defs).unwrap();
+        home.shared().log_record(|l| l.decision(g, true), false);
+        home.shutdown();
+        let (part, _) = Island::open(config(1), &defs).unwrap();
+        part.shared().log_record(
+            |l| {
+                l.prepare_begin(g, 1);
+                l.record_end();
+            },
+            false,
+        );
+        part.shutdown();
+    }
+    let opened: Vec<(Island, RecoveryReport)> = (0..2)
+        .map(|i| Island::open(config(i), &defs).unwrap())
+        .collect();
+    assert!(opened[0].1.two_pc.contains(&decided));
+    assert_eq!(opened[1].1.in_doubt.len(), 1);
+    let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let cl = Cluster::new(opened, vec![1, 1], Arc::new(SplitRouter), opts).unwrap();
+    // Island 1 never runs: the commit waits for its acknowledgement.
+    let mut ex = cl.executor(0, 0).unwrap();
+    ex.pump().unwrap();
+    assert_eq!(
+        ex.coord.in_flight(),
+        1,
+        "the recovered commit is unfinished"
+    );
+    handles[0].checkpoint().unwrap();
+    drop(ex);
+    drop(cl);
+    for h in &handles {
+        h.shutdown();
+    }
+    drop(handles);
+    let (home, report) = Island::open(config(0), &defs).unwrap();
+    assert!(
+        report.two_pc.contains(&decided),
+        "the checkpoint dropped the decision of an unfinished commit: {:?}",
+        report.two_pc
+    );
+    home.shutdown();
+    drop(home);
+    let _ = std::fs::remove_dir_all(&dir);
+}
