@@ -705,6 +705,18 @@ impl Router for SplitRouter {
     }
 }
 
+/// A directory of its own for one test's logs (not created).
+fn fresh_dir(tag: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "islands-{tag}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ))
+}
+
 /// A participant logs its commit decision before it installs the branch, so
 /// a transaction of the same island that writes the row right after the
 /// install logs after the decision. Replay applies updates by version and
@@ -714,14 +726,7 @@ impl Router for SplitRouter {
 /// transaction (setting column B) in exactly that window, deterministically.
 #[test]
 fn a_write_right_after_a_branch_installs_recovers_after_it() {
-    let dir = std::env::temp_dir().join(format!(
-        "islands-install-order-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
+    let dir = fresh_dir("install-order");
     // Wide enough that changing one column logs a patch, not the row.
     let names: Vec<String> = (0..8).map(|c| format!("c{c}")).collect();
     let cols: Vec<(&str, ColType)> = names.iter().map(|n| (n.as_str(), ColType::I64)).collect();
@@ -886,14 +891,7 @@ impl Workload for OneTransfer {
 /// participant "abort" (presumed abort) while the others committed.
 #[test]
 fn a_recovered_decision_outlives_a_checkpoint_until_its_end() {
-    let dir = std::env::temp_dir().join(format!(
-        "islands-repin-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
+    let dir = fresh_dir("repin");
     let defs = tables(8);
     let opts = ClusterOptions::default();
     let contexts = opts.contexts_needed(1);
