@@ -22,10 +22,12 @@
 //! and `End`, and a commit decision means the same thing to both.
 //!
 //! For the glue: gtids must never be reused, also across a restart of the home island
-//! (seed the sequence above anything in the log). The wal's `decision` record is documented
-//! there as the coordinator's; the participant writes its branch outcome with it too. The
-//! decision record carries no participant list, so a recovered coordinator re-sends its
-//! unfinished commits to every island; adding the list to the record would narrow that.
+//! (seed the sequence above anything in the logs of *all* islands: an aborted transaction
+//! leaves nothing in its home's log, but may leave a prepared branch in a participant's).
+//! The wal's `decision` record is documented there as the coordinator's; the participant
+//! writes its branch outcome with it too. The decision record carries no participant
+//! list, so a recovered coordinator re-sends its unfinished commits to every island;
+//! adding the list to the record would narrow that.
 //! `on_tick` scans all slots (O(`max_in_flight`)); call it every few milliseconds, not per
 //! message.
 //!

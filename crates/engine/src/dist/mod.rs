@@ -1419,8 +1419,15 @@ impl Executor {
         let now = self.now_us();
         let rep = &self.cl.recovered[self.island as usize];
         let mine_as_home = |g: Gtid| home_of(g) == self.island && home_worker(g) == self.worker;
-        // Never reuse a gtid of the log.
-        for r in &rep.two_pc {
+        // Never reuse a gtid found in any island's log, not only this one's:
+        // a home that aborted a transaction logged nothing about it (presumed
+        // abort), while a participant may still hold its branch prepared. A
+        // new transaction of that name would answer the participant's
+        // DecisionReq, and the aborted branch would commit with it. The
+        // whole cluster restarts together, so every island's log is here;
+        // a gtid in none of them is unknown everywhere (messages die with
+        // the process), and reusing it is harmless.
+        for r in self.cl.recovered.iter().flat_map(|rep| &rep.two_pc) {
             let g = r.gtid();
             if mine_as_home(g) {
                 let seq = (g & ((1 << GTID_SEQ_BITS) - 1)) >> WORKER_BITS;

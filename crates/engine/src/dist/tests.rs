@@ -956,3 +956,147 @@ fn a_recovered_decision_outlives_a_checkpoint_until_its_end() {
     drop(home);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A home island that aborted a transaction logs nothing about it (presumed
+/// abort), yet a participant may hold its branch prepared across a crash
+/// (the AbortReq was lost, or arrived after the crash). After a restart the
+/// home must never hand out that gtid again: the participant's DecisionReq
+/// would then reach a coordinator committing a different transaction of the
+/// same name, and the aborted branch would commit with it.
+#[test]
+fn a_restarted_home_never_reuses_the_gtid_of_a_branch_in_doubt() {
+    let dir = fresh_dir("gtid-reuse");
+    let defs = tables(9);
+    let opts = ClusterOptions::default();
+    let contexts = opts.contexts_needed(1);
+    let config = |i: usize| {
+        let mut cfg = IslandConfig::new(CcKind::NoWait, 1).durable(
+            crate::wal::Durability::Sync,
+            dir.join(format!("island-{i}")),
+        );
+        cfg.name = format!("island-{i}");
+        cfg.contexts = contexts;
+        cfg
+    };
+    // The first gtid worker 0 of island 0 hands out in a fresh run.
+    let old = coord::gtid(0, 1 << WORKER_BITS);
+    // What a crash left: three islands of three accounts each; island 1
+    // prepared a branch of `old` that credits account 3 with 500, and the
+    // home (island 0) had aborted `old` without a trace in its log.
+    for i in 0..3u64 {
+        let (island, _) = Island::open(config(i as usize), &defs).unwrap();
+        {
+            let mut l = island.loader().unwrap();
+            for k in 3 * i..3 * i + 3 {
+                l.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL)).unwrap();
+            }
+        }
+        island.checkpoint().unwrap();
+        if i == 1 {
+            let credited = (INITIAL + 500) as u64;
+            island.shared().log_record(
+                |l| {
+                    l.prepare_begin(old, 1);
+                    l.put(ACCOUNTS, 3, crate::storage::schema::row_bytes(&[credited]));
+                    l.record_end();
+                },
+                false,
+            );
+        }
+        island.shutdown();
+    }
+    let opened: Vec<(Island, RecoveryReport)> = (0..3)
+        .map(|i| Island::open(config(i), &defs).unwrap())
+        .collect();
+    assert_eq!(opened[1].1.in_doubt.len(), 1, "island 1 is in doubt");
+    let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let router = Arc::new(BankRouter {
+        per_island: 3,
+        islands: 3,
+    });
+    let cl = Cluster::new(opened, vec![1, 1, 1], router, opts).unwrap();
+    let mut home = cl.executor(0, 0).unwrap();
+    let mut other = cl.executor(2, 0).unwrap();
+    // A transfer from account 0 (island 0) to account 6 (island 2), driven
+    // by hand until its commit is decided and durable but not acknowledged.
+    use std::future::Future;
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: the context lives as long as the executor, which outlives the
+    // procedure; the executor touches it only between polls.
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
+    let mut proc = std::pin::pin!(async move {
+        for (key, delta) in [(0u64, -7i64), (6, 7)] {
+            let h = tx
+                .get_for_update(ACCOUNTS, key)
+                .await?
+                .ok_or(Abort::User("no account"))?;
+            let b = tx.row(h).i64(BAL);
+            tx.row_mut(h).set_i64(BAL, b + delta);
+        }
+        Ok::<(), Abort>(())
+    });
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match proc.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(r) => break r.unwrap(),
+            std::task::Poll::Pending => {
+                assert_eq!(home.send_request(c), Some(true));
+                while !home.woken.contains(&c) {
+                    assert!(std::time::Instant::now() < deadline, "no reply");
+                    home.pump().unwrap();
+                    other.pump().unwrap();
+                }
+                home.woken.clear();
+            }
+        }
+    }
+    let Ok(HomeCommit::Distributed(g)) = home.commit_home(c) else {
+        panic!("the transfer commits with 2PC");
+    };
+    // Island 2 prepares and votes; the home decides and makes it durable
+    // (island 2 is not pumped then, so the commit stays unacknowledged).
+    while home.coord.missing_votes(g).is_some() {
+        assert!(std::time::Instant::now() < deadline, "no votes");
+        home.pump().unwrap();
+        other.pump().unwrap();
+    }
+    while !home.forces.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no decision");
+        home.pump().unwrap();
+    }
+    assert!(home.coord.holds(g), "decided, not yet acknowledged");
+    // Island 1's worker starts only now (or its first DecisionReq was
+    // lost): it asks the home about `old`.
+    let mut part = cl.executor(1, 0).unwrap();
+    for _ in 0..3 {
+        home.pump().unwrap();
+        part.pump().unwrap();
+    }
+    while !(home.quiescent() && part.quiescent() && other.quiescent()) {
+        assert!(std::time::Instant::now() < deadline, "no end");
+        home.pump().unwrap();
+        part.pump().unwrap();
+        other.pump().unwrap();
+        for ex in [&mut home, &mut part, &mut other] {
+            ex.flush_log().unwrap();
+        }
+    }
+    drop((home, part, other));
+    drop(cl);
+    let (balances, _) = contents(&handles, 9);
+    assert_eq!(
+        (balances[0], balances[6]),
+        (INITIAL - 7, INITIAL + 7),
+        "the transfer committed"
+    );
+    assert_eq!(
+        balances[3], INITIAL,
+        "the branch of the aborted transaction {old:#x} committed (the new transaction is {g:#x})"
+    );
+    for h in &handles {
+        h.shutdown();
+    }
+    drop(handles);
+    let _ = std::fs::remove_dir_all(&dir);
+}
