@@ -92,21 +92,23 @@ fn parse_shape(spec: &str) -> Result<Shape, TopologyError> {
             shape.threads = n(t)?;
         }
     }
-    let cores_per_socket = shape.l3 * shape.cores;
-    if cores_per_socket.checked_rem(shape.numa) != Some(0) {
+    // In u128: each count is a u32, so neither product can overflow (in u32,
+    // l3=65536,cores=65536 wrapped to 0 cores and divided by zero).
+    let cores_per_socket = u128::from(shape.l3) * u128::from(shape.cores);
+    let total = u128::from(shape.sockets) * cores_per_socket * u128::from(shape.threads);
+    if total > u128::from(DESCRIBED_CPUS_MAX) {
+        return Err(bad(
+            trimmed,
+            &format!("{total} CPUs is more than the limit of {DESCRIBED_CPUS_MAX}"),
+        ));
+    }
+    if cores_per_socket % u128::from(shape.numa) != 0 {
         return Err(bad(
             &format!("numa={}", shape.numa),
             &format!(
                 "{cores_per_socket} cores per socket cannot be split evenly into {} NUMA nodes",
                 shape.numa
             ),
-        ));
-    }
-    let total = u64::from(shape.sockets) * u64::from(cores_per_socket) * u64::from(shape.threads);
-    if total > u64::from(DESCRIBED_CPUS_MAX) {
-        return Err(bad(
-            trimmed,
-            &format!("{total} CPUs is more than the limit of {DESCRIBED_CPUS_MAX}"),
         ));
     }
     Ok(shape)
@@ -118,6 +120,9 @@ fn count(s: &str) -> Result<u32, String> {
         Ok(0) => Err("must be at least 1".to_string()),
         Ok(n) => Ok(n),
         Err(_) if s.is_empty() => Err("a number is missing".to_string()),
+        Err(_) if s.bytes().all(|b| b.is_ascii_digit()) => Err(format!(
+            "{s} is too large (at most {DESCRIBED_CPUS_MAX} CPUs in all)"
+        )),
         Err(_) => Err(format!("'{s}' is not a positive number")),
     }
 }
@@ -218,11 +223,21 @@ mod tests {
                 "sockets=64,cores=64,threads=2",
             ),
             ("", ""),
+            // Products that overflow a u32 (65536 × 65536 wrapped to 0 cores).
+            (
+                "sockets=1,l3=65536,cores=65536",
+                "sockets=1,l3=65536,cores=65536",
+            ),
+            ("99999999999x1", "99999999999"),
         ] {
             match parse(spec) {
                 Err(TopologyError::BadSpec { part: p, .. }) => assert_eq!(p, part, "{spec}"),
                 other => panic!("{spec}: expected BadSpec, got {other:?}"),
             }
         }
+        let msg = parse("l3=65536,cores=65537").unwrap_err().to_string();
+        assert!(msg.contains("4295032832 CPUs"), "the true count: {msg}");
+        let msg = parse("99999999999x1").unwrap_err().to_string();
+        assert!(msg.contains("too large"), "{msg}");
     }
 }
