@@ -43,12 +43,39 @@ struct Deployment {
     log_dir: Option<PathBuf>,
 }
 
-/// `islands = 4` and `islands = "4"` mean the same.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Label {
-    Number(u32),
-    Text(String),
+/// `islands = 4` and `islands = "4"` mean the same. Deserialized by hand so
+/// that a value of the wrong kind (`true`, `2.5`, `-1`) gets an error saying
+/// what is expected, not serde's "did not match any variant of untagged enum".
+#[derive(Debug)]
+struct Label(String);
+
+impl<'de> Deserialize<'de> for Label {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Label, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = Label;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "a number of islands (1, 4, ...) or a label: \"per-socket\", \"per-numa\", \"per-l3\", \"per-core\" or CPU lists \"0-5;6-11\"",
+                )
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Label, E> {
+                Ok(Label(n.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Label, E> {
+                if n < 0 {
+                    return Err(E::custom(format!(
+                        "islands = {n}: the number of islands must be at least 1"
+                    )));
+                }
+                Ok(Label(n.to_string()))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Label, E> {
+                Ok(Label(s.to_string()))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -76,13 +103,20 @@ pub(super) fn parse(text: &str, path: &str) -> Result<DeploySpec, DeployError> {
                     .to_string(),
             ))
         }
-        (Some(Label::Number(n)), true) => Islands::parse(&n.to_string())?,
-        (Some(Label::Text(t)), true) => Islands::parse(&t)?,
+        (Some(Label(l)), true) => Islands::parse(&l)?,
         (None, false) => {
             let lists: Vec<String> = file.island.iter().map(|i| i.cpus.clone()).collect();
             for (island, l) in lists.iter().enumerate() {
                 if l.trim().is_empty() {
                     return Err(DeployError::EmptyIsland { island });
+                }
+                // Joined with ';' below: one in an entry would split it into
+                // several islands without a word.
+                if l.contains(';') {
+                    return Err(err(format!(
+                        "island {island}: cpus = \"{l}\" holds a ';', but an entry is one island \
+                         (give each island its own [[island]] entry)"
+                    )));
                 }
             }
             // A trailing ';' keeps a one-CPU single island from reading as a count.

@@ -487,6 +487,41 @@ fn toml_file() {
 }
 
 #[test]
+fn toml_islands_of_the_wrong_kind_say_what_is_expected() {
+    for (value, needle) in [
+        ("true", "boolean `true`"),
+        ("2.5", "2.5"),
+        ("-1", "-1"),
+        ("99999999999", "too many islands"),
+        ("[1, 2]", "sequence"),
+        ("0", "at least 1 island"),
+    ] {
+        let text = format!("[deployment]\nislands = {value}\n");
+        let e = DeploySpec::from_toml_str(&text).unwrap_err().to_string();
+        assert!(e.contains(needle), "islands = {value}: {e}");
+        assert!(!e.contains("untagged enum"), "islands = {value}: {e}");
+    }
+    let e = DeploySpec::from_toml_str("[deployment]\nislands = true\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("per-socket"), "names what is expected: {e}");
+}
+
+#[test]
+fn a_toml_island_entry_is_one_island() {
+    // ';' separates islands on the command line; inside one [[island]] entry
+    // it would silently make two.
+    let e = DeploySpec::from_toml_str("[[island]]\ncpus = \"0-1;2-3\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("island 0") && e.contains("0-1;2-3"), "{e}");
+    let e = DeploySpec::from_toml_str("[[island]]\ncpus = \"0\"\n[[island]]\ncpus = \"1;\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("island 1"), "{e}");
+}
+
+#[test]
 fn render_shows_every_island_and_the_summary() {
     let p = plan_of("4x6", "per-socket", Placement::Grouped);
     let r = p.render();
