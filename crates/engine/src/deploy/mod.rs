@@ -114,6 +114,13 @@ impl Islands {
                 Err(_) => Err(bad("too many islands".to_string())),
             };
         }
+        if l.strip_prefix('-')
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return Err(bad(
+                "a negative number: the number of islands must be at least 1".to_string(),
+            ));
+        }
         if !l
             .bytes()
             .all(|b| b.is_ascii_digit() || b",-:; ".contains(&b))

@@ -343,6 +343,14 @@ fn errors() {
         .to_string()
         .contains("islands 0 and 1 overlap"));
     assert!(matches!(Islands::parse("0"), Err(DeployError::NoIslands)));
+    // A negative count is not a CPU list with a missing number.
+    for label in ["-1", "-42", " -3 "] {
+        let e = Islands::parse(label).unwrap_err();
+        assert!(
+            matches!(e, DeployError::BadLabel { .. }) && e.to_string().contains("at least 1"),
+            "{label}: {e}"
+        );
+    }
     assert!(matches!(
         Islands::parse("per-rack"),
         Err(DeployError::BadLabel { .. })
