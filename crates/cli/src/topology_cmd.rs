@@ -4,8 +4,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, Islands, Placement};
 use islands::topology::{CpuSet, Topology};
+use islands::wal::Durability;
 
 /// Options naming the machine, shared by both commands.
 #[derive(Args, Debug, Clone)]
@@ -33,6 +35,9 @@ impl MachineArgs {
         match &self.cpus {
             Some(list) => {
                 let set = CpuSet::parse(list).map_err(|e| e.to_string())?;
+                if set.is_empty() {
+                    return Err(format!("--cpus '{list}' names no CPU"));
+                }
                 t.with_allowed(&set).map_err(|e| e.to_string())
             }
             None => Ok(t),
@@ -54,7 +59,7 @@ pub struct TopologyArgs {
     /// Colour the islands of this deployment in the SVG and print its plan:
     /// 1, per-socket, per-numa, per-l3, per-core, a number N, or CPU lists
     /// such as "0-5;6-11".
-    #[arg(long, value_name = "LABEL")]
+    #[arg(long, value_name = "LABEL", allow_negative_numbers = true)]
     pub islands: Option<String>,
 
     /// Placement of the --islands deployment: grouped, spread or os.
@@ -71,7 +76,7 @@ pub struct PlanArgs {
     /// islands of equal size, each as compact as possible), or explicit CPU
     /// lists, one per island, separated by ';' ("0-5;6-11"; a single CPU as a
     /// single island is "3;"). Required unless --config gives it.
-    #[arg(long, value_name = "LABEL")]
+    #[arg(long, value_name = "LABEL", allow_negative_numbers = true)]
     pub islands: Option<String>,
 
     /// grouped (topology-aware, the default): an island's cores as close as
@@ -113,14 +118,16 @@ pub struct PlanArgs {
 
 pub fn run_topology(args: &TopologyArgs) -> Result<(), String> {
     let t = args.machine.load()?;
+    // Checked even without --islands, so a typo is not silently ignored.
+    let placement: Placement = args
+        .placement
+        .parse()
+        .map_err(|e: deploy::DeployError| e.to_string())?;
     print!("{}", t.render_tree());
     let plan = match &args.islands {
         Some(label) => {
             let mut spec = DeploySpec::new(Islands::parse(label).map_err(|e| e.to_string())?);
-            spec.placement = args
-                .placement
-                .parse()
-                .map_err(|e: deploy::DeployError| e.to_string())?;
+            spec.placement = placement;
             let p = deploy::plan(&t, &spec).map_err(|e| e.to_string())?;
             println!();
             print!("{}", p.render());
@@ -140,7 +147,27 @@ pub fn run_plan(args: &PlanArgs) -> Result<(), String> {
     let t = args.machine.load()?;
     let spec = plan_spec(args)?;
     let p = deploy::plan(&t, &spec).map_err(|e| e.to_string())?;
+    check_runnable(&p)?;
     print!("{}", p.render());
+    Ok(())
+}
+
+/// The names a plan shows are the ones `islands bench` accepts: deploy keeps
+/// them as text, so a typo (`--cc 2pl`, `durability = "sometimes"`) would
+/// otherwise be printed as if it could run.
+fn check_runnable(p: &deploy::Plan) -> Result<(), String> {
+    for ip in p.islands() {
+        let cc: CcKind = ip.cc.parse()?;
+        ip.durability
+            .parse::<Durability>()
+            .map_err(|e| e.to_string())?;
+        if cc == CcKind::None && ip.workers != 1 {
+            return Err(format!(
+                "island {}: concurrency control 'none' needs exactly one worker per island (got {}); use no_wait, wait_die or occ",
+                ip.id, ip.workers
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -282,6 +309,91 @@ mod tests {
             assert!(!err.is_empty() && !err.contains('\n'), "{argv:?}: {err}");
         }
         assert!(Cli::try_parse_from(["islands", "plan", "--workers", "many"]).is_err());
+    }
+
+    #[test]
+    fn a_plan_names_what_no_run_could_do() {
+        // What `islands bench` refuses, a plan must not print as if it would run.
+        for (argv, want) in [
+            (
+                &["--islands", "2", "--topology", "4x6", "--cc", "bogus"][..],
+                "'bogus'",
+            ),
+            (
+                &[
+                    "--islands",
+                    "2",
+                    "--topology",
+                    "4x6",
+                    "--durability",
+                    "sometimes",
+                ],
+                "'sometimes'",
+            ),
+            (
+                &[
+                    "--islands",
+                    "2",
+                    "--topology",
+                    "4x6",
+                    "--cc",
+                    "none",
+                    "--workers",
+                    "2",
+                ],
+                "'none' needs exactly one worker",
+            ),
+            (
+                &["--islands", "2", "--topology", "4x6", "--cpus", ""],
+                "--cpus ''",
+            ),
+            (&["--islands=-1", "--topology", "4x6"], "at least 1"),
+            (&["--islands", "-1", "--topology", "4x6"], "at least 1"),
+        ] {
+            let args = Cli::try_parse_from(["islands", "plan"].iter().chain(argv))
+                .map_err(|e| e.to_string());
+            let err = match args {
+                Ok(Cli {
+                    command: Cmd::Plan(a),
+                }) => run_plan(&a).unwrap_err(),
+                Ok(_) => unreachable!(),
+                Err(e) => e,
+            };
+            assert!(err.contains(want), "{argv:?}: {err}");
+        }
+        // A config file's names are checked the same way.
+        let path =
+            std::env::temp_dir().join(format!("islands-plan-cc-{}.toml", std::process::id()));
+        std::fs::write(&path, "[deployment]\nislands = 2\ncc = \"2pl\"\n").unwrap();
+        let err = run_plan(&plan_args(&[
+            "--topology",
+            "4x6",
+            "--config",
+            path.to_str().unwrap(),
+        ]))
+        .unwrap_err();
+        assert!(err.contains("'2pl'"), "{err}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn topology_checks_the_placement_without_islands() {
+        let args = match Cli::try_parse_from([
+            "islands",
+            "topology",
+            "--topology",
+            "2x2",
+            "--placement",
+            "wild",
+        ])
+        .unwrap()
+        .command
+        {
+            Cmd::Topology(a) => a,
+            Cmd::Plan(_) => unreachable!(),
+        };
+        let err = run_topology(&args).unwrap_err();
+        assert!(err.contains("'wild'"), "{err}");
     }
 
     #[test]
