@@ -40,7 +40,7 @@ struct Common {
     /// Islands: `1` (shared-everything, the default), `per-socket`, `per-l3`, `per-core`,
     /// a number N, or explicit CPU lists `0-5;6-11`. Sites (key ranges) are split evenly
     /// over the islands; see `islands plan`. Default: 1, or what --config says.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, allow_negative_numbers = true)]
     islands: Option<String>,
     /// Placement of the islands on the cores: grouped (topology-aware, the default), spread
     /// (across sockets), os (no pinning).
@@ -51,7 +51,7 @@ struct Common {
     /// Options given on the command line override it.
     #[arg(long, global = true, value_name = "FILE.toml")]
     config: Option<PathBuf>,
-    /// Worker threads per island (default: one per core of the island).
+    /// Worker threads per island, 1 to 1024 (default: one per core of the island).
     #[arg(long, global = true)]
     workers_per_island: Option<u32>,
     /// Worker threads of a single island (shared-everything); the same as
@@ -72,10 +72,20 @@ struct Common {
     #[arg(long, global = true)]
     log_dir: Option<PathBuf>,
     /// Seconds of warm-up before measuring.
-    #[arg(long, global = true, default_value_t = 2.0)]
+    #[arg(
+        long,
+        global = true,
+        default_value_t = 2.0,
+        allow_negative_numbers = true
+    )]
     warmup: f64,
     /// Seconds of the measured phase.
-    #[arg(long, global = true, default_value_t = 10.0)]
+    #[arg(
+        long,
+        global = true,
+        default_value_t = 10.0,
+        allow_negative_numbers = true
+    )]
     duration: f64,
     /// Write the result as JSON to this file.
     #[arg(long, global = true)]
@@ -161,7 +171,8 @@ struct InsertsArgs {
 
 #[derive(Args, Clone)]
 struct TpccArgs {
-    /// Warehouses (default: one per worker).
+    /// Warehouses, split over the islands as their sites (default: one per core of the
+    /// deployment, as `islands plan` shows).
     #[arg(long)]
     warehouses: Option<u32>,
     /// Transaction mix: full (45/43/4/4/4), payment, neworder, no-pay (50/50), or five
@@ -197,7 +208,7 @@ struct YcsbArgs {
     #[arg(long)]
     read_pct: Option<u32>,
     /// Zipfian skew θ of the keys, from 0 (uniform) to just under 1.
-    #[arg(long, alias = "skew")]
+    #[arg(long, alias = "skew", allow_negative_numbers = true)]
     theta: Option<f64>,
     /// Do not issue cache prefetch hints for a transaction's keys before reading them
     /// (they overlap the cache misses of multi-request transactions).
@@ -231,7 +242,12 @@ struct MicroArgs {
     #[arg(long, default_value_t = 0)]
     multisite: u32,
     /// Zipfian skew θ of the keys within their range, 0 (uniform) to just under 1.
-    #[arg(long, alias = "theta", default_value_t = 0.0)]
+    #[arg(
+        long,
+        alias = "theta",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
     skew: f64,
 }
 
@@ -280,6 +296,15 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             .or_else(|| file.as_ref().and_then(|f| f.workers_per_island)),
         ..c
     };
+    // Each worker is a thread: a typo such as 4000000000 would allocate its
+    // specs (gigabytes) and then try to start them all.
+    if let Some(w) = c.workers_per_island {
+        if w == 0 || w > 1024 {
+            return Err(Error::Config(format!(
+                "--workers-per-island {w} (or workers_per_island in --config) is outside 1..=1024"
+            )));
+        }
+    }
     let display = match c.progress.as_str() {
         "auto" => DisplayMode::Auto,
         "bar" => DisplayMode::Bar,
@@ -363,6 +388,17 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             spec.sites = Some(
                 u32::try_from(s).map_err(|_| Error::Config(format!("--sites {s} is too large")))?,
             );
+        }
+    }
+    // The warehouses are the sites of TPC-C.
+    if let WorkloadCmd::Tpcc(a) = &workload {
+        if let Some(w) = a.warehouses {
+            TpccConfig {
+                warehouses: w,
+                ..Default::default()
+            }
+            .check()?;
+            spec.sites = Some(w);
         }
     }
     let plan = deploy::plan(&topology, &spec)?;

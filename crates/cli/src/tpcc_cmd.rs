@@ -1,7 +1,7 @@
 //! `islands tpcc check`: recover a TPC-C island from its log directory and run
 //! the consistency conditions of Clause 3.3.2 on it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use islands::cc::CcKind;
@@ -55,6 +55,16 @@ pub fn run(args: &TpccArgs) -> Result<bool, Error> {
         ..TpccConfig::default()
     };
     cfg.check()?;
+    if std::fs::read_dir(&a.log_dir)
+        .map(|mut r| r.next().is_none())
+        .unwrap_or(false)
+    {
+        return Err(Error::Config(format!(
+            "{} is empty: there is no log or checkpoint to recover (give the --log-dir of an \
+             `islands bench --durability sync ... tpcc` run)",
+            a.log_dir.display()
+        )));
+    }
     let mut dirs: Vec<(usize, PathBuf)> = std::fs::read_dir(&a.log_dir)
         .map_err(|e| Error::Io(format!("cannot read {}: {e}", a.log_dir.display())))?
         .filter_map(|e| e.ok())
@@ -67,7 +77,8 @@ pub fn run(args: &TpccArgs) -> Result<bool, Error> {
     dirs.sort();
     let violations = if dirs.is_empty() {
         let island_cfg = IslandConfig::new(CcKind::None, 1).durable(Durability::Sync, &a.log_dir);
-        let (island, report) = Island::open(island_cfg, &tpcc::schema::tables(&cfg))?;
+        let (island, report) = Island::open(island_cfg, &tpcc::schema::tables(&cfg))
+            .map_err(|e| sized_wrong(&a.log_dir, &cfg, e))?;
         eprintln!("{}: {report}", a.log_dir.display());
         if !report.in_doubt.is_empty() {
             return Err(Error::Recovery(format!(
@@ -77,9 +88,26 @@ pub fn run(args: &TpccArgs) -> Result<bool, Error> {
                 report.in_doubt.len()
             )));
         }
+        // One island of a deployment holds some of the warehouses, but none
+        // above --warehouses.
+        let found = warehouses_of(&island);
+        let err = match &found {
+            None => Some(wrong_count(&a.log_dir, 0, &cfg)),
+            Some(r) if r.end - 1 > cfg.warehouses => Some(Error::Config(format!(
+                "{} holds warehouse {}, but --warehouses is {}: give the number the benchmark ran with",
+                a.log_dir.display(),
+                r.end - 1,
+                cfg.warehouses
+            ))),
+            Some(_) => None,
+        };
+        if let Some(e) = err {
+            island.shutdown();
+            return Err(e);
+        }
         let v = tpcc::check(&island, &cfg)?;
         island.shutdown();
-        v
+        (v, found.map_or(0, |r| r.len()))
     } else {
         if let Some((pos, (i, _))) = dirs.iter().enumerate().find(|(pos, (i, _))| pos != i) {
             return Err(Error::Config(format!(
@@ -87,13 +115,21 @@ pub fn run(args: &TpccArgs) -> Result<bool, Error> {
                 a.log_dir.display()
             )));
         }
-        check_deployment(&dirs, &cfg)?
+        (check_deployment(&dirs, &cfg)?, cfg.warehouses as usize)
     };
+    let (violations, checked) = violations;
     if violations.is_empty() {
-        println!(
-            "consistency conditions 1-10 and 12 hold for {} warehouse(s)",
-            cfg.warehouses
-        );
+        if checked == cfg.warehouses as usize {
+            println!(
+                "consistency conditions 1-10 and 12 hold for {} warehouse(s)",
+                cfg.warehouses
+            );
+        } else {
+            println!(
+                "consistency conditions 1-10 and 12 hold for the {checked} of the {} warehouse(s) that this island holds",
+                cfg.warehouses
+            );
+        }
         Ok(true)
     } else {
         for v in &violations {
@@ -127,27 +163,24 @@ fn check_deployment(
         let mut icfg = IslandConfig::new(CcKind::NoWait, 1).durable(Durability::Sync, dir);
         icfg.name = format!("island-{i}");
         icfg.contexts = opts.contexts_needed(1);
-        let (island, report) = Island::open(icfg, &tpcc::schema::tables(cfg))?;
+        let (island, report) =
+            Island::open(icfg, &tpcc::schema::tables(cfg)).map_err(|e| sized_wrong(dir, cfg, e))?;
         eprintln!("{}: {report}", dir.display());
         in_doubt += report.in_doubt.len();
         // The island's warehouses, as its rows say.
-        let mut lo = u32::MAX;
-        let mut hi = 0;
-        island
-            .catalog()
-            .table(tpcc::schema::WAREHOUSE)
-            .for_each_row(|k, _, _| {
-                lo = lo.min(k as u32);
-                hi = hi.max(k as u32);
-            });
-        if hi == 0 {
+        let Some(range) = warehouses_of(&island) else {
             return Err(Error::Recovery(format!(
                 "{} holds no warehouse: not a TPC-C island",
                 dir.display()
             )));
-        }
-        ranges.push(lo..hi + 1);
+        };
+        ranges.push(range);
         opened.push((island, report));
+    }
+    let found: usize = ranges.iter().map(|r| r.len()).sum();
+    if found != cfg.warehouses as usize {
+        let base = dirs[0].1.parent().unwrap_or(&dirs[0].1);
+        return Err(wrong_count(base, found, cfg));
     }
     let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
     if dirs.len() > 1 {
@@ -174,4 +207,49 @@ fn check_deployment(
         i.shutdown();
     }
     Ok(v)
+}
+
+/// The warehouses an island holds, as its rows say; `None` when it holds none.
+fn warehouses_of(island: &Island) -> Option<std::ops::Range<u32>> {
+    let mut lo = u32::MAX;
+    let mut hi = 0;
+    island
+        .catalog()
+        .table(tpcc::schema::WAREHOUSE)
+        .for_each_row(|k, _, _| {
+            lo = lo.min(k as u32);
+            hi = hi.max(k as u32);
+        });
+    (hi > 0).then_some(lo..hi + 1)
+}
+
+/// A database with another number of warehouses than --warehouses says: its
+/// checks would pass or fail for the wrong reason.
+fn wrong_count(dir: &Path, found: usize, cfg: &TpccConfig) -> Error {
+    if found == 0 {
+        return Error::Recovery(format!(
+            "{} holds no warehouse: no TPC-C database was recovered from it",
+            dir.display()
+        ));
+    }
+    Error::Config(format!(
+        "{} holds {found} warehouse(s), but --warehouses is {}: give the number the benchmark ran with",
+        dir.display(),
+        cfg.warehouses
+    ))
+}
+
+/// Recovery into tables sized by --warehouses and --max-orders-per-district
+/// overflows them when those are smaller than the benchmark's.
+fn sized_wrong(dir: &Path, cfg: &TpccConfig, e: Error) -> Error {
+    match e {
+        Error::TableFull { table, capacity } => Error::Recovery(format!(
+            "{}: the log holds more rows of table '{table}' than the {capacity} that --warehouses {} \
+             and --max-orders-per-district {} make room for: give the values the benchmark ran with",
+            dir.display(),
+            cfg.warehouses,
+            cfg.max_orders_per_district
+        )),
+        e => e,
+    }
 }

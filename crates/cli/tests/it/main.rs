@@ -1,5 +1,6 @@
 //! End-to-end tests of the `islands` binary.
 
+mod bad_input;
 mod experiments;
 mod multisite;
 mod placement;

@@ -1,0 +1,115 @@
+//! Bad input to `islands bench` and `islands tpcc check`: one error line that
+//! names the value, exit code 2, and no run on numbers the user did not give.
+
+use std::process::{Command, Output};
+
+fn islands(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_islands"))
+        .args(args)
+        .output()
+        .expect("run the islands binary")
+}
+
+fn refused(args: &[&str], want: &str) {
+    let out = islands(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(
+        err.starts_with("error: ") && err.contains(want),
+        "{args:?}: {err}"
+    );
+}
+
+#[test]
+fn bench_refuses_values_it_cannot_run() {
+    // 4000000000 workers allocated gigabytes of worker specs and aborted.
+    refused(
+        &["bench", "--workers-per-island", "4000000000", "micro"],
+        "--workers-per-island 4000000000",
+    );
+    // Negative numbers reach the checks instead of clap's "unexpected argument '-1'".
+    refused(&["bench", "micro", "--skew", "-1"], "theta = -1");
+    refused(&["bench", "--warmup", "-1", "micro"], "--warmup -1");
+    refused(&["bench", "--islands", "-1", "micro"], "at least 1");
+    refused(&["bench", "tpcc", "--warehouses", "0"], "--warehouses 0");
+}
+
+#[test]
+fn tpcc_check_refuses_an_empty_directory_and_a_wrong_warehouse_count() {
+    let base = std::env::temp_dir().join(format!("islands-cli-badinput-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let empty = base.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    // An empty directory held "a database" whose conditions all held.
+    refused(
+        &[
+            "tpcc",
+            "check",
+            "--warehouses",
+            "1",
+            "--log-dir",
+            empty.to_str().unwrap(),
+        ],
+        "is empty",
+    );
+    assert!(
+        std::fs::read_dir(&empty).unwrap().next().is_none(),
+        "checking an empty directory leaves it empty"
+    );
+
+    // `bench tpcc --warehouses 1` loads one warehouse (it loaded one per core).
+    let db = base.join("db");
+    let out = islands(&[
+        "bench",
+        "--workers",
+        "1",
+        "--durability",
+        "sync",
+        "--warmup",
+        "0",
+        "--duration",
+        "0.2",
+        "--progress",
+        "quiet",
+        "--log-dir",
+        db.to_str().unwrap(),
+        "tpcc",
+        "--warehouses",
+        "1",
+        "--max-orders-per-district",
+        "20000",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let check = |w: &str| {
+        islands(&[
+            "tpcc",
+            "check",
+            "--warehouses",
+            w,
+            "--max-orders-per-district",
+            "20000",
+            "--log-dir",
+            db.to_str().unwrap(),
+        ])
+    };
+    let out = check("1");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("hold for 1 warehouse(s)"));
+    // More warehouses than the database holds "held" for all of them.
+    let out = check("2");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("holds 1 warehouse(s), but --warehouses is 2"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
