@@ -231,6 +231,8 @@ pub enum CoordError {
     },
     #[error("gtid {0:#x} is already in flight")]
     Duplicate(Gtid),
+    #[error("the branch of gtid {0:#x} finished here a moment ago (a late copy of its work)")]
+    Finished(Gtid),
     #[error("island {island} is not in the deployment of {islands} islands")]
     BadIsland { island: IslandId, islands: usize },
     #[error("a distributed commit needs at least one participant")]

@@ -21,6 +21,25 @@
 //! recovered coordinator asking everyone); AbortReq → abort in the engine (a no-op if it
 //! has no such branch) and AbortConf; PrepareReq → a fresh vote, which is no when the
 //! engine has lost or finished the branch.
+//!
+//! That last answer holds only if a finished branch stays finished: the engine opens a
+//! branch on the first remote operation of a gtid it does not hold ([`on_branch_begin`]),
+//! and a late copy of a finished branch's operations would open a second branch of the
+//! same gtid, which the late copies of its writes and PrepareReq would prepare (a yes vote
+//! the coordinator, still committing, ignores) and the coordinator's resent CommitReq would
+//! commit, installing the transaction's old after-images over later updates. Over a
+//! transport that never duplicates a message nor delivers one late (a FIFO channel per
+//! pair of endpoints) no such copy exists. Over one that may, the glue calls
+//! [`Participant::keep_tombstones`] with a time longer than the latest a copy may arrive:
+//! the participant then remembers every branch it finished (committed, aborted, voted no
+//! or read-only) for that long, and [`on_branch_begin`] refuses such a gtid
+//! ([`CoordError::Finished`]), like TCP's TIME_WAIT. Tombstones expire in `on_tick`, after
+//! the messages of the same round: a copy that became due before a tombstone's expiry is
+//! handled while the tombstone is there.
+//!
+//! [`on_branch_begin`]: Participant::on_branch_begin
+
+use std::collections::{HashMap, VecDeque};
 
 use super::table::Table;
 use super::{
@@ -80,6 +99,18 @@ pub struct Participant {
     cfg: Config,
     branches: Table<State>,
     stats: PartStats,
+    /// Branches finished here lately, kept only over a transport that may deliver a copy
+    /// of a message late ([`Participant::keep_tombstones`]).
+    tombstones: Option<Tombstones>,
+}
+
+/// Gtids whose branch finished here less than `keep_us` ago.
+struct Tombstones {
+    keep_us: u64,
+    /// (expiry, gtid) in the order laid (so by expiry: the clock does not go back).
+    queue: VecDeque<(u64, Gtid)>,
+    /// Gtid → expiry of its latest tombstone (an older entry of `queue` leaves it alone).
+    live: HashMap<Gtid, u64>,
 }
 
 impl Participant {
@@ -89,6 +120,32 @@ impl Participant {
             cfg,
             branches: Table::new(cfg.max_in_flight),
             stats: PartStats::default(),
+            tombstones: None,
+        }
+    }
+
+    /// From now on remembers each branch that finishes here for `keep_us` and refuses to
+    /// begin it again meanwhile (see the module docs): for a transport that may duplicate
+    /// a message or deliver it late, `keep_us` longer than the latest a copy may arrive.
+    pub fn keep_tombstones(&mut self, keep_us: u64) {
+        self.tombstones = Some(Tombstones {
+            keep_us,
+            queue: VecDeque::new(),
+            live: HashMap::new(),
+        });
+    }
+
+    /// Tombstones held (0 unless [`Participant::keep_tombstones`] was called).
+    pub fn tombstones(&self) -> usize {
+        self.tombstones.as_ref().map_or(0, |t| t.live.len())
+    }
+
+    /// The branch of `gtid` finished here (or never will begin: aborted before it did).
+    fn finished(&mut self, gtid: Gtid, now_us: u64) {
+        if let Some(t) = &mut self.tombstones {
+            let expiry = now_us.saturating_add(t.keep_us);
+            t.queue.push_back((expiry, gtid));
+            t.live.insert(gtid, expiry);
         }
     }
 
@@ -111,6 +168,13 @@ impl Participant {
                 Ok(())
             }
             Some(_) => Err(CoordError::Duplicate(gtid)),
+            None if self
+                .tombstones
+                .as_ref()
+                .is_some_and(|t| t.live.contains_key(&gtid)) =>
+            {
+                Err(CoordError::Finished(gtid))
+            }
             None => self
                 .branches
                 .insert(gtid, State::Active { idle_deadline_us })
@@ -141,7 +205,7 @@ impl Participant {
         let state = self.branches.get_mut(gtid).map(|s| *s);
         match msg {
             Msg::PrepareReq { .. } => match state {
-                None | Some(State::Active { .. }) => self.prepare(gtid, engine, out),
+                None | Some(State::Active { .. }) => self.prepare(gtid, now_us, engine, out),
                 Some(State::Prepared { .. }) => out.push(Action::Send {
                     to: home,
                     msg: Msg::PrepareConf {
@@ -177,6 +241,7 @@ impl Participant {
                 Some(State::Preparing) | Some(State::Prepared { .. }) => {
                     engine.abort(gtid);
                     self.branches.remove(gtid);
+                    self.finished(gtid, now_us);
                     self.stats.aborted += 1;
                     out.push(Action::Log {
                         rec: LogRec::Decision {
@@ -197,6 +262,8 @@ impl Participant {
                         self.stats.aborted += 1;
                     }
                     engine.abort(gtid);
+                    // Unknown too: a late copy of an operation it overtook must not begin it.
+                    self.finished(gtid, now_us);
                     out.push(Action::Send {
                         to: home,
                         msg: Msg::AbortConf { gtid },
@@ -205,11 +272,16 @@ impl Participant {
             },
             _ => unreachable!("filtered above"),
         }
-        let _ = now_us;
     }
 
     /// First PrepareReq of a branch (tracked as Active, or unknown here).
-    fn prepare<B: Branches>(&mut self, gtid: Gtid, engine: &mut B, out: &mut Vec<Action>) {
+    fn prepare<B: Branches>(
+        &mut self,
+        gtid: Gtid,
+        now_us: u64,
+        engine: &mut B,
+        out: &mut Vec<Action>,
+    ) {
         let home = home_of(gtid);
         let tracked = self.branches.contains(gtid);
         let vote = if !tracked && self.branches.is_full() {
@@ -223,6 +295,7 @@ impl Participant {
                 self.stats.voted_no += 1;
                 engine.abort(gtid);
                 self.branches.remove(gtid);
+                self.finished(gtid, now_us);
                 out.push(Action::Send {
                     to: home,
                     msg: Msg::PrepareRef { gtid },
@@ -232,6 +305,7 @@ impl Participant {
                 self.stats.voted_read_only += 1;
                 engine.commit(gtid);
                 self.branches.remove(gtid);
+                self.finished(gtid, now_us);
                 out.push(Action::Send {
                     to: home,
                     msg: Msg::PrepareConf {
@@ -276,6 +350,7 @@ impl Participant {
             }
             Some(State::Committing) => {
                 self.branches.remove(gtid);
+                self.finished(gtid, now_us);
                 self.stats.committed += 1;
                 out.push(Action::Send {
                     to: home,
@@ -287,8 +362,20 @@ impl Participant {
         }
     }
 
-    /// Timeouts: idle unprepared branches are aborted; in-doubt branches ask.
+    /// Timeouts: idle unprepared branches are aborted; in-doubt branches ask; tombstones
+    /// expire.
     pub fn on_tick<B: Branches>(&mut self, now_us: u64, engine: &mut B, out: &mut Vec<Action>) {
+        if let Some(t) = &mut self.tombstones {
+            while let Some(&(expiry, gtid)) = t.queue.front() {
+                if expiry > now_us {
+                    break;
+                }
+                t.queue.pop_front();
+                if t.live.get(&gtid) == Some(&expiry) {
+                    t.live.remove(&gtid);
+                }
+            }
+        }
         let retry_us = self.cfg.timeouts.decision_retry_us;
         for i in 0..self.branches.cap() {
             let Some((gtid, state)) = self.branches.slot_mut(i) else {
@@ -298,6 +385,7 @@ impl Participant {
                 State::Active { idle_deadline_us } if now_us >= idle_deadline_us => {
                     self.branches.remove(gtid);
                     engine.abort(gtid);
+                    self.finished(gtid, now_us);
                     self.stats.idle_aborts += 1;
                 }
                 State::Prepared { ask_at_us } if now_us >= ask_at_us => {
@@ -325,6 +413,11 @@ impl Participant {
         out: &mut Vec<Action>,
     ) -> Result<(), CoordError> {
         self.branches.clear();
+        // Messages die with the process: no copy of one from before the crash can come.
+        if let Some(t) = &mut self.tombstones {
+            t.queue.clear();
+            t.live.clear();
+        }
         let ask_at_us = now_us.saturating_add(self.cfg.timeouts.decision_retry_us);
         for rec in records {
             match *rec {

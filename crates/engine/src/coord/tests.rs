@@ -544,6 +544,67 @@ fn participant_no_read_only_abort_idle_and_recovery() {
     }));
 }
 
+/// Over a transport that may deliver copies late, a branch that finished here (committed,
+/// aborted, voted no or read-only, idle, or aborted before it began) is not begun again
+/// until its tombstone expires; without `keep_tombstones` nothing is remembered.
+#[test]
+fn participant_tombstones_refuse_finished_branches_until_they_expire() {
+    let mut p = Participant::new(cfg(1, 2));
+    p.keep_tombstones(1_000);
+    let mut e = Stub {
+        vote: Some(Vote::Yes),
+        ..Stub::default()
+    };
+    let mut out = Vec::new();
+    let g = |s| gtid(0, s);
+    // Committed at 10.
+    p.on_branch_begin(g(1), 0).unwrap();
+    p.on_message(0, Msg::PrepareReq { gtid: g(1) }, 1, &mut e, &mut out);
+    p.on_log_durable(LogToken(g(1)), 2, &mut out);
+    p.on_message(0, Msg::CommitReq { gtid: g(1) }, 3, &mut e, &mut out);
+    p.on_log_durable(LogToken(g(1)), 10, &mut out);
+    // Prepared, then aborted at 11.
+    p.on_branch_begin(g(2), 0).unwrap();
+    p.on_message(0, Msg::PrepareReq { gtid: g(2) }, 1, &mut e, &mut out);
+    p.on_message(0, Msg::AbortReq { gtid: g(2) }, 11, &mut e, &mut out);
+    // Voted no, read-only, aborted while active, aborted before it began: at 12.
+    e.vote = Some(Vote::No);
+    p.on_branch_begin(g(3), 0).unwrap();
+    p.on_message(0, Msg::PrepareReq { gtid: g(3) }, 12, &mut e, &mut out);
+    e.vote = Some(Vote::ReadOnly);
+    p.on_message(0, Msg::PrepareReq { gtid: g(4) }, 12, &mut e, &mut out);
+    p.on_branch_begin(g(5), 0).unwrap();
+    p.on_message(0, Msg::AbortReq { gtid: g(5) }, 12, &mut e, &mut out);
+    p.on_message(0, Msg::AbortReq { gtid: g(6) }, 12, &mut e, &mut out);
+    // Idle at 600 (begun at 100).
+    p.on_branch_begin(g(7), 100).unwrap();
+    p.on_tick(600, &mut e, &mut out);
+    assert_eq!(p.in_flight(), 0);
+    assert_eq!(p.tombstones(), 7);
+    for s in 1..=7 {
+        assert_eq!(
+            p.on_branch_begin(g(s), 700),
+            Err(CoordError::Finished(g(s))),
+            "gtid {s}"
+        );
+    }
+    assert_eq!(p.in_flight(), 0, "a refused begin holds nothing");
+    // Expiry: the first six at 1010..=1012, the idle one at 1600.
+    p.on_tick(1_011, &mut e, &mut out);
+    assert_eq!(p.tombstones(), 5, "g1 and g2 expired");
+    p.on_tick(1_599, &mut e, &mut out);
+    assert_eq!(p.tombstones(), 1);
+    p.on_branch_begin(g(1), 1_599).unwrap();
+    p.on_tick(1_600, &mut e, &mut out);
+    assert_eq!(p.tombstones(), 0);
+    // Without tombstones a finished gtid begins again (a transport that never
+    // duplicates nor delivers late sends no such request).
+    let mut p = Participant::new(cfg(1, 2));
+    p.on_message(0, Msg::AbortReq { gtid: g(1) }, 0, &mut e, &mut out);
+    assert_eq!(p.tombstones(), 0);
+    p.on_branch_begin(g(1), 1).unwrap();
+}
+
 fn run_seed(cfg: SimConfig) -> super::sim::Report {
     let seed = cfg.seed;
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Sim::new(cfg).run())) {

@@ -38,8 +38,12 @@ impl Faults {
 /// A delayed batch: due time, sender, receiver, bytes.
 type Delayed = (Instant, Endpoint, Endpoint, Vec<u8>);
 
-/// Picks the one batch [`FaultyTransport::lose_once`] loses.
-type LoseOnce = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
+/// Picks batches by their bytes: the one [`FaultyTransport::lose_once`]
+/// loses, those [`FaultyTransport::copy_matching`] keeps a copy of.
+type Pick = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
+/// A kept copy: sender, receiver, bytes.
+type Kept = (Endpoint, Endpoint, Vec<u8>);
 
 /// See the module documentation.
 pub struct FaultyTransport {
@@ -47,7 +51,9 @@ pub struct FaultyTransport {
     faults: Faults,
     rng: Mutex<FastRng>,
     delayed: Mutex<Vec<Delayed>>,
-    lose_once: Mutex<Option<LoseOnce>>,
+    lose_once: Mutex<Option<Pick>>,
+    /// [`FaultyTransport::copy_matching`]: what to copy, and the copies kept.
+    copies: Mutex<(Option<Pick>, Vec<Kept>)>,
     pub dropped: AtomicU64,
     pub duplicated: AtomicU64,
     pub delayed_batches: AtomicU64,
@@ -61,6 +67,7 @@ impl FaultyTransport {
             rng: Mutex::new(FastRng::new(seed)),
             delayed: Mutex::new(Vec::new()),
             lose_once: Mutex::new(None),
+            copies: Mutex::new((None, Vec::new())),
             dropped: AtomicU64::new(0),
             duplicated: AtomicU64::new(0),
             delayed_batches: AtomicU64::new(0),
@@ -71,6 +78,30 @@ impl FaultyTransport {
     /// holds (a deterministic fault for one scenario).
     pub fn lose_once(&self, pick: impl Fn(&[u8]) -> bool + Send + Sync + 'static) {
         *self.lose_once.lock() = Some(Box::new(pick));
+    }
+
+    /// Besides the random faults, keeps a copy of every batch for which
+    /// `pick` holds, for [`FaultyTransport::redeliver_copies`]: a
+    /// deterministic duplicate whose original was held back (the random
+    /// faults' duplicate, delayed up to `max_delay`).
+    pub fn copy_matching(&self, pick: impl Fn(&[u8]) -> bool + Send + Sync + 'static) {
+        *self.copies.lock() = (Some(Box::new(pick)), Vec::new());
+    }
+
+    /// Delivers the copies kept so far, in the order they were sent, and
+    /// stops copying; returns how many. Like a delayed batch, a copy may
+    /// arrive up to `max_delay` after it was sent, not later: the engine
+    /// relies on that bound ([`Transport::redelivery_window`]), so a test
+    /// that redelivers later must say so with a larger `max_delay`.
+    pub fn redeliver_copies(&self) -> usize {
+        let copies = std::mem::take(&mut *self.copies.lock()).1;
+        let n = copies.len();
+        for (from, to, batch) in copies {
+            self.inner
+                .send(from, to, batch)
+                .expect("room in the mailbox for a redelivered copy");
+        }
+        n
     }
 }
 
@@ -83,6 +114,12 @@ impl Transport for FaultyTransport {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 self.inner.recycle(batch);
                 return Ok(());
+            }
+        }
+        {
+            let mut copies = self.copies.lock();
+            if copies.0.as_ref().is_some_and(|pick| pick(&batch)) {
+                copies.1.push((from, to, batch.clone()));
             }
         }
         let (drop, dup, delay) = {
@@ -138,5 +175,11 @@ impl Transport for FaultyTransport {
 
     fn endpoints(&self) -> usize {
         self.inner.endpoints()
+    }
+
+    /// It duplicates and delays (and its tests redeliver copies): up to
+    /// `max_delay` late.
+    fn redelivery_window(&self) -> Option<Duration> {
+        Some(self.faults.max_delay)
     }
 }

@@ -24,6 +24,20 @@
 //! chosen by a hash of the gtid, so every message about one branch reaches
 //! the one worker that holds it (and recovery can find it again).
 //!
+//! What the engine assumes of the transport: batches may be lost, but not
+//! duplicated nor delivered late (after batches sent after them), unless the
+//! transport says so ([`Transport::redelivery_window`]). The reason is the
+//! branch: a participant opens one on the first remote operation of a gtid it
+//! does not hold, and forgets it once it has committed or aborted. A late copy
+//! of a finished branch's operation would open a second branch; late copies of
+//! its WRITE/PREP/PrepareReq would prepare it, and if the participant's
+//! CommitConf was lost, the coordinator's resent CommitReq would commit it,
+//! installing the transaction's old after-images over later updates. Over a
+//! transport with a redelivery window, each worker's [`Participant`] keeps a
+//! tombstone of every branch it finished for longer than the window
+//! ([`tombstone_us`]), and a remote operation of a tombstoned gtid is refused.
+//! [`InProc`] needs none, and its path pays nothing for them.
+//!
 //! Concurrency control: a worker interleaves many transactions on one thread,
 //! so a lock wait would wait for itself. Distributed islands therefore run
 //! `no_wait` 2PL: a conflict aborts and the transaction retries (no
@@ -318,7 +332,13 @@ impl Cluster {
                 max_in_flight: (self.opts.inflight + self.opts.commit_window).max(1) * 4,
                 ..cfg
             }),
-            part: Participant::new(cfg),
+            part: {
+                let mut p = Participant::new(cfg);
+                if let Some(window) = self.transport.redelivery_window() {
+                    p.keep_tombstones(tombstone_us(window));
+                }
+                p
+            },
             outbox: Outbox::new(self.transport.endpoints()),
             actions: Vec::new(),
             local: VecDeque::new(),
@@ -340,6 +360,18 @@ impl Cluster {
         ex.recover()?;
         Ok(ex)
     }
+}
+
+/// How long a participant remembers a finished branch over a transport that
+/// may deliver a copy of a batch up to `window` late: the copy was sent
+/// before the branch finished, so `window` would do on one clock; the
+/// protocol clock (calibrated TSC ticks) and the transport's may disagree, so
+/// twice as long, plus a millisecond for the participant's timer tick.
+pub fn tombstone_us(window: Duration) -> u64 {
+    u64::try_from(window.as_micros())
+        .unwrap_or(u64::MAX)
+        .saturating_mul(2)
+        .saturating_add(1_000)
 }
 
 /// Per-gtid maps of the executor: foldhash, not SipHash (they are touched
@@ -1284,6 +1316,8 @@ impl Executor {
             // Prepared or preparing: too late for more work.
             Some(_) => return self.reply(from, tag, Status::Refused, table),
             None => {
+                // Refused when full, and for a gtid whose branch finished
+                // here lately: a late copy (see the module documentation).
                 if self.part.on_branch_begin(gtid, now).is_err() {
                     return self.reply(from, tag, Status::Refused, table);
                 }

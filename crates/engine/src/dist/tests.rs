@@ -1100,3 +1100,148 @@ fn a_restarted_home_never_reuses_the_gtid_of_a_branch_in_doubt() {
     drop(handles);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `proc` on home context `c` of `ex` by hand until it finishes,
+/// pumping `ex` and `others` whenever it waits for a remote reply.
+fn run_by_hand(
+    ex: &mut Executor,
+    others: &mut [&mut Executor],
+    c: u32,
+    proc: impl std::future::Future<Output = Result<(), Abort>>,
+) {
+    let mut proc = std::pin::pin!(proc);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match proc.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(r) => return r.unwrap(),
+            std::task::Poll::Pending => {
+                assert_eq!(ex.send_request(c), Some(true));
+                while !ex.woken.contains(&c) {
+                    assert!(std::time::Instant::now() < deadline, "no reply");
+                    ex.pump().unwrap();
+                    for o in others.iter_mut() {
+                        o.pump().unwrap();
+                    }
+                }
+                ex.woken.clear();
+            }
+        }
+    }
+}
+
+/// Adds `delta` to each account of `moves`, in order, locking each.
+async fn move_money(tx: &mut Txn, moves: &[(u64, i64)]) -> Result<(), Abort> {
+    for &(key, delta) in moves {
+        let h = tx
+            .get_for_update(ACCOUNTS, key)
+            .await?
+            .ok_or(Abort::User("no account"))?;
+        let b = tx.row(h).i64(BAL);
+        tx.row_mut(h).set_i64(BAL, b + delta);
+    }
+    Ok(())
+}
+
+/// A transport that duplicates may deliver a copy of a batch late. Here
+/// transfer g (island 0's account 0 pays 7 to island 1's account 9) commits
+/// on island 1, whose acknowledgement is lost, so the coordinator still
+/// commits g; island 1 then runs h (account 8 pays 100 to account 9). Now
+/// late copies of g's Get and of its WRITE/PREP/PrepareReq batch reach
+/// island 1. Its branch of g is finished and forgotten: the Get must not open
+/// a new one. It did: the new branch took g's after-image of account 9,
+/// prepared and voted yes (ignored by the coordinator), and the coordinator's
+/// resent CommitReq committed it, putting account 9 back to 1007 and erasing
+/// h's 100.
+#[test]
+fn a_late_copy_of_a_finished_branchs_requests_does_not_reopen_it() {
+    // Copies may arrive up to a minute late (the test redelivers them
+    // within that); no random faults.
+    let faults = Faults {
+        max_delay: Duration::from_secs(60),
+        ..Faults::NONE
+    };
+    let transport = Arc::new(FaultyTransport::new(2, 64, faults, 1));
+    let coord_frame = |batch: &[u8], want: fn(&Frame) -> bool| {
+        frames(batch).any(|f| {
+            f.ok()
+                .and_then(|p| wire::decode(p).ok())
+                .is_some_and(|f| want(&f))
+        })
+    };
+    transport.lose_once(move |b| {
+        coord_frame(b, |f| {
+            matches!(f, Frame::Coord(coord::Msg::CommitConf { .. }))
+        })
+    });
+    transport.copy_matching(move |b| {
+        coord_frame(b, |f| matches!(f, Frame::Get { .. } | Frame::Prep { .. }))
+    });
+    let opts = ClusterOptions {
+        transport: Some(transport.clone()),
+        timeouts: coord::Timeouts {
+            commit_retry_us: 2_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (cl, islands) = open_cluster(2, 10, opts);
+    let mut home = cl.executor(0, 0).unwrap();
+    let mut part = cl.executor(1, 0).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+
+    // g: 0 → 9, committed on island 1; its acknowledgement is lost.
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: the context outlives the procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
+    run_by_hand(
+        &mut home,
+        &mut [&mut part],
+        c,
+        move_money(tx, &[(0, -7), (9, 7)]),
+    );
+    let Ok(HomeCommit::Distributed(g)) = home.commit_home(c) else {
+        panic!("the transfer commits with 2PC");
+    };
+    while transport.dropped.load(Ordering::Relaxed) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no acknowledgement");
+        home.pump().unwrap();
+        part.pump().unwrap();
+    }
+    assert!(home.coord.holds(g), "the coordinator waits for the ack");
+    assert!(part.quiescent(), "island 1 committed g and forgot it");
+
+    // h: 8 → 9, local to island 1 (the home of g is not pumped from here
+    // on until the copies are handled, so it cannot resend the commit yet).
+    let c = part.begin_home(false).unwrap();
+    // SAFETY: as above.
+    let tx: &mut Txn = unsafe { &mut *part.ctx_ptr(c) };
+    run_by_hand(
+        &mut part,
+        &mut [],
+        c,
+        move_money(tx, &[(8, -100), (9, 100)]),
+    );
+    assert!(matches!(part.commit_home(c), Ok(HomeCommit::Local(_))));
+
+    // The late copies: g's Get, then its WRITE/PREP/PrepareReq batch.
+    assert_eq!(transport.redeliver_copies(), 2);
+    for _ in 0..5 {
+        part.pump().unwrap();
+    }
+    while !(home.quiescent() && part.quiescent()) {
+        assert!(std::time::Instant::now() < deadline, "no end");
+        home.pump().unwrap();
+        part.pump().unwrap();
+    }
+    drop((home, part));
+    drop(cl);
+    let (balances, _) = contents(&islands, 10);
+    assert_eq!(
+        (balances[0], balances[8], balances[9]),
+        (INITIAL - 7, INITIAL - 100, INITIAL + 7 + 100),
+        "g committed once, then h; a second branch of g {g:#x} must not undo h"
+    );
+    assert_eq!(balances.iter().sum::<i64>(), INITIAL * 10);
+}

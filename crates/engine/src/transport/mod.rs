@@ -15,6 +15,16 @@
 //! Batch layout: a sequence of frames `[len: u32 LE][payload: len bytes]`. A
 //! batch whose frames do not add up is malformed: the receiver counts it and
 //! executes nothing past the bad frame.
+//!
+//! What the engine assumes of a transport (see [`Transport`]): a batch may be
+//! lost (two-phase commit resends what it must, and a remote operation times
+//! out), but it is delivered at most once and, between two endpoints, in the
+//! order sent. A transport that may deliver a batch twice, or hold one back
+//! while later ones overtake it, must say so with
+//! [`Transport::redelivery_window`]; the engine then keeps the extra state that
+//! makes late copies harmless (see `dist`). A stream transport (Unix socket,
+//! TCP) that keeps one connection per pair of endpoints and never resends a
+//! batch on another connection meets the default.
 
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
@@ -45,6 +55,17 @@ pub trait Transport: Send + Sync {
     fn recycle(&self, buf: Vec<u8>);
     /// Number of endpoints.
     fn endpoints(&self) -> usize;
+    /// `None` (the default): every batch is delivered at most once, and in
+    /// the order sent between two endpoints. `Some(w)`: a batch may also be
+    /// delivered more than once, or after batches sent later, but never
+    /// later than `w` after it was sent. The engine then remembers the
+    /// transaction branches it finished for longer than `w`, so that a late
+    /// copy of a remote operation cannot open a finished branch again (see
+    /// `dist`'s module documentation). A transport that can deliver a copy
+    /// arbitrarily late cannot be used.
+    fn redelivery_window(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// Appends one frame to a batch.
