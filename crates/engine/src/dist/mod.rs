@@ -144,6 +144,9 @@ pub struct ClusterStats {
     /// Remote operations served.
     pub remote_ops: AtomicU64,
     pub protocol_violations: AtomicU64,
+    /// Requests refused because they continue a branch that was aborted
+    /// meanwhile (idle too long): their transactions abort and retry.
+    pub lost_branches: AtomicU64,
 }
 
 /// A deployment of islands in this process. See the module documentation.
@@ -1210,7 +1213,7 @@ impl Executor {
                     self.reply(from, tag, Status::Refused, table);
                     return;
                 }
-                self.serve(from, gtid, tag, frame);
+                self.serve(from, gtid, tag, frame, wire::continues(payload));
             }
             Frame::Reply { tag, .. } => {
                 let c = tag >> crate::txn::TAG_SEQ_BITS;
@@ -1296,8 +1299,10 @@ impl Executor {
         }
     }
 
-    /// Runs a remote operation on the branch of `gtid` (started on first use).
-    fn serve(&mut self, from: Endpoint, gtid: Gtid, tag: u32, frame: Frame<'_>) {
+    /// Runs a remote operation on the branch of `gtid` (started on first use;
+    /// a request that `continues` a branch this worker no longer holds is
+    /// refused, see [`wire::CONTINUES`]).
+    fn serve(&mut self, from: Endpoint, gtid: Gtid, tag: u32, frame: Frame<'_>, continues: bool) {
         let now = self.now_us();
         let table = match frame {
             Frame::Get { table, .. }
@@ -1315,6 +1320,12 @@ impl Executor {
             }
             // Prepared or preparing: too late for more work.
             Some(_) => return self.reply(from, tag, Status::Refused, table),
+            // The branch the earlier requests made is gone (aborted after
+            // sitting idle): a new one would lack its locks.
+            None if continues => {
+                self.cl.stats.lost_branches.fetch_add(1, Ordering::Relaxed);
+                return self.reply(from, tag, Status::Refused, table);
+            }
             None => {
                 // Refused when full, and for a gtid whose branch finished
                 // here lately: a late copy (see the module documentation).

@@ -1108,13 +1108,13 @@ fn run_by_hand(
     others: &mut [&mut Executor],
     c: u32,
     proc: impl std::future::Future<Output = Result<(), Abort>>,
-) {
+) -> Result<(), Abort> {
     let mut proc = std::pin::pin!(proc);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         match proc.as_mut().poll(&mut cx) {
-            std::task::Poll::Ready(r) => return r.unwrap(),
+            std::task::Poll::Ready(r) => return r,
             std::task::Poll::Pending => {
                 assert_eq!(ex.send_request(c), Some(true));
                 while !ex.woken.contains(&c) {
@@ -1200,7 +1200,8 @@ fn a_late_copy_of_a_finished_branchs_requests_does_not_reopen_it() {
         &mut [&mut part],
         c,
         move_money(tx, &[(0, -7), (9, 7)]),
-    );
+    )
+    .unwrap();
     let Ok(HomeCommit::Distributed(g)) = home.commit_home(c) else {
         panic!("the transfer commits with 2PC");
     };
@@ -1222,7 +1223,8 @@ fn a_late_copy_of_a_finished_branchs_requests_does_not_reopen_it() {
         &mut [],
         c,
         move_money(tx, &[(8, -100), (9, 100)]),
-    );
+    )
+    .unwrap();
     assert!(matches!(part.commit_home(c), Ok(HomeCommit::Local(_))));
 
     // The late copies: g's Get, then its WRITE/PREP/PrepareReq batch.
@@ -1244,4 +1246,103 @@ fn a_late_copy_of_a_finished_branchs_requests_does_not_reopen_it() {
         "g committed once, then h; a second branch of g {g:#x} must not undo h"
     );
     assert_eq!(balances.iter().sum::<i64>(), INITIAL * 10);
+}
+
+/// A participant aborts a branch that waits longer than `branch_idle_us` for
+/// more work, and its locks go with it, while the home transaction may still
+/// be running. Here audit g (home island 0) reads account 9 on island 1, its
+/// branch goes idle and is aborted, island 1 then runs h (account 8 pays 100
+/// to account 9), and g goes on to read account 8. Its request opened a
+/// fresh branch, which knew nothing of the first one's lock: g saw 1000 +
+/// 900, a total that no serial order of g and h shows, and committed. (Had g
+/// written account 9, its island would have voted no: a write must find its
+/// row in the branch. Reads had no such check.) The request now says it
+/// continues a branch (`wire::CONTINUES`); island 1 refuses it and g aborts.
+#[test]
+fn a_request_that_continues_an_idle_aborted_branch_is_refused() {
+    let opts = ClusterOptions {
+        timeouts: coord::Timeouts {
+            branch_idle_us: 2_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (cl, islands) = open_cluster(2, 10, opts);
+    let mut home = cl.executor(0, 0).unwrap();
+    let mut part = cl.executor(1, 0).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let read = |tx: &mut Txn, key: u64| {
+        let tx: *mut Txn = tx;
+        async move {
+            // SAFETY: one procedure at a time uses the context.
+            let tx = unsafe { &mut *tx };
+            let h = tx
+                .get(ACCOUNTS, key)
+                .await?
+                .ok_or(Abort::User("no account"))?;
+            Ok::<i64, Abort>(tx.row(h).i64(BAL))
+        }
+    };
+
+    // g reads account 9 on island 1.
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: the context outlives each procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
+    let mut seen = Vec::new();
+    let first = async {
+        seen.push(read(&mut *tx, 9).await?);
+        Ok(())
+    };
+    run_by_hand(&mut home, &mut [&mut part], c, first).unwrap();
+    assert_eq!(part.branches_in_flight(), 1, "island 1 holds g's branch");
+
+    // g's branch sits idle until island 1 aborts it.
+    while part.branches_in_flight() > 0 {
+        assert!(std::time::Instant::now() < deadline, "no idle abort");
+        std::thread::sleep(Duration::from_millis(1));
+        part.pump().unwrap();
+    }
+
+    // h: 8 → 9, local to island 1; account 9 is no longer locked.
+    let h = part.begin_home(false).unwrap();
+    // SAFETY: as above.
+    let htx: &mut Txn = unsafe { &mut *part.ctx_ptr(h) };
+    run_by_hand(
+        &mut part,
+        &mut [],
+        h,
+        move_money(htx, &[(8, -100), (9, 100)]),
+    )
+    .unwrap();
+    assert!(matches!(part.commit_home(h), Ok(HomeCommit::Local(_))));
+
+    // g goes on and reads account 8.
+    let second = async {
+        seen.push(read(&mut *tx, 8).await?);
+        Ok(())
+    };
+    let rest = run_by_hand(&mut home, &mut [&mut part], c, second);
+    let committed = match rest {
+        Ok(()) => home.commit_home(c).is_ok(),
+        Err(_) => {
+            home.abort_home(c);
+            false
+        }
+    };
+    while !(home.quiescent() && part.quiescent()) {
+        assert!(std::time::Instant::now() < deadline, "no end");
+        home.pump().unwrap();
+        part.pump().unwrap();
+    }
+    assert!(
+        !committed || seen.iter().sum::<i64>() == 2 * INITIAL,
+        "g committed after seeing accounts 9 and 8 as {seen:?}: no serial order shows that"
+    );
+    assert!(rest.is_err(), "g's request for account 8 must be refused");
+    assert_eq!(cl.stats.lost_branches.load(Ordering::Relaxed), 1);
+    drop((home, part));
+    drop(cl);
+    let (balances, _) = contents(&islands, 10);
+    assert_eq!((balances[8], balances[9]), (INITIAL - 100, INITIAL + 100));
 }

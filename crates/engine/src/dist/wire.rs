@@ -18,6 +18,13 @@
 //! RELEASE 0x33 [gtid u64]
 //! ```
 //!
+//! A request (GET, INSERT, SCAN, MGET) has bit [`CONTINUES`] of its kind set
+//! when its transaction sent an earlier request to the same island: the
+//! participant must hold a branch of that gtid already, and one that holds
+//! none refuses the request instead of opening a new branch (it aborted the
+//! old one, which sat idle too long; a new one would not hold the old one's
+//! locks, and the home would commit reads that nothing protected any more).
+//!
 //! Requests carry the gtid of the distributed transaction (the participant
 //! keys its branch by it) and a `tag` that the reply echoes, so the home
 //! worker finds the waiting transaction and can tell a stale reply (from an
@@ -42,6 +49,8 @@ const K_GET: u8 = 0x20;
 const K_INSERT: u8 = 0x21;
 const K_SCAN: u8 = 0x22;
 const K_MGET: u8 = 0x23;
+/// Bit of a request's kind: see the module documentation.
+pub const CONTINUES: u8 = 0x04;
 const K_REPLY: u8 = 0x28;
 const K_WRITE: u8 = 0x30;
 const K_DELETE: u8 = 0x31;
@@ -206,6 +215,11 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, WireError> {
     if kind < FIRST_DATA_KIND {
         return Ok(Frame::Coord(Msg::decode(b)?));
     }
+    let kind = if is_request(kind) {
+        kind & !CONTINUES
+    } else {
+        kind
+    };
     let mut c = Cur { b, at: 1 };
     Ok(match kind {
         K_GET => {
@@ -334,6 +348,19 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, WireError> {
     })
 }
 
+/// Whether `kind` is a request's (GET, INSERT, SCAN, MGET), [`CONTINUES`] or not.
+fn is_request(kind: u8) -> bool {
+    (K_GET..=K_MGET).contains(&(kind & !CONTINUES))
+}
+
+/// Whether the frame `payload` is a request that continues a branch (its
+/// kind has [`CONTINUES`] set).
+pub fn continues(payload: &[u8]) -> bool {
+    payload
+        .first()
+        .is_some_and(|&k| is_request(k) && k & CONTINUES != 0)
+}
+
 /// Appends a GET request payload.
 pub fn get(out: &mut Vec<u8>, gtid: u64, tag: u32, table: u16, key: u64, for_update: bool) {
     out.push(K_GET);
@@ -453,6 +480,30 @@ pub fn prep(out: &mut Vec<u8>, gtid: u64, writes: u32, hold: bool) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_continued_request_decodes_as_its_kind_and_says_so() {
+        let mut b = Vec::new();
+        get(&mut b, 7, 9, 2, 11, false);
+        assert!(!continues(&b));
+        let plain = decode(&b).unwrap();
+        let mut c = b.clone();
+        c[0] |= CONTINUES;
+        assert!(continues(&c));
+        assert_eq!(decode(&c).unwrap(), plain);
+        b.clear();
+        scan(&mut b, 1, 2, 3, PRIMARY, 0, 9, 4, false);
+        b[0] |= CONTINUES;
+        assert!(continues(&b) && matches!(decode(&b), Ok(Frame::Scan { .. })));
+        // The bit means nothing on other kinds: they stay unknown.
+        for kind in [K_REPLY, K_WRITE, K_PREP, K_RELEASE] {
+            assert!(!continues(&[kind | CONTINUES]));
+            assert!(matches!(
+                decode(&[kind | CONTINUES]),
+                Err(WireError::UnknownKind(_))
+            ));
+        }
+    }
 
     #[test]
     fn every_kind_round_trips() {

@@ -247,6 +247,11 @@ impl Txn {
         d.req_seq = d.req_seq.wrapping_add(1);
         d.tag = d.tag_base | (d.req_seq & TAG_SEQ_MASK);
         encode(&mut d.req, d.gtid, d.tag);
+        if d.touched.contains(island) {
+            // The branch there must still be the one the earlier requests
+            // made (see `wire::CONTINUES`).
+            d.req[0] |= wire::CONTINUES;
+        }
         d.req_to = island;
         d.req_ready = true;
         d.reply_ready = false;
