@@ -48,7 +48,8 @@ struct Common {
     placement: Option<String>,
     /// A TOML deployment file, as `islands plan --config` reads it ([deployment] islands,
     /// placement, workers_per_island, sites, cc, durability, log_dir; [[island]] cpus).
-    /// Options given on the command line override it.
+    /// Options given on the command line override it; what it does not name keeps
+    /// bench's defaults (durability off, a temporary log directory).
     #[arg(long, global = true, value_name = "FILE.toml")]
     config: Option<PathBuf>,
     /// Worker threads per island, 1 to 1024 (default: one per core of the island).
@@ -266,15 +267,25 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         return crate::experiment_cmd::run_ipc(a, c.duration, c.warmup, c.json.as_deref())
             .map_err(Error::Config);
     }
-    let file = c
-        .config
-        .as_deref()
-        .map(DeploySpec::from_toml_file)
-        .transpose()?;
+    let (file, named) = match c.config.as_deref() {
+        Some(path) => {
+            let (spec, named) = DeploySpec::from_toml_file_named(path)?;
+            (Some(spec), named)
+        }
+        None => (None, deploy::Named::default()),
+    };
+    // The file's durability and log_dir only where it names them: a
+    // DeploySpec fills them with the deployment defaults (sync, islands-data),
+    // which would turn the log on and keep it in the working directory,
+    // against bench's own defaults (off; a temporary directory).
     let durability: Durability = c
         .durability
         .clone()
-        .or_else(|| file.as_ref().map(|f| f.durability.clone()))
+        .or_else(|| {
+            file.as_ref()
+                .filter(|_| named.durability)
+                .map(|f| f.durability.clone())
+        })
         .unwrap_or_else(|| "off".into())
         .parse()
         .map_err(|e| Error::Config(format!("--durability: {e}")))?;
@@ -287,10 +298,11 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     // What the file says, under what the command line says.
     let c = Common {
         cc: cc_choice,
-        log_dir: c
-            .log_dir
-            .clone()
-            .or_else(|| file.as_ref().map(|f| f.log_dir.clone())),
+        log_dir: c.log_dir.clone().or_else(|| {
+            file.as_ref()
+                .filter(|_| named.log_dir)
+                .map(|f| f.log_dir.clone())
+        }),
         workers_per_island: c
             .workers_per_island
             .or_else(|| file.as_ref().and_then(|f| f.workers_per_island)),

@@ -107,7 +107,9 @@ pub struct PlanArgs {
     #[arg(long, value_name = "NAME")]
     pub cc: Option<String>,
 
-    /// Durability mode of every island's log: sync, async or off. Default: sync.
+    /// Durability mode of every island's log: sync, async or off. Default: sync, or
+    /// what --config says (`islands bench`, a benchmark, defaults to off: give the
+    /// durability in the file or on both command lines for them to agree).
     #[arg(long, value_name = "NAME")]
     pub durability: Option<String>,
 

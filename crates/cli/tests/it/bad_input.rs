@@ -113,3 +113,39 @@ fn tpcc_check_refuses_an_empty_directory_and_a_wrong_warehouse_count() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn bench_config_without_durability_keeps_bench_defaults() {
+    let base = std::env::temp_dir().join(format!("islands-cli-config-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let run = |toml: &str| {
+        let f = base.join("f.toml");
+        std::fs::write(&f, toml).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_islands"))
+            .current_dir(&base)
+            .args(["bench", "--config", f.to_str().unwrap()])
+            .args(["--warmup", "0", "--duration", "0.1", "--progress", "quiet"])
+            .args(["micro", "--rows", "1000"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    // The file's deployment defaults (sync, islands-data) turned the log on
+    // and kept it in the working directory; bench's help says off.
+    let out = run("[deployment]\nislands = 1\n");
+    assert!(out.contains("durability off"), "{out}");
+    assert!(!base.join("islands-data").exists());
+    // A file that asks for a log but names no directory: a temporary one, removed.
+    let out = run("[deployment]\nislands = 1\ndurability = \"sync\"\n");
+    assert!(out.contains("durability sync"), "{out}");
+    assert!(!out.contains("log in islands-data"), "{out}");
+    assert!(!base.join("islands-data").exists());
+    let _ = std::fs::remove_dir_all(&base);
+}

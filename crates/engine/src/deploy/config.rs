@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::{DeployError, DeploySpec, Islands};
+use super::{DeployError, DeploySpec, Islands, Named};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,6 +85,10 @@ struct IslandEntry {
 }
 
 pub(super) fn parse(text: &str, path: &str) -> Result<DeploySpec, DeployError> {
+    Ok(parse_named(text, path)?.0)
+}
+
+pub(super) fn parse_named(text: &str, path: &str) -> Result<(DeploySpec, Named), DeployError> {
     let err = |why: String| DeployError::Config {
         path: path.to_string(),
         why,
@@ -130,11 +134,15 @@ pub(super) fn parse(text: &str, path: &str) -> Result<DeploySpec, DeployError> {
     spec.workers_per_island = d.workers_per_island;
     spec.sites = d.sites;
     spec.cc = d.cc;
+    let named = Named {
+        durability: d.durability.is_some(),
+        log_dir: d.log_dir.is_some(),
+    };
     if let Some(dur) = d.durability {
         spec.durability = dur;
     }
     if let Some(dir) = d.log_dir {
         spec.log_dir = dir;
     }
-    Ok(spec)
+    Ok((spec, named))
 }

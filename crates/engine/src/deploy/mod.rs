@@ -215,6 +215,16 @@ pub const LOG_DIR_DEFAULT: &str = "islands-data";
 /// The default durability mode.
 pub const DURABILITY_DEFAULT: &str = "sync";
 
+/// Which settings a deployment file gave itself. [`DeploySpec`] fills the
+/// others with the deployment defaults (durability sync, log in islands-data),
+/// but `islands bench` has its own (no log; a temporary log directory): a file
+/// that does not name them must leave the command's default, as its help says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Named {
+    pub durability: bool,
+    pub log_dir: bool,
+}
+
 /// What the user asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeploySpec {
@@ -252,11 +262,17 @@ impl DeploySpec {
 
     /// Reads a TOML deployment file.
     pub fn from_toml_file(path: &Path) -> Result<DeploySpec, DeployError> {
+        Ok(DeploySpec::from_toml_file_named(path)?.0)
+    }
+
+    /// Reads a TOML deployment file, and says which of the settings whose
+    /// default differs between commands the file names itself.
+    pub fn from_toml_file_named(path: &Path) -> Result<(DeploySpec, Named), DeployError> {
         let text = std::fs::read_to_string(path).map_err(|e| DeployError::Config {
             path: path.display().to_string(),
             why: e.to_string(),
         })?;
-        config::parse(&text, &path.display().to_string())
+        config::parse_named(&text, &path.display().to_string())
     }
 }
 
