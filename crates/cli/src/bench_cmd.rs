@@ -10,7 +10,7 @@ use islands::bench::ipc;
 use islands::bench::progress::DisplayMode;
 use islands::bench::report::HostProbe;
 use islands::cc::CcKind;
-use islands::deploy::{self, DeploySpec, IslandId, Islands, Placement, Plan};
+use islands::deploy::{self, DeploySpec, EvenSplit, IslandId, Islands, Placement, Plan};
 use islands::dist::run::{run_cluster, ClusterWorker};
 use islands::dist::{Cluster, ClusterOptions, RangeRouter};
 use islands::island::{Island, IslandConfig, RecoveryReport};
@@ -143,7 +143,9 @@ struct Common {
 
 #[derive(Subcommand, Clone)]
 enum WorkloadCmd {
-    /// YCSB-style transactions over one table.
+    /// YCSB-style transactions over one table. On several islands its keys are split
+    /// evenly over them; keys are drawn from the whole table, so most transactions are
+    /// distributed (two-phase commit).
     Ycsb(YcsbArgs),
     /// The paper's partition-sensitive microbenchmark: read or update N rows of a site.
     Micro(MicroArgs),
@@ -452,14 +454,6 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     let n_islands = plan.islands().len();
     let result = match workload {
         WorkloadCmd::Ycsb(a) => {
-            if n_islands > 1 {
-                return Err(Error::Config(
-                    "YCSB draws keys from the whole table, so on several islands nearly every transaction \
-                     is distributed, and this build does not run distributed transactions yet: use --islands 1, \
-                     or the micro workload (local transactions) on several islands"
-                        .into(),
-                ));
-            }
             let mut y = YcsbConfig::preset(&a.preset)?;
             y.rows = a.rows.unwrap_or(y.rows);
             y.row_bytes = a.row_bytes.unwrap_or(y.row_bytes);
@@ -468,20 +462,47 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             y.theta = a.theta.unwrap_or(y.theta);
             y.prefetch = !a.no_prefetch;
             y.check()?;
+            // YCSB has no sites: the keys are split evenly over the islands.
+            // They are drawn from the whole table, so on several islands
+            // most transactions are distributed (two-phase commit).
+            let split = EvenSplit::new(y.rows, n_islands as u32).ok_or_else(|| {
+                Error::Config(format!(
+                    "--rows {} is fewer than the {n_islands} islands: each island needs at least one row",
+                    y.rows
+                ))
+            })?;
+            let keys_of = |i: usize| split.range(i as u32);
+            // As micro's: YCSB's transactions are as short.
+            let defaults = match durability {
+                Durability::Off => (8, 8),
+                Durability::Sync | Durability::Async => (8, 256),
+            };
+            let copts = cluster_options(&c, defaults, workers.len())?;
+            let router: Option<Arc<dyn Router>> = if n_islands > 1 {
+                cluster_cc(&mut configs, &c, &copts)?;
+                dcfg.deployment = deployment_line(&plan, &configs, durability, &log_base);
+                let starts: Vec<u64> = (0..n_islands).map(|i| keys_of(i).start).collect();
+                Some(Arc::new(RangeRouter::new(&starts, &[])?))
+            } else {
+                None
+            };
             dcfg.workload_name = format!("ycsb ({})", a.preset);
             dcfg.parameters = y.parameters();
             let w = Ycsb::new(y.clone())?;
             execute(
                 configs,
-                |_| ycsb::tables(&y),
-                |_, i| ycsb::load(i, &y, quiet),
+                |i| {
+                    let k = keys_of(i);
+                    ycsb::tables(&y, k.end - k.start)
+                },
+                |i, island| ycsb::load(island, &y, keys_of(i), quiet),
                 &plan,
                 &workers,
                 w,
                 &dcfg,
                 &c.json,
                 quiet,
-                None,
+                router.map(|r| (r, copts)),
             )
         }
         WorkloadCmd::Micro(a) => {

@@ -109,31 +109,36 @@ impl YcsbConfig {
     }
 }
 
-/// The table definition.
-pub fn tables(cfg: &YcsbConfig) -> Vec<TableDef> {
+/// The table definition, sized for `rows` rows (all of them, or one island's share).
+pub fn tables(cfg: &YcsbConfig, rows: u64) -> Vec<TableDef> {
     vec![TableDef::new(
         "usertable",
         &[
             ("f0", ColType::U64),
             ("payload", ColType::Str((cfg.row_bytes - 8) as u16)),
         ],
-        cfg.rows,
+        rows.max(1),
         PrimaryKind::Hash,
     )]
 }
 
-/// Loads `rows` rows with keys 0..rows.
-pub fn load(island: &Island, cfg: &YcsbConfig, quiet: bool) -> Result<(), Error> {
+/// Loads the rows with keys in `keys` (0..rows for a single island).
+pub fn load(
+    island: &Island,
+    cfg: &YcsbConfig,
+    keys: std::ops::Range<u64>,
+    quiet: bool,
+) -> Result<(), Error> {
     let mut l = island.loader()?;
     let mut img = Vec::new();
-    let mut progress = LoadProgress::new("usertable", cfg.rows, quiet);
+    let mut progress = LoadProgress::new("usertable", keys.end - keys.start, quiet);
     let payload = vec![b'x'; cfg.row_bytes - 8];
-    for k in 0..cfg.rows {
+    for (i, k) in keys.enumerate() {
         l.put_with(TABLE, k, &mut img, |r| {
             r.set_u64(F0, k);
             r.set_str(PAYLOAD, &payload);
         })?;
-        progress.tick(k + 1);
+        progress.tick(i as u64 + 1);
     }
     Ok(())
 }

@@ -145,3 +145,46 @@ fn distributed_islands_refuse_a_scheme_that_cannot_serve_them() {
         );
     }
 }
+
+#[test]
+fn ycsb_runs_across_two_islands() {
+    // It said "this build does not run distributed transactions yet".
+    let out = islands(&[
+        "bench",
+        "--islands",
+        "2",
+        "--placement",
+        "os",
+        "--warmup",
+        "0",
+        "--duration",
+        "0.3",
+        "--progress",
+        "quiet",
+        "ycsb",
+        "--preset",
+        "dbx1000",
+        "--rows",
+        "20000",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("2 islands"), "{text}");
+    // 16 keys from the whole table: nearly every transaction spans both islands.
+    assert!(
+        text.contains("ran two-phase commit across islands"),
+        "{text}"
+    );
+    // Each island holds a share of the rows: at least one each.
+    let out = islands(&["bench", "--islands", "2", "ycsb", "--rows", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--rows 1 is fewer than the 2 islands"),
+        "{err}"
+    );
+}
