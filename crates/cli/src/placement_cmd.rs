@@ -318,6 +318,15 @@ fn plan_all(t: &Topology, cfg: &PlacementConfig) -> Result<Vec<Placed>, String> 
         .map(|&p| place(t, cfg, p))
         .collect::<Result<Vec<_>, String>>()?;
     let sites = placed[0].plan.sites();
+    // The sites come from the machine, not from an option of this command:
+    // MicroConfig's "--sites N must be between 1 and --rows" would name an
+    // option it does not have. (0 rows gets MicroConfig's own error.)
+    if cfg.rows > 0 && cfg.rows < u64::from(sites) {
+        return Err(format!(
+            "--rows {} is fewer than the {sites} sites (one per core, a home site per worker): give --rows {sites} or more",
+            cfg.rows
+        ));
+    }
     for &update in &cfg.modes {
         micro_config(cfg, sites, update).check().map_err(message)?;
     }
@@ -726,6 +735,20 @@ mod tests {
             assert!(!e.contains('\n'), "{argv:?}: one line: {e}");
             assert!(!e.starts_with("invalid configuration"), "{argv:?}: {e}");
         }
+    }
+
+    #[test]
+    fn fewer_rows_than_sites_names_rows() {
+        // It said "--sites 4 must be between 1 and --rows (3)": this command has no --sites.
+        let t = Topology::described("1x4").unwrap();
+        let Err(e) = plan_all(&t, &cfg_on(&t, &["--rows", "3"])) else {
+            panic!("--rows 3 on 4 sites was accepted");
+        };
+        assert!(
+            e.contains("--rows 3 is fewer than the 4 sites") && e.contains("--rows 4 or more"),
+            "{e}"
+        );
+        assert!(!e.contains("--sites"), "{e}");
     }
 
     #[test]
