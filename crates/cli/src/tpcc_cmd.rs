@@ -75,6 +75,23 @@ pub fn run(args: &TpccArgs) -> Result<bool, Error> {
         })
         .collect();
     dirs.sort();
+    // Opening an island creates a lock file and a log segment: check that
+    // every directory holds a log before any is opened, so that one this
+    // check rejects is left as it was.
+    let islands_dirs: Vec<&Path> = if dirs.is_empty() {
+        vec![&a.log_dir]
+    } else {
+        dirs.iter().map(|(_, d)| d.as_path()).collect()
+    };
+    for d in islands_dirs {
+        if !islands::wal::holds_log(d)? {
+            return Err(Error::Config(format!(
+                "{} holds no log segment (wal-*.log) or checkpoint (ckpt-*.ckp): give the --log-dir \
+                 of an `islands bench --durability sync ... tpcc` run",
+                d.display()
+            )));
+        }
+    }
     let violations = if dirs.is_empty() {
         let island_cfg = IslandConfig::new(CcKind::None, 1).durable(Durability::Sync, &a.log_dir);
         let (island, report) = Island::open(island_cfg, &tpcc::schema::tables(&cfg))

@@ -149,3 +149,39 @@ fn bench_config_without_durability_keeps_bench_defaults() {
     assert!(!base.join("islands-data").exists());
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn tpcc_check_leaves_a_directory_without_a_log_as_it_was() {
+    let base = std::env::temp_dir().join(format!("islands-cli-nolog-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let listing = |d: &std::path::Path| {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    // Unrelated files: the island was opened first, which left LOCK and
+    // wal-00000000000000000001.log next to them, and then rejected it.
+    let junk = base.join("junk");
+    std::fs::create_dir_all(&junk).unwrap();
+    std::fs::write(junk.join("notes.txt"), "not a log").unwrap();
+    let before = listing(&junk);
+    let dir = junk.to_str().unwrap();
+    refused(
+        &["tpcc", "check", "--warehouses", "1", "--log-dir", dir],
+        "holds no log segment",
+    );
+    assert_eq!(listing(&junk), before);
+    // The same for the island directories of a deployment.
+    let deployment = base.join("deployment");
+    std::fs::create_dir_all(deployment.join("island-0")).unwrap();
+    let dir = deployment.to_str().unwrap();
+    refused(
+        &["tpcc", "check", "--warehouses", "1", "--log-dir", dir],
+        "island-0 holds no log segment",
+    );
+    assert!(listing(&deployment.join("island-0")).is_empty());
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -475,6 +475,15 @@ impl fmt::Debug for Wal {
     }
 }
 
+/// Whether `dir` holds a log segment or a checkpoint, the files [`Wal::open`]
+/// recovers from. A tool that only reads a database (a consistency check)
+/// asks first: opening a directory without them creates a lock file and an
+/// empty segment in it.
+pub fn holds_log(dir: &Path) -> Result<bool, WalError> {
+    let listing = recovery::list_dir(dir)?;
+    Ok(!listing.segments.is_empty() || !listing.checkpoints.is_empty())
+}
+
 impl Wal {
     /// Opens (creating if needed) the log directory, loads the newest checkpoint, scans the
     /// segments, truncates a torn or corrupt tail (reported in `Recovery::truncated`) and
