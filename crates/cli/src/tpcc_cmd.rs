@@ -75,6 +75,18 @@ pub fn run(args: &TpccArgs) -> Result<bool, Error> {
         })
         .collect();
     dirs.sort();
+    // Two names of one number (island-01 and island-1) would otherwise
+    // shift every later island and report one as missing.
+    if let Some(w) = dirs.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(Error::Config(format!(
+            "{}: {} and {} both name island {i} (islands bench writes island-{i}): move the one that \
+             is not the deployment's away",
+            a.log_dir.display(),
+            name_of(&w[0].1),
+            name_of(&w[1].1),
+            i = w[0].0
+        )));
+    }
     // Opening an island creates a lock file and a log segment: check that
     // every directory holds a log before any is opened, so that one this
     // check rejects is left as it was.
@@ -224,6 +236,13 @@ fn check_deployment(
         i.shutdown();
     }
     Ok(v)
+}
+
+fn name_of(p: &Path) -> String {
+    p.file_name().map_or_else(
+        || p.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// The warehouses an island holds, as its rows say; `None` when it holds none.

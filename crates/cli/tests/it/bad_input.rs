@@ -185,3 +185,25 @@ fn tpcc_check_leaves_a_directory_without_a_log_as_it_was() {
     assert!(listing(&deployment.join("island-0")).is_empty());
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn tpcc_check_names_two_directories_of_one_island() {
+    let base = std::env::temp_dir().join(format!("islands-cli-dupisland-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    for d in ["island-0", "island-01", "island-1"] {
+        std::fs::create_dir_all(base.join(d)).unwrap();
+    }
+    // It said "island-2 is missing (found island-1)".
+    refused(
+        &[
+            "tpcc",
+            "check",
+            "--warehouses",
+            "1",
+            "--log-dir",
+            base.to_str().unwrap(),
+        ],
+        "island-01 and island-1 both name island 1",
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
