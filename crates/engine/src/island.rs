@@ -596,13 +596,37 @@ fn recover(catalog: &Catalog, rec: crate::wal::Recovery) -> Result<RecoveryRepor
             ))
         })
     };
+    // Every image the log and checkpoints hold is a whole row (rows have a
+    // fixed size; partial updates are patches, checked on their own). One of
+    // another size was written under another schema: copying it would cut
+    // it short or pad it with zeros, and the database would open with rows
+    // that no transaction wrote.
+    let fill = |img: &mut Vec<u64>,
+                t: &crate::storage::Table,
+                key: u64,
+                bytes: &[u8],
+                from: &str|
+     -> Result<(), Error> {
+        let words = t.schema.row_words();
+        if bytes.len() != words * 8 {
+            return Err(Error::Recovery(format!(
+                "the {from} holds a {}-byte row of table {} (key {key}), but this schema's rows of it are {} bytes: \
+                 it was written with another schema (another row size); open it with the one it was written with",
+                bytes.len(),
+                t.name,
+                words * 8
+            )));
+        }
+        img.clear();
+        img.resize(words, 0);
+        crate::storage::schema::fill_words(img, bytes);
+        Ok(())
+    };
     let mut img: Vec<u64> = Vec::new();
     if let Some(cp) = &rec.checkpoint {
         for (tid_table, key, tid, bytes) in cp.rows.iter() {
             let t = table(*tid_table)?;
-            img.clear();
-            img.resize(t.schema.row_words(), 0);
-            crate::storage::schema::fill_words(&mut img, bytes);
+            fill(&mut img, t, *key, bytes, "checkpoint")?;
             t.put_direct(&mut caches[*tid_table as usize], *key, *tid, &img)?;
             report.checkpoint_rows += 1;
             report.max_tid = report.max_tid.max(*tid);
@@ -660,9 +684,7 @@ fn recover(catalog: &Catalog, rec: crate::wal::Recovery) -> Result<RecoveryRepor
             report.applied_writes += 1;
             match &w.row {
                 Some(bytes) => {
-                    img.clear();
-                    img.resize(t.schema.row_words(), 0);
-                    crate::storage::schema::fill_words(&mut img, bytes);
+                    fill(&mut img, t, w.key, bytes, "log")?;
                     t.put_direct(&mut caches[w.table as usize], w.key, tid, &img)?;
                 }
                 None => {
@@ -806,6 +828,50 @@ mod tests {
             "the checkpoint missed a commit logged before its start ({report})"
         );
         drop(island);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A log or checkpoint written with rows of another size: recovery cut
+    /// the images short or padded them with zeros, and opened a database
+    /// whose rows no transaction wrote.
+    #[test]
+    fn recovery_refuses_row_images_of_another_size() {
+        let dir = temp_dir("row-size");
+        let schema = |cols: &[(&str, ColType)]| [TableDef::new("t", cols, 64, PrimaryKind::Hash)];
+        let two = schema(&[("v", ColType::U64), ("w", ColType::U64)]);
+        let one = schema(&[("v", ColType::U64)]);
+        let three = schema(&[
+            ("v", ColType::U64),
+            ("w", ColType::U64),
+            ("x", ColType::U64),
+        ]);
+        let cfg = IslandConfig::new(CcKind::NoWait, 1).durable(crate::wal::Durability::Sync, &dir);
+        let (island, _) = Island::open(cfg.clone(), &two).unwrap();
+        let mut tx = island.worker().unwrap();
+        tx.begin(false);
+        let h = poll_local(tx.insert(0, 7)).unwrap().unwrap();
+        tx.row_mut(h).set_u64(Col(0), 1);
+        tx.commit_durable().unwrap();
+        drop(tx);
+        island.shutdown();
+        drop(island);
+        let refused = |defs: &[TableDef], want: &str| {
+            let Err(e) = Island::open(cfg.clone(), defs) else {
+                panic!("a 16-byte row recovered into another schema");
+            };
+            let e = e.to_string();
+            assert!(e.contains(want) && e.contains("table t (key 7)"), "{e}");
+        };
+        // The row is in the log.
+        refused(&one, "the log holds a 16-byte row");
+        refused(&three, "the log holds a 16-byte row");
+        // The row is in a checkpoint.
+        let (island, _) = Island::open(cfg.clone(), &two).unwrap();
+        assert_eq!(value(&island, 7), Some(1));
+        island.checkpoint().unwrap();
+        island.shutdown();
+        drop(island);
+        refused(&three, "the checkpoint holds a 16-byte row");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
