@@ -706,6 +706,23 @@ impl Router for SplitRouter {
 }
 
 /// A directory of its own for one test's logs (not created).
+/// The configuration of island `i` of a one-worker `no_wait` cluster that
+/// logs in `sync` mode to `dir/island-<i>`.
+fn sync_island_config(
+    dir: &std::path::Path,
+    contexts: usize,
+) -> impl Fn(usize) -> IslandConfig + '_ {
+    move |i| {
+        let mut cfg = IslandConfig::new(CcKind::NoWait, 1).durable(
+            crate::wal::Durability::Sync,
+            dir.join(format!("island-{i}")),
+        );
+        cfg.name = format!("island-{i}");
+        cfg.contexts = contexts;
+        cfg
+    }
+}
+
 fn fresh_dir(tag: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!(
         "islands-{tag}-{}-{}",
@@ -872,15 +889,7 @@ impl Workload for OneTransfer {
     }
 
     async fn run<'a>(&'a self, tx: &'a mut Txn, _: &'a ()) -> Result<(), Abort> {
-        for (key, delta) in [(0u64, -7i64), (9, 7)] {
-            let h = tx
-                .get_for_update(ACCOUNTS, key)
-                .await?
-                .ok_or(Abort::User("no account"))?;
-            let b = tx.row(h).i64(BAL);
-            tx.row_mut(h).set_i64(BAL, b + delta);
-        }
-        Ok(())
+        move_money(tx, &[(0, -7), (9, 7)]).await
     }
 }
 
@@ -894,16 +903,7 @@ fn a_recovered_decision_outlives_a_checkpoint_until_its_end() {
     let dir = fresh_dir("repin");
     let defs = tables(8);
     let opts = ClusterOptions::default();
-    let contexts = opts.contexts_needed(1);
-    let config = |i: usize| {
-        let mut cfg = IslandConfig::new(CcKind::NoWait, 1).durable(
-            crate::wal::Durability::Sync,
-            dir.join(format!("island-{i}")),
-        );
-        cfg.name = format!("island-{i}");
-        cfg.contexts = contexts;
-        cfg
-    };
+    let config = sync_island_config(&dir, opts.contexts_needed(1));
     let g = coord::gtid(0, 5 << WORKER_BITS);
     let decided = LogRec::Decision {
         gtid: g,
@@ -968,16 +968,7 @@ fn a_restarted_home_never_reuses_the_gtid_of_a_branch_in_doubt() {
     let dir = fresh_dir("gtid-reuse");
     let defs = tables(9);
     let opts = ClusterOptions::default();
-    let contexts = opts.contexts_needed(1);
-    let config = |i: usize| {
-        let mut cfg = IslandConfig::new(CcKind::NoWait, 1).durable(
-            crate::wal::Durability::Sync,
-            dir.join(format!("island-{i}")),
-        );
-        cfg.name = format!("island-{i}");
-        cfg.contexts = contexts;
-        cfg
-    };
+    let config = sync_island_config(&dir, opts.contexts_needed(1));
     // The first gtid worker 0 of island 0 hands out in a fresh run.
     let old = coord::gtid(0, 1 << WORKER_BITS);
     // What a crash left: three islands of three accounts each; island 1
@@ -1130,6 +1121,17 @@ fn run_by_hand(
     }
 }
 
+/// Runs [`move_money`] over accounts of `ex`'s own island and commits it
+/// there (no other island takes part).
+fn commit_locally(ex: &mut Executor, moves: &[(u64, i64)]) {
+    let c = ex.begin_home(false).unwrap();
+    // SAFETY: the context outlives the procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *ex.ctx_ptr(c) };
+    run_by_hand(ex, &mut [], c, move_money(tx, moves)).unwrap();
+    assert!(matches!(ex.commit_home(c), Ok(HomeCommit::Local(_))));
+}
+
 /// Adds `delta` to each account of `moves`, in order, locking each.
 async fn move_money(tx: &mut Txn, moves: &[(u64, i64)]) -> Result<(), Abort> {
     for &(key, delta) in moves {
@@ -1215,17 +1217,7 @@ fn a_late_copy_of_a_finished_branchs_requests_does_not_reopen_it() {
 
     // h: 8 → 9, local to island 1 (the home of g is not pumped from here
     // on until the copies are handled, so it cannot resend the commit yet).
-    let c = part.begin_home(false).unwrap();
-    // SAFETY: as above.
-    let tx: &mut Txn = unsafe { &mut *part.ctx_ptr(c) };
-    run_by_hand(
-        &mut part,
-        &mut [],
-        c,
-        move_money(tx, &[(8, -100), (9, 100)]),
-    )
-    .unwrap();
-    assert!(matches!(part.commit_home(c), Ok(HomeCommit::Local(_))));
+    commit_locally(&mut part, &[(8, -100), (9, 100)]);
 
     // The late copies: g's Get, then its WRITE/PREP/PrepareReq batch.
     assert_eq!(transport.redeliver_copies(), 2);
@@ -1305,17 +1297,7 @@ fn a_request_that_continues_an_idle_aborted_branch_is_refused() {
     }
 
     // h: 8 → 9, local to island 1; account 9 is no longer locked.
-    let h = part.begin_home(false).unwrap();
-    // SAFETY: as above.
-    let htx: &mut Txn = unsafe { &mut *part.ctx_ptr(h) };
-    run_by_hand(
-        &mut part,
-        &mut [],
-        h,
-        move_money(htx, &[(8, -100), (9, 100)]),
-    )
-    .unwrap();
-    assert!(matches!(part.commit_home(h), Ok(HomeCommit::Local(_))));
+    commit_locally(&mut part, &[(8, -100), (9, 100)]);
 
     // g goes on and reads account 8.
     let second = async {
