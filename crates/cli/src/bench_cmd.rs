@@ -144,8 +144,8 @@ struct Common {
 #[derive(Subcommand, Clone)]
 enum WorkloadCmd {
     /// YCSB-style transactions over one table. On several islands its keys are split
-    /// evenly over them; keys are drawn from the whole table, so most transactions are
-    /// distributed (two-phase commit).
+    /// evenly over them; keys are drawn from the whole table, so a transaction is
+    /// distributed whenever one of its keys lies on another island.
     Ycsb(YcsbArgs),
     /// The paper's partition-sensitive microbenchmark: read or update N rows of a site.
     Micro(MicroArgs),
@@ -463,8 +463,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             y.prefetch = !a.no_prefetch;
             y.check()?;
             // YCSB has no sites: the keys are split evenly over the islands.
-            // They are drawn from the whole table, so on several islands
-            // most transactions are distributed (two-phase commit).
+            // They are drawn from the whole table, so on several islands a
+            // transaction is distributed whenever one of its keys is remote.
             let split = EvenSplit::new(y.rows, n_islands as u32).ok_or_else(|| {
                 Error::Config(format!(
                     "--rows {} is fewer than the {n_islands} islands: each island needs at least one row",
