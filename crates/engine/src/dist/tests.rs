@@ -705,7 +705,6 @@ impl Router for SplitRouter {
     }
 }
 
-/// A directory of its own for one test's logs (not created).
 /// The configuration of island `i` of a one-worker `no_wait` cluster that
 /// logs in `sync` mode to `dir/island-<i>`.
 fn sync_island_config(
@@ -723,6 +722,7 @@ fn sync_island_config(
     }
 }
 
+/// A directory of its own for one test's logs (not created).
 fn fresh_dir(tag: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!(
         "islands-{tag}-{}-{}",
@@ -1327,4 +1327,153 @@ fn a_request_that_continues_an_idle_aborted_branch_is_refused() {
     drop(cl);
     let (balances, _) = contents(&islands, 10);
     assert_eq!((balances[8], balances[9]), (INITIAL - 100, INITIAL + 100));
+}
+
+/// A log device whose fdatasyncs wait while `hold` is set: a log whose
+/// appended batches stay not durable for as long as a test wants.
+struct GatedDevice {
+    hold: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct GatedFile {
+    inner: Box<dyn crate::wal::LogFile>,
+    hold: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl crate::wal::LogFile for GatedFile {
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.inner.write_all(buf)
+    }
+    fn sync_data(&mut self) -> std::io::Result<()> {
+        while self.hold.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.inner.sync_data()
+    }
+    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+/// Opens the gate of a [`GatedDevice`] when dropped.
+struct OpenGate(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for OpenGate {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl crate::wal::LogDevice for GatedDevice {
+    fn create(&self, path: &std::path::Path) -> std::io::Result<Box<dyn crate::wal::LogFile>> {
+        Ok(Box::new(GatedFile {
+            inner: crate::wal::FsDevice.create(path)?,
+            hold: Arc::clone(&self.hold),
+        }))
+    }
+    fn open_append(&self, path: &std::path::Path) -> std::io::Result<Box<dyn crate::wal::LogFile>> {
+        Ok(Box::new(GatedFile {
+            inner: crate::wal::FsDevice.open_append(path)?,
+            hold: Arc::clone(&self.hold),
+        }))
+    }
+    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        crate::wal::FsDevice.sync_dir(dir)
+    }
+}
+
+/// In `sync` mode a read-only vote waits until everything its branch could
+/// have read is durable. A local commit on island 1 releases its rows when
+/// its record is appended, before the record is durable; here island 1's
+/// fdatasyncs are held back, transfer h (account 8 pays 100 to account 9)
+/// commits there, and audit g (home island 0) reads account 9 and votes
+/// read-only on island 1. Had that vote gone out at once, g would commit,
+/// and its client hear so, having seen 1100 in a log that a crash could
+/// still lose.
+#[test]
+fn a_read_only_vote_waits_for_what_its_branch_read_to_be_durable() {
+    let dir = fresh_dir("ro-vote");
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opts = ClusterOptions::default();
+    let config = sync_island_config(&dir, opts.contexts_needed(1));
+    let defs = tables(8);
+    let opened: Vec<(Island, RecoveryReport)> = (0..2)
+        .map(|i| {
+            let mut cfg = config(i);
+            if i == 1 {
+                cfg.device = Some(Arc::new(GatedDevice {
+                    hold: Arc::clone(&hold),
+                }));
+            }
+            let (island, rep) = Island::open(cfg, &defs).unwrap();
+            {
+                let mut l = island.loader().unwrap();
+                for k in i as u64 * 4..(i as u64 + 1) * 4 {
+                    l.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL)).unwrap();
+                }
+            }
+            (island, rep)
+        })
+        .collect();
+    let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let cl = Cluster::new(opened, vec![1, 1], Arc::new(SplitRouter), opts).unwrap();
+    let mut home = cl.executor(0, 0).unwrap();
+    let mut part = cl.executor(1, 0).unwrap();
+    // Dropped first, also when an assertion fails: the islands' shutdown
+    // waits for their logs, so island 1's must not be held back then.
+    let _open_at_exit = OpenGate(Arc::clone(&hold));
+
+    // h commits on island 1; its record is appended but not durable.
+    hold.store(true, Ordering::Release);
+    commit_locally(&mut part, &[(4, -100), (5, 100)]);
+    part.flush_log().unwrap();
+
+    // g reads account 5 on island 1 and asks to commit.
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: the context outlives the procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
+    let mut seen = 0;
+    let audit = async {
+        let h = tx
+            .get(ACCOUNTS, 5)
+            .await?
+            .ok_or(Abort::User("no account"))?;
+        seen = tx.row(h).i64(BAL);
+        Ok(())
+    };
+    run_by_hand(&mut home, &mut [&mut part], c, audit).unwrap();
+    assert_eq!(seen, INITIAL + 100, "g read h's (not yet durable) write");
+    let Ok(HomeCommit::Distributed(g)) = home.commit_home(c) else {
+        panic!("g commits with two-phase commit in sync mode");
+    };
+    let decided = |home: &Executor| home.outcomes.iter().any(|&(o, _)| o == g);
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(1));
+        home.pump().unwrap();
+        part.pump().unwrap();
+        assert!(
+            !decided(&home),
+            "g was decided while island 1's log held back what g read"
+        );
+    }
+
+    // Island 1's log becomes durable: the vote goes out, g commits.
+    hold.store(false, Ordering::Release);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !decided(&home) {
+        assert!(std::time::Instant::now() < deadline, "g never decided");
+        home.pump().unwrap();
+        part.pump().unwrap();
+    }
+    assert!(home
+        .outcomes
+        .iter()
+        .any(|&(o, ack)| o == g && ack.is_some()));
+    drop((home, part));
+    drop(cl);
+    for i in handles {
+        i.shutdown();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
