@@ -1064,15 +1064,7 @@ fn a_restarted_home_never_reuses_the_gtid_of_a_branch_in_doubt() {
         home.pump().unwrap();
         part.pump().unwrap();
     }
-    while !(home.quiescent() && part.quiescent() && other.quiescent()) {
-        assert!(std::time::Instant::now() < deadline, "no end");
-        home.pump().unwrap();
-        part.pump().unwrap();
-        other.pump().unwrap();
-        for ex in [&mut home, &mut part, &mut other] {
-            ex.flush_log().unwrap();
-        }
-    }
+    settle(&mut [&mut home, &mut part, &mut other], deadline);
     drop((home, part, other));
     drop(cl);
     let (balances, _) = contents(&handles, 9);
@@ -1117,6 +1109,18 @@ fn run_by_hand(
                 }
                 ex.woken.clear();
             }
+        }
+    }
+}
+
+/// Pumps `exs` (handing their logs over) until every one is quiescent;
+/// fails at `deadline`.
+fn settle(exs: &mut [&mut Executor], deadline: std::time::Instant) {
+    while !exs.iter().all(|ex| ex.quiescent()) {
+        assert!(std::time::Instant::now() < deadline, "no end");
+        for ex in exs.iter_mut() {
+            ex.pump().unwrap();
+            ex.flush_log().unwrap();
         }
     }
 }
@@ -1224,11 +1228,7 @@ fn a_late_copy_of_a_finished_branchs_requests_does_not_reopen_it() {
     for _ in 0..5 {
         part.pump().unwrap();
     }
-    while !(home.quiescent() && part.quiescent()) {
-        assert!(std::time::Instant::now() < deadline, "no end");
-        home.pump().unwrap();
-        part.pump().unwrap();
-    }
+    settle(&mut [&mut home, &mut part], deadline);
     drop((home, part));
     drop(cl);
     let (balances, _) = contents(&islands, 10);
@@ -1312,11 +1312,7 @@ fn a_request_that_continues_an_idle_aborted_branch_is_refused() {
             false
         }
     };
-    while !(home.quiescent() && part.quiescent()) {
-        assert!(std::time::Instant::now() < deadline, "no end");
-        home.pump().unwrap();
-        part.pump().unwrap();
-    }
+    settle(&mut [&mut home, &mut part], deadline);
     assert!(
         !committed || seen.iter().sum::<i64>() == 2 * INITIAL,
         "g committed after seeing accounts 9 and 8 as {seen:?}: no serial order shows that"
