@@ -163,12 +163,8 @@ fn check_runnable(p: &deploy::Plan) -> Result<(), String> {
         ip.durability
             .parse::<Durability>()
             .map_err(|e| e.to_string())?;
-        if cc == CcKind::None && ip.workers != 1 {
-            return Err(format!(
-                "island {}: concurrency control 'none' needs exactly one worker per island (got {}); use no_wait, wait_die or occ",
-                ip.id, ip.workers
-            ));
-        }
+        islands::island::check_cc_workers(cc, ip.workers as usize)
+            .map_err(|e| format!("island {}: {e}", ip.id))?;
     }
     Ok(())
 }

@@ -113,11 +113,8 @@ impl IslandConfig {
                 self.name
             )));
         }
-        if self.cc == CcKind::None && self.workers != 1 {
-            return Err(Error::Config(format!(
-                "{}: concurrency control 'none' needs exactly one worker per island (got {}); use no_wait, wait_die or occ",
-                self.name, self.workers
-            )));
+        if let Err(e) = check_cc_workers(self.cc, self.workers) {
+            return Err(Error::Config(format!("{}: {e}", self.name)));
         }
         if self.durability != Durability::Off && self.log_dir.is_none() {
             return Err(Error::Config(format!(
@@ -127,6 +124,17 @@ impl IslandConfig {
         }
         Ok(())
     }
+}
+
+/// Whether concurrency control `cc` can run `workers` worker threads on one
+/// island (`islands plan` asks too, so that it prints no plan a run refuses).
+pub fn check_cc_workers(cc: CcKind, workers: usize) -> Result<(), String> {
+    if cc == CcKind::None && workers != 1 {
+        return Err(format!(
+            "concurrency control 'none' needs exactly one worker per island (got {workers}); use no_wait, wait_die or occ"
+        ));
+    }
+    Ok(())
 }
 
 /// What recovery found and did.
