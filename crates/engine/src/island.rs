@@ -261,6 +261,16 @@ impl Shared {
         }
     }
 
+    /// Drops the pins [`Island::open`] took for what recovery found
+    /// unfinished: every executor of the island has taken its own by now
+    /// (see `LogSlot::pin_recovered`).
+    pub(crate) fn release_recovery_pins(&self) {
+        let mut slot = self.log.lock();
+        for seq in std::mem::take(&mut slot.recovery_pins) {
+            slot.unpin(seq);
+        }
+    }
+
     /// Hands the log buffer to the log writer (if there is one and it holds records).
     pub(crate) fn flush(&self) -> Result<(), Error> {
         if let Some(w) = &self.wal {
@@ -348,6 +358,7 @@ impl Island {
                 buf: LogBuffer::new(),
                 next_seq,
                 pins: Default::default(),
+                recovery_pins: Vec::new(),
             })),
             append_seq: AtomicU64::new(0),
             committing: (0..cfg.workers + cfg.contexts)
@@ -359,6 +370,7 @@ impl Island {
             recovered_tid: report.max_tid,
             cfg,
         });
+        shared.log.lock().pin_recovered(&report);
         Ok((Island { shared }, report))
     }
 
@@ -548,9 +560,46 @@ pub(crate) struct LogSlot {
     /// coordinator's commit decision (until its End). A checkpoint never
     /// drops the log from the oldest pinned batch on.
     pins: std::collections::BTreeMap<BatchSeq, u32>,
+    /// The pins recovery took (see [`LogSlot::pin_recovered`]), until
+    /// [`Shared::release_recovery_pins`].
+    recovery_pins: Vec<BatchSeq>,
 }
 
 impl LogSlot {
+    /// Pins what recovery found unfinished: the Prepare of every branch in
+    /// doubt and every commit decision without its End. The executors pin
+    /// what they take over when they start, but a checkpoint may come before
+    /// that (or before the cluster is built at all); without these pins it
+    /// would drop those records, and a second crash would forget a prepared
+    /// branch (whose coordinator may have decided commit) or a commit decision
+    /// (which presumed abort would then answer "abort").
+    fn pin_recovered(&mut self, report: &RecoveryReport) {
+        let ended: std::collections::HashSet<u64> = report
+            .two_pc
+            .iter()
+            .filter_map(|r| match *r {
+                crate::coord::LogRec::End { gtid } => Some(gtid),
+                _ => None,
+            })
+            .collect();
+        let decisions = report
+            .decision_batches
+            .iter()
+            .filter(|(g, _)| !ended.contains(g))
+            .map(|(_, &seq)| seq);
+        let prepares = report.in_doubt.iter().map(|d| d.seq);
+        for seq in prepares.chain(decisions).filter(|&s| s != 0) {
+            self.pin(seq);
+            self.recovery_pins.push(seq);
+        }
+    }
+
+    /// Batches pinned now (tests).
+    #[cfg(test)]
+    pub(crate) fn pinned(&self) -> usize {
+        self.pins.values().map(|&n| n as usize).sum()
+    }
+
     pub(crate) fn pin(&mut self, seq: BatchSeq) {
         *self.pins.entry(seq).or_insert(0) += 1;
     }

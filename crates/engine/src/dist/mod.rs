@@ -53,7 +53,7 @@ mod tests;
 pub mod wire;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -168,6 +168,12 @@ pub struct Cluster {
     /// Some island acknowledges only after fsync: read-only branches then
     /// vote only once what they read is durable, and take part in 2PC.
     any_sync: bool,
+    /// Per worker (by endpoint): its executor has recovered once; per island,
+    /// how many have. When all of an island's have, they hold their own pins
+    /// on the log records recovery found unfinished, and the island's
+    /// recovery pins go (`Shared::release_recovery_pins`).
+    recovered_worker: Vec<AtomicBool>,
+    recovered_workers: Vec<AtomicUsize>,
     pub stats: ClusterStats,
 }
 
@@ -250,6 +256,8 @@ impl Cluster {
         let (islands, recovered) = islands.into_iter().unzip();
         Ok(Arc::new(Cluster {
             any_sync,
+            recovered_worker: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            recovered_workers: (0..workers.len()).map(|_| AtomicUsize::new(0)).collect(),
             islands,
             workers,
             base,
@@ -361,6 +369,14 @@ impl Cluster {
             early: Vec::new(),
         };
         ex.recover()?;
+        let first = !self.recovered_worker[self.base[island] as usize + worker]
+            .swap(true, Ordering::AcqRel);
+        if first
+            && self.recovered_workers[island].fetch_add(1, Ordering::AcqRel) + 1
+                == self.workers[island]
+        {
+            self.islands[island].shared().release_recovery_pins();
+        }
         Ok(ex)
     }
 }

@@ -957,6 +957,99 @@ fn a_recovered_decision_outlives_a_checkpoint_until_its_end() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Recovery pins what it found unfinished from the moment the island opens,
+/// not only once executors take it over: a checkpoint taken in between (an
+/// operator's, or one right after opening) must keep a branch in doubt and
+/// its coordinator's commit decision. Before, it dropped both, and after a
+/// second crash the participant no longer knew the branch: the home's
+/// committed transfer lost its credit on island 1. Once the executors have
+/// resolved everything, no pin is left behind to hold the log forever.
+#[test]
+fn what_recovery_found_in_doubt_outlives_a_checkpoint_before_the_executors() {
+    let dir = fresh_dir("recovery-pins");
+    let defs = tables(8);
+    let opts = ClusterOptions::default();
+    let config = sync_island_config(&dir, opts.contexts_needed(1));
+    let g = coord::gtid(0, 5 << WORKER_BITS);
+    let credited = (INITIAL + 70) as u64;
+    // What a crash left: island 0 (home) debited account 0 and decided
+    // commit; island 1 prepared the credit of account 5 and heard nothing.
+    for i in 0..2u64 {
+        let (island, _) = Island::open(config(i as usize), &defs).unwrap();
+        {
+            let mut l = island.loader().unwrap();
+            for k in 4 * i..4 * i + 4 {
+                l.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL)).unwrap();
+            }
+        }
+        island.checkpoint().unwrap();
+        island.shared().log_record(
+            |l| {
+                if i == 0 {
+                    l.prepare_begin(g, 1);
+                    let debited = (INITIAL - 70) as u64;
+                    l.put(ACCOUNTS, 0, crate::storage::schema::row_bytes(&[debited]));
+                    l.record_end();
+                    l.decision(g, true);
+                } else {
+                    l.prepare_begin(g, 1);
+                    l.put(ACCOUNTS, 5, crate::storage::schema::row_bytes(&[credited]));
+                    l.record_end();
+                }
+            },
+            false,
+        );
+        island.shutdown();
+    }
+    // Opened and checkpointed before any executor starts, then a crash.
+    for i in 0..2 {
+        let (island, report) = Island::open(config(i), &defs).unwrap();
+        assert_eq!(report.in_doubt.len(), usize::from(i == 1));
+        island.checkpoint().unwrap();
+        island.shutdown();
+    }
+    let opened: Vec<(Island, RecoveryReport)> = (0..2)
+        .map(|i| Island::open(config(i), &defs).unwrap())
+        .collect();
+    assert!(
+        opened[0].1.two_pc.contains(&LogRec::Decision {
+            gtid: g,
+            commit: true
+        }),
+        "the checkpoint dropped the home's commit decision: {:?}",
+        opened[0].1.two_pc
+    );
+    assert_eq!(
+        opened[1].1.in_doubt.len(),
+        1,
+        "the checkpoint dropped island 1's prepared branch"
+    );
+    let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let cl = Cluster::new(opened, vec![1, 1], Arc::new(SplitRouter), opts).unwrap();
+    let mut home = cl.executor(0, 0).unwrap();
+    let mut part = cl.executor(1, 0).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    settle(&mut [&mut home, &mut part], deadline);
+    drop((home, part));
+    drop(cl);
+    let (balances, _) = contents(&handles, 8);
+    assert_eq!(
+        (balances[0], balances[5]),
+        (INITIAL - 70, INITIAL + 70),
+        "the transfer committed on both islands"
+    );
+    for (i, h) in handles.iter().enumerate() {
+        assert_eq!(
+            h.shared().log.lock().pinned(),
+            0,
+            "island {i} still pins log batches after everything was resolved"
+        );
+        h.shutdown();
+    }
+    drop(handles);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A home island that aborted a transaction logs nothing about it (presumed
 /// abort), yet a participant may hold its branch prepared across a crash
 /// (the AbortReq was lost, or arrived after the crash). After a restart the
