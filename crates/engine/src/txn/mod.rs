@@ -996,6 +996,12 @@ impl Txn {
         let shared = self.island();
         let cc = &*shared.cc;
         let tables = &shared.catalog.tables;
+        for a in &self.acc {
+            if a.island == LOCAL {
+                let all = a.dirty || matches!(a.kind, Kind::Insert | Kind::Delete);
+                tables[a.table as usize].prefetch_rid(a.rid, all);
+            }
+        }
         for i in 0..self.acc.len() {
             let a = self.acc[i];
             if a.island != LOCAL {
