@@ -10,7 +10,9 @@
 //!
 //! Slot layout (in 8-byte words): `[tid, lock, key, data...]`.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::alloc::Layout;
+
+use super::mem::{map_zeroed, unmap_zeroed};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 pub type RowId = u64;
@@ -33,8 +35,9 @@ const PAGE: usize = 4096;
 /// a copy-on-write fault that flushes the TLB of every core the process runs
 /// on (an inter-processor interrupt each). TPC-C's inserts spent 12% of the
 /// time in those flushes and another 8% zeroing pages a fault at a time.
-/// A write fault on an unmapped page needs no flush. (Asking for huge pages
-/// too, with `madvise`, gave nothing more in interleaved runs.)
+/// A write fault on an unmapped page needs no flush. A chunk of 2 MiB or more
+/// is on huge pages where the kernel has them ([`super::mem`]): one fault
+/// then maps 2 MiB.
 ///
 /// # Safety
 /// `p..p + bytes` must be memory this thread owns (freshly allocated).
@@ -100,11 +103,7 @@ impl Arena {
             return;
         }
         let layout = self.chunk_layout();
-        // SAFETY: the layout has non-zero size; zeroed memory is a valid AtomicU64 array.
-        let p = unsafe { alloc_zeroed(layout) } as *mut AtomicU64;
-        if p.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
+        let p = map_zeroed(layout) as *mut AtomicU64;
         // The rows this arena can ever use in this chunk (a small table's
         // single chunk is mostly never used).
         let rows = (self.capacity - ((c as u64) << self.chunk_shift)).min(1 << self.chunk_shift);
@@ -115,8 +114,8 @@ impl Arena {
             .compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            // SAFETY: p came from alloc_zeroed with this layout and was never shared.
-            unsafe { dealloc(p as *mut u8, layout) };
+            // SAFETY: p came from map_zeroed with this layout and was never shared.
+            unsafe { unmap_zeroed(p as *mut u8, layout) };
         }
     }
 
@@ -176,8 +175,8 @@ impl Drop for Arena {
         for c in self.chunks.iter() {
             let p = c.load(Ordering::Acquire);
             if !p.is_null() {
-                // SAFETY: allocated in ensure_chunk with this layout, dropped once.
-                unsafe { dealloc(p as *mut u8, layout) };
+                // SAFETY: mapped in ensure_chunk with this layout, dropped once.
+                unsafe { unmap_zeroed(p as *mut u8, layout) };
             }
         }
     }

@@ -37,7 +37,8 @@ pub fn hash_key(key: u64) -> u64 {
 }
 
 pub struct HashIndex {
-    slots: Box<[AtomicU64]>,
+    /// Zero is EMPTY: fresh memory is an empty index (see [`super::mem`]).
+    slots: super::mem::ZeroedWords,
     mask: usize,
     stripes: Box<[AtomicU64]>,
     concurrent: bool,
@@ -55,7 +56,7 @@ impl HashIndex {
         let n = ((capacity.max(8) * 2) as usize).next_power_of_two();
         assert!(capacity < RID_MASK - 2, "hash index capacity too large");
         HashIndex {
-            slots: (0..n).map(|_| AtomicU64::new(EMPTY)).collect(),
+            slots: super::mem::ZeroedWords::new(n),
             mask: n - 1,
             stripes: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             concurrent,

@@ -12,6 +12,7 @@
 
 pub mod arena;
 pub mod hash;
+mod mem;
 pub mod ordered;
 pub mod schema;
 
