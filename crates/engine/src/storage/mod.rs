@@ -217,11 +217,8 @@ impl Table {
                     None => self.lookup(key),
                 };
                 if let Some(rid) = rid {
-                    let w = self.arena.row(rid);
-                    prefetch(&w[0]);
-                    if w.len() > 8 {
-                        prefetch(&w[8]);
-                    }
+                    // Every line: a read copies the whole row out.
+                    self.prefetch_rid(rid, true);
                 }
             }
         }
