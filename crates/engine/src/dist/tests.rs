@@ -957,6 +957,20 @@ fn a_recovered_decision_outlives_a_checkpoint_until_its_end() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Opens a fresh island, gives each account in `keys` the initial balance
+/// and checkpoints it (the starting state of a crash scenario).
+fn open_with_accounts(cfg: IslandConfig, defs: &[TableDef], keys: std::ops::Range<u64>) -> Island {
+    let (island, _) = Island::open(cfg, defs).unwrap();
+    {
+        let mut l = island.loader().unwrap();
+        for k in keys {
+            l.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL)).unwrap();
+        }
+    }
+    island.checkpoint().unwrap();
+    island
+}
+
 /// Recovery pins what it found unfinished from the moment the island opens,
 /// not only once executors take it over: a checkpoint taken in between (an
 /// operator's, or one right after opening) must keep a branch in doubt and
@@ -975,14 +989,7 @@ fn what_recovery_found_in_doubt_outlives_a_checkpoint_before_the_executors() {
     // What a crash left: island 0 (home) debited account 0 and decided
     // commit; island 1 prepared the credit of account 5 and heard nothing.
     for i in 0..2u64 {
-        let (island, _) = Island::open(config(i as usize), &defs).unwrap();
-        {
-            let mut l = island.loader().unwrap();
-            for k in 4 * i..4 * i + 4 {
-                l.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL)).unwrap();
-            }
-        }
-        island.checkpoint().unwrap();
+        let island = open_with_accounts(config(i as usize), &defs, 4 * i..4 * i + 4);
         island.shared().log_record(
             |l| {
                 if i == 0 {
@@ -1068,14 +1075,7 @@ fn a_restarted_home_never_reuses_the_gtid_of_a_branch_in_doubt() {
     // prepared a branch of `old` that credits account 3 with 500, and the
     // home (island 0) had aborted `old` without a trace in its log.
     for i in 0..3u64 {
-        let (island, _) = Island::open(config(i as usize), &defs).unwrap();
-        {
-            let mut l = island.loader().unwrap();
-            for k in 3 * i..3 * i + 3 {
-                l.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL)).unwrap();
-            }
-        }
-        island.checkpoint().unwrap();
+        let island = open_with_accounts(config(i as usize), &defs, 3 * i..3 * i + 3);
         if i == 1 {
             let credited = (INITIAL + 500) as u64;
             island.shared().log_record(
