@@ -533,6 +533,11 @@ impl Executor {
         self.now
     }
 
+    /// The clock read now, not at the start of the round ([`Executor::now_us`]).
+    fn fresh_now_us(&self) -> u64 {
+        phases::ticks() / self.ticks_per_us
+    }
+
     /// After the attempt on context `c` aborted: the local row whose lock it
     /// ran into ([`Txn::conflict_row`]), if any, and whether it had touched
     /// another island (whose branch hears of the abort by a message that a
@@ -570,6 +575,7 @@ impl Executor {
         let d = tx.dist.as_mut().expect("executor contexts are distributed");
         d.gtid = gtid;
         d.reset();
+        d.begin_us = self.now;
         Some(c)
     }
 
@@ -618,7 +624,16 @@ impl Executor {
         if d.early == Early::Prepared {
             return self.commit_home_early(c, gtid);
         }
-        if !self.cl.any_sync && !d.remote_validated && !tx.has_writes() {
+        // A read-only transaction without a log need not ask its remote
+        // branches for votes: they only release. But a participant aborts a
+        // branch that idles for `branch_idle_us`, and its read locks go with
+        // it; had that happened before this transaction's last lock here,
+        // committing would break two-phase locking. No branch began before
+        // `begin_us` (one clock for every island of the process), so within
+        // half that time none can have idled out; after it, the votes say.
+        let fresh = self.fresh_now_us();
+        let young = fresh.saturating_sub(d.begin_us) < self.cl.opts.timeouts.branch_idle_us / 2;
+        if !self.cl.any_sync && !d.remote_validated && !tx.has_writes() && young {
             for island in touched.iter() {
                 let to = self
                     .cl

@@ -1418,6 +1418,93 @@ fn a_request_that_continues_an_idle_aborted_branch_is_refused() {
     assert_eq!((balances[8], balances[9]), (INITIAL - 100, INITIAL + 100));
 }
 
+/// Without a log, a read-only transaction of several islands commits by
+/// releasing its remote branches, without their votes. That is only sound
+/// while they still hold their read locks: here audit g (home island 0)
+/// reads account 9 on island 1, its branch idles out there, h moves 100 from
+/// account 9 to account 2 (island 0) and commits, and g reads account 2: it
+/// saw 1000 + 1100, which no serial order of g and h shows. Before, g
+/// committed by releasing. Now a transaction older than half the idle
+/// timeout asks for votes, island 1 knows no such branch, and g aborts.
+#[test]
+fn a_read_only_commit_asks_for_votes_once_a_branch_may_have_idled_out() {
+    let opts = ClusterOptions {
+        timeouts: coord::Timeouts {
+            branch_idle_us: 2_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (cl, islands) = open_cluster(2, 10, opts);
+    let mut home = cl.executor(0, 0).unwrap();
+    let mut part = cl.executor(1, 0).unwrap();
+    home.pump().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: the context outlives each procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: *mut Txn = home.ctx_ptr(c);
+    let read = |key: u64| async move {
+        // SAFETY: as above; one procedure at a time uses the context.
+        let tx = unsafe { &mut *tx };
+        let h = tx
+            .get(ACCOUNTS, key)
+            .await?
+            .ok_or(Abort::User("no account"))?;
+        Ok::<i64, Abort>(tx.row(h).i64(BAL))
+    };
+    let first = async {
+        seen.push(read(9).await?);
+        Ok(())
+    };
+    run_by_hand(&mut home, &mut [&mut part], c, first).unwrap();
+    while part.branches_in_flight() > 0 {
+        assert!(std::time::Instant::now() < deadline, "no idle abort");
+        std::thread::sleep(Duration::from_millis(1));
+        part.pump().unwrap();
+    }
+    // h: account 9 (island 1) pays 100 to account 2 (island 0).
+    let c2 = part.begin_home(false).unwrap();
+    // SAFETY: as above.
+    let tx2: &mut Txn = unsafe { &mut *part.ctx_ptr(c2) };
+    run_by_hand(
+        &mut part,
+        &mut [&mut home],
+        c2,
+        move_money(tx2, &[(9, -100), (2, 100)]),
+    )
+    .unwrap();
+    assert!(matches!(
+        part.commit_home(c2),
+        Ok(HomeCommit::Distributed(_))
+    ));
+    settle(&mut [&mut home, &mut part], deadline);
+    let second = async {
+        seen.push(read(2).await?);
+        Ok(())
+    };
+    run_by_hand(&mut home, &mut [&mut part], c, second).unwrap();
+    assert_eq!(seen, [INITIAL, INITIAL + 100], "g read around h");
+    let g = match home.commit_home(c) {
+        Ok(HomeCommit::Distributed(g)) => g,
+        Ok(HomeCommit::Released(_)) => {
+            panic!("g committed by releasing a branch that had idled out (it saw {seen:?})")
+        }
+        other => panic!("g must ask for votes: {:?}", other.map(|_| ())),
+    };
+    settle(&mut [&mut home, &mut part], deadline);
+    assert!(
+        home.outcomes.contains(&(g, None)),
+        "g must abort (island 1 knows no branch of it): {:?}",
+        home.outcomes
+    );
+    drop((home, part));
+    drop(cl);
+    let (balances, _) = contents(&islands, 10);
+    assert_eq!((balances[2], balances[9]), (INITIAL + 100, INITIAL - 100));
+}
+
 /// A log device whose fdatasyncs wait while `hold` is set: a log whose
 /// appended batches stay not durable for as long as a test wants.
 struct GatedDevice {

@@ -87,6 +87,9 @@ pub(crate) struct Dist {
     pub(crate) early: Early,
     /// Remote deletes shipped by the early prepare (a later one is refused).
     pub(crate) early_deletes: usize,
+    /// The executor's clock (µs) when the attempt began: no branch of it on
+    /// another island began earlier.
+    pub(crate) begin_us: u64,
 }
 
 impl Dist {
@@ -107,6 +110,7 @@ impl Dist {
             remote_validated: false,
             early: Early::Off,
             early_deletes: 0,
+            begin_us: 0,
         })
     }
 
