@@ -98,11 +98,21 @@ unsafe impl Send for ZeroedWords {}
 unsafe impl Sync for ZeroedWords {}
 
 impl ZeroedWords {
-    /// `len` words of zero (`len` > 0).
+    /// `len` words of zero (`len` > 0), every page already written by this
+    /// thread: a page first read (a lookup that misses) would map the shared
+    /// zero page, and the write after it would pay a copy-on-write fault
+    /// and a TLB flush on every core (see the arena's `prefault`).
     pub(crate) fn new(len: usize) -> ZeroedWords {
         let layout = Self::layout(len);
+        let ptr = map_zeroed(layout);
+        let mut off = 0;
+        while off < layout.size() {
+            // SAFETY: in bounds; the memory is zero and stays so.
+            unsafe { std::ptr::write_volatile(ptr.add(off), 0) };
+            off += PAGE;
+        }
         ZeroedWords {
-            ptr: map_zeroed(layout) as *mut AtomicU64,
+            ptr: ptr as *mut AtomicU64,
             len,
         }
     }
