@@ -297,10 +297,20 @@ impl Cluster {
     /// on the home island, a hash of the gtid elsewhere.
     fn branch_worker(&self, island: IslandId, gtid: Gtid) -> usize {
         if island == home_of(gtid) {
-            home_worker(gtid)
+            self.home_worker(gtid)
         } else {
             (crate::storage::hash::hash_key(gtid) % self.workers[island as usize] as u64) as usize
         }
+    }
+
+    /// The worker of its home island that coordinates `gtid`: the one that
+    /// began it, or, for a transaction of an earlier run with more workers
+    /// there (found by recovery), one of today's, the same on every island.
+    fn home_worker(&self, gtid: Gtid) -> usize {
+        let w = home_worker(gtid);
+        self.workers
+            .get(home_of(gtid) as usize)
+            .map_or(w, |&n| w % n.max(1))
     }
 
     /// Starts the executor of worker `worker` of island `island`; it takes
@@ -1190,7 +1200,7 @@ impl Executor {
         let worker = if msg.to_participant() {
             self.cl.branch_worker(to, gtid)
         } else {
-            home_worker(gtid)
+            self.cl.home_worker(gtid)
         };
         let ep = self.cl.endpoint(to, worker);
         if ep == self.me {
@@ -1343,7 +1353,10 @@ impl Executor {
     /// a request that `continues` a branch this worker no longer holds is
     /// refused, see [`wire::CONTINUES`]).
     fn serve(&mut self, from: Endpoint, gtid: Gtid, tag: u32, frame: Frame<'_>, continues: bool) {
-        let now = self.now_us();
+        // Read now, not at the round's start: a branch never seems to begin
+        // before the home transaction did (the read-only shortcut in
+        // `commit_home` relies on it), however long the round has run.
+        let now = self.fresh_now_us();
         let table = match frame {
             Frame::Get { table, .. }
             | Frame::MultiGet { table, .. }
@@ -1503,7 +1516,8 @@ impl Executor {
     fn recover(&mut self) -> Result<(), Error> {
         let now = self.now_us();
         let rep = &self.cl.recovered[self.island as usize];
-        let mine_as_home = |g: Gtid| home_of(g) == self.island && home_worker(g) == self.worker;
+        let mine_as_home =
+            |g: Gtid| home_of(g) == self.island && self.cl.home_worker(g) == self.worker;
         // Never reuse a gtid found in any island's log, not only this one's:
         // a home that aborted a transaction logged nothing about it (presumed
         // abort), while a participant may still hold its branch prepared. A

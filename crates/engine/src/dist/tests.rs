@@ -980,11 +980,25 @@ fn open_with_accounts(cfg: IslandConfig, defs: &[TableDef], keys: std::ops::Rang
 /// resolved everything, no pin is left behind to hold the log forever.
 #[test]
 fn what_recovery_found_in_doubt_outlives_a_checkpoint_before_the_executors() {
-    let dir = fresh_dir("recovery-pins");
+    in_doubt_across_a_checkpoint_and_a_restart(0);
+}
+
+/// The same, when the transaction's home worker (1) does not exist in the
+/// restarted cluster (one worker per island, as `islands tpcc check` runs
+/// it): one of today's workers must coordinate it. Before, no executor took
+/// the home's decision, and island 1's DecisionReq went to endpoint (0, 1),
+/// which is island 1's own worker: the branch stayed in doubt.
+#[test]
+fn a_transaction_of_a_worker_that_is_gone_is_resolved_after_a_restart() {
+    in_doubt_across_a_checkpoint_and_a_restart(1);
+}
+
+fn in_doubt_across_a_checkpoint_and_a_restart(home_worker: u64) {
+    let dir = fresh_dir(&format!("recovery-pins-{home_worker}"));
     let defs = tables(8);
     let opts = ClusterOptions::default();
     let config = sync_island_config(&dir, opts.contexts_needed(1));
-    let g = coord::gtid(0, 5 << WORKER_BITS);
+    let g = coord::gtid(0, 5 << WORKER_BITS | home_worker);
     let credited = (INITIAL + 70) as u64;
     // What a crash left: island 0 (home) debited account 0 and decided
     // commit; island 1 prepared the credit of account 5 and heard nothing.
@@ -1503,6 +1517,35 @@ fn a_read_only_commit_asks_for_votes_once_a_branch_may_have_idled_out() {
     drop(cl);
     let (balances, _) = contents(&islands, 10);
     assert_eq!((balances[2], balances[9]), (INITIAL + 100, INITIAL - 100));
+}
+
+/// The other side of the test above: a read-only transaction well within
+/// half the idle timeout (1 s by default) still commits by releasing, without
+/// a round of votes.
+#[test]
+fn a_young_read_only_commit_releases_without_votes() {
+    let (cl, _islands) = open_cluster(2, 10, ClusterOptions::default());
+    let mut home = cl.executor(0, 0).unwrap();
+    let mut part = cl.executor(1, 0).unwrap();
+    home.pump().unwrap();
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: the context outlives the procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
+    let read = async move {
+        tx.get(ACCOUNTS, 8)
+            .await?
+            .ok_or(Abort::User("no account"))?;
+        Ok(())
+    };
+    run_by_hand(&mut home, &mut [&mut part], c, read).unwrap();
+    assert!(
+        matches!(home.commit_home(c), Ok(HomeCommit::Released(_))),
+        "a young read-only transaction releases its branches without votes"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    settle(&mut [&mut home, &mut part], deadline);
+    assert_eq!(part.branches_in_flight(), 0, "island 1 released the branch");
 }
 
 /// A log device whose fdatasyncs wait while `hold` is set: a log whose
