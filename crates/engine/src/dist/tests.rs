@@ -1347,6 +1347,31 @@ fn a_late_copy_of_a_finished_branchs_requests_does_not_reopen_it() {
     assert_eq!(balances.iter().sum::<i64>(), INITIAL * 10);
 }
 
+/// Two islands of 5 accounts each whose participants abort a branch idle
+/// for 2 ms, and an executor for each (home: island 0).
+fn two_islands_idling_out_after_2ms() -> (Arc<Cluster>, Vec<Island>, Executor, Executor) {
+    let opts = ClusterOptions {
+        timeouts: coord::Timeouts {
+            branch_idle_us: 2_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (cl, islands) = open_cluster(2, 10, opts);
+    let home = cl.executor(0, 0).unwrap();
+    let part = cl.executor(1, 0).unwrap();
+    (cl, islands, home, part)
+}
+
+/// Pumps `part` until it has aborted every branch it held for idling.
+fn wait_until_branches_idle_out(part: &mut Executor, deadline: std::time::Instant) {
+    while part.branches_in_flight() > 0 {
+        assert!(std::time::Instant::now() < deadline, "no idle abort");
+        std::thread::sleep(Duration::from_millis(1));
+        part.pump().unwrap();
+    }
+}
+
 /// A participant aborts a branch that waits longer than `branch_idle_us` for
 /// more work, and its locks go with it, while the home transaction may still
 /// be running. Here audit g (home island 0) reads account 9 on island 1, its
@@ -1359,16 +1384,7 @@ fn a_late_copy_of_a_finished_branchs_requests_does_not_reopen_it() {
 /// continues a branch (`wire::CONTINUES`); island 1 refuses it and g aborts.
 #[test]
 fn a_request_that_continues_an_idle_aborted_branch_is_refused() {
-    let opts = ClusterOptions {
-        timeouts: coord::Timeouts {
-            branch_idle_us: 2_000,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let (cl, islands) = open_cluster(2, 10, opts);
-    let mut home = cl.executor(0, 0).unwrap();
-    let mut part = cl.executor(1, 0).unwrap();
+    let (cl, islands, mut home, mut part) = two_islands_idling_out_after_2ms();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let read = |tx: &mut Txn, key: u64| {
         let tx: *mut Txn = tx;
@@ -1397,11 +1413,7 @@ fn a_request_that_continues_an_idle_aborted_branch_is_refused() {
     assert_eq!(part.branches_in_flight(), 1, "island 1 holds g's branch");
 
     // g's branch sits idle until island 1 aborts it.
-    while part.branches_in_flight() > 0 {
-        assert!(std::time::Instant::now() < deadline, "no idle abort");
-        std::thread::sleep(Duration::from_millis(1));
-        part.pump().unwrap();
-    }
+    wait_until_branches_idle_out(&mut part, deadline);
 
     // h: 8 → 9, local to island 1; account 9 is no longer locked.
     commit_locally(&mut part, &[(8, -100), (9, 100)]);
@@ -1442,16 +1454,7 @@ fn a_request_that_continues_an_idle_aborted_branch_is_refused() {
 /// timeout asks for votes, island 1 knows no such branch, and g aborts.
 #[test]
 fn a_read_only_commit_asks_for_votes_once_a_branch_may_have_idled_out() {
-    let opts = ClusterOptions {
-        timeouts: coord::Timeouts {
-            branch_idle_us: 2_000,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let (cl, islands) = open_cluster(2, 10, opts);
-    let mut home = cl.executor(0, 0).unwrap();
-    let mut part = cl.executor(1, 0).unwrap();
+    let (cl, islands, mut home, mut part) = two_islands_idling_out_after_2ms();
     home.pump().unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut seen = Vec::new();
@@ -1473,11 +1476,7 @@ fn a_read_only_commit_asks_for_votes_once_a_branch_may_have_idled_out() {
         Ok(())
     };
     run_by_hand(&mut home, &mut [&mut part], c, first).unwrap();
-    while part.branches_in_flight() > 0 {
-        assert!(std::time::Instant::now() < deadline, "no idle abort");
-        std::thread::sleep(Duration::from_millis(1));
-        part.pump().unwrap();
-    }
+    wait_until_branches_idle_out(&mut part, deadline);
     // h: account 9 (island 1) pays 100 to account 2 (island 0).
     let c2 = part.begin_home(false).unwrap();
     // SAFETY: as above.
