@@ -12,7 +12,7 @@
 
 use std::alloc::Layout;
 
-use super::mem::{map_zeroed, unmap_zeroed};
+use super::mem::{map_zeroed, prefault, unmap_zeroed};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 pub type RowId = u64;
@@ -24,31 +24,6 @@ pub(crate) const HEADER_WORDS: usize = 3;
 
 /// Rows claimed from the shared cursor at a time.
 const CLAIM_BLOCK: u64 = 64;
-
-const PAGE: usize = 4096;
-
-/// Touches every page of a fresh chunk with a write, here and now, by the
-/// thread that claims it (NUMA-local).
-///
-/// Why: untouched memory first *read* (an insert's lock word, a scan) is
-/// mapped to the shared zero page, and the write that follows replaces it:
-/// a copy-on-write fault that flushes the TLB of every core the process runs
-/// on (an inter-processor interrupt each). TPC-C's inserts spent 12% of the
-/// time in those flushes and another 8% zeroing pages a fault at a time.
-/// A write fault on an unmapped page needs no flush. A chunk of 2 MiB or more
-/// is on huge pages where the kernel has them ([`super::mem`]): one fault
-/// then maps 2 MiB.
-///
-/// # Safety
-/// `p..p + bytes` must be memory this thread owns (freshly allocated).
-unsafe fn prefault(p: *mut u8, bytes: usize) {
-    let mut off = 0;
-    while off < bytes {
-        // SAFETY: in bounds (off < bytes); the memory is zero, and so stays.
-        unsafe { std::ptr::write_volatile(p.add(off), 0) };
-        off += PAGE;
-    }
-}
 
 pub struct Arena {
     stride: usize,
