@@ -168,12 +168,11 @@ pub struct Cluster {
     /// Some island acknowledges only after fsync: read-only branches then
     /// vote only once what they read is durable, and take part in 2PC.
     any_sync: bool,
-    /// Per worker (by endpoint): its executor has recovered once; per island,
-    /// how many have. When all of an island's have, they hold their own pins
-    /// on the log records recovery found unfinished, and the island's
-    /// recovery pins go (`Shared::release_recovery_pins`).
+    /// Per worker (by endpoint): its executor has recovered. When all of an
+    /// island's have, they hold their own pins on the log records recovery
+    /// found unfinished, and the island's recovery pins go
+    /// (`Shared::release_recovery_pins`).
     recovered_worker: Vec<AtomicBool>,
-    recovered_workers: Vec<AtomicUsize>,
     pub stats: ClusterStats,
 }
 
@@ -257,7 +256,6 @@ impl Cluster {
         Ok(Arc::new(Cluster {
             any_sync,
             recovered_worker: (0..n).map(|_| AtomicBool::new(false)).collect(),
-            recovered_workers: (0..workers.len()).map(|_| AtomicUsize::new(0)).collect(),
             islands,
             workers,
             base,
@@ -379,12 +377,11 @@ impl Cluster {
             early: Vec::new(),
         };
         ex.recover()?;
-        let first = !self.recovered_worker[self.base[island] as usize + worker]
-            .swap(true, Ordering::AcqRel);
-        if first
-            && self.recovered_workers[island].fetch_add(1, Ordering::AcqRel) + 1
-                == self.workers[island]
-        {
+        let base = self.base[island] as usize;
+        let mine = &self.recovered_worker[base..base + self.workers[island]];
+        mine[worker].store(true, Ordering::Release);
+        // Releasing twice (two workers finishing at once) is harmless.
+        if mine.iter().all(|r| r.load(Ordering::Acquire)) {
             self.islands[island].shared().release_recovery_pins();
         }
         Ok(ex)
@@ -641,9 +638,11 @@ impl Executor {
         // committing would break two-phase locking. No branch began before
         // `begin_us` (one clock for every island of the process), so within
         // half that time none can have idled out; after it, the votes say.
-        let fresh = self.fresh_now_us();
-        let young = fresh.saturating_sub(d.begin_us) < self.cl.opts.timeouts.branch_idle_us / 2;
-        if !self.cl.any_sync && !d.remote_validated && !tx.has_writes() && young {
+        let young = || {
+            self.fresh_now_us().saturating_sub(d.begin_us)
+                < self.cl.opts.timeouts.branch_idle_us / 2
+        };
+        if !self.cl.any_sync && !d.remote_validated && !tx.has_writes() && young() {
             for island in touched.iter() {
                 let to = self
                     .cl
