@@ -165,9 +165,6 @@ pub struct Cluster {
     /// has been settled for a while, since a settled worker's peer may still
     /// resend it a commit whose acknowledgement was lost.
     unsettled: AtomicUsize,
-    /// Some island acknowledges only after fsync: read-only branches then
-    /// vote only once what they read is durable, and take part in 2PC.
-    any_sync: bool,
     /// Per worker (by endpoint): its executor has recovered. When all of an
     /// island's have, they hold their own pins on the log records recovery
     /// found unfinished, and the island's recovery pins go
@@ -249,12 +246,8 @@ impl Cluster {
             }
             None => Arc::new(InProc::new(n as usize, opts.mailbox_depth)) as Arc<dyn Transport>,
         };
-        let any_sync = islands
-            .iter()
-            .any(|(i, _)| i.config().durability == crate::wal::Durability::Sync);
         let (islands, recovered) = islands.into_iter().unzip();
         Ok(Arc::new(Cluster {
-            any_sync,
             recovered_worker: (0..n).map(|_| AtomicBool::new(false)).collect(),
             islands,
             workers,
@@ -432,8 +425,8 @@ pub enum HomeCommit {
     /// Two-phase commit started; the outcome arrives in [`Executor::outcomes`].
     Distributed(Gtid),
     /// It read on several islands and wrote nothing, none of its branches
-    /// validates reads at commit, and no island acknowledges after fsync:
-    /// it committed here, and its remote branches were told to release
+    /// validates reads at commit, and none read data its island had not made
+    /// durable yet (`sync`; [`wire::Status::Ok`]): it committed here, and its remote branches were told to release
     /// (one-way). All its locks were held at once before the first release,
     /// which is all two-phase locking asks of a reader.
     Released(crate::txn::Committed),
@@ -631,8 +624,9 @@ impl Executor {
         if d.early == Early::Prepared {
             return self.commit_home_early(c, gtid);
         }
-        // A read-only transaction without a log need not ask its remote
-        // branches for votes: they only release. But a participant aborts a
+        // A read-only transaction need not ask its remote branches for votes
+        // when none read data that is not durable yet (`Status::Ok`'s
+        // `undurable`): they only release. But a participant aborts a
         // branch that idles for `branch_idle_us`, and its read locks go with
         // it; had that happened before this transaction's last lock here,
         // committing would break two-phase locking. No branch began before
@@ -642,7 +636,7 @@ impl Executor {
             self.fresh_now_us().saturating_sub(d.begin_us)
                 < self.cl.opts.timeouts.branch_idle_us / 2
         };
-        if !self.cl.any_sync && !d.remote_validated && !tx.has_writes() && young() {
+        if !d.remote_validated && !d.remote_undurable && !tx.has_writes() && young() {
             for island in touched.iter() {
                 let to = self
                     .cl
@@ -1434,7 +1428,7 @@ impl Executor {
                     let at = batch.len();
                     batch.extend_from_slice(&[0; 4]);
                     let start = batch.len();
-                    wire::reply_header(batch, tag, Status::Ok, table, row_bytes, 0);
+                    wire::reply_header(batch, tag, wire::OK, table, row_bytes, 0);
                     let mut n = 0u32;
                     for k in keys.chunks_exact(8) {
                         let key = u64::from_le_bytes(k.try_into().expect("8 bytes"));
@@ -1488,7 +1482,7 @@ impl Executor {
                     };
                     let n = tx.scan_index(table, sec, lo, hi, limit as usize, reverse)?;
                     push_frame_with(batch, |b| {
-                        wire::reply_header(b, tag, Status::Ok, table, row_bytes, n as u32);
+                        wire::reply_header(b, tag, wire::OK, table, row_bytes, n as u32);
                         for i in 0..n {
                             let h = tx.scan_row(i);
                             b.extend_from_slice(&tx.key(h).to_le_bytes());
@@ -1498,10 +1492,15 @@ impl Executor {
                 }
                 _ => unreachable!(),
             }
+            // The flags of Status::Ok, after the frame's length word.
+            let mut flags = 0;
             if tx.has_validated_reads() {
-                // Status Ok → OkValidated: the reason byte after [len][kind][tag][status].
-                batch[frame_at + 4 + 1 + 4 + 1] = 1;
+                flags |= wire::OK_VALIDATED;
             }
+            if undurable_reads(&self.shared) {
+                flags |= wire::OK_UNDURABLE;
+            }
+            batch[frame_at + 4 + wire::REPLY_FLAGS_AT] = flags;
             Ok(())
         })();
         match result {
@@ -1629,6 +1628,16 @@ impl Pool {
     }
 }
 
+/// Whether reads just done on this island may have seen writes that a crash
+/// would lose while the island acknowledges only durable data (`sync`): its
+/// newest appended record (read after the reads, as a local read-only
+/// commit's acknowledgement is) is not durable yet. A remote branch that
+/// read such data must vote, which waits for it, rather than be released.
+fn undurable_reads(shared: &crate::island::Shared) -> bool {
+    shared.cfg.durability == crate::wal::Durability::Sync
+        && shared.append_seq.load(Ordering::Acquire) > shared.durable_seq()
+}
+
 /// Appends a reply with row `key` (`None`: no such row) to `batch`.
 fn reply_row(
     batch: &mut Vec<u8>,
@@ -1640,7 +1649,7 @@ fn reply_row(
     h: Option<crate::txn::RowH>,
 ) {
     push_frame_with(batch, |b| {
-        wire::reply_header(b, tag, Status::Ok, table, row_bytes, h.is_some() as u32);
+        wire::reply_header(b, tag, wire::OK, table, row_bytes, h.is_some() as u32);
         if let Some(h) = h {
             b.extend_from_slice(&key.to_le_bytes());
             b.extend_from_slice(tx.row_bytes(h));

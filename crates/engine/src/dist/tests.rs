@@ -1601,8 +1601,10 @@ impl crate::wal::LogDevice for GatedDevice {
 }
 
 /// In `sync` mode a read-only vote waits until everything its branch could
-/// have read is durable. A local commit on island 1 releases its rows when
-/// its record is appended, before the record is durable; here island 1's
+/// have read is durable, and a branch that may have read data not yet
+/// durable must vote (not merely be released). A local commit on island 1
+/// releases its rows when its record is appended, before the record is
+/// durable; here island 1's
 /// fdatasyncs are held back, transfer h (account 8 pays 100 to account 9)
 /// commits there, and audit g (home island 0) reads account 9 and votes
 /// read-only on island 1. Had that vote gone out at once, g would commit,
@@ -1646,7 +1648,9 @@ fn a_read_only_vote_waits_for_what_its_branch_read_to_be_durable() {
     commit_locally(&mut part, &[(4, -100), (5, 100)]);
     part.flush_log().unwrap();
 
-    // g reads account 5 on island 1 and asks to commit.
+    // g reads account 5 on island 1 and asks to commit. (A fresh clock, so
+    // that g is young: only what it read keeps it from releasing.)
+    home.pump().unwrap();
     let c = home.begin_home(false).unwrap();
     // SAFETY: the context outlives the procedure, which runs to its end
     // before the executor touches the context again.
@@ -1688,6 +1692,33 @@ fn a_read_only_vote_waits_for_what_its_branch_read_to_be_durable() {
         .outcomes
         .iter()
         .any(|&(o, ack)| o == g && ack.is_some()));
+
+    // Once everything island 1 appended is durable, the same audit reads
+    // only durable data there, and commits by releasing its branch.
+    let shared = Arc::clone(handles[1].shared());
+    while shared.append_seq.load(Ordering::Acquire) > shared.durable_seq() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "island 1 never synced"
+        );
+        part.pump().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    home.pump().unwrap();
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: as above.
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
+    let audit = async {
+        tx.get(ACCOUNTS, 5)
+            .await?
+            .ok_or(Abort::User("no account"))?;
+        Ok(())
+    };
+    run_by_hand(&mut home, &mut [&mut part], c, audit).unwrap();
+    assert!(
+        matches!(home.commit_home(c), Ok(HomeCommit::Released(_))),
+        "a read-only transaction that read only durable data releases its branches"
+    );
     drop((home, part));
     drop(cl);
     for i in handles {

@@ -12,6 +12,9 @@
 //!              [lo u128][hi u128][limit u32][reverse u8: 0|1]
 //! REPLY   0x28 [tag u32][status u8][reason u8][table u16][row_bytes u32][n u32]
 //!              n × ([key u64][row: row_bytes])
+//!              status 0 (done): reason is flags, bit 0 validated, bit 1 undurable
+//!              ([`Status::Ok`]); 1 (conflict): reason is the abort reason;
+//!              2: refused
 //! WRITE   0x30 [gtid u64][table u16][key u64][row: rest of the frame]
 //! DELETE  0x31 [gtid u64][table u16][key u64]
 //! PREP    0x32 [gtid u64][writes u32][hold u8: 0|1]
@@ -63,10 +66,13 @@ pub const PRIMARY: u16 = u16::MAX;
 /// How a remote operation went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
-    Ok,
-    /// Done, and the branch now holds reads that it validates at commit
-    /// (index misses, range scans): it must take part in the commit.
-    OkValidated,
+    /// Done. `validated`: the branch now holds reads that it validates at
+    /// commit (index misses, range scans), so it must take part in the
+    /// commit. `undurable`: the participant acknowledges only durable data
+    /// (`sync`) and its log held records not yet durable after the reads, so
+    /// they may have read writes a crash would lose; the branch must then vote
+    /// (its read-only vote waits for them), not merely be released.
+    Ok { validated: bool, undurable: bool },
     /// A concurrency-control conflict: the home transaction aborts and retries.
     Conflict(AbortReason),
     /// The participant could not take the branch (full, or its log failed).
@@ -283,8 +289,10 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, WireError> {
             let s = c.u8();
             let reason = c.u8();
             let status = match s {
-                0 if reason == 0 => Status::Ok,
-                0 if reason == 1 => Status::OkValidated,
+                0 if reason & !(OK_VALIDATED | OK_UNDURABLE) == 0 => Status::Ok {
+                    validated: reason & OK_VALIDATED != 0,
+                    undurable: reason & OK_UNDURABLE != 0,
+                },
                 0 => return Err(WireError::BadStatus(reason)),
                 1 => Status::Conflict(
                     *AbortReason::ALL
@@ -434,8 +442,13 @@ pub fn reply_header(
     out.push(K_REPLY);
     out.extend_from_slice(&tag.to_le_bytes());
     let (s, r) = match status {
-        Status::Ok => (0u8, 0u8),
-        Status::OkValidated => (0, 1),
+        Status::Ok {
+            validated,
+            undurable,
+        } => (
+            0u8,
+            if validated { OK_VALIDATED } else { 0 } | if undurable { OK_UNDURABLE } else { 0 },
+        ),
         Status::Conflict(reason) => (1, reason.index() as u8),
         Status::Refused => (2, 0),
     };
@@ -448,6 +461,17 @@ pub fn reply_header(
 
 /// Offset of the row count in a REPLY payload (to patch it after the rows).
 pub const REPLY_N_AT: usize = 1 + 4 + 1 + 1 + 2 + 4;
+/// Offset of a REPLY's reason byte: the flags of [`Status::Ok`], patched
+/// once the operation is done.
+pub const REPLY_FLAGS_AT: usize = 1 + 4 + 1;
+/// Bits of [`Status::Ok`]'s flags byte.
+pub const OK_VALIDATED: u8 = 1;
+pub const OK_UNDURABLE: u8 = 2;
+/// [`Status::Ok`] with no flag set.
+pub const OK: Status = Status::Ok {
+    validated: false,
+    undurable: false,
+};
 
 pub fn write(out: &mut Vec<u8>, gtid: u64, table: u16, key: u64, row: &[u8]) {
     out.push(K_WRITE);
@@ -604,14 +628,15 @@ mod tests {
         release(&mut b, 43);
         assert_eq!(decode(&b).unwrap(), Frame::Release { gtid: 43 });
         b.clear();
-        reply_header(&mut b, 9, Status::OkValidated, 1, 8, 0);
-        assert!(matches!(
-            decode(&b).unwrap(),
-            Frame::Reply {
-                status: Status::OkValidated,
-                ..
-            }
-        ));
+        for (validated, undurable) in [(false, false), (true, false), (false, true), (true, true)] {
+            let status = Status::Ok {
+                validated,
+                undurable,
+            };
+            b.clear();
+            reply_header(&mut b, 9, status, 1, 8, 0);
+            assert!(matches!(decode(&b).unwrap(), Frame::Reply { status: s, .. } if s == status));
+        }
         b.clear();
         prep(&mut b, 42, 3, true);
         assert_eq!(
@@ -640,9 +665,13 @@ mod tests {
         *bad.last_mut().unwrap() = 2;
         assert_eq!(decode(&bad), Err(WireError::BadFlag(2)));
         b.clear();
-        reply_header(&mut b, 1, Status::Ok, 0, 8, 3);
+        reply_header(&mut b, 1, OK, 0, 8, 3);
         b.extend_from_slice(&[0u8; 47]);
         assert!(matches!(decode(&b), Err(WireError::BadRows { .. })));
+        b.clear();
+        reply_header(&mut b, 1, OK, 0, 8, 0);
+        b[REPLY_FLAGS_AT] = 4;
+        assert_eq!(decode(&b), Err(WireError::BadStatus(4)));
         assert_eq!(decode(&[0x7f]), Err(WireError::UnknownKind(0x7f)));
         assert!(decode(&[]).is_err());
     }

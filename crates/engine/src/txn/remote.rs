@@ -84,6 +84,9 @@ pub(crate) struct Dist {
     pub(crate) reply_ready: bool,
     /// Some remote branch validates reads at commit (misses, scans).
     pub(crate) remote_validated: bool,
+    /// Some remote branch read data its island had not made durable yet
+    /// (`sync`): it must vote, which waits for that data, at commit.
+    pub(crate) remote_undurable: bool,
     pub(crate) early: Early,
     /// Remote deletes shipped by the early prepare (a later one is refused).
     pub(crate) early_deletes: usize,
@@ -108,6 +111,7 @@ impl Dist {
             reply: Vec::with_capacity(1024),
             reply_ready: false,
             remote_validated: false,
+            remote_undurable: false,
             early: Early::Off,
             early_deletes: 0,
             begin_us: 0,
@@ -122,6 +126,7 @@ impl Dist {
         self.req_ready = false;
         self.reply_ready = false;
         self.remote_validated = false;
+        self.remote_undurable = false;
         self.early = Early::Off;
         self.early_deletes = 0;
     }
@@ -477,10 +482,13 @@ impl Txn {
             Err(e) => return Err(bad(format!("malformed reply: {e}"))),
         };
         match status {
-            Status::Ok => {}
-            Status::OkValidated => {
+            Status::Ok {
+                validated,
+                undurable,
+            } => {
                 if let Some(d) = self.dist.as_mut() {
-                    d.remote_validated = true;
+                    d.remote_validated |= validated;
+                    d.remote_undurable |= undurable;
                 }
             }
             Status::Conflict(r) => return Err(Abort::Conflict(r)),
