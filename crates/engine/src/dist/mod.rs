@@ -426,9 +426,10 @@ pub enum HomeCommit {
     Distributed(Gtid),
     /// It read on several islands and wrote nothing, none of its branches
     /// validates reads at commit, and none read data its island had not made
-    /// durable yet (`sync`; [`wire::Status::Ok`]): it committed here, and its remote branches were told to release
-    /// (one-way). All its locks were held at once before the first release,
-    /// which is all two-phase locking asks of a reader.
+    /// durable yet (`sync`; [`wire::Status::Ok`]): it committed here, and
+    /// its remote branches were told to release (one-way). All its locks were
+    /// held at once before the first release, which is all two-phase locking
+    /// asks of a reader.
     Released(crate::txn::Committed),
 }
 
