@@ -5,7 +5,12 @@
 //! every in-doubt branch (the coordinator's log decides; presumed abort
 //! otherwise), and checks that no transfer is half-applied: every account's
 //! balance is its initial balance plus what the surviving receipts moved into
-//! it minus what they moved out, and the total is conserved.
+//! it minus what they moved out, and the total is conserved. The child
+//! checkpoints each island right after opening it (after a recovery, before
+//! the executors start) and then every few milliseconds while it runs, so
+//! checkpoint truncation meets in-doubt and undecided transactions. Once per
+//! seed, a child only recovers, checkpoints and is killed before its
+//! executors start: what the previous kill left in doubt must survive it.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -154,21 +159,46 @@ fn child_entry() {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let (dir, cycle) = spec.split_once('|').expect("dir|cycle");
+    let mut parts = spec.split('|');
+    let (Some(dir), Some(cycle), Some(mode)) = (parts.next(), parts.next(), parts.next()) else {
+        panic!("{CHILD_ENV} is dir|cycle|mode");
+    };
     let cycle: u64 = cycle.parse().unwrap();
     let opened = open(Path::new(dir));
     let fresh = opened[0].0.catalog().table(ACCOUNTS).lookup(0).is_none();
-    if fresh {
-        for (i, (island, _)) in opened.iter().enumerate() {
+    for (i, (island, _)) in opened.iter().enumerate() {
+        if fresh {
             let mut l = island.loader().unwrap();
             for k in (0..N).filter(|&k| Halves.island_of(ACCOUNTS, k) == Some(i as u16)) {
                 l.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL)).unwrap();
             }
-            drop(l);
-            island.checkpoint().unwrap();
+        }
+        // Also after a recovery, before any executor runs: what recovery
+        // found in doubt or undecided must outlive this checkpoint.
+        island.checkpoint().unwrap();
+    }
+    if mode == "checkpoint" {
+        // Killed before any executor resolves what recovery found.
+        println!("@@READY");
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
         }
     }
-    let (cl, _islands) = cluster(opened);
+    let (cl, islands) = cluster(opened);
+    // Checkpoints while transfers run, so that the kill may also fall
+    // between a checkpoint and the 2PC records it must keep. A failed
+    // checkpoint aborts the process: the parent then sees SIGABRT, not its kill.
+    std::thread::spawn(move || {
+        let mut rng = FastRng::new(cycle);
+        loop {
+            std::thread::sleep(Duration::from_millis(5 + rng.below(30)));
+            let island = &islands[rng.below(islands.len() as u64) as usize];
+            if let Err(e) = island.checkpoint() {
+                eprintln!("cycle {cycle}: checkpoint failed: {e}");
+                std::process::abort();
+            }
+        }
+    });
     println!("@@READY");
     let workers: Vec<ClusterWorker> = (0..2)
         .map(|i| ClusterWorker {
@@ -243,7 +273,9 @@ fn recover_and_check(dir: &Path, seed: u64, cycle: u64) -> usize {
     in_doubt
 }
 
-fn run_and_kill(dir: &Path, cycle: u64, run_ms: u64) {
+/// Runs a child (`mode` "run": transfers; "checkpoint": only recovery and a
+/// checkpoint of each island) and kills it `run_ms` after it is ready.
+fn run_and_kill(dir: &Path, cycle: u64, mode: &str, run_ms: u64) {
     use std::os::unix::process::ExitStatusExt;
     let exe = std::env::current_exe().unwrap();
     let mut child = std::process::Command::new(exe)
@@ -253,7 +285,7 @@ fn run_and_kill(dir: &Path, cycle: u64, run_ms: u64) {
             "--nocapture",
             "--ignored",
         ])
-        .env(CHILD_ENV, format!("{}|{cycle}", dir.display()))
+        .env(CHILD_ENV, format!("{}|{cycle}|{mode}", dir.display()))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
         .spawn()
@@ -299,7 +331,13 @@ fn sigkill_during_two_phase_commit() {
         for cycle in 1..=3 {
             let run_ms = 100 + rng.below(400);
             eprintln!("seed {seed} cycle {cycle}: kill after {run_ms} ms (replay: ISLANDS_DIST_CRASH_SEED={seed})");
-            run_and_kill(&dir, cycle, run_ms);
+            run_and_kill(&dir, cycle, "run", run_ms);
+            if cycle == 2 {
+                // What this kill left in doubt meets a checkpoint right
+                // after recovery, then another kill, before it is checked.
+                eprintln!("seed {seed} cycle {cycle}: recover, checkpoint, kill");
+                run_and_kill(&dir, cycle, "checkpoint", 10);
+            }
             in_doubt += recover_and_check(&dir, seed, cycle);
         }
         let _ = std::fs::remove_dir_all(&dir);
