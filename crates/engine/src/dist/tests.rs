@@ -15,13 +15,32 @@ use crate::txn::Txn;
 const ACCOUNTS: u16 = 0;
 const RECEIPTS: u16 = 1;
 const BAL: Col = Col(0);
+const NAME: Col = Col(1);
+/// Transfers in or out of the account: with the balance at the row's start
+/// and the name between, a transfer changes two runs of words apart, which a
+/// remote branch receives as a PATCH of two runs (the name must survive it).
+const TRANSFERS: Col = Col(2);
 const INITIAL: i64 = 1000;
+
+fn account_name(k: u64) -> Vec<u8> {
+    format!("account number {k}, a name that spans several words").into_bytes()
+}
+
+/// Loads account `k` with the initial balance, its name and no transfers.
+fn new_account(r: &mut crate::storage::schema::RowMut<'_>, k: u64) {
+    r.set_i64(BAL, INITIAL);
+    r.set_str(NAME, &account_name(k));
+}
 
 fn tables(accounts: u64) -> Vec<TableDef> {
     vec![
         TableDef::new(
             "accounts",
-            &[("balance", ColType::I64)],
+            &[
+                ("balance", ColType::I64),
+                ("name", ColType::Str(64)),
+                ("transfers", ColType::I64),
+            ],
             accounts,
             PrimaryKind::Hash,
         ),
@@ -86,10 +105,12 @@ impl Workload for Bank {
             .get_for_update(ACCOUNTS, req.to)
             .await?
             .ok_or(Abort::User("no target account"))?;
-        let ba = tx.row(a).i64(BAL);
-        tx.row_mut(a).set_i64(BAL, ba - req.amount);
-        let bb = tx.row(b).i64(BAL);
-        tx.row_mut(b).set_i64(BAL, bb + req.amount);
+        for (h, delta) in [(a, -req.amount), (b, req.amount)] {
+            let (balance, transfers) = (tx.row(h).i64(BAL), tx.row(h).i64(TRANSFERS));
+            let mut row = tx.row_mut(h);
+            row.set_i64(BAL, balance + delta);
+            row.set_i64(TRANSFERS, transfers + 1);
+        }
         if let Some(r) = tx.insert(RECEIPTS, req.receipt).await? {
             tx.row_mut(r).set_i64(BAL, req.amount);
         }
@@ -150,7 +171,7 @@ fn open_cluster(
         {
             let mut l = island.loader().unwrap();
             for k in (i as u64 * per)..((i as u64 + 1) * per).min(accounts) {
-                l.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL)).unwrap();
+                l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
             }
         }
         opened.push((island, rep));
@@ -168,7 +189,15 @@ fn open_cluster(
 /// fresh transactions (which also proves no lock was left behind: no_wait
 /// would refuse a locked row).
 fn contents(islands: &[Island], accounts: u64) -> (Vec<i64>, usize) {
+    let (balances, _, receipts) = accounts_and_receipts(islands, accounts);
+    (balances, receipts)
+}
+
+/// [`contents`], with each account's transfer count; checks that every
+/// account kept its name.
+fn accounts_and_receipts(islands: &[Island], accounts: u64) -> (Vec<i64>, Vec<i64>, usize) {
     let mut balances = vec![0; accounts as usize];
+    let mut transfers = vec![0; accounts as usize];
     let mut receipts = 0;
     for island in islands {
         let t = island.catalog().table(ACCOUNTS);
@@ -184,21 +213,30 @@ fn contents(islands: &[Island], accounts: u64) -> (Vec<i64>, usize) {
         };
         let mut tx = island.worker().unwrap();
         for k in keys {
-            let v = tx
+            let (balance, count, name) = tx
                 .execute(0, |tx| {
-                    Box::pin(
-                        async move { Ok(tx.get(ACCOUNTS, k).await?.map(|h| tx.row(h).i64(BAL))) },
-                    )
+                    Box::pin(async move {
+                        let h = tx.get(ACCOUNTS, k).await?.expect("present");
+                        let row = tx.row(h);
+                        Ok((row.i64(BAL), row.i64(TRANSFERS), row.str(NAME).to_vec()))
+                    })
                 })
                 .unwrap_or_else(|e| panic!("account {k} is not readable after the run: {e}"));
-            balances[k as usize] = v.expect("present");
+            assert_eq!(name, account_name(k), "account {k} lost its name");
+            balances[k as usize] = balance;
+            transfers[k as usize] = count;
         }
     }
-    (balances, receipts)
+    (balances, transfers, receipts)
 }
 
 fn check_bank(islands: &[Island], accounts: u64, stats: &[crate::bench::stats::WorkerStats]) {
-    let (balances, receipts) = contents(islands, accounts);
+    let (balances, transfers, receipts) = accounts_and_receipts(islands, accounts);
+    assert_eq!(
+        transfers.iter().sum::<i64>(),
+        2 * receipts as i64,
+        "every committed transfer (and only those) counted itself on both its accounts"
+    );
     let total: i64 = balances.iter().sum();
     assert_eq!(
         total,
@@ -964,7 +1002,7 @@ fn open_with_accounts(cfg: IslandConfig, defs: &[TableDef], keys: std::ops::Rang
     {
         let mut l = island.loader().unwrap();
         for k in keys {
-            l.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL)).unwrap();
+            l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
         }
     }
     island.checkpoint().unwrap();
@@ -1009,12 +1047,22 @@ fn in_doubt_across_a_checkpoint_and_a_restart(home_worker: u64) {
                 if i == 0 {
                     l.prepare_begin(g, 1);
                     let debited = (INITIAL - 70) as u64;
-                    l.put(ACCOUNTS, 0, crate::storage::schema::row_bytes(&[debited]));
+                    l.patch(
+                        ACCOUNTS,
+                        0,
+                        0,
+                        crate::storage::schema::row_bytes(&[debited]),
+                    );
                     l.record_end();
                     l.decision(g, true);
                 } else {
                     l.prepare_begin(g, 1);
-                    l.put(ACCOUNTS, 5, crate::storage::schema::row_bytes(&[credited]));
+                    l.patch(
+                        ACCOUNTS,
+                        5,
+                        0,
+                        crate::storage::schema::row_bytes(&[credited]),
+                    );
                     l.record_end();
                 }
             },
@@ -1095,7 +1143,12 @@ fn a_restarted_home_never_reuses_the_gtid_of_a_branch_in_doubt() {
             island.shared().log_record(
                 |l| {
                     l.prepare_begin(old, 1);
-                    l.put(ACCOUNTS, 3, crate::storage::schema::row_bytes(&[credited]));
+                    l.patch(
+                        ACCOUNTS,
+                        3,
+                        0,
+                        crate::storage::schema::row_bytes(&[credited]),
+                    );
                     l.record_end();
                 },
                 false,
@@ -1642,7 +1695,7 @@ fn a_read_only_vote_waits_for_what_its_branch_read_to_be_durable() {
             {
                 let mut l = island.loader().unwrap();
                 for k in i as u64 * 4..(i as u64 + 1) * 4 {
-                    l.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL)).unwrap();
+                    l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
                 }
             }
             (island, rep)
