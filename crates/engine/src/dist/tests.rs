@@ -17,8 +17,9 @@ const RECEIPTS: u16 = 1;
 const BAL: Col = Col(0);
 const NAME: Col = Col(1);
 /// Transfers in or out of the account: with the balance at the row's start
-/// and the name between, a transfer changes two runs of words apart, which a
-/// remote branch receives as a PATCH of two runs (the name must survive it).
+/// and the name between, a transfer changes two runs of words apart, which
+/// the log records as two patches of the stored row (the name must survive
+/// them, also when recovery restores a branch in doubt from its Prepare).
 const TRANSFERS: Col = Col(2);
 const INITIAL: i64 = 1000;
 
@@ -1670,10 +1671,9 @@ impl crate::wal::LogDevice for GatedDevice {
 /// have read is durable, and a branch that may have read data not yet
 /// durable must vote (not merely be released). A local commit on island 1
 /// releases its rows when its record is appended, before the record is
-/// durable; here island 1's
-/// fdatasyncs are held back, transfer h (account 8 pays 100 to account 9)
-/// commits there, and audit g (home island 0) reads account 9 and votes
-/// read-only on island 1. Had that vote gone out at once, g would commit,
+/// durable; here island 1's fdatasyncs are held back, transfer h (account 4
+/// pays 100 to account 5) commits there, and audit g (home island 0) reads
+/// account 5 and votes read-only on island 1. Had that vote gone out at once, g would commit,
 /// and its client hear so, having seen 1100 in a log that a crash could
 /// still lose.
 #[test]
@@ -1762,7 +1762,7 @@ fn a_read_only_vote_waits_for_what_its_branch_read_to_be_durable() {
     // Once everything island 1 appended is durable, the same audit reads
     // only durable data there, and commits by releasing its branch.
     let shared = Arc::clone(handles[1].shared());
-    while shared.append_seq.load(Ordering::Acquire) > shared.durable_seq() {
+    while super::undurable_reads(&shared) {
         assert!(
             std::time::Instant::now() < deadline,
             "island 1 never synced"
