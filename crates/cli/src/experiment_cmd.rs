@@ -47,8 +47,9 @@ enum ExperimentCmd {
     /// Insert-only clients with private tables: one shared log vs a log per island, log on vs
     /// off, by clients (Xi et al.).
     Inserts(crate::exp::SweepArgs),
-    /// Every experiment above (use --quick for a few minutes), then report.md beside the
-    /// results: each plot next to the paper's claim and whether this machine shows the trend.
+    /// The seven sweeps above, local-tpcc to inserts (use --quick for a few minutes), then
+    /// report.md beside the results: each plot next to the paper's claim and whether this
+    /// machine shows the trend. Run counters and placement on their own.
     All(crate::exp::SweepArgs),
 }
 

@@ -1111,7 +1111,7 @@ pub fn run(name: &str, a: &SweepArgs) -> Result<Outcome, String> {
     })
 }
 
-/// `islands experiment all`: every experiment, then `report.md` beside them.
+/// `islands experiment all`: the seven sweeps of `NAMES`, then `report.md` beside them.
 pub fn run_all(a: &SweepArgs) -> Result<(), String> {
     let mut outcomes = Vec::new();
     for name in NAMES {
