@@ -115,10 +115,29 @@ pub enum Error {
     Config(String),
     #[error("recovery failed: {0}")]
     Recovery(String),
+    /// The log is damaged where no crash explains it (see `wal`); nothing was changed.
+    #[error("{0}")]
+    Damaged(String),
     #[error("I/O error: {0}")]
     Io(String),
     #[error("protocol error between islands: {0}")]
     Protocol(String),
+}
+
+impl Error {
+    /// The same error with `context` in front of its message (e.g. which island).
+    pub fn context(self, context: &str) -> Error {
+        let pre = |m: String| format!("{context}: {m}");
+        match self {
+            Error::LogFailed(m) => Error::LogFailed(pre(m)),
+            Error::Config(m) => Error::Config(pre(m)),
+            Error::Recovery(m) => Error::Recovery(pre(m)),
+            Error::Damaged(m) => Error::Damaged(pre(m)),
+            Error::Io(m) => Error::Io(pre(m)),
+            Error::Protocol(m) => Error::Protocol(pre(m)),
+            other => other,
+        }
+    }
 }
 
 impl From<std::io::Error> for Error {

@@ -22,7 +22,9 @@ use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
 use crate::bench::phases::{self, Phase};
-use crate::wal::{BatchSeq, Durability, FsDevice, LogBuffer, LogDevice, LogRecord, Wal, WalConfig};
+use crate::wal::{
+    BatchSeq, Durability, FsDevice, LogBuffer, LogDevice, LogIdentity, LogRecord, Wal, WalConfig,
+};
 use crate::Error;
 
 /// How to open an island.
@@ -57,6 +59,18 @@ pub struct IslandConfig {
     /// keeps several transactions (and other islands' branches) in flight
     /// per worker thread.
     pub contexts: usize,
+    /// This island's number in its deployment, and how many islands the deployment has:
+    /// recorded in the log directory's control file when it is made, and checked against it
+    /// on every later open (swapped island directories are refused).
+    pub island_id: u32,
+    pub islands: u32,
+    /// The deployment the island belongs to (every island of one database shares it).
+    /// `None`: whatever the log directory holds; a new directory gets a random one. A
+    /// deployment opens its first island with `None` and the others with its id.
+    pub deployment: Option<u128>,
+    /// The workload and the parameters that shape its data, recorded in the control file
+    /// and checked on later opens; empty: not known, not checked.
+    pub workload: String,
 }
 
 impl std::fmt::Debug for IslandConfig {
@@ -73,6 +87,10 @@ impl std::fmt::Debug for IslandConfig {
             .field("expedite_2pc", &self.expedite_2pc)
             .field("device", &self.device.as_ref().map(|_| "custom"))
             .field("contexts", &self.contexts)
+            .field("island_id", &self.island_id)
+            .field("islands", &self.islands)
+            .field("deployment", &self.deployment)
+            .field("workload", &self.workload)
             .finish()
     }
 }
@@ -91,6 +109,21 @@ impl IslandConfig {
             expedite_2pc: false,
             device: None,
             contexts: 0,
+            island_id: 0,
+            islands: 1,
+            deployment: None,
+            workload: String::new(),
+        }
+    }
+
+    /// The identity the island's log directory must have ([`LogIdentity`]).
+    pub fn log_identity(&self, tables: &[TableDef]) -> LogIdentity {
+        LogIdentity {
+            deployment: self.deployment,
+            island: self.island_id,
+            islands: self.islands,
+            schema: crate::storage::schema_fingerprint(tables),
+            workload: self.workload.clone(),
         }
     }
 
@@ -115,6 +148,12 @@ impl IslandConfig {
         }
         if let Err(e) = check_cc_workers(self.cc, self.workers) {
             return Err(Error::Config(format!("{}: {e}", self.name)));
+        }
+        if self.island_id >= self.islands {
+            return Err(Error::Config(format!(
+                "{}: island {} of a deployment of {} islands",
+                self.name, self.island_id, self.islands
+            )));
         }
         if self.durability != Durability::Off && self.log_dir.is_none() {
             return Err(Error::Config(format!(
@@ -144,8 +183,15 @@ pub struct RecoveryReport {
     pub log_records: u64,
     pub applied_writes: u64,
     pub skipped_writes: u64,
-    /// A torn or corrupt log tail that was cut off, as the log reported it.
+    /// A torn log tail that was cut off (or, by a recovery that only reads, ignored), as
+    /// the log reported it.
     pub truncated: Option<String>,
+    /// The log directory's control file as recovery found it (`None`: a new directory or
+    /// no log).
+    pub control: Option<crate::wal::Control>,
+    /// Branches in doubt that [`Island::open_in_memory`] resolved from the decisions it
+    /// was given: committed, aborted (presumed abort: no commit decision anywhere).
+    pub resolved: (u64, u64),
     pub max_tid: u64,
     /// The 2PC records of the log, in log order (for the coordinator's and
     /// participant's recovery).
@@ -335,15 +381,17 @@ impl Island {
                     segment_bytes: cfg.segment_bytes,
                     group_delay: cfg.group_delay,
                     preallocate: cfg.preallocate_log,
+                    identity: cfg.log_identity(tables),
+                    on_damage: crate::wal::OnDamage::Refuse,
                 };
                 let (wal, rec) = Wal::open_with_device(wal_cfg, device).map_err(|e| {
-                    Error::Config(format!(
-                        "{}: cannot open the log in {}: {e}",
+                    Error::from(e).context(&format!(
+                        "{}: cannot open the log in {}",
                         cfg.name,
                         dir.display()
                     ))
                 })?;
-                report = recover(&catalog, rec)?;
+                report = recover(&catalog, rec, None).map_err(|e| e.context(&cfg.name))?;
                 Some(wal)
             }
         };
@@ -372,6 +420,26 @@ impl Island {
         });
         shared.log.lock().pin_recovered(&report);
         Ok((Island { shared }, report))
+    }
+
+    /// Builds an island in memory from a log that was read without writing
+    /// ([`crate::wal::read_only`]): it has no log of its own (`cfg`'s durability is
+    /// ignored), so nothing it does reaches the directory. Branches in doubt are resolved
+    /// at once: `decision(gtid)` is the outcome their coordinator logged (any island's
+    /// commit decision for the gtid); `None` (no decision anywhere) aborts them, as
+    /// presumed abort does. For checks of a database as its log left it.
+    pub fn open_in_memory(
+        mut cfg: IslandConfig,
+        tables: &[TableDef],
+        rec: crate::wal::Recovery,
+        decision: &dyn Fn(u64) -> Option<bool>,
+    ) -> Result<(Island, RecoveryReport), Error> {
+        cfg.durability = Durability::Off;
+        cfg.log_dir = None;
+        let (island, _) = Island::open(cfg, tables)?;
+        let report = recover(&island.shared.catalog, rec, Some(decision))
+            .map_err(|e| e.context(&island.shared.cfg.name))?;
+        Ok((island, report))
     }
 
     pub fn config(&self) -> &IslandConfig {
@@ -637,10 +705,33 @@ impl LogSlot {
     }
 }
 
-/// Loads the checkpoint, then replays the log with the per-row version rule.
-fn recover(catalog: &Catalog, rec: crate::wal::Recovery) -> Result<RecoveryReport, Error> {
+/// The distributed transactions that some island of a deployment logged a commit
+/// decision for (the coordinator before anyone commits, a participant before it
+/// installs): what [`Island::open_in_memory`] commits of the branches in doubt. A
+/// transaction with no commit decision in any log was not committed (presumed abort).
+pub fn commit_decisions(recoveries: &[crate::wal::Recovery]) -> std::collections::HashSet<u64> {
+    recoveries
+        .iter()
+        .flat_map(|r| &r.records)
+        .filter_map(|r| match *r {
+            LogRecord::Decision {
+                gtid, commit: true, ..
+            } => Some(gtid),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Loads the checkpoint, then replays the log with the per-row version rule. With
+/// `resolve`, branches left in doubt are decided by it (see [`Island::open_in_memory`]).
+fn recover(
+    catalog: &Catalog,
+    rec: crate::wal::Recovery,
+    resolve: Option<&dyn Fn(u64) -> Option<bool>>,
+) -> Result<RecoveryReport, Error> {
     let mut report = RecoveryReport {
         truncated: rec.truncated.as_ref().map(|t| t.to_string()),
+        control: rec.control.clone(),
         ..Default::default()
     };
     let mut caches: Vec<RowCache> = (0..catalog.tables.len())
@@ -802,6 +893,18 @@ fn recover(catalog: &Catalog, rec: crate::wal::Recovery) -> Result<RecoveryRepor
     }
     let mut in_doubt: Vec<InDoubt> = prepared.into_values().collect();
     in_doubt.sort_by_key(|p| p.seq);
+    if let Some(decide) = resolve {
+        // A prepared branch held its locks until its decision, so no later write of its
+        // rows is in the log: applying it last is applying it in its place.
+        for d in in_doubt.drain(..) {
+            if decide(d.gtid) == Some(true) {
+                apply(d.tid, &d.writes, &mut report)?;
+                report.resolved.0 += 1;
+            } else {
+                report.resolved.1 += 1;
+            }
+        }
+    }
     report.in_doubt = in_doubt;
     Ok(report)
 }
@@ -912,12 +1015,26 @@ mod tests {
         drop(tx);
         island.shutdown();
         drop(island);
+        // The control file's schema fingerprint refuses the other schema
+        // first; with the fingerprint made to match (as an older directory
+        // might), replay still refuses the row images.
         let refused = |defs: &[TableDef], want: &str| {
             let Err(e) = Island::open(cfg.clone(), defs) else {
                 panic!("a 16-byte row recovered into another schema");
             };
             let e = e.to_string();
+            assert!(e.contains("schema") && e.contains("CONTROL"), "{e}");
+            let mut ctl = crate::wal::read_control(&dir).unwrap().unwrap();
+            let right = ctl.schema;
+            ctl.schema = crate::storage::schema_fingerprint(defs);
+            crate::wal::control::write(&FsDevice, &dir, &ctl).unwrap();
+            let Err(e) = Island::open(cfg.clone(), defs) else {
+                panic!("a 16-byte row recovered into another schema");
+            };
+            let e = e.to_string();
             assert!(e.contains(want) && e.contains("table t (key 7)"), "{e}");
+            ctl.schema = right;
+            crate::wal::control::write(&FsDevice, &dir, &ctl).unwrap();
         };
         // The row is in the log.
         refused(&one, "the log holds a 16-byte row");

@@ -47,6 +47,8 @@
 //! branch while other transactions run.
 
 pub mod fault;
+#[cfg(test)]
+mod power_tests;
 pub mod run;
 #[cfg(test)]
 mod tests;

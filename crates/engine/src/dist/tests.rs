@@ -1247,7 +1247,7 @@ fn a_restarted_home_never_reuses_the_gtid_of_a_branch_in_doubt() {
 
 /// Runs `proc` on home context `c` of `ex` by hand until it finishes,
 /// pumping `ex` and `others` whenever it waits for a remote reply.
-fn run_by_hand(
+pub(super) fn run_by_hand(
     ex: &mut Executor,
     others: &mut [&mut Executor],
     c: u32,
@@ -1276,7 +1276,7 @@ fn run_by_hand(
 
 /// Pumps `exs` (handing their logs over) until every one is quiescent;
 /// fails at `deadline`.
-fn settle(exs: &mut [&mut Executor], deadline: std::time::Instant) {
+pub(super) fn settle(exs: &mut [&mut Executor], deadline: std::time::Instant) {
     while !exs.iter().all(|ex| ex.quiescent()) {
         assert!(std::time::Instant::now() < deadline, "no end");
         for ex in exs.iter_mut() {
@@ -1680,7 +1680,10 @@ impl crate::wal::LogDevice for GatedDevice {
 fn a_read_only_vote_waits_for_what_its_branch_read_to_be_durable() {
     let dir = fresh_dir("ro-vote");
     let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let opts = ClusterOptions::default();
+    let mut opts = ClusterOptions::default();
+    // The hold lasts tens of milliseconds, longer on a busy machine (tests run
+    // in parallel): the coordinator's vote timeout must not abort g meanwhile.
+    opts.timeouts.prepare_us = 10_000_000;
     let config = sync_island_config(&dir, opts.contexts_needed(1));
     let defs = tables(8);
     let opened: Vec<(Island, RecoveryReport)> = (0..2)

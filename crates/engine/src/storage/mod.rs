@@ -130,6 +130,37 @@ impl TableDef {
     }
 }
 
+/// A fingerprint of a set of tables: their names, columns (names and types), row sizes,
+/// primary index kinds and secondary index names, in order; not their capacities. Two
+/// databases with the same fingerprint read each other's logs and checkpoints.
+pub fn schema_fingerprint(defs: &[TableDef]) -> u64 {
+    let mut text = String::new();
+    for d in defs {
+        let row = schema::Schema::new(
+            &d.columns
+                .iter()
+                .map(|(n, t)| (n.as_str(), *t))
+                .collect::<Vec<_>>(),
+        )
+        .map_or(0, |s| s.row_bytes);
+        text.push_str(&format!(
+            "table {} {:?} {} row {row}:",
+            d.name, d.primary, d.fixed_keys
+        ));
+        for (n, t) in &d.columns {
+            text.push_str(&format!(" {n} {t:?}"));
+        }
+        for s in &d.secondary {
+            text.push_str(&format!(" index {}", s.name));
+        }
+        text.push('\n');
+    }
+    // FNV-1a, 64 bits.
+    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 pub struct Table {
     pub id: TableId,
     pub name: String,

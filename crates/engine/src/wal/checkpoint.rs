@@ -4,11 +4,14 @@
 //! one row record per row `[0x21][table u16][key u64][tid u64][row bytes…]`, and a footer
 //! `[0x22][rows u64]`. A checkpoint is valid only if every record checks and the footer's
 //! row count matches and ends the file. It is written to `ckpt-<seq>.tmp`, fdatasync'ed,
-//! renamed to `ckpt-<seq>.ckp` and the directory is fsync'ed, so a valid name means a complete file.
+//! renamed to `ckpt-<seq>.ckp` and the directory is fsync'ed (all through the log's
+//! [`LogDevice`]), so a valid name means a complete file.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
+
+use super::device::{remove_if_present, LogDevice, LogFile};
 
 use super::format::{
     begin_record, finish_record, read_frame, Cursor, CKPT_MAGIC, REC_CKPT_FOOTER, REC_CKPT_HEADER,
@@ -24,71 +27,75 @@ fn temp_name(start_seq: BatchSeq) -> String {
     format!("ckpt-{start_seq:020}.tmp")
 }
 
-/// Writes, syncs and atomically publishes a checkpoint. Returns (path, rows, bytes).
+/// Bytes of checkpoint records gathered before each write to the file.
+const WRITE_CHUNK: usize = 1 << 20;
+
+/// Writes, syncs and atomically publishes a checkpoint through `device`.
+/// Returns (path, rows, bytes).
 pub(crate) fn write<'a>(
+    device: &dyn LogDevice,
     dir: &Path,
     start_seq: BatchSeq,
     rows: impl Iterator<Item = (u16, u64, u64, &'a [u8])>,
 ) -> Result<(PathBuf, u64, u64), (&'static str, PathBuf, io::Error)> {
     let tmp = dir.join(temp_name(start_seq));
     let path = dir.join(checkpoint_name(start_seq));
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
+    remove_if_present(device, &tmp)
+        .map_err(|e| ("remove old temporary checkpoint", tmp.clone(), e))?;
+    let mut file = device
+        .create(&tmp)
         .map_err(|e| ("create checkpoint", tmp.clone(), e))?;
-    let mut out = BufWriter::with_capacity(1 << 20, file);
-    let mut rec = Vec::with_capacity(4096);
+    let mut out: Vec<u8> = Vec::with_capacity(WRITE_CHUNK + 4096);
     let mut bytes = 0u64;
-    let mut put = |rec: &mut Vec<u8>, out: &mut BufWriter<File>| -> io::Result<()> {
-        bytes += rec.len() as u64;
-        out.write_all(rec)?;
-        rec.clear();
+    let mut put = |out: &mut Vec<u8>, file: &mut Box<dyn LogFile>, last: bool| -> io::Result<()> {
+        if out.len() >= WRITE_CHUNK || (last && !out.is_empty()) {
+            bytes += out.len() as u64;
+            file.write_all(out)?;
+            out.clear();
+        }
         Ok(())
     };
+    let write_err = |e| ("write checkpoint", tmp.clone(), e);
 
-    let start = begin_record(&mut rec, REC_CKPT_HEADER);
-    rec.extend_from_slice(CKPT_MAGIC);
-    rec.extend_from_slice(&start_seq.to_le_bytes());
-    finish_record(&mut rec, start);
-    put(&mut rec, &mut out).map_err(|e| ("write checkpoint", tmp.clone(), e))?;
+    let start = begin_record(&mut out, REC_CKPT_HEADER);
+    out.extend_from_slice(CKPT_MAGIC);
+    out.extend_from_slice(&start_seq.to_le_bytes());
+    finish_record(&mut out, start);
 
     let mut count = 0u64;
     for (table, key, tid, row) in rows {
-        let start = begin_record(&mut rec, REC_CKPT_ROW);
-        rec.extend_from_slice(&table.to_le_bytes());
-        rec.extend_from_slice(&key.to_le_bytes());
-        rec.extend_from_slice(&tid.to_le_bytes());
-        rec.extend_from_slice(row);
-        finish_record(&mut rec, start);
-        put(&mut rec, &mut out).map_err(|e| ("write checkpoint", tmp.clone(), e))?;
+        let start = begin_record(&mut out, REC_CKPT_ROW);
+        out.extend_from_slice(&table.to_le_bytes());
+        out.extend_from_slice(&key.to_le_bytes());
+        out.extend_from_slice(&tid.to_le_bytes());
+        out.extend_from_slice(row);
+        finish_record(&mut out, start);
+        put(&mut out, &mut file, false).map_err(write_err)?;
         count += 1;
     }
 
-    let start = begin_record(&mut rec, REC_CKPT_FOOTER);
-    rec.extend_from_slice(&count.to_le_bytes());
-    finish_record(&mut rec, start);
-    put(&mut rec, &mut out).map_err(|e| ("write checkpoint", tmp.clone(), e))?;
+    let start = begin_record(&mut out, REC_CKPT_FOOTER);
+    out.extend_from_slice(&count.to_le_bytes());
+    finish_record(&mut out, start);
+    put(&mut out, &mut file, true).map_err(write_err)?;
 
-    let file = out
-        .into_inner()
-        .map_err(|e| ("write checkpoint", tmp.clone(), e.into_error()))?;
-    rustix::fs::fdatasync(&file).map_err(|e| ("fdatasync checkpoint", tmp.clone(), e.into()))?;
+    file.sync_data()
+        .map_err(|e| ("fdatasync checkpoint", tmp.clone(), e))?;
     drop(file);
-    fs::rename(&tmp, &path).map_err(|e| ("rename checkpoint", path.clone(), e))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
+    device
+        .rename(&tmp, &path)
+        .map_err(|e| ("rename checkpoint", path.clone(), e))?;
+    device
+        .sync_dir(dir)
         .map_err(|e| ("fsync log directory", dir.to_path_buf(), e))?;
     Ok((path, count, bytes))
 }
 
-/// Reads and validates a checkpoint file. The error says what is wrong and where.
+/// Reads and validates a checkpoint file. The error says what is wrong and where (the
+/// caller names the file).
 pub(crate) fn read(path: &Path) -> Result<CheckpointData, String> {
-    let data = fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let bad = |off: usize, why: &dyn std::fmt::Display| {
-        format!("checkpoint {}: offset {off}: {why}", path.display())
-    };
+    let data = fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let bad = |off: usize, why: &dyn std::fmt::Display| format!("offset {off}: {why}");
     let mut off = 0usize;
     let next = |off: &mut usize| -> Result<Option<&[u8]>, String> {
         match read_frame(&data, *off) {

@@ -1,5 +1,7 @@
-//! The I/O seam: segment files and directory syncs go through [`LogDevice`], so tests can
-//! inject write and fdatasync failures into the very same writer code.
+//! The I/O seam: every write the log makes to its directory (segments, checkpoints, the
+//! control file, renames, removals, directory syncs) goes through [`LogDevice`], so tests can
+//! inject write and fdatasync failures into the very same writer code, and model a power
+//! cut (see `sim.rs`). Reads go to the file system directly.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -40,6 +42,49 @@ pub trait LogDevice: Send + Sync {
             "this log device does not preallocate",
         ))
     }
+    /// Renames `from` to `to`, replacing `to` (durable after `sync_dir`).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+    /// Removes a file (durable after `sync_dir`).
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+}
+
+/// Removes `path` through `device`; a file that is not there is not an error.
+pub(crate) fn remove_if_present(device: &dyn LogDevice, path: &Path) -> io::Result<()> {
+    match device.remove(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Writes `bytes` to `dir/name` atomically: to `dir/tmp` first (created afresh), fdatasync'ed,
+/// renamed over `name`, and the directory fsync'ed. A crash leaves either the old file or
+/// the new one, never a mix; the temporary file may be left behind.
+pub(crate) fn write_atomically(
+    device: &dyn LogDevice,
+    dir: &Path,
+    tmp: &str,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(), (&'static str, std::path::PathBuf, io::Error)> {
+    let tmp = dir.join(tmp);
+    let path = dir.join(name);
+    remove_if_present(device, &tmp).map_err(|e| ("remove", tmp.clone(), e))?;
+    let mut f = device
+        .create(&tmp)
+        .map_err(|e| ("create", tmp.clone(), e))?;
+    f.write_all(bytes).map_err(|e| ("write", tmp.clone(), e))?;
+    f.sync_data().map_err(|e| ("fdatasync", tmp.clone(), e))?;
+    drop(f);
+    device
+        .rename(&tmp, &path)
+        .map_err(|e| ("rename", path.clone(), e))?;
+    device
+        .sync_dir(dir)
+        .map_err(|e| ("fsync directory", dir.to_path_buf(), e))
 }
 
 /// Zeros written per call while preallocating, and between the fdatasyncs that keep the

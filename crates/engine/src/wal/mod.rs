@@ -10,9 +10,10 @@
 //! # On-disk format (all integers little-endian)
 //!
 //! The log directory holds segment files `wal-<first seq, 20 digits>.log`, checkpoints
-//! `ckpt-<start seq, 20 digits>.ckp` (see `checkpoint.rs`), transiently `ckpt-*.tmp`, and
-//! `LOCK`, flock'ed exclusively while a [`Wal`] has the directory open.
-//! A segment is a sequence of records; every record is framed as
+//! `ckpt-<start seq, 20 digits>.ckp` (see `checkpoint.rs`), the control file `CONTROL` (see
+//! `control.rs`), transiently `ckpt-*.tmp` and `CONTROL.tmp`, and `LOCK`, flock'ed
+//! exclusively while a [`Wal`] has the directory open. A segment is a sequence of records;
+//! every record is framed as
 //!
 //! ```text
 //! [len u32][crc u32][body: len bytes]     crc = crc32c(len as 4 LE bytes ++ body), len >= 1
@@ -34,16 +35,60 @@
 //! ```
 //!
 //! Invariants: segments only roll over at batch boundaries (once a segment reaches
-//! `segment_bytes`), so a segment starts with a batch header; a segment's name is a lower
-//! bound of its batch seqs and every batch in it is below the next segment's name; batch seqs
-//! are consecutive through the log (every submitted batch is written, in order, even an
-//! empty one). Recovery reads segments in order and stops at the first record that is
-//! partial, runs past the end, fails its crc, does not decode, or breaks these invariants;
-//! it truncates that segment there, deletes the later segments and reports a
-//! [`Truncation`]. Records are recovered one by one: a torn batch yields its complete
-//! records (they belong to transactions that were never acknowledged, so either outcome is
-//! correct). A log whose first batch is above the newest checkpoint's start seq (above 1
-//! without a checkpoint) has lost segments: that is a recovery error, not a truncation.
+//! `segment_bytes`), and a segment is named after its first batch; batch seqs are
+//! consecutive through the log (every submitted batch is written, in order, even an empty
+//! one), so each segment starts with the batch after the previous segment's last. A segment
+//! is written and fdatasync'ed before the next one is made, so only the newest segment can
+//! hold unsynced bytes.
+//!
+//! # Recovery: a torn tail is cut, anything else is refused
+//!
+//! A crash (or a power cut) can only tear the unsynced end of the newest segment: the log
+//! assumes a device that persists a file's unsynced writes in order (a power cut keeps a
+//! prefix of them, cut anywhere, possibly in the middle of a record), and leaves after the
+//! tear what was there before: nothing, zeros (a preallocated segment) or an older file's
+//! bytes. Recovery reads the control file, the newest checkpoint and every segment without
+//! writing, and then judges how the records end:
+//!
+//! - at the end of the newest segment, or at a run of zeros to its end (the unused part of
+//!   a preallocated segment): clean;
+//! - at a bad frame (partial, past the end, a crc mismatch, a body that does not decode, a
+//!   record outside a batch, a batch seq that is not the next) in the newest segment, with
+//!   no evidence of a later write after it: a torn tail. Evidence of a later write is a
+//!   batch header frame, anywhere after the bad one in that segment, whose crc checks and
+//!   whose seq is above the last good batch's: a torn write never leaves one behind (older
+//!   bytes hold older batches), while a bad byte in records that were followed by later
+//!   batches always does. The tail is cut (truncated durably) and reported as a
+//!   [`Truncation`]. Damage to the last batch of the log looks the same as a torn write and
+//!   is cut the same way; a device that writes the unsynced tail back out of order can
+//!   leave a hole with a later batch after it, which is refused as damage.
+//! - anything else is damage and is refused ([`WalError::Damaged`], [`WalError::Missing`]):
+//!   a bad frame with a later batch after it, a bad frame in an older segment, a segment
+//!   that does not start with the batch after the previous one's last (a deleted, renamed or
+//!   stray segment), a file named like a log file that is none, a segment or checkpoint the
+//!   control file names that is missing, a log that ends before the batch the control file
+//!   says was durable. The error names the file and offset; no file is changed.
+//!
+//! Records are recovered one by one: a torn batch yields its complete records (they belong
+//! to transactions that were never acknowledged, so either outcome is correct).
+//!
+//! With [`OnDamage::Truncate`] (the explicit repair, `islands repair --truncate-damaged-log`)
+//! the log is cut at the damage instead: that segment is truncated there (deleted if the
+//! damage is its start), every later segment is deleted, and [`Recovery::repaired`] says how
+//! many records of which transactions were dropped. [`read_only`] recovers without writing
+//! anything at all (no lock file, no cut, no removal): for checks.
+//!
+//! # The control file
+//!
+//! `CONTROL` says whose log this is (deployment id, island id and count, schema
+//! fingerprint, workload; [`LogIdentity`]) and how far it reaches (newest checkpoint, the
+//! oldest and newest segments, the newest batch known durable). It is rewritten atomically
+//! when the log opens, when it rolls over to a new segment and when a checkpoint is written,
+//! never per batch. An open whose identity differs is refused (another island's directory,
+//! another deployment's, another schema). A directory with segments or checkpoints but no
+//! control file (written by an older islands) is refused: without it a missing segment
+//! cannot be told from the end of the log.
+//!
 //! Nothing is written or read when durability is `off`.
 //!
 //! With [`WalConfig::preallocate`], a thread keeps a file of zeros (`wal-spare.tmp`,
@@ -60,9 +105,11 @@
 //! a patch applies only over an image older than itself).
 
 mod checkpoint;
+pub(crate) mod control;
 mod device;
 mod format;
 mod recovery;
+pub mod sim;
 #[cfg(test)]
 mod tests;
 
@@ -77,6 +124,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+pub use control::{read as read_control, Control, LogIdentity, CONTROL_VERSION};
 pub use device::{FsDevice, LogDevice, LogFile};
 pub use format::LogBuffer;
 
@@ -153,6 +201,24 @@ pub struct WalConfig {
     /// 1.06, 1.08 times as fast), and costs where the disk and the cores are
     /// busy with the log itself (TPC-C 50/50, sync: 0.73, 0.82, 0.93). Off by default.
     pub preallocate: bool,
+    /// Whose log the directory must hold (checked against its control file; a new
+    /// directory records it).
+    pub identity: LogIdentity,
+    /// What recovery does with damage that is not a torn tail.
+    pub on_damage: OnDamage,
+}
+
+/// What recovery does with damage it cannot explain as a torn tail (see the module
+/// documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnDamage {
+    /// Refuse to open, naming the file and offset, and change no file.
+    #[default]
+    Refuse,
+    /// Cut the log at the damage: truncate that segment there (or delete it, if the damage
+    /// is its start) and delete every later segment, reporting what was dropped in
+    /// [`Recovery::repaired`]. Acknowledged transactions may be lost: a repair, never a default.
+    Truncate,
 }
 
 impl WalConfig {
@@ -166,6 +232,8 @@ impl WalConfig {
             segment_bytes: Self::DEFAULT_SEGMENT_BYTES,
             group_delay: Self::DEFAULT_GROUP_DELAY,
             preallocate: false,
+            identity: LogIdentity::default(),
+            on_damage: OnDamage::Refuse,
         }
     }
 }
@@ -194,6 +262,36 @@ pub enum WalError {
     Config(String),
     #[error("log recovery failed: {0}")]
     Recovery(String),
+    /// Damage that no crash explains; nothing was changed.
+    #[error(
+        "log damaged: {file} at offset {offset}: {reason} (every file was left as it is)",
+        file = file.display()
+    )]
+    Damaged {
+        file: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    /// A file the log needs is gone; nothing was changed.
+    #[error(
+        "log incomplete: {file} is missing: {reason} (every file was left as it is)",
+        file = file.display()
+    )]
+    Missing { file: PathBuf, reason: String },
+    /// The directory holds another island's, deployment's or schema's log.
+    #[error("log directory of another database: {file}: {reason}", file = file.display())]
+    Identity { file: PathBuf, reason: String },
+    #[error("corrupt control file {file}: {reason}", file = file.display())]
+    CorruptControl { file: PathBuf, reason: String },
+    #[error(
+        "log directory {dir} holds a log but no control file (CONTROL): it was written by an \
+         older islands, or CONTROL was removed; this islands cannot tell whether segments are \
+         missing, so it does not open it",
+        dir = dir.display()
+    )]
+    NoControl { dir: PathBuf },
+    #[error("corrupt checkpoint {file}: {reason}", file = file.display())]
+    CorruptCheckpoint { file: PathBuf, reason: String },
 }
 
 impl WalError {
@@ -212,6 +310,13 @@ impl From<WalError> for crate::Error {
         match e {
             WalError::Config(m) => crate::Error::Config(m),
             WalError::Recovery(m) => crate::Error::Recovery(m),
+            e @ (WalError::Damaged { .. } | WalError::Missing { .. }) => {
+                crate::Error::Damaged(e.to_string())
+            }
+            e @ (WalError::Identity { .. }
+            | WalError::CorruptControl { .. }
+            | WalError::NoControl { .. }
+            | WalError::CorruptCheckpoint { .. }) => crate::Error::Recovery(e.to_string()),
             other => crate::Error::LogFailed(other.to_string()),
         }
     }
@@ -273,47 +378,87 @@ pub struct CheckpointData {
     pub rows: Vec<(u16, u64, u64, Vec<u8>)>,
 }
 
-/// Where recovery cut a damaged log.
+/// A torn tail: the newest segment's end, cut by a crash in the middle of a write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Truncation {
-    /// The segment that was truncated.
+    /// The newest segment.
     pub file: PathBuf,
-    /// Offset of the first bad record; the segment now ends here.
+    /// Offset of the first bad record: the log's records end here.
     pub offset: u64,
     pub reason: String,
+    /// Bytes from `offset` to the end of the file.
     pub bytes_truncated: u64,
-    /// Later segments that were deleted because they follow the cut.
-    pub segments_deleted: Vec<PathBuf>,
+    /// Whether the segment was cut there (`false`: a recovery that only reads left it).
+    pub cut: bool,
 }
 
 impl fmt::Display for Truncation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "log segment {}: corrupt record at offset {} ({}), truncated {} bytes",
+            "log segment {}: torn tail at offset {} ({}), ",
             self.file.display(),
             self.offset,
             self.reason,
-            self.bytes_truncated
         )?;
-        if !self.segments_deleted.is_empty() {
+        if self.cut {
+            write!(f, "truncated {} bytes", self.bytes_truncated)
+        } else {
             write!(
                 f,
-                ", deleted {} later segment(s)",
-                self.segments_deleted.len()
-            )?;
+                "{} bytes ignored (left as they are: this recovery writes nothing)",
+                self.bytes_truncated
+            )
         }
-        Ok(())
     }
 }
 
-/// What `Wal::open` found.
+/// What a recovery with [`OnDamage::Truncate`] cut from a damaged log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Repair {
+    /// Where the damage is; the log now ends here.
+    pub file: PathBuf,
+    pub offset: u64,
+    pub reason: String,
+    /// Bytes cut from `file` and the segments deleted after it.
+    pub bytes_dropped: u64,
+    pub segments_deleted: Vec<PathBuf>,
+    /// Records after the damage that still decoded (found again at later batch headers),
+    /// and the transactions they belong to: tids of commits, gtids of 2PC records.
+    pub records_dropped: u64,
+    pub tids: Vec<u64>,
+    pub gtids: Vec<u64>,
+}
+
+impl fmt::Display for Repair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "log cut at {} offset {} ({}): dropped {} bytes, {} later segment(s), {} decodable \
+             record(s) of {} transaction(s) and {} distributed transaction(s)",
+            self.file.display(),
+            self.offset,
+            self.reason,
+            self.bytes_dropped,
+            self.segments_deleted.len(),
+            self.records_dropped,
+            self.tids.len(),
+            self.gtids.len()
+        )
+    }
+}
+
+/// What `Wal::open` (or [`read_only`]) found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recovery {
     pub checkpoint: Option<CheckpointData>,
     /// Records of batches with seq >= the checkpoint's start seq (all if none), in log order.
     pub records: Vec<LogRecord>,
     pub truncated: Option<Truncation>,
+    /// What [`OnDamage::Truncate`] cut.
+    pub repaired: Option<Repair>,
+    /// The directory's control file as recovery found it (`None`: a new directory).
+    pub control: Option<Control>,
 }
 
 /// What `write_checkpoint` did.
@@ -395,6 +540,10 @@ struct Shared {
     queue: Mutex<Queue>,
     work_cv: Condvar,
     durable: AtomicU64,
+    /// Batches up to this one are written and fdatasync'ed (the writer's; for the control file).
+    synced: AtomicU64,
+    /// The directory's control file as last written (`None` when durability is off).
+    control: Mutex<Option<Control>>,
     /// Taken by the writer around publishing progress or failure, so waiters never miss it.
     durable_lock: Mutex<()>,
     durable_cv: Condvar,
@@ -484,15 +633,215 @@ pub fn holds_log(dir: &Path) -> Result<bool, WalError> {
     Ok(!listing.segments.is_empty() || !listing.checkpoints.is_empty())
 }
 
+/// Everything recovery read and judged, before anything is written.
+struct Inspected {
+    listing: recovery::DirListing,
+    control: Option<Control>,
+    checkpoint: Option<CheckpointData>,
+    scan: recovery::Scan,
+}
+
+/// Reads the log in `dir` and judges it against its control file and `identity`, writing
+/// nothing: damage is an error unless `on_damage` says to cut it (the caller does).
+fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<Inspected, WalError> {
+    let listing = recovery::list_dir(dir)?;
+    if let Some(stray) = listing.strays.first() {
+        return Err(WalError::Damaged {
+            file: stray.clone(),
+            offset: 0,
+            reason: "it is named like a log file (wal-<20 digits>.log, ckpt-<20 digits>.ckp) but \
+                     is none: move it out of the log directory"
+                .into(),
+        });
+    }
+    let control = control::read(dir)?;
+    let ctl_path = control::path(dir);
+    match &control {
+        Some(c) => c.check(&ctl_path, identity)?,
+        None if !listing.segments.is_empty() || !listing.checkpoints.is_empty() => {
+            return Err(WalError::NoControl {
+                dir: dir.to_path_buf(),
+            })
+        }
+        None => {}
+    }
+    let checkpoint = recovery::load_checkpoint(&listing.checkpoints)?;
+    if let Some(c) = &control {
+        check_extent(dir, c, &listing)?;
+    }
+    let scan = recovery::scan(listing.segments.clone())?;
+    let start_seq = checkpoint.as_ref().map_or(0, |c| c.start_seq);
+    if scan.first_seq > start_seq.max(1) {
+        let first = &scan.segments[0].1;
+        return Err(WalError::Missing {
+            file: dir.join(recovery::segment_name(start_seq.max(1))),
+            reason: format!(
+                "the log's first segment {} starts at batch {}, but batches from {} on are in no \
+                 checkpoint (segments before it were deleted)",
+                first.display(),
+                scan.first_seq,
+                start_seq.max(1)
+            ),
+        });
+    }
+    if let recovery::End::Damaged(f) = &scan.end {
+        if on_damage == OnDamage::Refuse {
+            return Err(WalError::Damaged {
+                file: scan.segments[f.segment].1.clone(),
+                offset: f.offset,
+                reason: f.reason.clone(),
+            });
+        }
+    } else if let Some(c) = &control {
+        // The log and the checkpoint reach every batch that was durable when the control
+        // file was written.
+        let reach = scan.max_seq.max(start_seq.saturating_sub(1));
+        if c.durable > reach {
+            let last = scan.segments.last().map_or_else(
+                || dir.join(recovery::segment_name(reach + 1)),
+                |s| s.1.clone(),
+            );
+            return Err(WalError::Missing {
+                file: dir.join(recovery::segment_name(reach + 1)),
+                reason: format!(
+                    "the log ends at batch {reach} (in {}), but batch {} was durable when {} was \
+                     written: the end of the log is gone",
+                    last.display(),
+                    c.durable,
+                    ctl_path.display()
+                ),
+            });
+        }
+    }
+    Ok(Inspected {
+        listing,
+        control,
+        checkpoint,
+        scan,
+    })
+}
+
+/// The files the control file says must exist do.
+fn check_extent(dir: &Path, c: &Control, listing: &recovery::DirListing) -> Result<(), WalError> {
+    let ctl = control::path(dir);
+    if c.checkpoint != 0
+        && listing
+            .checkpoints
+            .last()
+            .is_none_or(|l| l.0 < c.checkpoint)
+    {
+        return Err(WalError::Missing {
+            file: dir.join(checkpoint::checkpoint_name(c.checkpoint)),
+            reason: format!(
+                "{} names it as the newest checkpoint, and no newer one is there",
+                ctl.display()
+            ),
+        });
+    }
+    let has = |seq: BatchSeq| listing.segments.iter().any(|s| s.0 == seq);
+    for (seq, which) in [
+        (c.first_segment, "the oldest segment that must exist"),
+        (
+            c.last_segment,
+            "the newest segment the log made (renamed or deleted?)",
+        ),
+    ] {
+        if seq != 0 && !has(seq) {
+            return Err(WalError::Missing {
+                file: dir.join(recovery::segment_name(seq)),
+                reason: format!("{} names it as {which}", ctl.display()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Shortens a segment to its first `len` bytes, durably.
+fn cut_segment(device: &dyn LogDevice, path: &Path, len: u64) -> Result<(), WalError> {
+    let mut file = device
+        .open_append(path)
+        .map_err(|e| WalError::io("open log segment for truncation", path, e))?;
+    file.set_len(len)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| WalError::io("truncate log segment", path, e))
+}
+
+/// Takes a shared lock on `<dir>/LOCK` if the file exists, without creating anything: a
+/// log that has the directory open holds it exclusively.
+fn lock_dir_shared(dir: &Path) -> Result<Option<std::fs::File>, WalError> {
+    let path = dir.join("LOCK");
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(WalError::io("open lock file", &path, e)),
+    };
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockShared).map_err(|e| {
+        WalError::Config(format!(
+            "log directory {} is in use by an open log ({e})",
+            dir.display()
+        ))
+    })?;
+    Ok(Some(file))
+}
+
+/// Recovers the log in `dir` without writing a byte there: no lock file is created, no
+/// torn tail is cut (it is reported with `cut: false`), no temporary file is removed, and
+/// damage is refused. The directory must hold a control file matching `identity`. For
+/// checks; a log that goes on is opened with [`Wal::open`].
+pub fn read_only(dir: &Path, identity: &LogIdentity) -> Result<Recovery, WalError> {
+    if !dir.is_dir() {
+        return Err(WalError::Config(format!(
+            "log directory {} does not exist",
+            dir.display()
+        )));
+    }
+    let _lock = lock_dir_shared(dir)?;
+    let ins = inspect(dir, identity, OnDamage::Refuse)?;
+    if ins.control.is_none() {
+        return Err(WalError::Config(format!(
+            "{} holds no log (no control file, segment or checkpoint)",
+            dir.display()
+        )));
+    }
+    let start_seq = ins.checkpoint.as_ref().map_or(0, |c| c.start_seq);
+    let truncated = match &ins.scan.end {
+        recovery::End::Torn(f) => {
+            let file = ins.scan.segments[f.segment].1.clone();
+            let len = std::fs::metadata(&file)
+                .map_err(|e| WalError::io("stat log segment", &file, e))?
+                .len();
+            Some(Truncation {
+                file,
+                offset: f.offset,
+                reason: f.reason.clone(),
+                bytes_truncated: len - f.offset,
+                cut: false,
+            })
+        }
+        _ => None,
+    };
+    let mut records = ins.scan.records;
+    records.retain(|r| r.seq() >= start_seq);
+    Ok(Recovery {
+        checkpoint: ins.checkpoint,
+        records,
+        truncated,
+        repaired: None,
+        control: ins.control,
+    })
+}
+
 impl Wal {
-    /// Opens (creating if needed) the log directory, loads the newest checkpoint, scans the
-    /// segments, truncates a torn or corrupt tail (reported in `Recovery::truncated`) and
-    /// starts the writer thread. With `Durability::Off` nothing is read or written.
+    /// Opens (creating if needed) the log directory, checks it against its control file,
+    /// loads the newest checkpoint, scans the segments, cuts a torn tail (reported in
+    /// `Recovery::truncated`), refuses damage (unless [`WalConfig::on_damage`] says to cut
+    /// it), and starts the writer thread. With `Durability::Off` nothing is read or written.
     pub fn open(cfg: WalConfig) -> Result<(Arc<Wal>, Recovery), WalError> {
         Self::open_with_device(cfg, Arc::new(FsDevice))
     }
 
-    /// `open` with segment I/O going through `device` (tests inject failures here).
+    /// `open` with the log's writes going through `device` (tests inject failures and
+    /// power cuts here).
     pub fn open_with_device(
         cfg: WalConfig,
         device: Arc<dyn LogDevice>,
@@ -501,7 +850,7 @@ impl Wal {
             return Err(WalError::Config("segment_bytes must be at least 1".into()));
         }
         if cfg.durability == Durability::Off {
-            let shared = Self::shared(cfg, device, 1, Vec::new(), None);
+            let shared = Self::shared(cfg, device, 1, Vec::new(), None, None);
             let wal = Wal {
                 shared,
                 writer: Mutex::new(None),
@@ -524,21 +873,59 @@ impl Wal {
                 .map_err(|e| WalError::io("fsync parent of log directory", &parent, e))?;
         }
         let lock = lock_dir(&dir)?;
-        let listing = recovery::list_dir(&dir)?;
-        for tmp in &listing.temps {
-            std::fs::remove_file(tmp).map_err(|e| WalError::io("remove temporary file", tmp, e))?;
+        let ins = inspect(&dir, &cfg.identity, cfg.on_damage)?;
+        // Everything was judged: from here on the directory changes.
+        let dev = device.as_ref();
+        for tmp in &ins.listing.temps {
+            dev.remove(tmp)
+                .map_err(|e| WalError::io("remove temporary file", tmp, e))?;
         }
-        let checkpoint = recovery::load_checkpoint(&listing.checkpoints)?;
-        let scan = recovery::scan(&dir, device.as_ref(), listing.segments)?;
+        let found_control = ins.control.clone();
+        let mut control = match ins.control {
+            Some(mut c) => {
+                if c.workload.is_empty() {
+                    c.workload = cfg.identity.workload.clone();
+                }
+                c
+            }
+            None => {
+                // Written before the first segment, so that no crash leaves a log
+                // without a control file.
+                let c = Control::new(&cfg.identity);
+                control::write(dev, &dir, &c)?;
+                c
+            }
+        };
+        let checkpoint = ins.checkpoint;
         let start_seq = checkpoint.as_ref().map_or(0, |c| c.start_seq);
-        if scan.first_seq > start_seq.max(1) {
-            return Err(WalError::Recovery(format!(
-                "log {} starts at batch {} but batches from {} on are in no checkpoint \
-                 (segments are missing)",
-                dir.display(),
-                scan.first_seq,
-                start_seq.max(1)
-            )));
+        let mut scan = ins.scan;
+        let mut truncated = None;
+        let mut repaired = None;
+        match std::mem::replace(&mut scan.end, recovery::End::Clean) {
+            recovery::End::Clean => {}
+            // The last segment loses its unused zeros, so that appending goes on where its
+            // records end; nothing is reported.
+            recovery::End::Zeros { offset } => {
+                let path = &scan.segments.last().expect("a segment ends in zeros").1;
+                cut_segment(dev, path, offset)?;
+            }
+            recovery::End::Torn(f) => {
+                let file = scan.segments[f.segment].1.clone();
+                let len = std::fs::metadata(&file)
+                    .map_err(|e| WalError::io("stat log segment", &file, e))?
+                    .len();
+                cut_segment(dev, &file, f.offset)?;
+                truncated = Some(Truncation {
+                    file,
+                    offset: f.offset,
+                    reason: f.reason,
+                    bytes_truncated: len - f.offset,
+                    cut: true,
+                });
+            }
+            recovery::End::Damaged(f) => {
+                repaired = Some(Self::cut_damage(dev, &dir, &mut scan, &f)?);
+            }
         }
         // The last segment's name is a lower bound of the seqs it may hold.
         let last_name = scan.segments.last().map_or(0, |s| s.0);
@@ -548,30 +935,40 @@ impl Wal {
 
         // Open the segment to append to now, so an unwritable directory fails here, by name.
         let mut segments = scan.segments;
-        let (file, file_len) = match segments.last() {
+        let (mut file, file_len) = match segments.last() {
             Some((_, path)) => {
                 let len = std::fs::metadata(path)
                     .map_err(|e| WalError::io("stat log segment", path, e))?
                     .len();
-                let file = device
+                let file = dev
                     .open_append(path)
                     .map_err(|e| WalError::io("open log segment", path, e))?;
                 (file, len)
             }
             None => {
                 let path = dir.join(recovery::segment_name(next_seq));
-                let file = device
+                let file = dev
                     .create(&path)
                     .map_err(|e| WalError::io("create log segment", &path, e))?;
-                device
-                    .sync_dir(&dir)
+                dev.sync_dir(&dir)
                     .map_err(|e| WalError::io("fsync log directory", &dir, e))?;
                 segments.push((next_seq, path));
                 (file, 0)
             }
         };
+        // What recovery read may still be in the page cache only (a killed process's last
+        // writes): make it durable before the control file says it is.
+        if let Some((_, path)) = segments.last() {
+            file.sync_data()
+                .map_err(|e| WalError::io("fdatasync log segment", path, e))?;
+        }
+        control.checkpoint = start_seq;
+        control.durable = next_seq - 1;
+        control.first_segment = segments.first().map_or(0, |s| s.0);
+        control.last_segment = segments.last().map_or(0, |s| s.0);
+        control::write(dev, &dir, &control)?;
 
-        let shared = Self::shared(cfg, device, next_seq, segments, Some(lock));
+        let shared = Self::shared(cfg, device, next_seq, segments, Some(lock), Some(control));
         shared.durable.store(next_seq - 1, Ordering::Release);
         let writer = Writer {
             shared: Arc::clone(&shared),
@@ -582,6 +979,8 @@ impl Wal {
             unsynced: false,
             last_sync: Instant::now(),
             preallocated: false,
+            staged_through: next_seq - 1,
+            written_through: next_seq - 1,
         };
         let handle = std::thread::Builder::new()
             .name("wal-writer".into())
@@ -607,9 +1006,48 @@ impl Wal {
         let recovery = Recovery {
             checkpoint,
             records,
-            truncated: scan.truncated,
+            truncated,
+            repaired,
+            control: found_control,
         };
         Ok((Arc::new(wal), recovery))
+    }
+
+    /// [`OnDamage::Truncate`]: cuts the log at fault `f` (the faulty segment is truncated
+    /// there, or deleted when the fault is its start and it is not the first), deletes every
+    /// later segment, and says what was dropped.
+    fn cut_damage(
+        dev: &dyn LogDevice,
+        dir: &Path,
+        scan: &mut recovery::Scan,
+        f: &recovery::Fault,
+    ) -> Result<Repair, WalError> {
+        let lost = recovery::salvage(scan, f)?;
+        let file = scan.segments[f.segment].1.clone();
+        let keep = if f.offset == 0 && f.segment > 0 {
+            f.segment
+        } else {
+            cut_segment(dev, &file, f.offset)?;
+            f.segment + 1
+        };
+        let mut deleted = Vec::new();
+        for (_, later) in scan.segments.drain(keep..) {
+            dev.remove(&later)
+                .map_err(|e| WalError::io("delete log segment", &later, e))?;
+            deleted.push(later);
+        }
+        dev.sync_dir(dir)
+            .map_err(|e| WalError::io("fsync log directory", dir, e))?;
+        Ok(Repair {
+            file,
+            offset: f.offset,
+            reason: f.reason.clone(),
+            bytes_dropped: lost.bytes,
+            segments_deleted: deleted,
+            records_dropped: lost.records,
+            tids: lost.tids,
+            gtids: lost.gtids,
+        })
     }
 
     fn shared(
@@ -618,6 +1056,7 @@ impl Wal {
         next_seq: BatchSeq,
         segments: Vec<(BatchSeq, PathBuf)>,
         lock: Option<std::fs::File>,
+        control: Option<Control>,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             cfg,
@@ -632,6 +1071,8 @@ impl Wal {
             }),
             work_cv: Condvar::new(),
             durable: AtomicU64::new(next_seq - 1),
+            synced: AtomicU64::new(next_seq - 1),
+            control: Mutex::new(control),
             durable_lock: Mutex::new(()),
             durable_cv: Condvar::new(),
             failed_flag: AtomicBool::new(false),
@@ -768,27 +1209,38 @@ impl Wal {
         }
         let _one_at_a_time = sh.checkpoint_lock.lock();
         let dir = &sh.cfg.dir;
-        let (path, rows, bytes) = checkpoint::write(dir, start_seq, rows)
+        let dev = sh.device.as_ref();
+        let (path, rows, bytes) = checkpoint::write(dev, dir, start_seq, rows)
             .map_err(|(op, path, e)| WalError::io(op, &path, e))?;
 
-        // The new checkpoint is durable: older checkpoints and covered segments can go.
-        for (_, old) in recovery::list_dir(dir)?.checkpoints {
-            if old != path {
-                std::fs::remove_file(&old)
-                    .map_err(|e| WalError::io("delete old checkpoint", &old, e))?;
-            }
-        }
         let doomed: Vec<(BatchSeq, PathBuf)> = {
             let mut segs = sh.segments.lock();
             // Segment i holds only batches < the name of segment i+1; never drop the last.
             let n = segs.windows(2).take_while(|w| w[1].0 <= start_seq).count();
             segs.drain(..n).collect()
         };
-        for (_, seg) in &doomed {
-            std::fs::remove_file(seg).map_err(|e| WalError::io("delete log segment", seg, e))?;
+        // The new checkpoint is durable. The control file says so before older checkpoints
+        // and covered segments go, so that it never names a file that is gone.
+        {
+            let mut ctl = sh.control.lock();
+            if let Some(c) = ctl.as_mut() {
+                c.checkpoint = start_seq;
+                c.durable = c.durable.max(sh.synced.load(Ordering::Acquire));
+                c.first_segment = sh.segments.lock().first().map_or(0, |s| s.0);
+                control::write(dev, dir, c)?;
+            }
         }
-        sh.device
-            .sync_dir(dir)
+        for (_, old) in recovery::list_dir(dir)?.checkpoints {
+            if old != path {
+                dev.remove(&old)
+                    .map_err(|e| WalError::io("delete old checkpoint", &old, e))?;
+            }
+        }
+        for (_, seg) in &doomed {
+            dev.remove(seg)
+                .map_err(|e| WalError::io("delete log segment", seg, e))?;
+        }
+        dev.sync_dir(dir)
             .map_err(|e| WalError::io("fsync log directory", dir, e))?;
         Ok(CheckpointInfo {
             start_seq,
@@ -816,7 +1268,10 @@ impl Wal {
         if let Some(h) = self.preallocator.lock().take() {
             let _ = h.join();
             // A spare nobody will take (a crash leaves it to the next open).
-            let _ = std::fs::remove_file(self.shared.cfg.dir.join(SPARE_NAME));
+            let _ = self
+                .shared
+                .device
+                .remove(&self.shared.cfg.dir.join(SPARE_NAME));
         }
         self.shared.stopped.store(true, Ordering::Release);
         let _g = self.shared.durable_lock.lock();
@@ -865,6 +1320,9 @@ struct Writer {
     last_sync: Instant,
     /// The current segment was preallocated: writing it changes no metadata.
     preallocated: bool,
+    /// The last batch copied into `staging`, and the last one written to the file.
+    staged_through: BatchSeq,
+    written_through: BatchSeq,
 }
 
 impl Spare {
@@ -999,6 +1457,7 @@ impl Writer {
             }
             format::push_batch_header(&mut self.staging, seq);
             self.staging.extend_from_slice(&self.taken[i].1);
+            self.staged_through = seq;
             if self.staging.len() >= STAGING_FLUSH_BYTES {
                 self.flush_staging()?;
             }
@@ -1037,6 +1496,7 @@ impl Writer {
         let n = self.staging.len() as u64;
         self.file_len += n;
         self.unsynced = true;
+        self.written_through = self.staged_through;
         self.shared
             .stats
             .bytes_written
@@ -1058,6 +1518,9 @@ impl Writer {
         s.syncs.fetch_add(1, Ordering::Relaxed);
         s.sync_nanos
             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.shared
+            .synced
+            .store(self.written_through, Ordering::Release);
         self.unsynced = false;
         self.last_sync = Instant::now();
         Ok(())
@@ -1098,6 +1561,18 @@ impl Writer {
         self.file = file;
         self.file_len = 0;
         self.shared.segments.lock().push((first_seq, path));
+        // Once per segment, not per batch: the control file names the newest segment, so
+        // that one renamed or deleted is missed rather than taken for the end of the log.
+        // After the directory sync above, so that it never names a segment that a crash
+        // can take back.
+        {
+            let mut ctl = self.shared.control.lock();
+            if let Some(c) = ctl.as_mut() {
+                c.last_segment = first_seq;
+                c.durable = c.durable.max(self.written_through);
+                control::write(self.shared.device.as_ref(), dir, c)?;
+            }
+        }
         self.shared
             .stats
             .segments_created

@@ -1,13 +1,14 @@
-//! Opening an existing log: list the directory, load the newest checkpoint, scan segments
-//! in order, and cut the log at the first bad record (truncate that segment, delete later ones).
+//! Reading an existing log: list the directory, load the newest checkpoint, and scan the
+//! segments in order. Nothing here writes: the scan says how the records end (cleanly, in
+//! a preallocated segment's zeros, in a torn tail, or in damage) and `Wal::open` decides
+//! what to do about it (see the module documentation of `wal`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::checkpoint;
-use super::device::LogDevice;
-use super::format::{decode_log_body, read_frame, Decoded};
-use super::{BatchSeq, CheckpointData, LogRecord, Truncation, WalError};
+use super::format::{decode_log_body, read_frame, Decoded, HEADER_BYTES, REC_BATCH};
+use super::{BatchSeq, CheckpointData, LogRecord, WalError};
 
 pub(crate) fn segment_name(first_seq: BatchSeq) -> String {
     format!("wal-{first_seq:020}.log")
@@ -26,7 +27,10 @@ fn parse_seq(name: &str, prefix: &str, suffix: &str) -> Option<BatchSeq> {
 pub(crate) struct DirListing {
     pub segments: Vec<(BatchSeq, PathBuf)>,
     pub checkpoints: Vec<(BatchSeq, PathBuf)>,
+    /// Temporary files a crash may leave (`ckpt-*.tmp`, `CONTROL.tmp`, the spare segment).
     pub temps: Vec<PathBuf>,
+    /// Files named like the log's own (`wal-…`, `ckpt-…`) that are none of them.
+    pub strays: Vec<PathBuf>,
 }
 
 pub(crate) fn list_dir(dir: &Path) -> Result<DirListing, WalError> {
@@ -40,155 +44,278 @@ pub(crate) fn list_dir(dir: &Path) -> Result<DirListing, WalError> {
             out.segments.push((seq, entry.path()));
         } else if let Some(seq) = parse_seq(name, "ckpt-", ".ckp") {
             out.checkpoints.push((seq, entry.path()));
-        } else if parse_seq(name, "ckpt-", ".tmp").is_some() || name == super::SPARE_NAME {
+        } else if parse_seq(name, "ckpt-", ".tmp").is_some()
+            || name == super::SPARE_NAME
+            || name == super::control::CONTROL_TMP
+        {
             out.temps.push(entry.path());
+        } else if name.starts_with("wal-") || name.starts_with("ckpt-") {
+            out.strays.push(entry.path());
         }
     }
     out.segments.sort();
     out.checkpoints.sort();
+    out.strays.sort();
     Ok(out)
 }
 
+/// Where a segment's records stop being good, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Fault {
+    /// Index of the segment in [`Scan::segments`].
+    pub segment: usize,
+    pub offset: u64,
+    pub reason: String,
+}
+
+/// How the log's records end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum End {
+    /// At the end of the newest segment.
+    Clean,
+    /// The newest segment's records end at `offset`, and zeros follow to its end: the
+    /// unused part of a preallocated segment ([`super::LogDevice::preallocate`]).
+    Zeros { offset: u64 },
+    /// The newest segment ends in a bad frame with no trace of a later write after it:
+    /// the unsynced end of the log, torn by a crash.
+    Torn(Fault),
+    /// A fault no crash explains: in an older segment, followed by a later batch, or a
+    /// break in the chain of batch seqs.
+    Damaged(Fault),
+}
+
 /// Result of scanning the log segments.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Scan {
+    /// The good records, up to the end or fault.
     pub records: Vec<LogRecord>,
-    /// Lowest and highest batch seq in the good part of the log (0 if none).
+    /// Lowest and highest batch seq of the good records (0 if none).
     pub first_seq: BatchSeq,
     pub max_seq: BatchSeq,
-    /// Segments that remain after truncation, in order.
+    /// Every segment listed, in order.
     pub segments: Vec<(BatchSeq, PathBuf)>,
-    pub truncated: Option<Truncation>,
+    pub end: End,
 }
 
-/// Where and why a segment's good prefix ends.
-struct Cut {
-    offset: usize,
-    reason: String,
-}
-
-/// How a segment's records end.
-enum End {
-    /// At the end of the file.
+/// How one segment's frames end.
+enum SegEnd {
     Clean,
-    /// At this offset, with nothing but zero bytes after it: the unused part
-    /// of a preallocated segment ([`super::LogDevice::preallocate`]).
     Zeros(usize),
-    /// At a bad record: the tail from there is cut.
-    Bad(Cut),
+    Bad(usize, String),
 }
 
-/// Scans one segment's bytes, appending its records, and says how they end.
-fn scan_segment(data: &[u8], first_seq: BatchSeq, out: &mut Scan) -> End {
+/// Scans one segment's bytes, appending its records to `out`. Its first frame must be
+/// the header of batch `name` (a segment is named after its first batch); every later
+/// batch header must carry the next seq.
+fn scan_segment(data: &[u8], name: BatchSeq, out: &mut Scan) -> SegEnd {
     let mut off = 0usize;
-    let mut batch: Option<BatchSeq> = None;
+    let mut in_batch = false;
     loop {
         let (body, next) = match read_frame(data, off) {
             Ok(Some(frame)) => frame,
-            Ok(None) => return End::Clean,
+            Ok(None) => return SegEnd::Clean,
             // No record has a zero length, so a torn write is never all
-            // zeros unless none of it reached the disk (then it was never
-            // acknowledged either).
-            Err(_) if data[off..].iter().all(|&b| b == 0) => return End::Zeros(off),
-            Err(e) => {
-                return End::Bad(Cut {
-                    offset: off,
-                    reason: e.to_string(),
-                })
-            }
+            // zeros unless none of it reached the disk.
+            Err(_) if data[off..].iter().all(|&b| b == 0) => return SegEnd::Zeros(off),
+            Err(e) => return SegEnd::Bad(off, e.to_string()),
         };
-        let cut = |reason: &str| {
-            End::Bad(Cut {
-                offset: off,
-                reason: reason.to_string(),
-            })
-        };
-        match decode_log_body(body, batch.unwrap_or(0)) {
+        match decode_log_body(body, out.max_seq) {
             Ok(Decoded::Batch(seq)) => {
-                // Every submitted batch is written, in order: seqs on disk are consecutive.
-                let in_order = if out.max_seq == 0 {
-                    seq >= first_seq.max(1)
-                } else {
-                    seq == out.max_seq + 1
-                };
-                if !in_order {
-                    return cut(&format!(
-                        "batch seq {seq} out of order (after {}, segment starts at {first_seq})",
-                        out.max_seq
-                    ));
+                let due = if in_batch { out.max_seq + 1 } else { name };
+                if seq != due {
+                    let why = if in_batch {
+                        format!("batch seq {seq} where batch {due} was due")
+                    } else {
+                        format!(
+                            "the segment starts with batch {seq}, but its name says batch {name}"
+                        )
+                    };
+                    return SegEnd::Bad(off, why);
                 }
                 if out.first_seq == 0 {
                     out.first_seq = seq;
                 }
                 out.max_seq = seq;
-                batch = Some(seq);
+                in_batch = true;
             }
             Ok(Decoded::Record(rec)) => {
-                if batch.is_none() {
-                    return cut("record outside a batch");
+                if !in_batch {
+                    return SegEnd::Bad(off, "record outside a batch".into());
                 }
                 out.records.push(rec);
             }
-            Err(why) => return cut(why),
+            Err(why) => return SegEnd::Bad(off, why.into()),
         }
         off = next;
     }
 }
 
-/// Scans `segments` in order. At the first bad record, truncates that segment to its good
-/// prefix (through `device`, synced) and deletes every later segment, reporting both.
-pub(crate) fn scan(
-    dir: &Path,
-    device: &dyn LogDevice,
-    segments: Vec<(BatchSeq, PathBuf)>,
-) -> Result<Scan, WalError> {
-    let mut out = Scan::default();
-    let mut iter = segments.into_iter();
-    while let Some((first_seq, path)) = iter.next() {
-        let data = fs::read(&path).map_err(|e| WalError::io("read log segment", &path, e))?;
-        let end = scan_segment(&data, first_seq, &mut out);
-        out.segments.push((first_seq, path.clone()));
-        let cut = match end {
-            End::Clean => continue,
-            // The last segment loses its unused zeros, so that appending
-            // goes on where its records end; nothing is reported.
-            End::Zeros(off) if iter.len() == 0 => {
-                cut_segment(device, &path, off)?;
-                continue;
-            }
-            End::Zeros(_) => continue,
-            End::Bad(cut) => cut,
-        };
+/// Bytes of a batch header frame: `[len = 9][crc][0x01][seq u64]`.
+const BATCH_FRAME_BYTES: usize = HEADER_BYTES + 9;
 
-        cut_segment(device, &path, cut.offset)?;
-        let mut deleted = Vec::new();
-        for (_, later) in iter.by_ref() {
-            fs::remove_file(&later).map_err(|e| WalError::io("delete log segment", &later, e))?;
-            deleted.push(later);
+/// The first batch header at or after `from` whose frame checks and whose seq is above
+/// `after`: evidence that something was written after the log's good part ended there
+/// (a torn write leaves only what was there before it: zeros, nothing, or an older file's
+/// bytes, whose batches are older). Returns its offset and seq.
+pub(crate) fn later_batch(data: &[u8], from: usize, after: BatchSeq) -> Option<(usize, BatchSeq)> {
+    let mut o = from;
+    while o + BATCH_FRAME_BYTES <= data.len() {
+        if data[o..o + 4] == [9, 0, 0, 0] && data[o + HEADER_BYTES] == REC_BATCH {
+            if let Ok(Some((body, _))) = read_frame(data, o) {
+                let seq = u64::from_le_bytes(body[1..9].try_into().expect("8 bytes"));
+                if seq > after {
+                    return Some((o, seq));
+                }
+            }
         }
-        device
-            .sync_dir(dir)
-            .map_err(|e| WalError::io("fsync log directory", dir, e))?;
-        out.truncated = Some(Truncation {
-            file: path,
-            offset: cut.offset as u64,
-            reason: cut.reason,
-            bytes_truncated: (data.len() - cut.offset) as u64,
-            segments_deleted: deleted,
-        });
-        break;
+        o += 1;
+    }
+    None
+}
+
+/// Scans `segments` in order, reading only, and says how the records end.
+pub(crate) fn scan(segments: Vec<(BatchSeq, PathBuf)>) -> Result<Scan, WalError> {
+    let mut out = Scan {
+        records: Vec::new(),
+        first_seq: 0,
+        max_seq: 0,
+        segments,
+        end: End::Clean,
+    };
+    let n = out.segments.len();
+    for i in 0..n {
+        let (name, path) = out.segments[i].clone();
+        let newest = i + 1 == n;
+        let fault = |offset: usize, reason: String| Fault {
+            segment: i,
+            offset: offset as u64,
+            reason,
+        };
+        if out.max_seq != 0 && name != out.max_seq + 1 {
+            let reason = if name > out.max_seq + 1 {
+                format!(
+                    "it starts at batch {name}, but the segment before it ends at batch {}: \
+                     batches {}..={} are missing (a deleted or renamed segment)",
+                    out.max_seq,
+                    out.max_seq + 1,
+                    name - 1
+                )
+            } else {
+                format!(
+                    "its name says it starts at batch {name}, but the segments before it already \
+                     hold batches up to {}",
+                    out.max_seq
+                )
+            };
+            out.end = End::Damaged(fault(0, reason));
+            return Ok(out);
+        }
+        let data = fs::read(&path).map_err(|e| WalError::io("read log segment", &path, e))?;
+        let before = out.max_seq;
+        match scan_segment(&data, name, &mut out) {
+            SegEnd::Clean | SegEnd::Zeros(_) if !newest && out.max_seq == before => {
+                out.end = End::Damaged(fault(
+                    0,
+                    "it holds no batch, but later segments follow it (the log only moves to a \
+                     new segment to write a batch there)"
+                        .into(),
+                ));
+                return Ok(out);
+            }
+            SegEnd::Clean => {}
+            SegEnd::Zeros(off) => {
+                if newest {
+                    out.end = End::Zeros { offset: off as u64 };
+                }
+            }
+            SegEnd::Bad(off, reason) => {
+                out.end = if !newest {
+                    End::Damaged(fault(
+                        off,
+                        format!(
+                            "{reason}; this is not the newest segment, so it was synced before the \
+                             next one was made and no crash can have torn it"
+                        ),
+                    ))
+                } else if let Some((at, seq)) = later_batch(&data, off, out.max_seq) {
+                    End::Damaged(fault(
+                        off,
+                        format!(
+                            "{reason}; a valid header of batch {seq} follows at offset {at}, so \
+                             this is not the torn end of the log"
+                        ),
+                    ))
+                } else {
+                    End::Torn(fault(off, reason))
+                };
+                return Ok(out);
+            }
+        }
     }
     Ok(out)
 }
 
-/// Shortens a segment to its first `len` bytes, durably.
-fn cut_segment(device: &dyn LogDevice, path: &Path, len: usize) -> Result<(), WalError> {
-    let mut file = device
-        .open_append(path)
-        .map_err(|e| WalError::io("open log segment for truncation", path, e))?;
-    file.set_len(len as u64)
-        .and_then(|()| file.sync_data())
-        .map_err(|e| WalError::io("truncate log segment", path, e))
+/// What the log loses from a fault on: the records after it that still decode (found by
+/// resynchronizing at later batch headers), in the faulty segment and every later one.
+#[derive(Debug, Default)]
+pub(crate) struct Salvage {
+    pub records: u64,
+    pub tids: Vec<u64>,
+    pub gtids: Vec<u64>,
+    pub bytes: u64,
+}
+
+pub(crate) fn salvage(scan: &Scan, fault: &Fault) -> Result<Salvage, WalError> {
+    let mut s = Salvage::default();
+    let mut after = scan.max_seq;
+    for (i, (_, path)) in scan.segments.iter().enumerate().skip(fault.segment) {
+        let data = fs::read(path).map_err(|e| WalError::io("read log segment", path, e))?;
+        let mut o = 0;
+        if i == fault.segment {
+            o = fault.offset as usize;
+            // The frames right after the bad one, where its length field says they start
+            // (when it still holds a possible length): the rest of its batch.
+            if let Some(len) = data.get(o..o + 4) {
+                let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+                if len > 0 && o + HEADER_BYTES + len <= data.len() {
+                    s.decode_run(&data, o + HEADER_BYTES + len, &mut after);
+                }
+            }
+        }
+        s.bytes += data.len().saturating_sub(o) as u64;
+        while let Some((at, seq)) = later_batch(&data, o, after) {
+            after = seq;
+            o = s.decode_run(&data, at, &mut after).max(at + 1);
+        }
+    }
+    s.tids.sort_unstable();
+    s.tids.dedup();
+    s.gtids.sort_unstable();
+    s.gtids.dedup();
+    Ok(s)
+}
+
+impl Salvage {
+    /// Decodes frames from `off` until one is bad; returns where it stopped.
+    fn decode_run(&mut self, data: &[u8], mut off: usize, batch: &mut BatchSeq) -> usize {
+        while let Ok(Some((body, next))) = read_frame(data, off) {
+            match decode_log_body(body, *batch) {
+                Ok(Decoded::Batch(b)) => *batch = (*batch).max(b),
+                Ok(Decoded::Record(r)) => {
+                    self.records += 1;
+                    match r {
+                        LogRecord::Commit { tid, .. } => self.tids.push(tid),
+                        LogRecord::Prepare { gtid, .. }
+                        | LogRecord::Decision { gtid, .. }
+                        | LogRecord::End { gtid, .. } => self.gtids.push(gtid),
+                    }
+                }
+                Err(_) => break,
+            }
+            off = next;
+        }
+        off
+    }
 }
 
 /// Loads the newest checkpoint. A newest checkpoint that does not validate is an error, not
@@ -199,11 +326,14 @@ pub(crate) fn load_checkpoint(
     let Some((seq, path)) = checkpoints.last() else {
         return Ok(None);
     };
-    let data = checkpoint::read(path).map_err(WalError::Recovery)?;
+    let corrupt = |reason: String| WalError::CorruptCheckpoint {
+        file: path.clone(),
+        reason,
+    };
+    let data = checkpoint::read(path).map_err(corrupt)?;
     if data.start_seq != *seq {
-        return Err(WalError::Recovery(format!(
-            "checkpoint {} holds start seq {}, its name says {seq}",
-            path.display(),
+        return Err(corrupt(format!(
+            "it holds start seq {}, its name says {seq}",
             data.start_seq
         )));
     }

@@ -323,8 +323,11 @@ fn torn_tail_at_every_offset_of_the_last_record() {
     assert_eq!(rec.records, expected);
 }
 
+/// `OnDamage::Truncate` (the repair) cuts where a plain open refuses: at a
+/// flipped body byte or length byte with valid records after it, and says
+/// what it dropped.
 #[test]
-fn flipped_byte_in_the_middle_stops_recovery_there() {
+fn repair_cuts_a_flipped_byte_and_reports_what_it_dropped() {
     let tmp = TempDir::new("flip");
     let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
     let expected = write_batches(&wal, 0, 12);
@@ -335,24 +338,65 @@ fn flipped_byte_in_the_middle_stops_recovery_there() {
     let victim = offs.len() / 2;
     let at = offs[victim];
     // How many log records (not batch headers) precede the victim frame.
-    let before = offs[..victim]
+    let is_record = |o: usize| original[o + format::HEADER_BYTES] != format::REC_BATCH;
+    let before = offs[..victim].iter().filter(|&&o| is_record(o)).count();
+    let after = offs[victim..].iter().filter(|&&o| is_record(o)).count();
+    // Records of the batches after the victim's: found again at their headers.
+    let next_batch = offs[victim + 1..]
         .iter()
-        .filter(|&&o| original[o + format::HEADER_BYTES] != format::REC_BATCH)
-        .count();
+        .position(|&o| !is_record(o))
+        .map_or(offs.len(), |p| victim + 1 + p);
+    let later = offs[next_batch..].iter().filter(|&&o| is_record(o)).count();
 
     // A flipped body byte (crc mismatch) and a flipped length byte (crc or length failure).
     for (flip, want) in [(at + 9, "crc mismatch"), (at, "")] {
         let mut bad = original.clone();
         bad[flip] ^= 0x40;
         std::fs::write(&seg, &bad).unwrap();
-        let (wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+        let mut c = cfg(tmp.path(), Durability::Sync);
+        assert!(matches!(
+            Wal::open(c.clone()),
+            Err(WalError::Damaged { offset, .. }) if offset == at as u64
+        ));
+        c.on_damage = OnDamage::Truncate;
+        let (wal, rec) = Wal::open(c).unwrap();
         assert_eq!(rec.records, expected[..before].to_vec());
-        let t = rec.truncated.expect("reported");
-        assert_eq!(t.offset, at as u64);
-        assert!(t.reason.contains(want), "{t}");
-        assert_eq!(t.bytes_truncated, (original.len() - at) as u64);
+        let r = rec.repaired.expect("reported");
+        assert_eq!((r.file.clone(), r.offset), (seg.clone(), at as u64));
+        assert!(r.reason.contains(want), "{r}");
+        assert_eq!(r.bytes_dropped, (original.len() - at) as u64);
+        // The records of later batches decode again (and those after the
+        // damaged one in its batch, when its length field still holds); the
+        // damaged one itself does not.
+        let dropped = r.records_dropped as usize;
+        assert!(
+            dropped >= later && dropped < after,
+            "{r}: {after} records from the damage on, {later} in later batches"
+        );
+        let tids_later: Vec<u64> = expected[expected.len() - later..]
+            .iter()
+            .filter_map(|r| match r {
+                LogRecord::Commit { tid, .. } => Some(*tid),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            tids_later.iter().all(|t| r.tids.contains(t)),
+            "{r}: {:?} against {tids_later:?}",
+            r.tids
+        );
         assert_eq!(std::fs::metadata(&seg).unwrap().len(), at as u64);
         drop(wal);
+        // What the repair left opens without it.
+        let (_wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+        assert_eq!(rec.records, expected[..before].to_vec());
+        assert_eq!(rec.truncated, None);
+        drop(_wal);
+        std::fs::write(&seg, &original).unwrap();
+        // The repair lowered the control file's extent; the old bytes are
+        // whole again, and the log recovers them all.
+        let (_wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+        assert_eq!(rec.records, expected);
     }
 }
 
@@ -431,30 +475,30 @@ fn rollover_checkpoint_and_segment_deletion() {
     assert_eq!(wal.next_seq(), 46);
 }
 
+/// The repair of damage in an older segment deletes every later segment,
+/// and names them.
 #[test]
-fn corruption_in_an_early_segment_deletes_later_segments() {
-    let tmp = TempDir::new("mid-segment");
-    let mut c = cfg(tmp.path(), Durability::Sync);
-    c.segment_bytes = 200;
-    let (wal, _) = Wal::open(c.clone()).unwrap();
-    for i in 0..30 {
-        write_batches(&wal, i, 1);
-        wal.wait_durable(i + 1).unwrap();
-    }
-    let segs = wal.segments();
-    drop(wal);
+fn repair_of_an_early_segment_deletes_later_segments() {
+    let (tmp, mut c, _) = small_segments_log("mid-segment", 200, 30);
+    let segs: Vec<PathBuf> = recovery::list_dir(tmp.path())
+        .unwrap()
+        .segments
+        .into_iter()
+        .map(|s| s.1)
+        .collect();
     assert!(segs.len() >= 3);
     let victim = &segs[1];
     let mut data = std::fs::read(victim).unwrap();
     let n = data.len();
     data[n - 2] ^= 1;
     std::fs::write(victim, &data).unwrap();
+    c.on_damage = OnDamage::Truncate;
     let (_wal, rec) = Wal::open(c).unwrap();
-    let t = rec.truncated.expect("reported");
-    assert_eq!(&t.file, victim);
-    assert_eq!(t.segments_deleted, segs[2..].to_vec());
+    let r = rec.repaired.expect("reported");
+    assert_eq!(&r.file, victim);
+    assert_eq!(r.segments_deleted, segs[2..].to_vec());
     assert!(segs[2..].iter().all(|s| !s.exists()));
-    assert!(t.to_string().contains("later segment"), "{t}");
+    assert!(r.records_dropped > 0 && !r.tids.is_empty(), "{r}");
 }
 
 /// Wraps the real file system; fails writes or syncs on demand.
@@ -746,7 +790,7 @@ mod prop {
                 (0u32..64, proptest::collection::vec(any::<u8>(), 0..40)), 0..8)
         ) {
             let tmp = TempDir::new("arbitrary");
-            std::fs::create_dir_all(tmp.path()).unwrap();
+            drop(Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap());
             let mut data = Vec::new();
             for (len, body) in &chunks {
                 data.extend_from_slice(&len.to_le_bytes());
@@ -758,7 +802,15 @@ mod prop {
             }
             let seg = tmp.path().join(recovery::segment_name(1));
             std::fs::write(&seg, &data).unwrap();
-            let (wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
+            // Refused (a checksummed batch header of a later batch), or opened.
+            let (wal, rec) = match Wal::open(cfg(tmp.path(), Durability::Sync)) {
+                Err(WalError::Damaged { file, .. }) => {
+                    prop_assert_eq!(file, seg.clone());
+                    prop_assert_eq!(std::fs::read(&seg).unwrap(), data);
+                    return Ok(());
+                }
+                r => r.unwrap(),
+            };
             let len = std::fs::metadata(&seg).unwrap().len();
             match rec.truncated {
                 Some(t) => prop_assert_eq!(t.offset, len),
@@ -796,27 +848,42 @@ fn missing_segments_are_a_recovery_error() {
     assert!(segs.len() >= 2);
     std::fs::remove_file(&segs[0]).unwrap();
     let err = Wal::open(c).unwrap_err();
-    assert!(matches!(err, WalError::Recovery(_)), "{err}");
+    assert!(matches!(err, WalError::Missing { .. }), "{err}");
     assert!(err.to_string().contains("missing"), "{err}");
 }
 
+/// A checksummed batch header with a seq above the next one is a gap: a
+/// later write, so damage. One with an older seq (an older file's bytes
+/// after a torn write) is a torn tail.
 #[test]
-fn a_batch_seq_that_does_not_follow_is_cut() {
+fn a_batch_seq_that_does_not_follow_is_a_gap_or_a_torn_tail() {
     let tmp = TempDir::new("seq-gap");
     let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
     let expected = write_batches(&wal, 0, 3);
     drop(wal);
     let seg = last_segment(tmp.path());
-    let mut data = std::fs::read(&seg).unwrap();
-    let good_len = data.len();
-    // A well-formed, checksummed batch header with a seq from elsewhere.
+    let good = std::fs::read(&seg).unwrap();
+    let mut data = good.clone();
     format::push_batch_header(&mut data, 9);
+    std::fs::write(&seg, &data).unwrap();
+    let err = refused(
+        &cfg(tmp.path(), Durability::Sync),
+        &file_name(&seg),
+        "batch 4 was due",
+    );
+    assert!(
+        err.to_string().contains(&format!("offset {}", good.len())),
+        "{err}"
+    );
+
+    let mut data = good.clone();
+    format::push_batch_header(&mut data, 2);
     std::fs::write(&seg, &data).unwrap();
     let (wal, rec) = Wal::open(cfg(tmp.path(), Durability::Sync)).unwrap();
     assert_eq!(rec.records, expected);
     let t = rec.truncated.expect("reported");
-    assert_eq!(t.offset, good_len as u64);
-    assert!(t.reason.contains("out of order"), "{t}");
+    assert_eq!(t.offset, good.len() as u64);
+    assert!(t.reason.contains("batch 4 was due"), "{t}");
     assert_eq!(wal.next_seq(), 4);
 }
 
@@ -919,4 +986,170 @@ fn preallocated_segments_end_at_their_zeros() {
     let t = rec.truncated.expect("a torn tail is reported");
     assert_eq!(t.offset, good as u64);
     assert_eq!(t.bytes_truncated, (4096 - good) as u64);
+}
+
+/// Every file of `dir` with a checksum of its bytes: what a refused recovery
+/// must leave exactly as it found it.
+fn dir_checksums(dir: &Path) -> std::collections::BTreeMap<String, (u64, u32)> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let bytes = std::fs::read(e.path()).unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                (bytes.len() as u64, crc32c::crc32c(&bytes)),
+            )
+        })
+        .collect()
+}
+
+/// A log of `batches` batches, one per group (so segments of
+/// `segment_bytes` roll over often); returns the config and the records.
+fn small_segments_log(
+    name: &str,
+    segment_bytes: u64,
+    batches: u64,
+) -> (TempDir, WalConfig, Vec<LogRecord>) {
+    let tmp = TempDir::new(name);
+    let mut c = cfg(tmp.path(), Durability::Sync);
+    c.segment_bytes = segment_bytes;
+    let (wal, _) = Wal::open(c.clone()).unwrap();
+    let mut expected = Vec::new();
+    for i in 0..batches {
+        expected.extend(write_batches(&wal, i, 1));
+        wal.wait_durable(i + 1).unwrap();
+    }
+    drop(wal);
+    (tmp, c, expected)
+}
+
+/// Opening `c` fails, names `file` and `what`, and leaves every file of the
+/// directory as it was.
+fn refused(c: &WalConfig, file: &str, what: &str) -> WalError {
+    let before = dir_checksums(&c.dir);
+    let err = match Wal::open(c.clone()) {
+        Ok((_, rec)) => panic!(
+            "recovery accepted a damaged log ({} records, truncated: {:?})",
+            rec.records.len(),
+            rec.truncated
+        ),
+        Err(e) => e,
+    };
+    let msg = err.to_string();
+    assert!(msg.contains(file), "the error names {file}: {msg}");
+    assert!(msg.contains(what), "the error says '{what}': {msg}");
+    assert_eq!(
+        dir_checksums(&c.dir),
+        before,
+        "a refused recovery changed files"
+    );
+    err
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// A flipped byte in a record that valid batches follow is damage to data
+/// that was synced, not a torn tail: cutting there dropped every later
+/// (acknowledged) batch.
+#[test]
+fn a_flipped_byte_followed_by_valid_records_is_refused() {
+    let (tmp, c, _) = small_segments_log("flip-mid", 64 << 20, 12);
+    let seg = last_segment(tmp.path());
+    let original = std::fs::read(&seg).unwrap();
+    let offs = frame_offsets(&original);
+    let at = offs[offs.len() / 2];
+    let mut bad = original.clone();
+    bad[at + 9] ^= 0x40;
+    std::fs::write(&seg, &bad).unwrap();
+    refused(&c, &file_name(&seg), &format!("offset {at}"));
+    // A flipped length byte too.
+    let mut bad = original.clone();
+    bad[at] ^= 0x40;
+    std::fs::write(&seg, &bad).unwrap();
+    refused(&c, &file_name(&seg), &format!("offset {at}"));
+}
+
+/// Damage in a segment that is not the newest: it was synced before the
+/// next one was created, so no crash can have torn it.
+#[test]
+fn damage_in_an_older_segment_is_refused() {
+    let (tmp, c, _) = small_segments_log("old-seg", 200, 30);
+    let segs = recovery::list_dir(tmp.path()).unwrap().segments;
+    assert!(segs.len() >= 3);
+    let victim = &segs[1].1;
+    let mut data = std::fs::read(victim).unwrap();
+    let n = data.len();
+    data[n - 2] ^= 1;
+    std::fs::write(victim, &data).unwrap();
+    refused(&c, &file_name(victim), "offset");
+}
+
+#[test]
+fn a_deleted_middle_segment_is_refused() {
+    let (tmp, c, _) = small_segments_log("gone-mid", 200, 30);
+    let segs = recovery::list_dir(tmp.path()).unwrap().segments;
+    assert!(segs.len() >= 3);
+    std::fs::remove_file(&segs[1].1).unwrap();
+    refused(&c, &file_name(&segs[2].1), "missing");
+}
+
+/// The newest segment renamed away (or to another number): the log looked
+/// complete and ended early.
+#[test]
+fn a_renamed_last_segment_is_refused() {
+    let (tmp, c, _) = small_segments_log("renamed-last", 200, 30);
+    let segs = recovery::list_dir(tmp.path()).unwrap().segments;
+    let last = &segs.last().unwrap().1;
+    let away = tmp.path().join("saved.bak");
+    std::fs::rename(last, &away).unwrap();
+    refused(&c, &file_name(last), "missing");
+    // Renamed to the name of a later segment.
+    let later = tmp
+        .path()
+        .join(recovery::segment_name(segs.last().unwrap().0 + 100));
+    std::fs::rename(&away, &later).unwrap();
+    refused(&c, &file_name(last), "missing");
+    // Without the control file's word, the scan finds the name does not fit.
+    let mut ctl = control::read(tmp.path()).unwrap().unwrap();
+    ctl.last_segment = 0;
+    control::write(&FsDevice, tmp.path(), &ctl).unwrap();
+    refused(&c, &file_name(&later), "batches");
+}
+
+/// A file named like an older segment: recovery read it first, cut it to
+/// nothing and deleted every real segment after it.
+#[test]
+fn a_stray_file_named_like_a_segment_is_refused() {
+    let (tmp, c, _) = small_segments_log("stray", 64 << 20, 5);
+    let stray = tmp.path().join(recovery::segment_name(0));
+    std::fs::write(&stray, b"not a log segment at all").unwrap();
+    refused(&c, &file_name(&stray), "wal-00000000000000000000.log");
+    std::fs::write(&stray, b"").unwrap();
+    refused(&c, &file_name(&stray), "wal-00000000000000000000.log");
+}
+
+/// 16 KiB of zeros inside a segment, with records after them.
+#[test]
+fn zeroed_16k_inside_a_segment_is_refused() {
+    let tmp = TempDir::new("zeros-mid");
+    let c = cfg(tmp.path(), Durability::Sync);
+    let (wal, _) = Wal::open(c.clone()).unwrap();
+    let mut buf = LogBuffer::new();
+    for i in 0..200u64 {
+        buf.commit_begin(i);
+        buf.put(1, i, &[i as u8; 300]);
+        buf.record_end();
+        let seq = wal.submit(&mut buf).unwrap();
+        wal.wait_durable(seq).unwrap();
+    }
+    drop(wal);
+    let seg = last_segment(tmp.path());
+    let mut data = std::fs::read(&seg).unwrap();
+    assert!(data.len() > 40_000);
+    data[20_000..20_000 + 16_384].fill(0);
+    std::fs::write(&seg, &data).unwrap();
+    refused(&c, &file_name(&seg), "offset");
 }

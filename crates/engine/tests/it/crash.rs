@@ -866,7 +866,10 @@ fn replay_keeps_the_newest_version_whatever_the_log_order() {
     use islands::wal::{LogBuffer, Wal, WalConfig};
     let dir = temp_dir("crash-order");
     {
-        let (wal, _) = Wal::open(WalConfig::new(&dir, Durability::Sync)).unwrap();
+        // The island's identity, so that it opens the directory as its own.
+        let mut cfg = WalConfig::new(&dir, Durability::Sync);
+        cfg.identity = crash_config(CcKind::Occ, 1, &dir, 64 << 20).log_identity(&tables());
+        let (wal, _) = Wal::open(cfg).unwrap();
         let mut buf = LogBuffer::new();
         buf.commit_begin(9);
         buf.put(ACCOUNTS, 1, row_bytes(&[900]));

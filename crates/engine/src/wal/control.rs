@@ -1,0 +1,342 @@
+//! The control file: a small record, one per log directory, of whose log this is and how
+//! far it reaches, so that recovery can tell a damaged or foreign directory from a short log.
+//!
+//! `CONTROL` is rewritten whole and atomically (`CONTROL.tmp`, fdatasync, rename, directory
+//! fsync; see [`super::device::write_atomically`]) when the log opens, when it rolls over to
+//! a new segment and when a checkpoint is written; never per batch. Layout (little-endian):
+//!
+//! ```text
+//! [magic "ISLCTRL1"][version u32][body_len u32][body][crc32c u32 of everything before it]
+//! body = [deployment u128][island u32][islands u32][schema u64]
+//!        [checkpoint u64][durable u64][first_segment u64][last_segment u64]
+//!        [workload_len u16][workload bytes (UTF-8)]
+//! ```
+//!
+//! What recovery demands of it (see `Wal::open`): the identity matches the one the opener
+//! expects ([`LogIdentity`]); the checkpoint it names (or a newer one) exists; the segments
+//! `first_segment` and `last_segment` exist (the chain of batch seqs between them is checked
+//! by the scan); and the log, with the checkpoint, reaches batch `durable`.
+
+use std::path::{Path, PathBuf};
+
+use super::device::{write_atomically, LogDevice};
+use super::{BatchSeq, WalError};
+
+pub(crate) const CONTROL_NAME: &str = "CONTROL";
+pub(crate) const CONTROL_TMP: &str = "CONTROL.tmp";
+const MAGIC: &[u8; 8] = b"ISLCTRL1";
+/// The format this code writes and reads.
+pub const CONTROL_VERSION: u32 = 1;
+/// Longest workload description a control file holds.
+pub const WORKLOAD_MAX_BYTES: usize = 1024;
+const FIXED_BODY_BYTES: usize = 16 + 4 + 4 + 8 + 8 * 4 + 2;
+
+/// Whose log a directory holds: what an opener expects, and what a new directory records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogIdentity {
+    /// The deployment (all islands of one database share it). `None`: whatever the
+    /// directory holds; a new directory gets a random one.
+    pub deployment: Option<u128>,
+    /// This island's number in its deployment, and how many islands it has.
+    pub island: u32,
+    pub islands: u32,
+    /// A fingerprint of the tables (names, columns, row sizes):
+    /// [`crate::storage::schema_fingerprint`].
+    pub schema: u64,
+    /// The workload that created the database, with the parameters that shape its data
+    /// (e.g. `tpcc warehouses=2 max_orders_per_district=1000000`). Empty: not known, and
+    /// not checked.
+    pub workload: String,
+}
+
+impl Default for LogIdentity {
+    fn default() -> Self {
+        LogIdentity {
+            deployment: None,
+            island: 0,
+            islands: 1,
+            schema: 0,
+            workload: String::new(),
+        }
+    }
+}
+
+/// The contents of a control file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Control {
+    pub deployment: u128,
+    pub island: u32,
+    pub islands: u32,
+    pub schema: u64,
+    pub workload: String,
+    /// Start seq of the newest checkpoint (0: none).
+    pub checkpoint: BatchSeq,
+    /// Every batch up to this one was durable when this file was written.
+    pub durable: BatchSeq,
+    /// The oldest segment (by its name's seq) that must exist (0: none yet).
+    pub first_segment: BatchSeq,
+    /// The newest segment created (0: none yet).
+    pub last_segment: BatchSeq,
+}
+
+impl Control {
+    /// A control file for a new directory of `id` (a random deployment id if it names none).
+    pub(crate) fn new(id: &LogIdentity) -> Control {
+        Control {
+            deployment: id.deployment.unwrap_or_else(new_deployment_id),
+            island: id.island,
+            islands: id.islands,
+            schema: id.schema,
+            workload: id.workload.clone(),
+            checkpoint: 0,
+            durable: 0,
+            first_segment: 0,
+            last_segment: 0,
+        }
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let w = self.workload.as_bytes();
+        let w = &w[..w.len().min(WORKLOAD_MAX_BYTES)];
+        let mut body = Vec::with_capacity(FIXED_BODY_BYTES + w.len());
+        body.extend_from_slice(&self.deployment.to_le_bytes());
+        body.extend_from_slice(&self.island.to_le_bytes());
+        body.extend_from_slice(&self.islands.to_le_bytes());
+        body.extend_from_slice(&self.schema.to_le_bytes());
+        for v in [
+            self.checkpoint,
+            self.durable,
+            self.first_segment,
+            self.last_segment,
+        ] {
+            body.extend_from_slice(&v.to_le_bytes());
+        }
+        body.extend_from_slice(&(w.len() as u16).to_le_bytes());
+        body.extend_from_slice(w);
+        let mut out = Vec::with_capacity(20 + body.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&CONTROL_VERSION.to_le_bytes());
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&body);
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Decodes a control file's bytes; the error says what is wrong.
+    pub(crate) fn decode(data: &[u8]) -> Result<Control, String> {
+        if data.len() < 20 || &data[..8] != MAGIC {
+            return Err("not a control file (no ISLCTRL1 header)".into());
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().expect("4 bytes"));
+        let version = u32_at(8);
+        if version != CONTROL_VERSION {
+            return Err(format!(
+                "format version {version}; this islands reads version {CONTROL_VERSION}"
+            ));
+        }
+        let body_len = u32_at(12) as usize;
+        if data.len() != 16 + body_len + 4 {
+            return Err(format!(
+                "{} bytes, its header says {}",
+                data.len(),
+                16 + body_len + 4
+            ));
+        }
+        let crc = u32_at(16 + body_len);
+        if crc32c::crc32c(&data[..16 + body_len]) != crc {
+            return Err("checksum mismatch".into());
+        }
+        let mut c = super::format::Cursor::new(&data[16..16 + body_len]);
+        let bad = || "truncated body".to_string();
+        let deployment = u128::from_le_bytes(c.take(16).ok_or_else(bad)?.try_into().expect("16"));
+        let island = c.u32().ok_or_else(bad)?;
+        let islands = c.u32().ok_or_else(bad)?;
+        let schema = c.u64().ok_or_else(bad)?;
+        let checkpoint = c.u64().ok_or_else(bad)?;
+        let durable = c.u64().ok_or_else(bad)?;
+        let first_segment = c.u64().ok_or_else(bad)?;
+        let last_segment = c.u64().ok_or_else(bad)?;
+        let n = c.u16().ok_or_else(bad)? as usize;
+        let workload = std::str::from_utf8(c.take(n).ok_or_else(bad)?)
+            .map_err(|_| "workload is not UTF-8".to_string())?
+            .to_string();
+        if !c.is_done() {
+            return Err("trailing bytes in the body".into());
+        }
+        Ok(Control {
+            deployment,
+            island,
+            islands,
+            schema,
+            workload,
+            checkpoint,
+            durable,
+            first_segment,
+            last_segment,
+        })
+    }
+
+    /// Whether this directory is the one `want` describes; the error names the file and
+    /// both values.
+    pub(crate) fn check(&self, path: &Path, want: &LogIdentity) -> Result<(), WalError> {
+        let refuse = |why: String| {
+            Err(WalError::Identity {
+                file: path.to_path_buf(),
+                reason: why,
+            })
+        };
+        if self.island != want.island || self.islands != want.islands {
+            return refuse(format!(
+                "it belongs to island {} of a {}-island deployment, not to island {} of {}: \
+                 were island directories renamed or swapped?",
+                self.island, self.islands, want.island, want.islands
+            ));
+        }
+        if let Some(d) = want.deployment {
+            if d != self.deployment {
+                return refuse(format!(
+                    "it belongs to deployment {:032x}, not to {d:032x} (that of the other islands): \
+                     it comes from another database",
+                    self.deployment
+                ));
+            }
+        }
+        if self.schema != want.schema {
+            return refuse(format!(
+                "it was written with schema {:016x}, and the tables given now are schema {:016x} \
+                 (tables, columns or row sizes differ)",
+                self.schema, want.schema
+            ));
+        }
+        if !want.workload.is_empty() && !self.workload.is_empty() && want.workload != self.workload
+        {
+            return refuse(format!(
+                "it holds workload '{}', not '{}'",
+                self.workload, want.workload
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn path(dir: &Path) -> PathBuf {
+    dir.join(CONTROL_NAME)
+}
+
+/// Reads `dir`'s control file: `Ok(None)` if there is none.
+pub fn read(dir: &Path) -> Result<Option<Control>, WalError> {
+    let path = path(dir);
+    let data = match std::fs::read(&path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(WalError::io("read control file", &path, e)),
+    };
+    Control::decode(&data)
+        .map(Some)
+        .map_err(|reason| WalError::CorruptControl { file: path, reason })
+}
+
+/// Writes `ctl` to `dir` atomically through `device`.
+pub(crate) fn write(device: &dyn LogDevice, dir: &Path, ctl: &Control) -> Result<(), WalError> {
+    write_atomically(device, dir, CONTROL_TMP, CONTROL_NAME, &ctl.encode()).map_err(
+        |(op, path, e)| {
+            let op = match op {
+                "create" => "create control file",
+                "write" => "write control file",
+                "fdatasync" => "fdatasync control file",
+                "rename" => "rename control file",
+                "remove" => "remove old temporary control file",
+                _ => "fsync log directory",
+            };
+            WalError::io(op, &path, e)
+        },
+    )
+}
+
+/// A random 128-bit id: from the kernel's random source, or else from the clock, the
+/// process id and the standard library's per-process random hash keys.
+fn new_deployment_id() -> u128 {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+    {
+        return u128::from_le_bytes(b);
+    }
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    let lo = h.finish();
+    h.write_u64(lo);
+    (u128::from(h.finish()) << 64) | u128::from(lo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Control {
+        Control {
+            deployment: 0x0123_4567_89ab_cdef_0011_2233_4455_6677,
+            island: 1,
+            islands: 2,
+            schema: 0xfeed,
+            workload: "micro rows=10 row_bytes=16".into(),
+            checkpoint: 5,
+            durable: 9,
+            first_segment: 3,
+            last_segment: 8,
+        }
+    }
+
+    #[test]
+    fn round_trip_and_every_flipped_byte_is_refused() {
+        let c = sample();
+        let bytes = c.encode();
+        assert_eq!(Control::decode(&bytes), Ok(c));
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x10;
+            assert!(Control::decode(&bad).is_err(), "flip at byte {i} accepted");
+        }
+        for n in 0..bytes.len() {
+            assert!(Control::decode(&bytes[..n]).is_err(), "cut at {n} accepted");
+        }
+    }
+
+    #[test]
+    fn identity_checks_name_what_differs() {
+        let c = sample();
+        let p = Path::new("/x/CONTROL");
+        let mut want = LogIdentity {
+            deployment: Some(c.deployment),
+            island: 1,
+            islands: 2,
+            schema: 0xfeed,
+            workload: String::new(),
+        };
+        assert!(c.check(p, &want).is_ok());
+        want.island = 0;
+        let e = c.check(p, &want).unwrap_err().to_string();
+        assert!(e.contains("/x/CONTROL") && e.contains("swapped"), "{e}");
+        want.island = 1;
+        want.deployment = Some(7);
+        let e = c.check(p, &want).unwrap_err().to_string();
+        assert!(e.contains("another database"), "{e}");
+        want.deployment = None;
+        want.schema = 1;
+        let e = c.check(p, &want).unwrap_err().to_string();
+        assert!(e.contains("schema"), "{e}");
+        want.schema = 0xfeed;
+        want.workload = "ycsb rows=10 row_bytes=16".into();
+        let e = c.check(p, &want).unwrap_err().to_string();
+        assert!(e.contains("workload"), "{e}");
+    }
+}
