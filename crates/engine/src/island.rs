@@ -1048,4 +1048,46 @@ mod tests {
         refused(&three, "the checkpoint holds a 16-byte row");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// A checkpoint whose bytes do not check is reported as a corrupt
+    /// checkpoint, naming the file (it said "invalid configuration").
+    #[test]
+    fn a_corrupt_checkpoint_is_named() {
+        let dir = temp_dir("bad-ckpt");
+        let defs = [TableDef::new(
+            "t",
+            &[("v", ColType::U64)],
+            64,
+            PrimaryKind::Hash,
+        )];
+        let cfg = IslandConfig::new(CcKind::NoWait, 1).durable(crate::wal::Durability::Sync, &dir);
+        let (island, _) = Island::open(cfg.clone(), &defs).unwrap();
+        island
+            .loader()
+            .unwrap()
+            .put(0, 1, |r| r.set_u64(Col(0), 5))
+            .unwrap();
+        island.checkpoint().unwrap();
+        island.shutdown();
+        drop(island);
+        let ckpt = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "ckp"))
+            .unwrap();
+        let mut bytes = std::fs::read(&ckpt).unwrap();
+        let n = bytes.len();
+        bytes[n / 2] ^= 0x20;
+        std::fs::write(&ckpt, &bytes).unwrap();
+        let Err(e) = Island::open(cfg, &defs) else {
+            panic!("a corrupt checkpoint was accepted");
+        };
+        let msg = e.to_string();
+        assert!(
+            msg.contains("corrupt checkpoint") && msg.contains(&ckpt.display().to_string()),
+            "{msg}"
+        );
+        assert!(!msg.contains("invalid configuration"), "{msg}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
