@@ -20,6 +20,7 @@ use islands::wal::Durability;
 use islands::Error;
 use islands_workloads::inserts::{self, Inserts, InsertsConfig};
 use islands_workloads::micro::{self, Micro, MicroConfig};
+use islands_workloads::spec::WorkloadSpec;
 use islands_workloads::tpcc::{self, Mix, Tpcc, TpccConfig};
 use islands_workloads::ycsb::{self, Ycsb, YcsbConfig};
 
@@ -69,9 +70,15 @@ struct Common {
     durability: Option<String>,
     /// Base directory of the logs and checkpoints: island i logs to DIR/island-<i>. Default: a
     /// fresh directory under the system temp dir, removed after the run (a given one is kept,
-    /// so `islands tpcc check` can recover it).
+    /// so `islands check` can recover it).
     #[arg(long, global = true)]
     log_dir: Option<PathBuf>,
+    /// Go on from the database in --log-dir instead of loading a new one: recover it (its
+    /// control files must say it is this deployment's: as many islands, the same workload
+    /// and data parameters) and run the workload on it. Without it, a non-empty --log-dir
+    /// is refused.
+    #[arg(long, global = true)]
+    resume: bool,
     /// Seconds of warm-up before measuring.
     #[arg(
         long,
@@ -108,6 +115,10 @@ struct Common {
     /// keeps the disk and the cores busy (TPC-C).
     #[arg(long, global = true)]
     log_preallocate: bool,
+    /// Bytes after which a log segment rolls over to the next (for tests that need a log of
+    /// several segments; default 64 MiB).
+    #[arg(long, global = true, hide = true)]
+    log_segment_bytes: Option<u64>,
     /// In sync mode, a forced two-phase-commit record (a participant's prepare, a
     /// coordinator's decision) cuts the log writer's pause short: locks wait on it, so
     /// they go sooner, but groups are smaller and fdatasyncs more frequent. Off by
@@ -340,6 +351,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     if c.inflight == 0 {
         return Err(Error::Config("--inflight must be at least 1".into()));
     }
+    if c.resume && (c.log_dir.is_none() || durability == Durability::Off) {
+        return Err(Error::Config(
+            "--resume goes on from the database in --log-dir: give --log-dir and --durability \
+             sync or async"
+                .into(),
+        ));
+    }
     if c.group_delay_us > 1_000_000 {
         return Err(Error::Config(format!(
             "--group-delay-us {} is more than a second",
@@ -416,14 +434,26 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         }
     }
     let plan = deploy::plan(&topology, &spec)?;
+    // Every island of one database shares its deployment id: a new one, or the one of
+    // the database a run resumes (each island's open checks it against its directory).
+    let deployment = match (&log_base, c.resume) {
+        (Some(base), true) => resumed_deployment(base, plan.islands().len())?,
+        _ => islands::wal::new_deployment_id(),
+    };
     let mut configs: Vec<IslandConfig> = Vec::new();
     for ip in plan.islands() {
         let mut cfg = IslandConfig::new(ip.cc.parse().map_err(Error::Config)?, ip.workers as usize);
         cfg.name = format!("island-{}", ip.id.0);
+        cfg.island_id = ip.id.0;
+        cfg.islands = plan.islands().len() as u32;
+        cfg.deployment = Some(deployment);
         cfg.durability = durability;
         cfg.log_dir = log_base.as_ref().map(|_| ip.log_dir.clone());
         cfg.group_delay = Duration::from_micros(c.group_delay_us);
         cfg.preallocate_log = c.log_preallocate;
+        if let Some(b) = c.log_segment_bytes {
+            cfg.segment_bytes = b.max(1);
+        }
         cfg.expedite_2pc = c.expedite_2pc;
         configs.push(cfg);
     }
@@ -488,6 +518,14 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             };
             dcfg.workload_name = format!("ycsb ({})", a.preset);
             dcfg.parameters = y.parameters();
+            for (i, cfg) in configs.iter_mut().enumerate() {
+                cfg.workload = WorkloadSpec::Ycsb {
+                    rows: y.rows,
+                    row_bytes: y.row_bytes,
+                    keys: keys_of(i),
+                }
+                .to_string();
+            }
             let w = Ycsb::new(y.clone())?;
             execute(
                 configs,
@@ -503,6 +541,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 &c.json,
                 quiet,
                 router.map(|r| (r, copts)),
+                c.resume,
+                |_, _| {},
             )
         }
         WorkloadCmd::Micro(a) => {
@@ -533,6 +573,16 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             dcfg.workload_name =
                 format!("micro ({})", if m.update { "update" } else { "read-only" });
             dcfg.parameters = m.parameters();
+            for (i, cfg) in configs.iter_mut().enumerate() {
+                let s = plan.sites_of(IslandId(i as u32));
+                cfg.workload = WorkloadSpec::Micro {
+                    rows: m.rows,
+                    row_bytes: m.row_bytes,
+                    n: m.n,
+                    keys: m.keys_of_sites(s.start as u64..s.end as u64),
+                }
+                .to_string();
+            }
             // Worker j of island i has a home site among island i's sites.
             let mut homes = Vec::new();
             let mut next = vec![0u32; n_islands];
@@ -567,6 +617,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 &c.json,
                 quiet,
                 router.map(|r| (r, copts)),
+                c.resume,
+                |_, _| {},
             )
         }
         WorkloadCmd::Tpcc(a) => {
@@ -604,6 +656,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             }
             dcfg.workload_name = format!("tpcc (mix {})", t.mix);
             dcfg.parameters = t.parameters();
+            for cfg in configs.iter_mut() {
+                cfg.workload = WorkloadSpec::Tpcc {
+                    warehouses: t.warehouses,
+                    max_orders_per_district: t.max_orders_per_district,
+                }
+                .to_string();
+            }
             // Worker j of island i has a home warehouse among island i's (sites are warehouses - 1).
             let mut homes = Vec::new();
             let mut next = vec![0u32; n_islands];
@@ -635,6 +694,9 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 &c.json,
                 quiet,
                 router.map(|r| (r, copts)),
+                c.resume,
+                // Payments number their history rows after those the database holds.
+                |w, islands| w.continue_history(&islands.iter().collect::<Vec<_>>()),
             )
         }
         WorkloadCmd::Inserts(a) => {
@@ -655,7 +717,15 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 })
                 .collect();
             let clients: Vec<usize> = rank.iter().map(|&r| r as usize).collect();
-            let w = Inserts::new(cfg.clone(), table_of)?;
+            for (i, c) in configs.iter_mut().enumerate() {
+                c.workload = WorkloadSpec::Inserts {
+                    row_bytes: cfg.row_bytes,
+                    rows_per_client: cfg.rows_per_client,
+                    clients: clients[i],
+                }
+                .to_string();
+            }
+            let w = Inserts::new(cfg.clone(), table_of.clone())?;
             execute(
                 configs,
                 |i| inserts::tables(&cfg, clients[i]),
@@ -667,6 +737,14 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 &c.json,
                 quiet,
                 None,
+                c.resume,
+                // Each client goes on after the records its table holds.
+                |w, islands| {
+                    for (i, spec) in workers.iter().enumerate() {
+                        let table = islands[spec.island].catalog().table(table_of[i]);
+                        w.start_at(i, table.count_rows());
+                    }
+                },
             )
         }
         WorkloadCmd::Ipc(_) => unreachable!("handled at the top of run"),
@@ -682,6 +760,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
 /// Opens every island of the plan, loads each from a thread pinned to the
 /// island's first CPU (so its rows are first touched on its NUMA node), makes
 /// the load durable with a checkpoint when the log is on, and runs the workload.
+/// With `resume`, the islands are recovered from their logs instead of loaded, and
+/// `on_resume` sets the workload up to go on from what they hold.
 #[allow(clippy::too_many_arguments)]
 fn execute<W: Workload + 'static>(
     configs: Vec<IslandConfig>,
@@ -694,29 +774,53 @@ fn execute<W: Workload + 'static>(
     json: &Option<PathBuf>,
     quiet: bool,
     cluster: Option<(Arc<dyn Router>, ClusterOptions)>,
+    resume: bool,
+    on_resume: impl FnOnce(&W, &[Island]),
 ) -> Result<(), Error> {
-    let mut islands = Vec::new();
-    for (i, cfg) in configs.into_iter().enumerate() {
-        if let Some(d) = &cfg.log_dir {
-            if d.exists()
-                && std::fs::read_dir(d)
-                    .map(|mut r| r.next().is_some())
-                    .unwrap_or(false)
-            {
-                return Err(Error::Config(format!(
-                    "log directory {} is not empty: the benchmark loads a fresh database (remove it or pick another)",
-                    d.display()
-                )));
-            }
+    // Every directory is judged before any is opened: opening one creates files in it.
+    let holds = |d: &std::path::Path| {
+        d.exists()
+            && std::fs::read_dir(d)
+                .map(|mut r| r.next().is_some())
+                .unwrap_or(false)
+    };
+    for d in configs.iter().filter_map(|c| c.log_dir.as_deref()) {
+        if !resume && holds(d) {
+            return Err(Error::Config(format!(
+                "log directory {} is not empty: the benchmark loads a fresh database (remove it or pick another)",
+                d.display()
+            )));
         }
-        let (island, _) = Island::open(cfg, &tables(i))?;
-        islands.push(island);
+        if resume && !holds(d) {
+            return Err(Error::Config(format!(
+                "--resume: log directory {} holds no database to go on from (leave --resume out to \
+                 load a new one)",
+                d.display()
+            )));
+        }
     }
-    // A fresh database has nothing to recover.
-    let fresh: Vec<(Island, RecoveryReport)> = islands
-        .iter()
-        .map(|i| (i.clone(), RecoveryReport::default()))
-        .collect();
+    let mut opened = Vec::new();
+    for (i, cfg) in configs.into_iter().enumerate() {
+        let name = cfg.name.clone();
+        let (island, report) = Island::open(cfg, &tables(i))?;
+        if resume && !quiet {
+            eprintln!("[resume] {name}: {report}");
+        }
+        opened.push((island, report));
+    }
+    let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    if resume {
+        let in_doubt: usize = opened.iter().map(|(_, r)| r.in_doubt.len()).sum();
+        if in_doubt > 0 && cluster.is_none() {
+            return Err(Error::Config(format!(
+                "--resume: the logs hold {in_doubt} branch(es) of distributed transactions in doubt, \
+                 and this run does not run two-phase commit to resolve them: resume with options \
+                 that do (e.g. --multisite above 0), or check the database with `islands check`"
+            )));
+        }
+        on_resume(&workload, &islands);
+        return run_loaded(opened, workers, workload, dcfg, json, quiet, cluster);
+    }
     let t = std::time::Instant::now();
     let first_cpu: Vec<Option<usize>> = plan
         .islands()
@@ -761,6 +865,21 @@ fn execute<W: Workload + 'static>(
             t.elapsed().as_secs_f64()
         );
     }
+    run_loaded(opened, workers, workload, dcfg, json, quiet, cluster)
+}
+
+/// Runs the workload on islands that are loaded (or recovered), and reports.
+#[allow(clippy::too_many_arguments)]
+fn run_loaded<W: Workload + 'static>(
+    opened: Vec<(Island, RecoveryReport)>,
+    workers: &[WorkerSpec],
+    workload: W,
+    dcfg: &DriverConfig,
+    json: &Option<PathBuf>,
+    quiet: bool,
+    cluster: Option<(Arc<dyn Router>, ClusterOptions)>,
+) -> Result<(), Error> {
+    let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
     let probe_at = probe_cpus(workers);
     let probe = || probe_at.and_then(|(a, b)| ipc::probe(a as CpuId, b as CpuId));
     let probe_before = probe();
@@ -779,7 +898,7 @@ fn execute<W: Workload + 'static>(
                 });
                 per_island[w.island] += 1;
             }
-            let cl = Cluster::new(fresh, per_island, router, opts)?;
+            let cl = Cluster::new(opened, per_island, router, opts)?;
             let mut r = run_cluster(&cl, &cws, Arc::new(workload), dcfg)?;
             r.notes.push(format!(
                 "{inflight} transactions executing and up to {commits} more committing per worker; multi-island transactions commit with two-phase commit (presumed abort)"
@@ -813,6 +932,27 @@ fn execute<W: Workload + 'static>(
         }
     }
     Ok(())
+}
+
+/// The deployment id of the database a run resumes: island 0's, whose control file
+/// must say the deployment has `islands` islands (each island's open checks the rest).
+fn resumed_deployment(base: &std::path::Path, islands: usize) -> Result<u128, Error> {
+    let dir = base.join("island-0");
+    let Some(c) = islands::wal::read_control(&dir)? else {
+        return Err(Error::Config(format!(
+            "--resume: {} holds no control file: there is no database of islands bench to go on from",
+            dir.display()
+        )));
+    };
+    if c.islands as usize != islands {
+        return Err(Error::Config(format!(
+            "--resume: the database in {} has {} island(s); this run's deployment has {islands} \
+             (give the --islands it ran with)",
+            base.display(),
+            c.islands
+        )));
+    }
+    Ok(c.deployment)
 }
 
 /// The two CPUs of the host probe ([`HostProbe`]): the first pinned worker's

@@ -1,6 +1,7 @@
 //! `islands`: the command-line tool of the islands OLTP engine.
 
 mod bench_cmd;
+mod check_cmd;
 mod exp;
 mod experiment_cmd;
 mod placement_cmd;
@@ -37,6 +38,27 @@ enum Command {
     Experiment(experiment_cmd::ExperimentArgs),
     /// TPC-C tools: check a recovered database's consistency conditions.
     Tpcc(tpcc_cmd::TpccArgs),
+    /// Recover a deployment's logs into memory, writing nothing to them, and check the
+    /// invariants of the workload that made it (named in its control files): TPC-C's
+    /// consistency conditions, micro's and YCSB's rows and check words, every insert of
+    /// inserts. Exit code 1 when one fails; 2 when the log is damaged or not this
+    /// deployment's.
+    Check(check_cmd::CheckArgs),
+    /// Cut damaged logs (--truncate-damaged-log): each island's log is truncated at its
+    /// damage and later segments are deleted; the records and transactions dropped are
+    /// listed. Exit code 3 when a log was cut, 0 when none was damaged.
+    Repair(check_cmd::RepairArgs),
+}
+
+/// An error's message, with what to do about a damaged log.
+fn describe(e: &islands::Error) -> String {
+    match e {
+        islands::Error::Damaged(_) => format!(
+            "{e}\n(`islands repair --log-dir DIR --truncate-damaged-log` cuts the log at the damage, \
+             losing every transaction after it, acknowledged or not)"
+        ),
+        e => e.to_string(),
+    }
 }
 
 fn main() -> ExitCode {
@@ -53,13 +75,23 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let r = match &cli.command {
-        Command::Bench(a) => bench_cmd::run(a).map_err(|e| e.to_string()),
+        Command::Bench(a) => bench_cmd::run(a).map_err(|e| describe(&e)),
         Command::Topology(a) => topology_cmd::run_topology(a),
         Command::Plan(a) => topology_cmd::run_plan(a),
         Command::Experiment(a) => experiment_cmd::run_experiment(a),
         Command::Tpcc(a) => match tpcc_cmd::run(a) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(describe(&e)),
+        },
+        Command::Check(a) => match check_cmd::run_check(a) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(describe(&e)),
+        },
+        Command::Repair(a) => match check_cmd::run_repair(a) {
+            Ok(false) => Ok(()),
+            Ok(true) => return ExitCode::from(check_cmd::EXIT_LOG_CUT),
             Err(e) => Err(e.to_string()),
         },
     };

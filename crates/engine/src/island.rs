@@ -191,6 +191,7 @@ pub struct RecoveryReport {
     pub control: Option<crate::wal::Control>,
     /// Branches in doubt that [`Island::open_in_memory`] resolved from the decisions it
     /// was given: committed, aborted (presumed abort: no commit decision anywhere).
+    /// Without a decision function they stay in `in_doubt`.
     pub resolved: (u64, u64),
     pub max_tid: u64,
     /// The 2PC records of the log, in log order (for the coordinator's and
@@ -427,17 +428,18 @@ impl Island {
     /// ignored), so nothing it does reaches the directory. Branches in doubt are resolved
     /// at once: `decision(gtid)` is the outcome their coordinator logged (any island's
     /// commit decision for the gtid); `None` (no decision anywhere) aborts them, as
-    /// presumed abort does. For checks of a database as its log left it.
+    /// presumed abort does; without `decision` they stay in doubt (in the report, their
+    /// writes not applied). For checks of a database as its log left it.
     pub fn open_in_memory(
         mut cfg: IslandConfig,
         tables: &[TableDef],
         rec: crate::wal::Recovery,
-        decision: &dyn Fn(u64) -> Option<bool>,
+        decision: Option<&dyn Fn(u64) -> Option<bool>>,
     ) -> Result<(Island, RecoveryReport), Error> {
         cfg.durability = Durability::Off;
         cfg.log_dir = None;
         let (island, _) = Island::open(cfg, tables)?;
-        let report = recover(&island.shared.catalog, rec, Some(decision))
+        let report = recover(&island.shared.catalog, rec, decision)
             .map_err(|e| e.context(&island.shared.cfg.name))?;
         Ok((island, report))
     }

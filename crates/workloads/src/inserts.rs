@@ -6,6 +6,13 @@
 //! bandwidth) and the allocator. On one island all clients share one log; one
 //! island per client gives each its own log, the paper's multi-instance fix.
 //! With the log off, what remains is the engine itself.
+//!
+//! What a check can know was acknowledged: a client inserts records 0, 1, 2, … of its
+//! table one transaction after another, and each commit's record goes to its island's log
+//! after the previous one's, so whatever a crash keeps of a client's inserts is a prefix
+//! of them. [`check`] demands exactly that (keys `0..count`, each row's `seq` its key): a
+//! hole is an insert that was durable (a later one is) and is lost. Whether the last
+//! acknowledged insert survived only the client knows (the crash tests compare that).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,6 +73,44 @@ impl InsertsConfig {
     }
 }
 
+/// Checks every client table of `island` (see the module documentation); returns the
+/// violations found (a few, in words).
+pub fn check(island: &islands::island::Island) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in &island.catalog().tables {
+        let mut count = 0u64;
+        let mut max = None;
+        let mut bad = None;
+        t.for_each_row(|key, _, words| {
+            count += 1;
+            max = max.max(Some(key));
+            // The sequence number is the row's first word.
+            if words[0] != key && bad.is_none() {
+                bad = Some((key, words[0]));
+            }
+        });
+        let name = &island.config().name;
+        if let Some(max) = max {
+            if max + 1 != count {
+                out.push(format!(
+                    "inserts: {name}: table {} holds {count} records with keys up to {max}: \
+                     {} insert(s) before the last one present are missing",
+                    t.name,
+                    max + 1 - count
+                ));
+            }
+        }
+        if let Some((key, seq)) = bad {
+            out.push(format!(
+                "inserts: {name}: table {} record {key} holds sequence number {seq}",
+                t.name
+            ));
+        }
+    }
+    out.truncate(crate::VIOLATIONS_MAX);
+    out
+}
+
 /// The private tables of an island with `clients` clients: table `j` is its
 /// `j`-th client's, empty at start, ordered by the client's sequence number.
 pub fn tables(cfg: &InsertsConfig, clients: usize) -> Vec<TableDef> {
@@ -109,6 +154,14 @@ impl Inserts {
             next_seq,
             payload,
         })
+    }
+}
+
+impl Inserts {
+    /// Worker `worker`'s next insert is record `seq` of its table (a run that goes on
+    /// over a recovered database starts after the records it holds).
+    pub fn start_at(&self, worker: usize, seq: u64) {
+        self.next_seq[worker].store(seq, Ordering::Relaxed);
     }
 }
 

@@ -5,6 +5,11 @@
 //! updates `n` rows of its home site; a *multisite* transaction touches one row
 //! of its home site and `n - 1` rows chosen from the whole data range. Keys are
 //! uniform within their range, or Zipfian with skew θ.
+//!
+//! Invariants, checked by [`check`] (for `islands check`): every key of each island's
+//! range is present; each row's check word is [`crate::row_check`] of its key and value
+//! (an update writes both); and the values sum to a multiple of `n`, since a committed
+//! update transaction adds one to each of its `n` keys (a key drawn twice gets two).
 
 use std::collections::BTreeMap;
 
@@ -21,7 +26,8 @@ use crate::{check_rows, LoadProgress};
 
 pub const TABLE: u16 = 0;
 const VAL: Col = Col(0);
-const PAYLOAD: Col = Col(1);
+const CHECK: Col = Col(1);
+const PAYLOAD: Col = Col(2);
 
 /// Most rows one transaction may touch (the paper's Fig. 10 goes to 100).
 pub const MAX_ROWS_PER_TXN: usize = 1000;
@@ -125,12 +131,13 @@ impl MicroConfig {
 
 /// The table, sized for `rows` rows (all of them, or one island's share).
 pub fn tables(cfg: &MicroConfig, rows: u64) -> Vec<TableDef> {
+    let mut cols = vec![("val", ColType::I64), ("check", ColType::U64)];
+    if cfg.row_bytes > 16 {
+        cols.push(("payload", ColType::Str((cfg.row_bytes - 16) as u16)));
+    }
     vec![TableDef::new(
         "micro",
-        &[
-            ("val", ColType::I64),
-            ("payload", ColType::Str((cfg.row_bytes - 8) as u16)),
-        ],
+        &cols,
         rows.max(1),
         PrimaryKind::Hash,
     )]
@@ -146,11 +153,14 @@ pub fn load(
     let mut l = island.loader()?;
     let mut img = Vec::new();
     let mut progress = LoadProgress::new("micro", keys.end - keys.start, quiet);
-    let payload = vec![b'p'; cfg.row_bytes - 8];
+    let payload = vec![b'p'; cfg.row_bytes.saturating_sub(16)];
     for (i, k) in keys.enumerate() {
         l.put_with(TABLE, k, &mut img, |r| {
             r.set_i64(VAL, 0);
-            r.set_str(PAYLOAD, &payload);
+            r.set_u64(CHECK, crate::row_check(k, 0));
+            if !payload.is_empty() {
+                r.set_str(PAYLOAD, &payload);
+            }
         })?;
         progress.tick(i as u64 + 1);
     }
@@ -236,12 +246,50 @@ impl Workload for Micro {
         for i in 0..req.keys.len() {
             let h = tx.many_row(i).ok_or(Abort::User("missing key"))?;
             if self.cfg.update {
-                let v = tx.row(h).i64(VAL);
-                tx.row_mut(h).set_i64(VAL, v + 1);
+                let v = tx.row(h).i64(VAL) + 1;
+                let mut row = tx.row_mut(h);
+                row.set_i64(VAL, v);
+                row.set_u64(CHECK, crate::row_check(req.keys[i], v as u64));
             } else {
                 std::hint::black_box(tx.row(h).i64(VAL));
             }
         }
         Ok(())
     }
+}
+
+/// Checks the invariants of the module documentation over `islands`, each with the key
+/// range it holds; returns the violations found (a few, in words).
+pub fn check(islands: &[(&Island, std::ops::Range<u64>)], n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut sum: i128 = 0;
+    for (island, keys) in islands {
+        crate::check_key_range(
+            "micro",
+            island,
+            TABLE,
+            keys,
+            |key, words| {
+                // The value and the check word are the row's first two words.
+                let (val, check) = (words[0], words[1]);
+                sum += i128::from(val as i64);
+                let want = crate::row_check(key, val);
+                (check != want).then(|| {
+                    format!(
+                        "row {key} holds value {} with check word {check:#x}, not {want:#x}",
+                        val as i64
+                    )
+                })
+            },
+            &mut out,
+        );
+    }
+    if sum % n.max(1) as i128 != 0 {
+        out.push(format!(
+            "micro: the values sum to {sum}, not a multiple of {n} (rows per transaction): \
+             a transaction was applied in part"
+        ));
+    }
+    out.truncate(crate::VIOLATIONS_MAX);
+    out
 }

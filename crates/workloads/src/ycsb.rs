@@ -6,6 +6,11 @@
 //! configurations:
 //! - DBx1000: 10,485,760 rows of 100 bytes, 16 requests per transaction, 90% reads, θ = 0.6;
 //! - Silo: 10,000,000 rows, 1 request per transaction, 80% reads / 20% writes, uniform.
+//!
+//! Invariants, checked by [`check`] (for `islands check`): every key of each island's
+//! range is present, and each row's check word is [`crate::row_check`] of its key and its
+//! counter `f0` (loaded as the key, incremented by each read-modify-write, which writes
+//! both).
 
 use std::collections::BTreeMap;
 
@@ -21,7 +26,8 @@ use crate::{check_rows, LoadProgress};
 
 pub const TABLE: u16 = 0;
 const F0: Col = Col(0);
-const PAYLOAD: Col = Col(1);
+const CHECK: Col = Col(1);
+const PAYLOAD: Col = Col(2);
 
 /// Most requests one transaction may make.
 pub const MAX_OPS: usize = 64;
@@ -111,12 +117,13 @@ impl YcsbConfig {
 
 /// The table definition, sized for `rows` rows (all of them, or one island's share).
 pub fn tables(cfg: &YcsbConfig, rows: u64) -> Vec<TableDef> {
+    let mut cols = vec![("f0", ColType::U64), ("check", ColType::U64)];
+    if cfg.row_bytes > 16 {
+        cols.push(("payload", ColType::Str((cfg.row_bytes - 16) as u16)));
+    }
     vec![TableDef::new(
         "usertable",
-        &[
-            ("f0", ColType::U64),
-            ("payload", ColType::Str((cfg.row_bytes - 8) as u16)),
-        ],
+        &cols,
         rows.max(1),
         PrimaryKind::Hash,
     )]
@@ -132,11 +139,14 @@ pub fn load(
     let mut l = island.loader()?;
     let mut img = Vec::new();
     let mut progress = LoadProgress::new("usertable", keys.end - keys.start, quiet);
-    let payload = vec![b'x'; cfg.row_bytes - 8];
+    let payload = vec![b'x'; cfg.row_bytes.saturating_sub(16)];
     for (i, k) in keys.enumerate() {
         l.put_with(TABLE, k, &mut img, |r| {
             r.set_u64(F0, k);
-            r.set_str(PAYLOAD, &payload);
+            r.set_u64(CHECK, crate::row_check(k, k));
+            if !payload.is_empty() {
+                r.set_str(PAYLOAD, &payload);
+            }
         })?;
         progress.tick(i as u64 + 1);
     }
@@ -203,8 +213,10 @@ impl Workload for Ycsb {
                     .get_for_update(TABLE, key)
                     .await?
                     .ok_or(Abort::User("missing key"))?;
-                let v = tx.row(h).u64(F0);
-                tx.row_mut(h).set_u64(F0, v.wrapping_add(1));
+                let v = tx.row(h).u64(F0).wrapping_add(1);
+                let mut row = tx.row_mut(h);
+                row.set_u64(F0, v);
+                row.set_u64(CHECK, crate::row_check(key, v));
             } else {
                 let h = tx
                     .get(TABLE, key)
@@ -215,4 +227,29 @@ impl Workload for Ycsb {
         }
         Ok(())
     }
+}
+
+/// Checks the invariants of the module documentation over `islands`, each with the key
+/// range it holds; returns the violations found (a few, in words).
+pub fn check(islands: &[(&Island, std::ops::Range<u64>)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (island, keys) in islands {
+        crate::check_key_range(
+            "ycsb",
+            island,
+            TABLE,
+            keys,
+            |key, words| {
+                // The counter and the check word are the row's first two words.
+                let (f0, check) = (words[0], words[1]);
+                let want = crate::row_check(key, f0);
+                (check != want).then(|| {
+                    format!("row {key} holds f0 {f0} with check word {check:#x}, not {want:#x}")
+                })
+            },
+            &mut out,
+        );
+    }
+    out.truncate(crate::VIOLATIONS_MAX);
+    out
 }

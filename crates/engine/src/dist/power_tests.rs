@@ -485,7 +485,7 @@ fn two_island_round(seed: u64, t: &mut Tally) {
         .iter()
         .zip(recs)
         .map(|(c, rec)| {
-            Island::open_in_memory(c.clone(), &defs, rec, &decide)
+            Island::open_in_memory(c.clone(), &defs, rec, Some(&decide))
                 .unwrap()
                 .0
         })

@@ -256,7 +256,7 @@ pub(crate) fn write(device: &dyn LogDevice, dir: &Path, ctl: &Control) -> Result
 
 /// A random 128-bit id: from the kernel's random source, or else from the clock, the
 /// process id and the standard library's per-process random hash keys.
-fn new_deployment_id() -> u128 {
+pub fn new_deployment_id() -> u128 {
     use std::io::Read;
     let mut b = [0u8; 16];
     if std::fs::File::open("/dev/urandom")

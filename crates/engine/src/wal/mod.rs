@@ -124,7 +124,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-pub use control::{read as read_control, Control, LogIdentity, CONTROL_VERSION};
+pub use control::{new_deployment_id, read as read_control, Control, LogIdentity, CONTROL_VERSION};
 pub use device::{FsDevice, LogDevice, LogFile};
 pub use format::LogBuffer;
 
@@ -639,6 +639,9 @@ struct Inspected {
     control: Option<Control>,
     checkpoint: Option<CheckpointData>,
     scan: recovery::Scan,
+    /// [`OnDamage::Truncate`]: the log ends before what the control file says was durable
+    /// (its newest segments are gone); what is lost, in words.
+    shortfall: Option<String>,
 }
 
 /// Reads the log in `dir` and judges it against its control file and `identity`, writing
@@ -667,7 +670,7 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
     }
     let checkpoint = recovery::load_checkpoint(&listing.checkpoints)?;
     if let Some(c) = &control {
-        check_extent(dir, c, &listing)?;
+        check_extent(dir, c, &listing, on_damage)?;
     }
     let scan = recovery::scan(listing.segments.clone())?;
     let start_seq = checkpoint.as_ref().map_or(0, |c| c.start_seq);
@@ -684,6 +687,7 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
             ),
         });
     }
+    let mut shortfall = None;
     if let recovery::End::Damaged(f) = &scan.end {
         if on_damage == OnDamage::Refuse {
             return Err(WalError::Damaged {
@@ -701,16 +705,20 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
                 || dir.join(recovery::segment_name(reach + 1)),
                 |s| s.1.clone(),
             );
-            return Err(WalError::Missing {
-                file: dir.join(recovery::segment_name(reach + 1)),
-                reason: format!(
-                    "the log ends at batch {reach} (in {}), but batch {} was durable when {} was \
-                     written: the end of the log is gone",
-                    last.display(),
-                    c.durable,
-                    ctl_path.display()
-                ),
-            });
+            let reason = format!(
+                "the log ends at batch {reach} (in {}), but batch {} was durable when {} was \
+                 written: the end of the log is gone",
+                last.display(),
+                c.durable,
+                ctl_path.display()
+            );
+            if on_damage == OnDamage::Refuse {
+                return Err(WalError::Missing {
+                    file: dir.join(recovery::segment_name(reach + 1)),
+                    reason,
+                });
+            }
+            shortfall = Some(reason);
         }
     }
     Ok(Inspected {
@@ -718,11 +726,19 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
         control,
         checkpoint,
         scan,
+        shortfall,
     })
 }
 
-/// The files the control file says must exist do.
-fn check_extent(dir: &Path, c: &Control, listing: &recovery::DirListing) -> Result<(), WalError> {
+/// The files the control file says must exist do. A repair ([`OnDamage::Truncate`])
+/// accepts a log whose newest segments are gone (it reports what is lost); nothing accepts
+/// one whose oldest segment or checkpoint is gone.
+fn check_extent(
+    dir: &Path,
+    c: &Control,
+    listing: &recovery::DirListing,
+    on_damage: OnDamage,
+) -> Result<(), WalError> {
     let ctl = control::path(dir);
     if c.checkpoint != 0
         && listing
@@ -739,10 +755,14 @@ fn check_extent(dir: &Path, c: &Control, listing: &recovery::DirListing) -> Resu
         });
     }
     let has = |seq: BatchSeq| listing.segments.iter().any(|s| s.0 == seq);
+    let newest = match on_damage {
+        OnDamage::Refuse => c.last_segment,
+        OnDamage::Truncate => 0,
+    };
     for (seq, which) in [
         (c.first_segment, "the oldest segment that must exist"),
         (
-            c.last_segment,
+            newest,
             "the newest segment the log made (renamed or deleted?)",
         ),
     ] {
@@ -926,6 +946,18 @@ impl Wal {
             recovery::End::Damaged(f) => {
                 repaired = Some(Self::cut_damage(dev, &dir, &mut scan, &f)?);
             }
+        }
+        if let (None, Some(reason)) = (&repaired, ins.shortfall) {
+            repaired = Some(Repair {
+                file: control::path(&dir),
+                offset: 0,
+                reason,
+                bytes_dropped: 0,
+                segments_deleted: Vec::new(),
+                records_dropped: 0,
+                tids: Vec::new(),
+                gtids: Vec::new(),
+            });
         }
         // The last segment's name is a lower bound of the seqs it may hold.
         let last_name = scan.segments.last().map_or(0, |s| s.0);

@@ -323,6 +323,31 @@ impl Tpcc {
         })
     }
 
+    /// Makes each worker's Payments go on after the history rows `islands` hold (a run
+    /// over a recovered database): a worker numbers its history rows in its own slot of
+    /// its home warehouse, and would otherwise take numbers that are taken.
+    pub fn continue_history(&self, islands: &[&islands::island::Island]) {
+        let mut last: std::collections::HashMap<u64, u64> = Default::default();
+        for island in islands {
+            island
+                .catalog()
+                .table(schema::HISTORY)
+                .for_each_row(|key, _, _| {
+                    let prefix = key >> HIST_SEQ_BITS;
+                    let seq = key & ((1 << HIST_SEQ_BITS) - 1);
+                    let e = last.entry(prefix).or_insert(0);
+                    *e = (*e).max(seq);
+                });
+        }
+        for (worker, counter) in self.hist_seq.iter().enumerate() {
+            let w = self.homes[worker % self.homes.len()];
+            let slot = (worker as u64 % HIST_MAX_SLOT) + 1;
+            let prefix = schema::history_key(w, slot, 0) >> HIST_SEQ_BITS;
+            let seq = last.get(&prefix).copied().unwrap_or(0);
+            counter.store(seq, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// Worker w's home is warehouse `w mod W + 1`.
     pub fn default_homes(workers: usize, warehouses: u32) -> Vec<u32> {
         (0..workers)

@@ -1,5 +1,6 @@
 //! Integration tests of the workloads crate (one test binary, modules per workload).
 
+mod checks;
 mod inserts;
 mod micro;
 mod tpcc;
