@@ -344,19 +344,24 @@ fn one_island_round(seed: u64, t: &mut Tally) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn power_cuts_keep_every_acknowledged_commit_of_one_island() {
-    let (budget, first) = budget_and_seed("one island, power cuts");
+/// Runs `round` with one seed after another for the test's time budget (at least three).
+fn rounds(what: &str, round: fn(u64, &mut Tally)) {
+    let (budget, first) = budget_and_seed(what);
     let mut t = Tally::default();
     let start = Instant::now();
     let mut seed = first;
     while start.elapsed() < budget || t.cuts < 3 {
-        one_island_round(seed, &mut t);
+        round(seed, &mut t);
         seed += 1;
     }
-    println!("one island: {t:?}");
+    println!("{what}: {t:?}");
     assert_eq!(t.lost, 0);
     assert!(t.acknowledged > 0, "{t:?}");
+}
+
+#[test]
+fn power_cuts_keep_every_acknowledged_commit_of_one_island() {
+    rounds("one island, power cuts", one_island_round);
 }
 
 /// Two islands' configurations: one worker each, `no_wait`, room for the executors.
@@ -536,15 +541,5 @@ fn two_island_round(seed: u64, t: &mut Tally) {
 
 #[test]
 fn power_cuts_leave_no_distributed_transfer_half_applied() {
-    let (budget, first) = budget_and_seed("two islands, power cuts");
-    let mut t = Tally::default();
-    let start = Instant::now();
-    let mut seed = first;
-    while start.elapsed() < budget || t.cuts < 3 {
-        two_island_round(seed, &mut t);
-        seed += 1;
-    }
-    println!("two islands: {t:?}");
-    assert_eq!(t.lost, 0);
-    assert!(t.acknowledged > 0, "{t:?}");
+    rounds("two islands, power cuts", two_island_round);
 }

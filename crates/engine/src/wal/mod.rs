@@ -669,9 +669,10 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
         None => {}
     }
     let checkpoint = recovery::load_checkpoint(&listing.checkpoints)?;
-    if let Some(c) = &control {
-        check_extent(dir, c, &listing, on_damage)?;
-    }
+    let mut shortfall = match &control {
+        Some(c) => check_extent(dir, c, &listing, on_damage)?,
+        None => None,
+    };
     let scan = recovery::scan(listing.segments.clone())?;
     let start_seq = checkpoint.as_ref().map_or(0, |c| c.start_seq);
     if scan.first_seq > start_seq.max(1) {
@@ -687,7 +688,6 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
             ),
         });
     }
-    let mut shortfall = None;
     if let recovery::End::Damaged(f) = &scan.end {
         if on_damage == OnDamage::Refuse {
             return Err(WalError::Damaged {
@@ -718,7 +718,7 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
                     reason,
                 });
             }
-            shortfall = Some(reason);
+            shortfall = shortfall.or(Some(reason));
         }
     }
     Ok(Inspected {
@@ -731,49 +731,53 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
 }
 
 /// The files the control file says must exist do. A repair ([`OnDamage::Truncate`])
-/// accepts a log whose newest segments are gone (it reports what is lost); nothing accepts
-/// one whose oldest segment or checkpoint is gone.
+/// accepts a log whose newest segments are gone, and gets back what is lost, in words;
+/// nothing accepts one whose oldest segment or checkpoint is gone.
 fn check_extent(
     dir: &Path,
     c: &Control,
     listing: &recovery::DirListing,
     on_damage: OnDamage,
-) -> Result<(), WalError> {
+) -> Result<Option<String>, WalError> {
     let ctl = control::path(dir);
+    let missing = |file: PathBuf, which: &str| WalError::Missing {
+        file,
+        reason: format!("{} names it as {which}", ctl.display()),
+    };
     if c.checkpoint != 0
         && listing
             .checkpoints
             .last()
             .is_none_or(|l| l.0 < c.checkpoint)
     {
-        return Err(WalError::Missing {
-            file: dir.join(checkpoint::checkpoint_name(c.checkpoint)),
-            reason: format!(
-                "{} names it as the newest checkpoint, and no newer one is there",
-                ctl.display()
-            ),
-        });
+        return Err(missing(
+            dir.join(checkpoint::checkpoint_name(c.checkpoint)),
+            "the newest checkpoint, and no newer one is there",
+        ));
     }
-    let has = |seq: BatchSeq| listing.segments.iter().any(|s| s.0 == seq);
-    let newest = match on_damage {
-        OnDamage::Refuse => c.last_segment,
-        OnDamage::Truncate => 0,
-    };
-    for (seq, which) in [
-        (c.first_segment, "the oldest segment that must exist"),
-        (
-            newest,
-            "the newest segment the log made (renamed or deleted?)",
-        ),
-    ] {
-        if seq != 0 && !has(seq) {
-            return Err(WalError::Missing {
-                file: dir.join(recovery::segment_name(seq)),
-                reason: format!("{} names it as {which}", ctl.display()),
-            });
-        }
+    let has = |seq: BatchSeq| seq == 0 || listing.segments.iter().any(|s| s.0 == seq);
+    if !has(c.first_segment) {
+        return Err(missing(
+            dir.join(recovery::segment_name(c.first_segment)),
+            "the oldest segment that must exist",
+        ));
     }
-    Ok(())
+    if !has(c.last_segment) {
+        let file = dir.join(recovery::segment_name(c.last_segment));
+        return match on_damage {
+            OnDamage::Refuse => Err(missing(
+                file,
+                "the newest segment the log made (renamed or deleted?)",
+            )),
+            OnDamage::Truncate => Ok(Some(format!(
+                "{} is missing ({} names it as the newest segment): the batches from {} on are lost",
+                file.display(),
+                ctl.display(),
+                c.last_segment
+            ))),
+        };
+    }
+    Ok(None)
 }
 
 /// Shortens a segment to its first `len` bytes, durably.

@@ -1153,3 +1153,82 @@ fn zeroed_16k_inside_a_segment_is_refused() {
     std::fs::write(&seg, &data).unwrap();
     refused(&c, &file_name(&seg), "offset");
 }
+
+/// A directory with a log but no control file (written before there was one, or the
+/// file was removed) is refused: without it, a missing segment looks like the end of
+/// the log. A control file that does not check is refused, naming it.
+#[test]
+fn a_missing_or_corrupt_control_file_is_refused() {
+    let (tmp, c, _) = small_segments_log("no-control", 200, 10);
+    let ctl = tmp.path().join("CONTROL");
+    let good = std::fs::read(&ctl).unwrap();
+    std::fs::remove_file(&ctl).unwrap();
+    let err = refused(&c, &tmp.path().display().to_string(), "no control file");
+    assert!(matches!(err, WalError::NoControl { .. }), "{err}");
+    let mut bad = good.clone();
+    bad[30] ^= 4;
+    std::fs::write(&ctl, &bad).unwrap();
+    let err = refused(&c, "CONTROL", "checksum mismatch");
+    assert!(matches!(err, WalError::CorruptControl { .. }), "{err}");
+    std::fs::write(&ctl, &good).unwrap();
+    Wal::open(c).unwrap();
+}
+
+/// Another island's or schema's directory is refused; so is another deployment's.
+#[test]
+fn a_directory_of_another_island_or_schema_is_refused() {
+    let tmp = TempDir::new("identity");
+    let mut c = cfg(tmp.path(), Durability::Sync);
+    c.identity = LogIdentity {
+        deployment: None,
+        island: 1,
+        islands: 2,
+        schema: 7,
+        workload: "micro rows=10 row_bytes=16 n=1 keys=5..10".into(),
+    };
+    let (wal, rec) = Wal::open(c.clone()).unwrap();
+    assert_eq!(rec.control, None, "a new directory");
+    write_batches(&wal, 0, 3);
+    drop(wal);
+    let deployment = control::read(tmp.path()).unwrap().unwrap().deployment;
+    let mut other = c.clone();
+    other.identity.island = 0;
+    refused(&other, "CONTROL", "swapped");
+    let mut other = c.clone();
+    other.identity.schema = 8;
+    refused(&other, "CONTROL", "schema");
+    let mut other = c.clone();
+    other.identity.deployment = Some(deployment ^ 1);
+    refused(&other, "CONTROL", "another database");
+    let mut other = c.clone();
+    other.identity.workload = "micro rows=10 row_bytes=16 n=1 keys=0..5".into();
+    refused(&other, "CONTROL", "workload");
+    // The same identity, with the deployment named or not, opens.
+    c.identity.deployment = Some(deployment);
+    let (_wal, rec) = Wal::open(c).unwrap();
+    assert_eq!(rec.control.map(|c| c.deployment), Some(deployment));
+}
+
+/// The repair accepts a log whose newest segment is gone, and says that the batches it
+/// held are lost; a plain open then accepts what is left.
+#[test]
+fn repair_of_a_log_whose_last_segment_is_gone() {
+    let (tmp, mut c, expected) = small_segments_log("repair-last", 200, 30);
+    let segs = recovery::list_dir(tmp.path()).unwrap().segments;
+    let (first_lost, last) = segs.last().unwrap().clone();
+    std::fs::rename(&last, tmp.path().join("elsewhere")).unwrap();
+    c.on_damage = OnDamage::Truncate;
+    let (wal, rec) = Wal::open(c.clone()).unwrap();
+    let r = rec.repaired.expect("reported");
+    assert!(r.reason.contains("are lost"), "{r}");
+    let kept: Vec<LogRecord> = expected
+        .iter()
+        .filter(|r| r.seq() < first_lost)
+        .cloned()
+        .collect();
+    assert_eq!(rec.records, kept);
+    drop(wal);
+    c.on_damage = OnDamage::Refuse;
+    let (_wal, rec) = Wal::open(c).unwrap();
+    assert_eq!(rec.records, kept);
+}
