@@ -1232,3 +1232,26 @@ fn repair_of_a_log_whose_last_segment_is_gone() {
     let (_wal, rec) = Wal::open(c).unwrap();
     assert_eq!(rec.records, kept);
 }
+
+/// A torn write followed by an older file's bytes (as a reused or preallocated file
+/// could hold: valid frames of older batches) is a torn tail: those batches are below
+/// the last good one, so they are no trace of a later write.
+#[test]
+fn a_torn_write_before_an_older_files_bytes_is_a_torn_tail() {
+    let (tmp, c, expected) = small_segments_log("torn-old", 200, 20);
+    let segs = recovery::list_dir(tmp.path()).unwrap().segments;
+    assert!(segs.len() >= 3);
+    let older = std::fs::read(&segs[0].1).unwrap();
+    let last = &segs.last().unwrap().1;
+    let mut data = std::fs::read(last).unwrap();
+    let good = data.len();
+    // Half a record header, then the older segment's frames.
+    data.extend_from_slice(&[120, 0, 0, 0, 9]);
+    data.extend_from_slice(&older);
+    std::fs::write(last, &data).unwrap();
+    let (_wal, rec) = Wal::open(c).unwrap();
+    assert_eq!(rec.records, expected);
+    let t = rec.truncated.expect("a torn tail");
+    assert_eq!((t.offset, t.cut), (good as u64, true));
+    assert_eq!(std::fs::metadata(last).unwrap().len(), good as u64);
+}
