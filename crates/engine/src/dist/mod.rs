@@ -208,6 +208,7 @@ impl Cluster {
                 opts.inflight, opts.commit_window, opts.max_branches
             )));
         }
+        check_identities(&islands)?;
         let mut base = Vec::with_capacity(islands.len());
         let mut n = 0u32;
         for (i, ((island, _), &w)) in islands.iter().zip(&workers).enumerate() {
@@ -381,6 +382,43 @@ impl Cluster {
         }
         Ok(ex)
     }
+}
+
+/// Islands opened as numbered islands of a deployment (`IslandConfig::islands` above 1)
+/// must be the cluster's islands in their order, and all of one deployment: the one their
+/// configurations name, or else the one their log directories hold. (Islands opened
+/// without numbers, each the only island of its own log, are not checked.)
+fn check_identities(islands: &[(Island, RecoveryReport)]) -> Result<(), Error> {
+    let mut deployment = None;
+    for (i, (island, report)) in islands.iter().enumerate() {
+        let c = island.config();
+        if c.islands <= 1 {
+            continue;
+        }
+        if c.islands as usize != islands.len() || c.island_id as usize != i {
+            return Err(Error::Config(format!(
+                "{} was opened as island {} of {}, but it is island {i} of this cluster of {}",
+                c.name,
+                c.island_id,
+                c.islands,
+                islands.len()
+            )));
+        }
+        let d = c
+            .deployment
+            .or_else(|| report.control.as_ref().map(|ctl| ctl.deployment));
+        match (deployment, d) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(Error::Config(format!(
+                    "{} belongs to deployment {b:032x}, island 0 of this cluster to {a:032x}",
+                    c.name
+                )))
+            }
+            (None, Some(b)) => deployment = Some(b),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Lines of a received batch prefetched before it is read (a few KiB: more

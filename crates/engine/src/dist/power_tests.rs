@@ -378,6 +378,7 @@ fn two_configs(dir: &Path, sim: &SimDevice, rng: &mut Rng) -> Vec<IslandConfig> 
             cfg.contexts = contexts;
             cfg.island_id = i;
             cfg.islands = 2;
+            cfg.deployment = Some(0x15_1a4d);
             cfg.device = Some(Arc::new(sim.clone()));
             cfg.segment_bytes = segment_bytes;
             cfg.preallocate_log = preallocate;
@@ -542,4 +543,35 @@ fn two_island_round(seed: u64, t: &mut Tally) {
 #[test]
 fn power_cuts_leave_no_distributed_transfer_half_applied() {
     rounds("two islands, power cuts", two_island_round);
+}
+
+/// A cluster refuses islands opened as other islands of the deployment than their place
+/// in it, or of two deployments.
+#[test]
+fn a_cluster_checks_its_islands_identities() {
+    let dir = fresh_dir("identities");
+    let sim = SimDevice::new();
+    let mut configs = two_configs(&dir, &sim, &mut Rng::new(1));
+    for c in &mut configs {
+        c.device = None;
+    }
+    let open = |configs: &[IslandConfig]| -> Vec<(Island, RecoveryReport)> {
+        configs
+            .iter()
+            .map(|c| Island::open(c.clone(), &tables()).unwrap())
+            .collect()
+    };
+    let cluster = |opened| Cluster::new(opened, vec![1, 1], Arc::new(Halves), Default::default());
+    let opened = open(&configs);
+    assert!(cluster(opened).is_ok());
+    let mut swapped = open(&configs);
+    swapped.swap(0, 1);
+    let e = cluster(swapped).err().unwrap().to_string();
+    assert!(e.contains("opened as island 1 of 2"), "{e}");
+    let mut other = configs.clone();
+    other[1].deployment = Some(1);
+    other[1].log_dir = Some(dir.join("elsewhere"));
+    let e = cluster(open(&other)).err().unwrap().to_string();
+    assert!(e.contains("belongs to deployment"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
