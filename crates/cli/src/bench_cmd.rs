@@ -16,7 +16,7 @@ use islands::dist::{Cluster, ClusterOptions, RangeRouter};
 use islands::island::{Island, IslandConfig, RecoveryReport};
 use islands::topology::{CpuId, Topology};
 use islands::txn::Router;
-use islands::wal::Durability;
+use islands::wal::{CappedDevice, Durability};
 use islands::Error;
 use islands_workloads::inserts::{self, Inserts, InsertsConfig};
 use islands_workloads::micro::{self, Micro, MicroConfig};
@@ -427,6 +427,11 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         cfg.expedite_2pc = c.expedite_2pc;
         configs.push(cfg);
     }
+    if let Some(dev) = test_log_device()? {
+        for cfg in &mut configs {
+            cfg.device = Some(Arc::new(dev.clone()));
+        }
+    }
     let mut workers = Vec::new();
     for (i, ip) in plan.islands().iter().enumerate() {
         for j in 0..ip.workers as usize {
@@ -679,6 +684,23 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     result
 }
 
+/// The test hook `ISLANDS_TEST_LOG_CAPACITY=BYTES` (an environment variable,
+/// not an option): every island's log goes through one device that fails
+/// writes with ENOSPC once BYTES have been written through it in all, as a
+/// small file system that fills up would ([`CappedDevice`]). The CLI tests
+/// use it to fill a log without root or a loop device.
+fn test_log_device() -> Result<Option<CappedDevice>, Error> {
+    let Ok(v) = std::env::var("ISLANDS_TEST_LOG_CAPACITY") else {
+        return Ok(None);
+    };
+    let bytes: u64 = v.parse().map_err(|_| {
+        Error::Config(format!(
+            "ISLANDS_TEST_LOG_CAPACITY={v} is not a number of bytes"
+        ))
+    })?;
+    Ok(Some(CappedDevice::new(bytes)))
+}
+
 /// Opens every island of the plan, loads each from a thread pinned to the
 /// island's first CPU (so its rows are first touched on its NUMA node), makes
 /// the load durable with a checkpoint when the log is on, and runs the workload.
@@ -764,8 +786,8 @@ fn execute<W: Workload + 'static>(
     let probe_at = probe_cpus(workers);
     let probe = || probe_at.and_then(|(a, b)| ipc::probe(a as CpuId, b as CpuId));
     let probe_before = probe();
-    let mut report = match cluster {
-        None => driver::run_islands(&islands, workers, Arc::new(workload), dcfg)?,
+    let run = match cluster {
+        None => driver::run_islands(&islands, workers, Arc::new(workload), dcfg),
         Some((router, opts)) => {
             let (inflight, commits) = (opts.inflight, opts.commit_window);
             let mut per_island = vec![0usize; islands.len()];
@@ -780,12 +802,21 @@ fn execute<W: Workload + 'static>(
                 per_island[w.island] += 1;
             }
             let cl = Cluster::new(fresh, per_island, router, opts)?;
-            let mut r = run_cluster(&cl, &cws, Arc::new(workload), dcfg)?;
-            r.notes.push(format!(
+            let note = format!(
                 "{inflight} transactions executing and up to {commits} more committing per worker; multi-island transactions commit with two-phase commit (presumed abort)"
-            ));
-            r
+            );
+            run_cluster(&cl, &cws, Arc::new(workload), dcfg).map(|mut r| {
+                r.notes.push(note);
+                r
+            })
         }
+    };
+    // A run that stopped early (a log that died) still reports what it
+    // measured up to then; its error comes after the report.
+    let (mut report, stopped) = match run {
+        Ok(r) => (r, None),
+        Err(Error::Stopped { cause, partial }) => (*partial, Some(cause)),
+        Err(e) => return Err(e),
     };
     if let (Some((a, b)), Some(before)) = (probe_at, probe_before) {
         report.host = Some(HostProbe {
@@ -812,7 +843,13 @@ fn execute<W: Workload + 'static>(
             eprintln!("[result] written to {}", path.display());
         }
     }
-    Ok(())
+    match stopped {
+        Some(cause) => Err(Error::Stopped {
+            cause,
+            partial: Box::new(report),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The two CPUs of the host probe ([`HostProbe`]): the first pinned worker's

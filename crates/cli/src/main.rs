@@ -53,7 +53,15 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let r = match &cli.command {
-        Command::Bench(a) => bench_cmd::run(a).map_err(|e| e.to_string()),
+        Command::Bench(a) => match bench_cmd::run(a) {
+            // The run began and stopped on an error (a log that died): its
+            // report is printed; exit 1, as bad input is 2.
+            Err(islands::Error::Stopped { cause, .. }) => {
+                eprintln!("error: {cause}");
+                return ExitCode::from(1);
+            }
+            r => r.map_err(|e| e.to_string()),
+        },
         Command::Topology(a) => topology_cmd::run_topology(a),
         Command::Plan(a) => topology_cmd::run_plan(a),
         Command::Experiment(a) => experiment_cmd::run_experiment(a),

@@ -170,6 +170,10 @@ pub struct Report {
     /// Where the workers' time went, per committed transaction (`--phases`).
     pub phases: Option<PhaseReport>,
     pub notes: Vec<String>,
+    /// The run stopped before its planned end, for this reason (a log that
+    /// failed, a worker's error); the figures cover the time up to the stop.
+    #[serde(default)]
+    pub stopped: Option<String>,
 }
 
 /// Core time per committed transaction in each phase (see
@@ -280,6 +284,7 @@ impl Report {
                 .map_or(0, |d| d.as_secs()),
             phases: None,
             notes: Vec::new(),
+            stopped: None,
         }
     }
 

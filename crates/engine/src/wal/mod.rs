@@ -59,6 +59,7 @@
 //! idempotent (puts are after-images; the snapshot may already hold some of their effects;
 //! a patch applies only over an image older than itself).
 
+mod capped;
 mod checkpoint;
 mod device;
 mod format;
@@ -77,6 +78,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+pub use capped::CappedDevice;
 pub use device::{FsDevice, LogDevice, LogFile};
 pub use format::LogBuffer;
 

@@ -3,6 +3,7 @@
 mod bank;
 mod common;
 mod crash;
+mod dead_log;
 mod dist_crash;
 mod isolation;
 mod model;
