@@ -13,7 +13,7 @@ use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, EvenSplit, IslandId, Islands, Placement, Plan};
 use islands::dist::run::{run_cluster, ClusterWorker};
 use islands::dist::{Cluster, ClusterOptions, RangeRouter};
-use islands::island::{Island, IslandConfig, RecoveryReport};
+use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
 use islands::topology::{CpuId, Topology};
 use islands::txn::Router;
 use islands::wal::{CappedDevice, Durability};
@@ -101,6 +101,17 @@ struct Common {
     /// more commits join the next group (fewer fdatasyncs, less kernel CPU). 0: none.
     #[arg(long, global = true, default_value_t = 1000)]
     group_delay_us: u64,
+    /// Periodic checkpoints while the run goes, with a log (sync or async): one once the
+    /// log has grown N MiB since the last (and at least as much as that checkpoint's file,
+    /// so checkpoints never write more than the log does); the log before it is deleted.
+    /// 0: none by size. Default: 512 (or checkpoint_every_mb in --config).
+    #[arg(long, global = true)]
+    checkpoint_every_mb: Option<u64>,
+    /// Periodic checkpoints by time: one every S seconds while the log grows. 0: none by
+    /// time. Default: 300 (or checkpoint_every_s in --config). Both 0: the load's
+    /// checkpoint only, and the log grows without bound.
+    #[arg(long, global = true, allow_negative_numbers = true)]
+    checkpoint_every_s: Option<f64>,
     /// Write log segments over files of zeros that a background thread makes ahead of
     /// time: an fdatasync then commits no file-system metadata (about half the latency
     /// on ext4), but every log byte is written twice. Pays when transactions wait for
@@ -347,6 +358,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         )));
     }
     let quiet = display == DisplayMode::Quiet;
+    let checkpoint = checkpoint_policy(&c, file.as_ref())?;
 
     // The deployment: plan it on this machine's topology.
     let topology = Topology::discover()?;
@@ -425,6 +437,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         cfg.group_delay = Duration::from_micros(c.group_delay_us);
         cfg.preallocate_log = c.log_preallocate;
         cfg.expedite_2pc = c.expedite_2pc;
+        cfg.checkpoint = checkpoint;
         configs.push(cfg);
     }
     if let Some(dev) = test_log_device()? {
@@ -682,6 +695,28 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         }
     }
     result
+}
+
+/// The periodic checkpoints: the command line's, else the file's, else the default.
+fn checkpoint_policy(c: &Common, file: Option<&DeploySpec>) -> Result<CheckpointPolicy, Error> {
+    let mut policy = CheckpointPolicy::DEFAULT;
+    match (
+        c.checkpoint_every_mb,
+        file.and_then(|f| f.checkpoint_every_mb),
+    ) {
+        (Some(mb), _) | (None, Some(mb)) => {
+            policy.every_bytes = mb
+                .checked_mul(1 << 20)
+                .ok_or_else(|| Error::Config(format!("--checkpoint-every-mb {mb} is too large")))?;
+        }
+        (None, None) => {}
+    }
+    if let Some(s) = c.checkpoint_every_s {
+        policy.every = secs("checkpoint-every-s", s)?;
+    } else if let Some(d) = file.and_then(|f| f.checkpoint_every) {
+        policy.every = d;
+    }
+    Ok(policy)
 }
 
 /// The test hook `ISLANDS_TEST_LOG_CAPACITY=BYTES` (an environment variable,

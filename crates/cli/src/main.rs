@@ -26,7 +26,7 @@ struct Cli {
 enum Command {
     /// Run a benchmark (YCSB, the paper's microbenchmark, TPC-C, message round trips) and report throughput,
     /// latency percentiles, aborts by reason and CPU time.
-    Bench(bench_cmd::BenchArgs),
+    Bench(Box<bench_cmd::BenchArgs>),
     /// Show the machine's topology: sockets, NUMA nodes, L3 domains, cores, CPUs.
     Topology(topology_cmd::TopologyArgs),
     /// Print what a deployment would do, without running it.

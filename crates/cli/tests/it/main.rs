@@ -1,6 +1,7 @@
 //! End-to-end tests of the `islands` binary.
 
 mod bad_input;
+mod checkpoints;
 mod dead_log;
 mod experiments;
 mod multisite;

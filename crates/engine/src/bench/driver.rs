@@ -277,6 +277,10 @@ pub(crate) fn run_threads(
         (0..workers.len()).map(|_| ProgressCounter::new()).collect();
     let cpus = allowed_cpus();
     let started = SystemTime::now();
+    let checkpoints = || -> Vec<crate::island::CheckpointStats> {
+        islands.iter().map(|i| i.checkpoint_stats()).collect()
+    };
+    let checkpoints_before = checkpoints();
     let mut handles = Vec::with_capacity(workers.len());
     for ((w, spec), body) in workers.iter().enumerate().zip(bodies) {
         let phase = Arc::clone(&phase);
@@ -361,7 +365,7 @@ pub(crate) fn run_threads(
             };
             let syncs = sum(&b, |s| s.syncs) - sum(&a, |s| s.syncs);
             let nanos = sum(&b, |s| s.sync_nanos) - sum(&a, |s| s.sync_nanos);
-            Some(LogReport {
+            let mut log = LogReport {
                 bytes: sum(&b, |s| s.bytes_written) - sum(&a, |s| s.bytes_written),
                 fdatasyncs: syncs,
                 fdatasync_mean_ms: if syncs == 0 {
@@ -369,7 +373,21 @@ pub(crate) fn run_threads(
                 } else {
                     nanos as f64 / syncs as f64 / 1e6
                 },
-            })
+                ..Default::default()
+            };
+            for (a, b) in checkpoints_before.iter().zip(checkpoints()) {
+                log.checkpoints += b.periodic - a.periodic;
+                log.checkpoints_failed += b.failed - a.failed;
+                log.checkpoint_s += b.seconds - a.seconds;
+            }
+            for w in islands.iter().filter_map(|i| i.wal()) {
+                // What is on disk now; a directory that cannot be read
+                // counts nothing rather than failing the report.
+                let u = w.disk_usage().unwrap_or_default();
+                log.segment_bytes_end += u.segment_bytes;
+                log.checkpoint_bytes_end += u.checkpoint_bytes;
+            }
+            Some(log)
         }
         _ => None,
     };

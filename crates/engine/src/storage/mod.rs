@@ -407,6 +407,18 @@ impl Table {
     /// (retried while a writer holds it). Safe while workers run: this is how a
     /// fuzzy checkpoint reads the table.
     pub fn for_each_row(&self, mut f: impl FnMut(u64, u64, &[u64])) {
+        let r: Result<(), std::convert::Infallible> = self.try_for_each_row(|k, tid, row| {
+            f(k, tid, row);
+            Ok(())
+        });
+        let Ok(()) = r;
+    }
+
+    /// [`Table::for_each_row`] that stops at the first error `f` returns.
+    pub fn try_for_each_row<E>(
+        &self,
+        mut f: impl FnMut(u64, u64, &[u64]) -> Result<(), E>,
+    ) -> Result<(), E> {
         let mut buf = vec![0u64; self.schema.row_words()];
         for rid in 0..self.arena.high_water() {
             if !self.arena.is_allocated(rid) {
@@ -426,11 +438,12 @@ impl Table {
                     continue;
                 }
                 if v1 & PRESENT != 0 {
-                    f(key, tid_of(v1), &buf);
+                    f(key, tid_of(v1), &buf)?;
                 }
                 break;
             }
         }
+        Ok(())
     }
 
     /// Number of present rows (walks the arena; for tests and reports).

@@ -24,63 +24,118 @@ fn temp_name(start_seq: BatchSeq) -> String {
     format!("ckpt-{start_seq:020}.tmp")
 }
 
-/// Writes, syncs and atomically publishes a checkpoint. Returns (path, rows, bytes).
-pub(crate) fn write<'a>(
-    dir: &Path,
-    start_seq: BatchSeq,
-    rows: impl Iterator<Item = (u16, u64, u64, &'a [u8])>,
-) -> Result<(PathBuf, u64, u64), (&'static str, PathBuf, io::Error)> {
-    let tmp = dir.join(temp_name(start_seq));
-    let path = dir.join(checkpoint_name(start_seq));
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(|e| ("create checkpoint", tmp.clone(), e))?;
-    let mut out = BufWriter::with_capacity(1 << 20, file);
-    let mut rec = Vec::with_capacity(4096);
-    let mut bytes = 0u64;
-    let mut put = |rec: &mut Vec<u8>, out: &mut BufWriter<File>| -> io::Result<()> {
-        bytes += rec.len() as u64;
-        out.write_all(rec)?;
-        rec.clear();
-        Ok(())
-    };
+/// An I/O failure of a checkpoint: what was being done, and to which file.
+pub(crate) type CkptIoError = (&'static str, PathBuf, io::Error);
 
-    let start = begin_record(&mut rec, REC_CKPT_HEADER);
-    rec.extend_from_slice(CKPT_MAGIC);
-    rec.extend_from_slice(&start_seq.to_le_bytes());
-    finish_record(&mut rec, start);
-    put(&mut rec, &mut out).map_err(|e| ("write checkpoint", tmp.clone(), e))?;
+/// A checkpoint being written: rows go to `ckpt-<seq>.tmp` as they come
+/// (nothing of the snapshot is held in memory), and [`Writer::publish`] makes
+/// it the checkpoint. A writer dropped unpublished removes its file, so a
+/// failed or abandoned checkpoint leaves nothing behind (a full disk keeps
+/// the room the log needs).
+pub(crate) struct Writer {
+    dir: PathBuf,
+    tmp: PathBuf,
+    path: PathBuf,
+    out: Option<BufWriter<File>>,
+    rec: Vec<u8>,
+    bytes: u64,
+    count: u64,
+}
 
-    let mut count = 0u64;
-    for (table, key, tid, row) in rows {
-        let start = begin_record(&mut rec, REC_CKPT_ROW);
-        rec.extend_from_slice(&table.to_le_bytes());
-        rec.extend_from_slice(&key.to_le_bytes());
-        rec.extend_from_slice(&tid.to_le_bytes());
-        rec.extend_from_slice(row);
-        finish_record(&mut rec, start);
-        put(&mut rec, &mut out).map_err(|e| ("write checkpoint", tmp.clone(), e))?;
-        count += 1;
+impl Writer {
+    /// Creates the temporary file and writes the header.
+    pub(crate) fn create(dir: &Path, start_seq: BatchSeq) -> Result<Writer, CkptIoError> {
+        let tmp = dir.join(temp_name(start_seq));
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(|e| ("create checkpoint", tmp.clone(), e))?;
+        let mut w = Writer {
+            dir: dir.to_path_buf(),
+            path: dir.join(checkpoint_name(start_seq)),
+            tmp,
+            out: Some(BufWriter::with_capacity(1 << 20, file)),
+            rec: Vec::with_capacity(4096),
+            bytes: 0,
+            count: 0,
+        };
+        let start = begin_record(&mut w.rec, REC_CKPT_HEADER);
+        w.rec.extend_from_slice(CKPT_MAGIC);
+        w.rec.extend_from_slice(&start_seq.to_le_bytes());
+        finish_record(&mut w.rec, start);
+        w.put()?;
+        Ok(w)
     }
 
-    let start = begin_record(&mut rec, REC_CKPT_FOOTER);
-    rec.extend_from_slice(&count.to_le_bytes());
-    finish_record(&mut rec, start);
-    put(&mut rec, &mut out).map_err(|e| ("write checkpoint", tmp.clone(), e))?;
+    fn put(&mut self) -> Result<(), CkptIoError> {
+        self.bytes += self.rec.len() as u64;
+        let out = self
+            .out
+            .as_mut()
+            .expect("an unpublished writer has its file");
+        out.write_all(&self.rec)
+            .map_err(|e| ("write checkpoint", self.tmp.clone(), e))?;
+        self.rec.clear();
+        Ok(())
+    }
 
-    let file = out
-        .into_inner()
-        .map_err(|e| ("write checkpoint", tmp.clone(), e.into_error()))?;
-    rustix::fs::fdatasync(&file).map_err(|e| ("fdatasync checkpoint", tmp.clone(), e.into()))?;
-    drop(file);
-    fs::rename(&tmp, &path).map_err(|e| ("rename checkpoint", path.clone(), e))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| ("fsync log directory", dir.to_path_buf(), e))?;
-    Ok((path, count, bytes))
+    /// Appends one row.
+    pub(crate) fn row(
+        &mut self,
+        table: u16,
+        key: u64,
+        tid: u64,
+        row: &[u8],
+    ) -> Result<(), CkptIoError> {
+        let start = begin_record(&mut self.rec, REC_CKPT_ROW);
+        self.rec.extend_from_slice(&table.to_le_bytes());
+        self.rec.extend_from_slice(&key.to_le_bytes());
+        self.rec.extend_from_slice(&tid.to_le_bytes());
+        self.rec.extend_from_slice(row);
+        finish_record(&mut self.rec, start);
+        self.count += 1;
+        self.put()
+    }
+
+    /// Writes the footer and makes the file durable, but does not publish it
+    /// yet. Returns (rows, bytes).
+    pub(crate) fn seal(&mut self) -> Result<(u64, u64), CkptIoError> {
+        let start = begin_record(&mut self.rec, REC_CKPT_FOOTER);
+        self.rec.extend_from_slice(&self.count.to_le_bytes());
+        finish_record(&mut self.rec, start);
+        self.put()?;
+        let out = self
+            .out
+            .as_mut()
+            .expect("an unpublished writer has its file");
+        out.flush()
+            .map_err(|e| ("write checkpoint", self.tmp.clone(), e))?;
+        rustix::fs::fdatasync(out.get_ref())
+            .map_err(|e| ("fdatasync checkpoint", self.tmp.clone(), e.into()))?;
+        Ok((self.count, self.bytes))
+    }
+
+    /// Publishes a sealed checkpoint: renames it to its name and syncs the
+    /// directory, so a valid name means a complete file. Returns its path.
+    pub(crate) fn publish(mut self) -> Result<PathBuf, CkptIoError> {
+        drop(self.out.take());
+        fs::rename(&self.tmp, &self.path)
+            .map_err(|e| ("rename checkpoint", self.path.clone(), e))?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| ("fsync log directory", self.dir.clone(), e))?;
+        Ok(self.path.clone())
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if self.out.take().is_some() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 /// Reads and validates a checkpoint file. The error says what is wrong and where.

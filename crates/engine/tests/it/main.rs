@@ -1,6 +1,7 @@
 //! Integration tests of the engine: one binary, modules by subject.
 
 mod bank;
+mod checkpoints;
 mod common;
 mod crash;
 mod dead_log;
