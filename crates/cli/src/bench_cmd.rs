@@ -14,6 +14,8 @@ use islands::deploy::{self, DeploySpec, EvenSplit, IslandId, Islands, Placement,
 use islands::dist::run::{run_cluster, ClusterWorker};
 use islands::dist::{Cluster, ClusterOptions, RangeRouter};
 use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
+use islands::storage::TableDef;
+use islands::topology::memory;
 use islands::topology::{CpuId, Topology};
 use islands::txn::Router;
 use islands::wal::{CappedDevice, Durability};
@@ -49,7 +51,8 @@ struct Common {
     /// A TOML deployment file, as `islands plan --config` reads it ([deployment] islands,
     /// placement, workers_per_island, sites, cc, durability, log_dir; [[island]] cpus).
     /// Options given on the command line override it; what it does not name keeps
-    /// bench's defaults (durability off, a temporary log directory).
+    /// bench's defaults (a temporary log directory; durability off, or sync when it names
+    /// log_dir).
     #[arg(long, global = true, value_name = "FILE.toml")]
     config: Option<PathBuf>,
     /// Worker threads per island, 1 to 1024 (default: one per core of the island).
@@ -64,12 +67,15 @@ struct Common {
     #[arg(long, global = true)]
     cc: Option<String>,
     /// Durability: off (no log, as DBx1000 and Silo report), async (acknowledge before the flush),
-    /// sync (acknowledge after the group-commit fdatasync). Default: off, or what --config says.
+    /// sync (acknowledge after the group-commit fdatasync). Default: what --config says; else
+    /// sync when a log directory is given (--log-dir, or log_dir in --config), off otherwise.
+    /// `off` writes no log, whatever --log-dir says.
     #[arg(long, global = true)]
     durability: Option<String>,
-    /// Base directory of the logs and checkpoints: island i logs to DIR/island-<i>. Default: a
-    /// fresh directory under the system temp dir, removed after the run (a given one is kept,
-    /// so `islands tpcc check` can recover it).
+    /// Base directory of the logs and checkpoints: island i logs to DIR/island-<i>. Given
+    /// without --durability, it turns the log on (sync). Default: a fresh directory under the
+    /// system temp dir, removed after the run (a given one is kept, so `islands tpcc check`
+    /// can recover it).
     #[arg(long, global = true)]
     log_dir: Option<PathBuf>,
     /// Seconds of warm-up before measuring.
@@ -274,9 +280,38 @@ fn secs(what: &str, v: f64) -> Result<Duration, Error> {
     Ok(Duration::from_secs_f64(v))
 }
 
-pub fn run(args: &BenchArgs) -> Result<(), Error> {
+/// The options of `islands bench` that `bench ipc` uses. It measures
+/// message round trips between two threads, so the deployment, the log and
+/// the engine's options have no meaning for it.
+const IPC_USES: [&str; 3] = ["duration", "warmup", "json"];
+
+/// Refuses an option of `islands bench` given to `bench ipc`, which would
+/// ignore it (`m`: bench's matches, to tell a given option from a default).
+fn refuse_unused_by_ipc(m: Option<&clap::ArgMatches>) -> Result<(), Error> {
+    let Some(ipc) = m.and_then(|m| m.subcommand_matches("ipc")) else {
+        return Ok(());
+    };
+    let common = <Common as clap::Args>::augment_args(clap::Command::new("bench"));
+    for arg in common.get_arguments() {
+        let id = arg.get_id().as_str();
+        if !IPC_USES.contains(&id)
+            && ipc.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+        {
+            return Err(Error::Config(format!(
+                "--{} is not an option of `bench ipc`: it measures message round trips between two \
+                 CPUs, with --cpus, --batch, --transports, --round-trips, --duration, --warmup and --json",
+                arg.get_long().unwrap_or(id)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `m`: bench's own matches (which options were given, not defaulted).
+pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> {
     let c = args.common.clone();
     if let Some(WorkloadCmd::Ipc(a)) = &args.workload {
+        refuse_unused_by_ipc(m)?;
         return crate::experiment_cmd::run_ipc(a, c.duration, c.warmup, c.json.as_deref())
             .map_err(Error::Config);
     }
@@ -299,7 +334,11 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 .filter(|_| named.durability)
                 .map(|f| f.durability.clone())
         })
-        .unwrap_or_else(|| "off".into())
+        .unwrap_or_else(|| {
+            // A log directory given is a log asked for.
+            let log_dir = c.log_dir.is_some() || (file.is_some() && named.log_dir);
+            if log_dir { "sync" } else { "off" }.into()
+        })
         .parse()
         .map_err(|e| Error::Config(format!("--durability: {e}")))?;
     let cc_choice =
@@ -513,6 +552,10 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                     let k = keys_of(i);
                     ycsb::tables(&y, k.end - k.start)
                 },
+                Sizing {
+                    rows: &|i| vec![keys_of(i).end - keys_of(i).start],
+                    growth: None,
+                },
                 |i, island| ycsb::load(island, &y, keys_of(i), quiet),
                 &plan,
                 &workers,
@@ -577,6 +620,10 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                     let k = keys_of(i);
                     micro::tables(&m, k.end - k.start)
                 },
+                Sizing {
+                    rows: &|i| vec![keys_of(i).end - keys_of(i).start],
+                    growth: None,
+                },
                 |i, island| micro::load(island, &m, keys_of(i), quiet),
                 &plan,
                 &workers,
@@ -596,6 +643,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 ..Default::default()
             };
             t.check()?;
+            let configs_workers: Vec<usize> = configs.iter().map(|c| c.workers).collect();
             let distributed = n_islands > 1 && (!t.local_only || explicit_locking(&c));
             // One warehouse per worker: transactions interleaved on a worker
             // collide on its hot rows (stock of NURand's popular items,
@@ -645,6 +693,10 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             execute(
                 configs,
                 |_| tpcc::schema::tables(&t),
+                Sizing {
+                    rows: &|i| tpcc::schema::rows_after_load(&t, wh_of(i).len() as u32),
+                    growth: Some(tpcc_growth(&t, &configs_workers)),
+                },
                 |i, island| tpcc::load(island, &t, wh_of(i), quiet),
                 &plan,
                 &workers,
@@ -677,6 +729,10 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             execute(
                 configs,
                 |i| inserts::tables(&cfg, clients[i]),
+                Sizing {
+                    rows: &|i| vec![0; clients[i]],
+                    growth: None,
+                },
                 |_, _| Ok(()),
                 &plan,
                 &workers,
@@ -743,6 +799,7 @@ fn test_log_device() -> Result<Option<CappedDevice>, Error> {
 fn execute<W: Workload + 'static>(
     configs: Vec<IslandConfig>,
     tables: impl Fn(usize) -> Vec<islands::storage::TableDef>,
+    sizing: Sizing<'_>,
     load: impl Fn(usize, &Island) -> Result<(), Error> + Sync,
     plan: &Plan,
     workers: &[WorkerSpec],
@@ -752,20 +809,23 @@ fn execute<W: Workload + 'static>(
     quiet: bool,
     cluster: Option<(Arc<dyn Router>, ClusterOptions)>,
 ) -> Result<(), Error> {
+    // Every refusal before any island opens: opening one creates its
+    // directory, a lock file and a segment.
+    for d in configs.iter().filter_map(|c| c.log_dir.as_ref()) {
+        if d.exists()
+            && std::fs::read_dir(d)
+                .map(|mut r| r.next().is_some())
+                .unwrap_or(false)
+        {
+            return Err(Error::Config(format!(
+                "log directory {} is not empty: the benchmark loads a fresh database (remove it or pick another)",
+                d.display()
+            )));
+        }
+    }
+    let needed = check_memory(&configs, &tables, sizing.rows)?;
     let mut islands = Vec::new();
     for (i, cfg) in configs.into_iter().enumerate() {
-        if let Some(d) = &cfg.log_dir {
-            if d.exists()
-                && std::fs::read_dir(d)
-                    .map(|mut r| r.next().is_some())
-                    .unwrap_or(false)
-            {
-                return Err(Error::Config(format!(
-                    "log directory {} is not empty: the benchmark loads a fresh database (remove it or pick another)",
-                    d.display()
-                )));
-            }
-        }
         let (island, _) = Island::open(cfg, &tables(i))?;
         islands.push(island);
     }
@@ -863,6 +923,14 @@ fn execute<W: Workload + 'static>(
     for i in &islands {
         i.shutdown();
     }
+    report.notes.push(format!(
+        "memory: the data took about {} after the load (estimated; {} available){}",
+        memory::gib(needed),
+        memory::available()
+            .bytes()
+            .map_or_else(|| "unknown".into(), memory::gib),
+        sizing.growth.map(|g| format!("; {g}")).unwrap_or_default()
+    ));
     if let Some(no) = report.per_type.iter().find(|t| t.name == "NewOrder") {
         let per_min = no.throughput_tps * 60.0;
         report.notes.push(format!(
@@ -884,6 +952,72 @@ fn execute<W: Workload + 'static>(
             partial: Box::new(report),
         }),
         None => Ok(()),
+    }
+}
+
+/// How TPC-C's data grows while it runs, and how far
+/// `--max-orders-per-district` lets it grow (a note for the report).
+fn tpcc_growth(t: &TpccConfig, workers: &[usize]) -> String {
+    let concurrent = workers.iter().any(|&w| w > 1);
+    let per = tpcc::schema::bytes_per_new_order(t, concurrent);
+    let ceiling = u64::from(t.warehouses)
+        * u64::from(tpcc::schema::DISTRICTS)
+        * u64::from(t.max_orders_per_district - t.initial_orders());
+    format!(
+        "each NewOrder adds about {per} bytes (orders, order lines and history), {} more if every \
+         district reached --max-orders-per-district",
+        memory::gib(ceiling.saturating_mul(per))
+    )
+}
+
+/// What a workload's data needs: the rows of each table (in the order of
+/// its table definitions) on island `i` once loaded, and how it grows
+/// while the run goes (a note for the report).
+struct Sizing<'a> {
+    rows: &'a dyn Fn(usize) -> Vec<u64>,
+    growth: Option<String>,
+}
+
+/// Refuses a run whose data cannot fit: the estimate of every island's
+/// tables once loaded ([`TableDef::memory_bytes`], what creating them
+/// reserves included) against the memory this process may still take
+/// (MemAvailable, and the cgroup's limit when one is set). Returns the
+/// estimate.
+fn check_memory(
+    configs: &[IslandConfig],
+    tables: &dyn Fn(usize) -> Vec<TableDef>,
+    rows: &dyn Fn(usize) -> Vec<u64>,
+) -> Result<u64, Error> {
+    let mut by_table: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut total = 0u64;
+    for (i, cfg) in configs.iter().enumerate() {
+        let concurrent = cfg.workers > 1;
+        for (def, n) in tables(i).iter().zip(rows(i)) {
+            let b = def.memory_bytes(n, concurrent);
+            total = total.saturating_add(b);
+            let t = by_table.entry(def.name.clone()).or_default();
+            *t = t.saturating_add(b);
+        }
+    }
+    let avail = memory::available();
+    match avail.bytes() {
+        Some(left) if total > left => {
+            let mut largest: Vec<(String, u64)> = by_table.into_iter().collect();
+            largest.sort_by_key(|t| std::cmp::Reverse(t.1));
+            let largest: Vec<String> = largest
+                .iter()
+                .take(3)
+                .map(|(n, b)| format!("{n} {}", memory::gib(*b)))
+                .collect();
+            Err(Error::Config(format!(
+                "the data of this run needs about {} once loaded (largest tables: {}), more than the {} \
+                 this process may still take ({avail}): use fewer rows or warehouses",
+                memory::gib(total),
+                largest.join(", "),
+                memory::gib(left)
+            )))
+        }
+        _ => Ok(total),
     }
 }
 
