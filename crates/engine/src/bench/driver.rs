@@ -14,6 +14,13 @@
 //! transactions waiting for their flush; the worker never blocks on a flush
 //! unless that window is full. In `async` mode a commit is acknowledged at
 //! once; with durability `off` nothing is logged.
+//!
+//! A failure stops the whole run: a worker that fails sets the run's phase
+//! to `FAILED`, and the main thread, which looks for a failed log every
+//! 10 ms while the workers run, does the same. Every worker reads the phase
+//! once per round anyway and leaves; the run returns [`Error::Stopped`] with
+//! the figures up to then. No worker waits for a log that will not become
+//! durable again.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;

@@ -29,6 +29,12 @@
 //! let it pass ([`crate::txn::LockWait`]); the worker checks the lock words of
 //! the waiting transactions when a slot is free. Otherwise (a remote refusal,
 //! a 2PC abort) it backs off 20 µs, doubling per attempt up to about 5 ms.
+//!
+//! At the end of a run a worker finishes what it holds and leaves once every
+//! worker has settled. When the run fails instead (a worker's error, a dead
+//! log: the driver's `FAILED` phase) it leaves at once: its peers may be
+//! gone, so settling could wait for ever. Branches and decisions in flight
+//! stay as the logs have them, for the next recovery to resolve.
 
 use std::collections::VecDeque;
 use std::future::Future;

@@ -114,6 +114,21 @@ fn cgroup_limit(root: &Path, proc_cgroup: &str) -> Option<CgroupLimit> {
             best = Some(c);
         }
     };
+    // A limit in `dir` or an ancestor up to `root`: its file's value and the
+    // usage file's beside it.
+    let mut scan = |dir: &Path, root: &Path, limit_file: &str, usage_file: &str| {
+        for dir in ancestors(dir, root) {
+            let file = dir.join(limit_file);
+            let Some(limit) = std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|t| limit_value(&t))
+            else {
+                continue;
+            };
+            let usage = read_u64(&dir.join(usage_file)).unwrap_or(0);
+            consider(CgroupLimit { file, limit, usage });
+        }
+    };
     for line in proc_cgroup.lines() {
         let mut parts = line.splitn(3, ':');
         let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
@@ -122,18 +137,8 @@ fn cgroup_limit(root: &Path, proc_cgroup: &str) -> Option<CgroupLimit> {
         };
         let rel = path.trim_start_matches('/');
         if id == "0" && controllers.is_empty() {
-            // v2: memory.max and memory.current of the cgroup and each ancestor.
-            for dir in ancestors(&root.join(rel), root) {
-                let file = dir.join("memory.max");
-                let Some(limit) = std::fs::read_to_string(&file)
-                    .ok()
-                    .and_then(|t| limit_value(&t))
-                else {
-                    continue;
-                };
-                let usage = read_u64(&dir.join("memory.current")).unwrap_or(0);
-                consider(CgroupLimit { file, limit, usage });
-            }
+            // v2: the cgroup and each ancestor.
+            scan(&root.join(rel), root, "memory.max", "memory.current");
         } else if controllers.split(',').any(|c| c == "memory") {
             // v1: the memory hierarchy's own mount. Inside a container the
             // path may not exist there (the mount is the container's own
@@ -144,17 +149,12 @@ fn cgroup_limit(root: &Path, proc_cgroup: &str) -> Option<CgroupLimit> {
             } else {
                 mount.clone()
             };
-            for dir in ancestors(&dir, &mount) {
-                let file = dir.join("memory.limit_in_bytes");
-                let Some(limit) = std::fs::read_to_string(&file)
-                    .ok()
-                    .and_then(|t| limit_value(&t))
-                else {
-                    continue;
-                };
-                let usage = read_u64(&dir.join("memory.usage_in_bytes")).unwrap_or(0);
-                consider(CgroupLimit { file, limit, usage });
-            }
+            scan(
+                &dir,
+                &mount,
+                "memory.limit_in_bytes",
+                "memory.usage_in_bytes",
+            );
         }
     }
     best
