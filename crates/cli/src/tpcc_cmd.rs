@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use islands::cc::CcKind;
-use islands::island::{Island, IslandConfig};
+use islands::island::{CheckpointPolicy, Island, IslandConfig};
 use islands::wal::Durability;
 use islands::Error;
 use islands_workloads::tpcc::{self, TpccConfig};
@@ -105,7 +105,10 @@ pub fn run(args: &TpccArgs) -> Result<bool, Error> {
         }
     }
     let violations = if dirs.is_empty() {
-        let island_cfg = IslandConfig::new(CcKind::None, 1).durable(Durability::Sync, &a.log_dir);
+        let mut island_cfg =
+            IslandConfig::new(CcKind::None, 1).durable(Durability::Sync, &a.log_dir);
+        // A check writes no checkpoint of its own.
+        island_cfg.checkpoint = CheckpointPolicy::OFF;
         let (island, report) = Island::open(island_cfg, &tpcc::schema::tables(&cfg))
             .map_err(|e| sized_wrong(&a.log_dir, &cfg, e))?;
         eprintln!("{}: {report}", a.log_dir.display());
@@ -190,6 +193,7 @@ fn check_deployment(
     let mut in_doubt = 0;
     for (i, dir) in dirs {
         let mut icfg = IslandConfig::new(CcKind::NoWait, 1).durable(Durability::Sync, dir);
+        icfg.checkpoint = CheckpointPolicy::OFF;
         icfg.name = format!("island-{i}");
         icfg.contexts = opts.contexts_needed(1);
         let (island, report) =

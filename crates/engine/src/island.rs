@@ -61,7 +61,9 @@ pub struct IslandConfig {
     /// keeps several transactions (and other islands' branches) in flight
     /// per worker thread.
     pub contexts: usize,
-    /// Checkpoints the island takes by itself while it runs (with a log).
+    /// Checkpoints the island takes by itself while it runs (with a log):
+    /// on by default. A tool that only reads a database sets it `OFF`, or a
+    /// recovered log longer than the threshold gets a checkpoint at once.
     pub checkpoint: CheckpointPolicy,
 }
 
