@@ -13,10 +13,12 @@ use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, EvenSplit, IslandId, Islands, Placement, Plan};
 use islands::dist::run::{run_cluster, ClusterWorker};
 use islands::dist::{Cluster, ClusterOptions, RangeRouter};
-use islands::island::{Island, IslandConfig, RecoveryReport};
+use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
+use islands::storage::TableDef;
+use islands::topology::memory;
 use islands::topology::{CpuId, Topology};
 use islands::txn::Router;
-use islands::wal::Durability;
+use islands::wal::{CappedDevice, Durability};
 use islands::Error;
 use islands_workloads::inserts::{self, Inserts, InsertsConfig};
 use islands_workloads::micro::{self, Micro, MicroConfig};
@@ -50,7 +52,8 @@ struct Common {
     /// A TOML deployment file, as `islands plan --config` reads it ([deployment] islands,
     /// placement, workers_per_island, sites, cc, durability, log_dir; [[island]] cpus).
     /// Options given on the command line override it; what it does not name keeps
-    /// bench's defaults (durability off, a temporary log directory).
+    /// bench's defaults (a temporary log directory; durability off, or sync when it names
+    /// log_dir).
     #[arg(long, global = true, value_name = "FILE.toml")]
     config: Option<PathBuf>,
     /// Worker threads per island, 1 to 1024 (default: one per core of the island).
@@ -65,12 +68,15 @@ struct Common {
     #[arg(long, global = true)]
     cc: Option<String>,
     /// Durability: off (no log, as DBx1000 and Silo report), async (acknowledge before the flush),
-    /// sync (acknowledge after the group-commit fdatasync). Default: off, or what --config says.
+    /// sync (acknowledge after the group-commit fdatasync). Default: what --config says; else
+    /// sync when a log directory is given (--log-dir, or log_dir in --config), off otherwise.
+    /// `off` writes no log, whatever --log-dir says.
     #[arg(long, global = true)]
     durability: Option<String>,
-    /// Base directory of the logs and checkpoints: island i logs to DIR/island-<i>. Default: a
-    /// fresh directory under the system temp dir, removed after the run (a given one is kept,
-    /// so `islands check` can recover it).
+    /// Base directory of the logs and checkpoints: island i logs to DIR/island-<i>. Given
+    /// without --durability, it turns the log on (sync). Default: a fresh directory under the
+    /// system temp dir, removed after the run (a given one is kept, so `islands check`
+    /// can recover it).
     #[arg(long, global = true)]
     log_dir: Option<PathBuf>,
     /// Go on from the database in --log-dir instead of loading a new one: recover it (its
@@ -108,6 +114,17 @@ struct Common {
     /// more commits join the next group (fewer fdatasyncs, less kernel CPU). 0: none.
     #[arg(long, global = true, default_value_t = 1000)]
     group_delay_us: u64,
+    /// Periodic checkpoints while the run goes, with a log (sync or async): one once the
+    /// log has grown N MiB since the last (and at least as much as that checkpoint's file,
+    /// so checkpoints never write more than the log does); the log before it is deleted.
+    /// 0: none by size. Default: 512 (or checkpoint_every_mb in --config).
+    #[arg(long, global = true)]
+    checkpoint_every_mb: Option<u64>,
+    /// Periodic checkpoints by time: one every S seconds while the log grows. 0: none by
+    /// time. Default: 300 (or checkpoint_every_s in --config). Both 0: the load's
+    /// checkpoint only, and the log grows without bound.
+    #[arg(long, global = true, allow_negative_numbers = true)]
+    checkpoint_every_s: Option<f64>,
     /// Write log segments over files of zeros that a background thread makes ahead of
     /// time: an fdatasync then commits no file-system metadata (about half the latency
     /// on ext4), but every log byte is written twice. Pays when transactions wait for
@@ -274,9 +291,38 @@ fn secs(what: &str, v: f64) -> Result<Duration, Error> {
     Ok(Duration::from_secs_f64(v))
 }
 
-pub fn run(args: &BenchArgs) -> Result<(), Error> {
+/// The options of `islands bench` that `bench ipc` uses. It measures
+/// message round trips between two threads, so the deployment, the log and
+/// the engine's options have no meaning for it.
+const IPC_USES: [&str; 3] = ["duration", "warmup", "json"];
+
+/// Refuses an option of `islands bench` given to `bench ipc`, which would
+/// ignore it (`m`: bench's matches, to tell a given option from a default).
+fn refuse_unused_by_ipc(m: Option<&clap::ArgMatches>) -> Result<(), Error> {
+    let Some(ipc) = m.and_then(|m| m.subcommand_matches("ipc")) else {
+        return Ok(());
+    };
+    let common = <Common as clap::Args>::augment_args(clap::Command::new("bench"));
+    for arg in common.get_arguments() {
+        let id = arg.get_id().as_str();
+        if !IPC_USES.contains(&id)
+            && ipc.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+        {
+            return Err(Error::Config(format!(
+                "--{} is not an option of `bench ipc`: it measures message round trips between two \
+                 CPUs, with --cpus, --batch, --transports, --round-trips, --duration, --warmup and --json",
+                arg.get_long().unwrap_or(id)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `m`: bench's own matches (which options were given, not defaulted).
+pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> {
     let c = args.common.clone();
     if let Some(WorkloadCmd::Ipc(a)) = &args.workload {
+        refuse_unused_by_ipc(m)?;
         return crate::experiment_cmd::run_ipc(a, c.duration, c.warmup, c.json.as_deref())
             .map_err(Error::Config);
     }
@@ -299,7 +345,11 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 .filter(|_| named.durability)
                 .map(|f| f.durability.clone())
         })
-        .unwrap_or_else(|| "off".into())
+        .unwrap_or_else(|| {
+            // A log directory given is a log asked for.
+            let log_dir = c.log_dir.is_some() || (file.is_some() && named.log_dir);
+            if log_dir { "sync" } else { "off" }.into()
+        })
         .parse()
         .map_err(|e| Error::Config(format!("--durability: {e}")))?;
     let cc_choice =
@@ -365,6 +415,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         )));
     }
     let quiet = display == DisplayMode::Quiet;
+    let checkpoint = checkpoint_policy(&c, file.as_ref())?;
 
     // The deployment: plan it on this machine's topology.
     let topology = Topology::discover()?;
@@ -455,7 +506,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             cfg.segment_bytes = b.max(1);
         }
         cfg.expedite_2pc = c.expedite_2pc;
+        cfg.checkpoint = checkpoint;
         configs.push(cfg);
+    }
+    if let Some(dev) = test_log_device()? {
+        for cfg in &mut configs {
+            cfg.device = Some(Arc::new(dev.clone()));
+        }
     }
     let mut workers = Vec::new();
     for (i, ip) in plan.islands().iter().enumerate() {
@@ -533,6 +590,10 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                     let k = keys_of(i);
                     ycsb::tables(&y, k.end - k.start)
                 },
+                Sizing {
+                    rows: &|i| vec![keys_of(i).end - keys_of(i).start],
+                    growth: None,
+                },
                 |i, island| ycsb::load(island, &y, keys_of(i), quiet),
                 &plan,
                 &workers,
@@ -609,6 +670,10 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                     let k = keys_of(i);
                     micro::tables(&m, k.end - k.start)
                 },
+                Sizing {
+                    rows: &|i| vec![keys_of(i).end - keys_of(i).start],
+                    growth: None,
+                },
                 |i, island| micro::load(island, &m, keys_of(i), quiet),
                 &plan,
                 &workers,
@@ -630,6 +695,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
                 ..Default::default()
             };
             t.check()?;
+            let configs_workers: Vec<usize> = configs.iter().map(|c| c.workers).collect();
             let distributed = n_islands > 1 && (!t.local_only || explicit_locking(&c));
             // One warehouse per worker: transactions interleaved on a worker
             // collide on its hot rows (stock of NURand's popular items,
@@ -686,6 +752,10 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             execute(
                 configs,
                 |_| tpcc::schema::tables(&t),
+                Sizing {
+                    rows: &|i| tpcc::schema::rows_after_load(&t, wh_of(i).len() as u32),
+                    growth: Some(tpcc_growth(&t, &configs_workers)),
+                },
                 |i, island| tpcc::load(island, &t, wh_of(i), quiet),
                 &plan,
                 &workers,
@@ -729,6 +799,10 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             execute(
                 configs,
                 |i| inserts::tables(&cfg, clients[i]),
+                Sizing {
+                    rows: &|i| vec![0; clients[i]],
+                    growth: None,
+                },
                 |_, _| Ok(()),
                 &plan,
                 &workers,
@@ -757,6 +831,45 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     result
 }
 
+/// The periodic checkpoints: the command line's, else the file's, else the default.
+fn checkpoint_policy(c: &Common, file: Option<&DeploySpec>) -> Result<CheckpointPolicy, Error> {
+    let mut policy = CheckpointPolicy::DEFAULT;
+    match (
+        c.checkpoint_every_mb,
+        file.and_then(|f| f.checkpoint_every_mb),
+    ) {
+        (Some(mb), _) | (None, Some(mb)) => {
+            policy.every_bytes = mb
+                .checked_mul(1 << 20)
+                .ok_or_else(|| Error::Config(format!("--checkpoint-every-mb {mb} is too large")))?;
+        }
+        (None, None) => {}
+    }
+    if let Some(s) = c.checkpoint_every_s {
+        policy.every = secs("checkpoint-every-s", s)?;
+    } else if let Some(d) = file.and_then(|f| f.checkpoint_every) {
+        policy.every = d;
+    }
+    Ok(policy)
+}
+
+/// The test hook `ISLANDS_TEST_LOG_CAPACITY=BYTES` (an environment variable,
+/// not an option): every island's log goes through one device that fails
+/// writes with ENOSPC once BYTES have been written through it in all, as a
+/// small file system that fills up would ([`CappedDevice`]). The CLI tests
+/// use it to fill a log without root or a loop device.
+fn test_log_device() -> Result<Option<CappedDevice>, Error> {
+    let Ok(v) = std::env::var("ISLANDS_TEST_LOG_CAPACITY") else {
+        return Ok(None);
+    };
+    let bytes: u64 = v.parse().map_err(|_| {
+        Error::Config(format!(
+            "ISLANDS_TEST_LOG_CAPACITY={v} is not a number of bytes"
+        ))
+    })?;
+    Ok(Some(CappedDevice::new(bytes)))
+}
+
 /// Opens every island of the plan, loads each from a thread pinned to the
 /// island's first CPU (so its rows are first touched on its NUMA node), makes
 /// the load durable with a checkpoint when the log is on, and runs the workload.
@@ -766,6 +879,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
 fn execute<W: Workload + 'static>(
     configs: Vec<IslandConfig>,
     tables: impl Fn(usize) -> Vec<islands::storage::TableDef>,
+    sizing: Sizing<'_>,
     load: impl Fn(usize, &Island) -> Result<(), Error> + Sync,
     plan: &Plan,
     workers: &[WorkerSpec],
@@ -777,7 +891,8 @@ fn execute<W: Workload + 'static>(
     resume: bool,
     on_resume: impl FnOnce(&W, &[Island]),
 ) -> Result<(), Error> {
-    // Every directory is judged before any is opened: opening one creates files in it.
+    // Every refusal before any island opens: opening one creates its
+    // directory, a lock file and a segment.
     let holds = |d: &std::path::Path| {
         d.exists()
             && std::fs::read_dir(d)
@@ -799,6 +914,15 @@ fn execute<W: Workload + 'static>(
             )));
         }
     }
+    let needed = check_memory(&configs, &tables, sizing.rows)?;
+    let memory_note = format!(
+        "memory: the data took about {} after the load (estimated; {} available){}",
+        memory::gib(needed),
+        memory::available()
+            .bytes()
+            .map_or_else(|| "unknown".into(), memory::gib),
+        sizing.growth.map(|g| format!("; {g}")).unwrap_or_default()
+    );
     let mut opened = Vec::new();
     for (i, cfg) in configs.into_iter().enumerate() {
         let name = cfg.name.clone();
@@ -819,7 +943,16 @@ fn execute<W: Workload + 'static>(
             )));
         }
         on_resume(&workload, &islands);
-        return run_loaded(opened, workers, workload, dcfg, json, quiet, cluster);
+        return run_loaded(
+            opened,
+            workers,
+            workload,
+            dcfg,
+            json,
+            quiet,
+            cluster,
+            memory_note,
+        );
     }
     let t = std::time::Instant::now();
     let first_cpu: Vec<Option<usize>> = plan
@@ -865,7 +998,16 @@ fn execute<W: Workload + 'static>(
             t.elapsed().as_secs_f64()
         );
     }
-    run_loaded(opened, workers, workload, dcfg, json, quiet, cluster)
+    run_loaded(
+        opened,
+        workers,
+        workload,
+        dcfg,
+        json,
+        quiet,
+        cluster,
+        memory_note,
+    )
 }
 
 /// Runs the workload on islands that are loaded (or recovered), and reports.
@@ -878,13 +1020,14 @@ fn run_loaded<W: Workload + 'static>(
     json: &Option<PathBuf>,
     quiet: bool,
     cluster: Option<(Arc<dyn Router>, ClusterOptions)>,
+    memory_note: String,
 ) -> Result<(), Error> {
     let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
     let probe_at = probe_cpus(workers);
     let probe = || probe_at.and_then(|(a, b)| ipc::probe(a as CpuId, b as CpuId));
     let probe_before = probe();
-    let mut report = match cluster {
-        None => driver::run_islands(&islands, workers, Arc::new(workload), dcfg)?,
+    let run = match cluster {
+        None => driver::run_islands(&islands, workers, Arc::new(workload), dcfg),
         Some((router, opts)) => {
             let (inflight, commits) = (opts.inflight, opts.commit_window);
             let mut per_island = vec![0usize; islands.len()];
@@ -899,12 +1042,21 @@ fn run_loaded<W: Workload + 'static>(
                 per_island[w.island] += 1;
             }
             let cl = Cluster::new(opened, per_island, router, opts)?;
-            let mut r = run_cluster(&cl, &cws, Arc::new(workload), dcfg)?;
-            r.notes.push(format!(
+            let note = format!(
                 "{inflight} transactions executing and up to {commits} more committing per worker; multi-island transactions commit with two-phase commit (presumed abort)"
-            ));
-            r
+            );
+            run_cluster(&cl, &cws, Arc::new(workload), dcfg).map(|mut r| {
+                r.notes.push(note);
+                r
+            })
         }
+    };
+    // A run that stopped early (a log that died) still reports what it
+    // measured up to then; its error comes after the report.
+    let (mut report, stopped) = match run {
+        Ok(r) => (r, None),
+        Err(Error::Stopped { cause, partial }) => (*partial, Some(cause)),
+        Err(e) => return Err(e),
     };
     if let (Some((a, b)), Some(before)) = (probe_at, probe_before) {
         report.host = Some(HostProbe {
@@ -916,6 +1068,7 @@ fn run_loaded<W: Workload + 'static>(
     for i in &islands {
         i.shutdown();
     }
+    report.notes.push(memory_note);
     if let Some(no) = report.per_type.iter().find(|t| t.name == "NewOrder") {
         let per_min = no.throughput_tps * 60.0;
         report.notes.push(format!(
@@ -931,7 +1084,79 @@ fn run_loaded<W: Workload + 'static>(
             eprintln!("[result] written to {}", path.display());
         }
     }
-    Ok(())
+    match stopped {
+        Some(cause) => Err(Error::Stopped {
+            cause,
+            partial: Box::new(report),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// How TPC-C's data grows while it runs, and how far
+/// `--max-orders-per-district` lets it grow (a note for the report).
+fn tpcc_growth(t: &TpccConfig, workers: &[usize]) -> String {
+    let concurrent = workers.iter().any(|&w| w > 1);
+    let per = tpcc::schema::bytes_per_new_order(t, concurrent);
+    let ceiling = u64::from(t.warehouses)
+        * u64::from(tpcc::schema::DISTRICTS)
+        * u64::from(t.max_orders_per_district - t.initial_orders());
+    format!(
+        "each NewOrder adds about {per} bytes (orders, order lines and history), {} more if every \
+         district reached --max-orders-per-district",
+        memory::gib(ceiling.saturating_mul(per))
+    )
+}
+
+/// What a workload's data needs: the rows of each table (in the order of
+/// its table definitions) on island `i` once loaded, and how it grows
+/// while the run goes (a note for the report).
+struct Sizing<'a> {
+    rows: &'a dyn Fn(usize) -> Vec<u64>,
+    growth: Option<String>,
+}
+
+/// Refuses a run whose data cannot fit: the estimate of every island's
+/// tables once loaded ([`TableDef::memory_bytes`], what creating them
+/// reserves included) against the memory this process may still take
+/// (MemAvailable, and the cgroup's limit when one is set). Returns the
+/// estimate.
+fn check_memory(
+    configs: &[IslandConfig],
+    tables: &dyn Fn(usize) -> Vec<TableDef>,
+    rows: &dyn Fn(usize) -> Vec<u64>,
+) -> Result<u64, Error> {
+    let mut by_table: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut total = 0u64;
+    for (i, cfg) in configs.iter().enumerate() {
+        let concurrent = cfg.workers > 1;
+        for (def, n) in tables(i).iter().zip(rows(i)) {
+            let b = def.memory_bytes(n, concurrent);
+            total = total.saturating_add(b);
+            let t = by_table.entry(def.name.clone()).or_default();
+            *t = t.saturating_add(b);
+        }
+    }
+    let avail = memory::available();
+    match avail.bytes() {
+        Some(left) if total > left => {
+            let mut largest: Vec<(String, u64)> = by_table.into_iter().collect();
+            largest.sort_by_key(|t| std::cmp::Reverse(t.1));
+            let largest: Vec<String> = largest
+                .iter()
+                .take(3)
+                .map(|(n, b)| format!("{n} {}", memory::gib(*b)))
+                .collect();
+            Err(Error::Config(format!(
+                "the data of this run needs about {} once loaded (largest tables: {}), more than the {} \
+                 this process may still take ({avail}): use fewer rows or warehouses",
+                memory::gib(total),
+                largest.join(", "),
+                memory::gib(left)
+            )))
+        }
+        _ => Ok(total),
+    }
 }
 
 /// The deployment id of the database a run resumes: island 0's, whose control file

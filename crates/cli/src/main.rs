@@ -10,7 +10,8 @@ mod tpcc_cmd;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::error::ErrorKind;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// islands: an in-memory OLTP engine deployed as hardware islands.
 ///
@@ -27,7 +28,7 @@ struct Cli {
 enum Command {
     /// Run a benchmark (YCSB, the paper's microbenchmark, TPC-C, message round trips) and report throughput,
     /// latency percentiles, aborts by reason and CPU time.
-    Bench(bench_cmd::BenchArgs),
+    Bench(Box<bench_cmd::BenchArgs>),
     /// Show the machine's topology: sockets, NUMA nodes, L3 domains, cores, CPUs.
     Topology(topology_cmd::TopologyArgs),
     /// Print what a deployment would do, without running it.
@@ -73,9 +74,28 @@ fn main() -> ExitCode {
             }
         }
     }
-    let cli = Cli::parse();
+    let matches = match Cli::command().try_get_matches_from(&args) {
+        Ok(m) => m,
+        Err(e) if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // Clap prints the help alone; say what is wrong first.
+            let (path, names) = missing_subcommand(&args);
+            eprintln!("error: `{path}` needs a subcommand: {}\n", names.join(", "));
+            eprint!("{}", e.render());
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let r = match &cli.command {
-        Command::Bench(a) => bench_cmd::run(a).map_err(|e| describe(&e)),
+        Command::Bench(a) => match bench_cmd::run(a, matches.subcommand_matches("bench")) {
+            // The run began and stopped on an error (a log that died): its
+            // report is printed; exit 1, as bad input is 2.
+            Err(islands::Error::Stopped { cause, .. }) => {
+                eprintln!("error: {cause}");
+                return ExitCode::from(1);
+            }
+            r => r.map_err(|e| describe(&e)),
+        },
         Command::Topology(a) => topology_cmd::run_topology(a),
         Command::Plan(a) => topology_cmd::run_plan(a),
         Command::Experiment(a) => experiment_cmd::run_experiment(a),
@@ -102,4 +122,27 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The command that lacks its subcommand (`islands tpcc`) and the names of
+/// its subcommands, from the words given.
+fn missing_subcommand(args: &[String]) -> (String, Vec<String>) {
+    let mut cmd = Cli::command();
+    let mut path = vec!["islands".to_string()];
+    for word in args.iter().skip(1).filter(|a| !a.starts_with('-')) {
+        match cmd.find_subcommand(word) {
+            Some(sub) => {
+                let sub = sub.clone();
+                path.push(sub.get_name().to_string());
+                cmd = sub;
+            }
+            None => break,
+        }
+    }
+    let names = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .filter(|n| n != "help")
+        .collect();
+    (path.join(" "), names)
 }

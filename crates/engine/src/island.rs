@@ -13,17 +13,20 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::cc::{CcKind, ConcurrencyControl};
 use crate::storage::{Catalog, RowCache, TableDef, TableId};
 use crate::txn::Txn;
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::bench::phases::{self, Phase};
 use crate::wal::{
     BatchSeq, Durability, FsDevice, LogBuffer, LogDevice, LogIdentity, LogRecord, Wal, WalConfig,
+    WalError,
 };
 use crate::Error;
 
@@ -71,6 +74,71 @@ pub struct IslandConfig {
     /// The workload and the parameters that shape its data, recorded in the control file
     /// and checked on later opens; empty: not known, not checked.
     pub workload: String,
+    /// Checkpoints the island takes by itself while it runs (with a log):
+    /// on by default. A tool that only reads a database sets it `OFF`, or a
+    /// recovered log longer than the threshold gets a checkpoint at once.
+    pub checkpoint: CheckpointPolicy,
+}
+
+/// When an island with a log checkpoints by itself, from a background thread
+/// ([`Island::checkpoint`] can be called besides). Each checkpoint bounds
+/// what a recovery replays and lets the log before it be deleted; without
+/// them a busy log grows without bound (TPC-C in `sync` mode writes tens of
+/// megabytes a second), and so does recovery time. A checkpoint scans every
+/// table and writes it out, off the workers' path but on the machine's cores
+/// and disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckpointPolicy {
+    /// Checkpoint once the log has grown this many bytes since the last
+    /// checkpoint began, and at least as many as that checkpoint's file
+    /// holds: a database larger than the threshold is then written out no
+    /// more often than the log writes as much, which bounds the cost to the
+    /// log's own. 0: not by size.
+    pub every_bytes: u64,
+    /// Checkpoint once this long has passed since the last checkpoint, if
+    /// the log grew meanwhile. Zero: not by time.
+    pub every: Duration,
+}
+
+impl CheckpointPolicy {
+    /// No checkpoints but those asked for.
+    pub const OFF: CheckpointPolicy = CheckpointPolicy {
+        every_bytes: 0,
+        every: Duration::ZERO,
+    };
+    /// Every 512 MiB of log, or every 5 minutes.
+    pub const DEFAULT: CheckpointPolicy = CheckpointPolicy {
+        every_bytes: 512 << 20,
+        every: Duration::from_secs(300),
+    };
+
+    pub fn is_off(&self) -> bool {
+        self.every_bytes == 0 && self.every.is_zero()
+    }
+}
+
+impl Default for CheckpointPolicy {
+    fn default() -> Self {
+        CheckpointPolicy::DEFAULT
+    }
+}
+
+/// What an island's checkpoints did since it opened ([`Island::checkpoint_stats`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CheckpointStats {
+    /// Checkpoints written, asked for or periodic.
+    pub taken: u64,
+    /// Of those, taken by the island's [`CheckpointPolicy`].
+    pub periodic: u64,
+    /// Periodic checkpoints that failed (each is retried once the log has
+    /// grown as much again); the last one's error.
+    pub failed: u64,
+    pub last_error: Option<String>,
+    /// Time spent in checkpoints, from the start of the scan to the deletion
+    /// of the log they made redundant.
+    pub seconds: f64,
+    /// The newest checkpoint's file size.
+    pub last_bytes: u64,
 }
 
 impl std::fmt::Debug for IslandConfig {
@@ -91,6 +159,7 @@ impl std::fmt::Debug for IslandConfig {
             .field("islands", &self.islands)
             .field("deployment", &self.deployment)
             .field("workload", &self.workload)
+            .field("checkpoint", &self.checkpoint)
             .finish()
     }
 }
@@ -113,6 +182,7 @@ impl IslandConfig {
             islands: 1,
             deployment: None,
             workload: String::new(),
+            checkpoint: CheckpointPolicy::DEFAULT,
         }
     }
 
@@ -204,6 +274,9 @@ pub struct RecoveryReport {
     /// Prepared branches without a decision: in doubt until their
     /// coordinator answers. Their writes are not applied.
     pub in_doubt: Vec<InDoubt>,
+    /// How long opening the log, loading the checkpoint and replaying the
+    /// log took.
+    pub duration: Duration,
 }
 
 /// A prepared branch found in the log without a decision.
@@ -220,8 +293,12 @@ impl std::fmt::Display for RecoveryReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "recovered {} checkpoint rows and {} log records ({} writes applied, {} superseded)",
-            self.checkpoint_rows, self.log_records, self.applied_writes, self.skipped_writes
+            "recovered {} checkpoint rows and {} log records ({} writes applied, {} superseded) in {:.2} s",
+            self.checkpoint_rows,
+            self.log_records,
+            self.applied_writes,
+            self.skipped_writes,
+            self.duration.as_secs_f64()
         )?;
         if let Some(t) = &self.truncated {
             write!(f, "; {t}")?;
@@ -258,7 +335,107 @@ pub(crate) struct Shared {
     /// Which worker handles are taken.
     slot_used: Vec<AtomicBool>,
     recovered_tid: u64,
+    ckpt: CkptState,
     pub(crate) cfg: IslandConfig,
+}
+
+/// An island's checkpoint bookkeeping.
+struct CkptState {
+    /// One checkpoint at a time: of two at once, the one with the older
+    /// start could publish last and delete the newer one, whose publication
+    /// had already deleted log segments that the older one needs.
+    lock: Mutex<()>,
+    /// The log's `bytes_written` when the last checkpoint (or failed
+    /// periodic attempt) began, and the bytes of the log found at open that
+    /// no checkpoint of this run covers yet: the periodic trigger's measure
+    /// of the log a recovery would replay.
+    base_written: AtomicU64,
+    carried: AtomicU64,
+    last_at: Mutex<Instant>,
+    stats: Mutex<CheckpointStats>,
+    signal: Arc<CkptSignal>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Stops the periodic checkpointer (also in the middle of a checkpoint).
+#[derive(Default)]
+struct CkptSignal {
+    stop: AtomicBool,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl CkptSignal {
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        let _g = self.lock.lock();
+        self.cv.notify_all();
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The checkpointer holds only a weak handle between checkpoints; it
+        // leaves at its next wake-up (joined by `Island::shutdown` only).
+        self.ckpt.signal.stop();
+    }
+}
+
+/// How often the periodic checkpointer looks at the log's growth.
+const CHECKPOINT_POLL: Duration = Duration::from_millis(100);
+
+/// The periodic checkpointer: takes a checkpoint whenever `policy` says so,
+/// until the island shuts down or is dropped, or its log fails.
+fn checkpointer(island: Weak<Shared>, signal: Arc<CkptSignal>, policy: CheckpointPolicy) {
+    loop {
+        {
+            let mut g = signal.lock.lock();
+            if !signal.stop.load(Ordering::Acquire) {
+                signal.cv.wait_for(&mut g, CHECKPOINT_POLL);
+            }
+        }
+        if signal.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(shared) = island.upgrade() else {
+            return;
+        };
+        let Some(wal) = shared.wal.as_ref() else {
+            return;
+        };
+        if wal.failed().is_some() {
+            return;
+        }
+        let ck = &shared.ckpt;
+        let written = wal.stats().bytes_written;
+        let grown = ck.carried.load(Ordering::Acquire)
+            + written.saturating_sub(ck.base_written.load(Ordering::Acquire));
+        let last_bytes = ck.stats.lock().last_bytes;
+        let by_size = policy.every_bytes > 0 && grown >= policy.every_bytes.max(last_bytes);
+        let by_time =
+            !policy.every.is_zero() && grown > 0 && ck.last_at.lock().elapsed() >= policy.every;
+        if !(by_size || by_time) {
+            continue;
+        }
+        let island = Island {
+            shared: Arc::clone(&shared),
+        };
+        match island.checkpoint_until(Some(&signal.stop)) {
+            Ok(_) => ck.stats.lock().periodic += 1,
+            Err(_) if signal.stop.load(Ordering::Acquire) => return,
+            Err(e) => {
+                // Retried once the log has grown as much again, not at once:
+                // on a full disk every attempt writes a file in vain.
+                let mut st = ck.stats.lock();
+                st.failed += 1;
+                st.last_error = Some(e.to_string());
+                drop(st);
+                ck.base_written.store(written, Ordering::Release);
+                ck.carried.store(0, Ordering::Release);
+                *ck.last_at.lock() = Instant::now();
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -369,6 +546,7 @@ impl Island {
         let concurrent = cfg.workers > 1;
         let catalog = Catalog::new(tables, concurrent)?;
         let mut report = RecoveryReport::default();
+        let t = Instant::now();
         let wal = match (cfg.durability, &cfg.log_dir) {
             (Durability::Off, _) | (_, None) => None,
             (d, Some(dir)) => {
@@ -393,10 +571,16 @@ impl Island {
                     ))
                 })?;
                 report = recover(&catalog, rec, None).map_err(|e| e.context(&cfg.name))?;
+                report.duration = t.elapsed();
                 Some(wal)
             }
         };
         let next_seq = wal.as_ref().map_or(1, |w| w.next_seq());
+        // The log found at open counts toward the first periodic checkpoint.
+        let recovered_log_bytes = match &wal {
+            Some(w) => w.disk_usage().map_or(0, |u| u.segment_bytes),
+            None => 0,
+        };
         let shared = Arc::new(Shared {
             catalog,
             cc: cfg.cc.build(concurrent),
@@ -417,9 +601,33 @@ impl Island {
                 .map(|_| AtomicBool::new(false))
                 .collect(),
             recovered_tid: report.max_tid,
+            ckpt: CkptState {
+                lock: Mutex::new(()),
+                base_written: AtomicU64::new(0),
+                carried: AtomicU64::new(recovered_log_bytes),
+                last_at: Mutex::new(Instant::now()),
+                stats: Mutex::new(CheckpointStats::default()),
+                signal: Arc::new(CkptSignal::default()),
+                thread: Mutex::new(None),
+            },
             cfg,
         });
         shared.log.lock().pin_recovered(&report);
+        if shared.wal.is_some() && !shared.cfg.checkpoint.is_off() {
+            let weak = Arc::downgrade(&shared);
+            let signal = Arc::clone(&shared.ckpt.signal);
+            let policy = shared.cfg.checkpoint;
+            let handle = std::thread::Builder::new()
+                .name(format!("{}-ckpt", shared.cfg.name))
+                .spawn(move || checkpointer(weak, signal, policy))
+                .map_err(|e| {
+                    Error::Config(format!(
+                        "{}: cannot start the checkpoint thread: {e}",
+                        shared.cfg.name
+                    ))
+                })?;
+            *shared.ckpt.thread.lock() = Some(handle);
+        }
         Ok((Island { shared }, report))
     }
 
@@ -438,9 +646,12 @@ impl Island {
     ) -> Result<(Island, RecoveryReport), Error> {
         cfg.durability = Durability::Off;
         cfg.log_dir = None;
+        cfg.checkpoint = CheckpointPolicy::OFF;
+        let t = Instant::now();
         let (island, _) = Island::open(cfg, tables)?;
-        let report = recover(&island.shared.catalog, rec, decision)
+        let mut report = recover(&island.shared.catalog, rec, decision)
             .map_err(|e| e.context(&island.shared.cfg.name))?;
+        report.duration = t.elapsed();
         Ok((island, report))
     }
 
@@ -506,55 +717,99 @@ impl Island {
     ///
     /// The snapshot may hold effects of transactions whose log records are not
     /// durable yet; were the checkpoint published before them, a crash would
-    /// keep half of such a transaction. So after the scan the checkpointer
-    /// hands the island's buffered records to the log and waits until all of
-    /// it is durable, and only then writes the checkpoint. Before the scan it
+    /// keep half of such a transaction. So after the scan (written to a
+    /// temporary file as it goes) the checkpointer hands the island's
+    /// buffered records to the log and waits until all of it is durable, and
+    /// only then publishes the checkpoint. Before the scan it
     /// waits for commits that appended a record before `start` to finish
     /// installing, so that no record older than `start` has effects the scan
     /// could miss.
     pub fn checkpoint(&self) -> Result<u64, Error> {
-        let Some(wal) = &self.shared.wal else {
+        self.checkpoint_until(None)
+    }
+
+    /// [`Island::checkpoint`], abandoned (an error, no file left behind) as
+    /// soon as `stop` is set.
+    fn checkpoint_until(&self, stop: Option<&AtomicBool>) -> Result<u64, Error> {
+        let sh = &*self.shared;
+        let Some(wal) = &sh.wal else {
             return Ok(0);
         };
-        let start = self.shared.log.lock().checkpoint_start();
-        for c in &self.shared.committing {
+        let _one_at_a_time = sh.ckpt.lock.lock();
+        let stopped = || stop.is_some_and(|s| s.load(Ordering::Acquire));
+        let t = Instant::now();
+        let written = wal.stats().bytes_written;
+        let start = sh.log.lock().checkpoint_start();
+        for c in &sh.committing {
             let v = c.load(Ordering::Acquire);
             if v & 1 == 1 {
                 let mut spins = 0;
                 while c.load(Ordering::Acquire) == v {
+                    if stopped() {
+                        return Err(Error::from(WalError::ShutDown));
+                    }
                     spins += 1;
                     crate::cc::backoff(spins);
                 }
             }
         }
-        let mut rows: Vec<(u16, u64, u64, Vec<u8>)> = Vec::new();
-        for t in &self.shared.catalog.tables {
-            t.for_each_row(|key, tid, data| {
-                rows.push((
-                    t.id,
-                    key,
-                    tid,
-                    crate::storage::schema::row_bytes(data).to_vec(),
-                ));
-            });
-        }
-        self.shared.log.lock().hand_off(wal)?;
-        let last = wal.next_seq() - 1;
-        if last > 0 {
-            wal.wait_durable(last).map_err(Error::from)?;
-        }
-        let n = rows.len() as u64;
-        wal.write_checkpoint(
+        // A commit appends its record before it installs: the hand-off after
+        // the scan gives the log every record whose effects the scan may hold.
+        let info = wal.write_checkpoint_with(
             start,
-            rows.iter()
-                .map(|(t, k, tid, d)| (*t, *k, *tid, d.as_slice())),
-        )
-        .map_err(Error::from)?;
-        Ok(n)
+            |sink| {
+                let mut n = 0u64;
+                for t in &sh.catalog.tables {
+                    t.try_for_each_row(|key, tid, data| {
+                        n += 1;
+                        if n.is_multiple_of(4096) && stopped() {
+                            return Err(WalError::ShutDown);
+                        }
+                        sink.row(t.id, key, tid, crate::storage::schema::row_bytes(data))
+                    })?;
+                }
+                Ok(())
+            },
+            || {
+                sh.log.lock().submit(wal)?;
+                let last = wal.next_seq() - 1;
+                if last > 0 {
+                    wal.wait_durable(last)?;
+                }
+                Ok(())
+            },
+        );
+        let info = info.map_err(|e| match e {
+            // The checkpoint's own file: the log itself is fine.
+            e @ WalError::Io { .. } => {
+                Error::Io(format!("{}: checkpoint failed: {e}", sh.cfg.name))
+            }
+            e => Error::from(e),
+        })?;
+        sh.ckpt.base_written.store(written, Ordering::Release);
+        sh.ckpt.carried.store(0, Ordering::Release);
+        *sh.ckpt.last_at.lock() = Instant::now();
+        let mut st = sh.ckpt.stats.lock();
+        st.taken += 1;
+        st.seconds += t.elapsed().as_secs_f64();
+        st.last_bytes = info.bytes;
+        Ok(info.rows)
     }
 
-    /// Waits until everything submitted to the log is durable, then stops the log writer.
+    /// What the island's checkpoints did since it opened.
+    pub fn checkpoint_stats(&self) -> CheckpointStats {
+        self.shared.ckpt.stats.lock().clone()
+    }
+
+    /// Stops the periodic checkpointer (a checkpoint under way is
+    /// abandoned), waits until everything submitted to the log is durable,
+    /// then stops the log writer.
     pub fn shutdown(&self) {
+        self.shared.ckpt.signal.stop();
+        let checkpointer = self.shared.ckpt.thread.lock().take();
+        if let Some(h) = checkpointer {
+            let _ = h.join();
+        }
         if let Some(w) = &self.shared.wal {
             let _ = self.shared.log.lock().hand_off(w);
             w.shutdown();
@@ -694,10 +949,15 @@ impl LogSlot {
 
     /// Submits the buffer if it holds records; returns the batch it became.
     pub(crate) fn hand_off(&mut self, wal: &Wal) -> Result<Option<BatchSeq>, Error> {
+        self.submit(wal).map_err(Error::from)
+    }
+
+    /// [`LogSlot::hand_off`] with the log's own error.
+    fn submit(&mut self, wal: &Wal) -> Result<Option<BatchSeq>, WalError> {
         if self.buf.is_empty() {
             return Ok(None);
         }
-        let seq = wal.submit(&mut self.buf).map_err(Error::from)?;
+        let seq = wal.submit(&mut self.buf)?;
         debug_assert_eq!(
             seq, self.next_seq,
             "every hand-off goes through the island's log slot"

@@ -207,3 +207,148 @@ fn tpcc_check_names_two_directories_of_one_island() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn bench_ipc_refuses_options_it_does_not_use() {
+    // They were accepted and ignored.
+    refused(&["bench", "ipc", "--islands", "5-2"], "--islands");
+    refused(&["bench", "ipc", "--cc", "💥"], "--cc");
+    refused(&["bench", "ipc", "--workers", "2147483648"], "--workers");
+    refused(&["bench", "--durability", "sync", "ipc"], "--durability");
+    refused(&["bench", "ipc", "--seed", "3"], "--seed");
+    refused(
+        &["bench", "ipc", "--checkpoint-every-mb", "3"],
+        "--checkpoint-every-mb",
+    );
+    // What it uses is checked.
+    refused(&["bench", "ipc", "--duration", "-1"], "--duration -1");
+    refused(&["bench", "ipc", "--batch", "0"], "--batch 0");
+    refused(&["bench", "ipc", "--cpus", "0,0"], "two different CPUs");
+}
+
+#[test]
+fn a_command_without_its_subcommand_says_so() {
+    for cmd in ["tpcc", "experiment"] {
+        let out = islands(&[cmd]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains("subcommand"),
+            "{cmd}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_bench_refused_for_a_used_island_directory_leaves_the_others_untouched() {
+    let base = std::env::temp_dir().join(format!("islands-cli-usedisland-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(base.join("island-1")).unwrap();
+    std::fs::write(base.join("island-1/notes.txt"), "someone's").unwrap();
+    let dir = base.to_str().unwrap();
+    refused(
+        &[
+            "bench",
+            "--islands",
+            "2",
+            "--durability",
+            "sync",
+            "--log-dir",
+            dir,
+            "micro",
+            "--rows",
+            "1000",
+        ],
+        "island-1 is not empty",
+    );
+    // It opened island-0 first, leaving its LOCK and an empty segment.
+    assert!(
+        !base.join("island-0").exists(),
+        "{:?}",
+        std::fs::read_dir(base.join("island-0"))
+            .map(|r| r.map(|e| e.unwrap().file_name()).collect::<Vec<_>>())
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn a_log_dir_without_durability_turns_the_log_on() {
+    let base = std::env::temp_dir().join(format!("islands-cli-logdir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let dir = base.to_str().unwrap();
+    let out = islands(&[
+        "bench",
+        "--log-dir",
+        dir,
+        "--workers",
+        "1",
+        "--warmup",
+        "0",
+        "--duration",
+        "0.2",
+        "--progress",
+        "quiet",
+        "micro",
+        "--rows",
+        "1000",
+        "--update",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // It ran with no log and said nothing.
+    assert!(stdout.contains("durability sync"), "{stdout}");
+    assert!(
+        std::fs::read_dir(base.join("island-0")).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("wal-")),
+        "the log is in the given directory"
+    );
+    // An explicit --durability off still runs without a log.
+    let off = base.join("off");
+    let out = islands(&[
+        "bench",
+        "--durability",
+        "off",
+        "--log-dir",
+        off.to_str().unwrap(),
+        "--workers",
+        "1",
+        "--warmup",
+        "0",
+        "--duration",
+        "0.1",
+        "--progress",
+        "quiet",
+        "micro",
+        "--rows",
+        "1000",
+    ]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("durability off"));
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn bench_refuses_data_that_cannot_fit_in_memory() {
+    // 65535 warehouses aborted on a 32 GiB allocation (SIGABRT, no error
+    // line); 1000 loaded until the OOM killer came.
+    for w in ["65535", "1000"] {
+        let out = islands(&["bench", "--durability", "sync", "tpcc", "--warehouses", w]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--warehouses {w}: {err}");
+        assert!(
+            err.starts_with("error: ")
+                && err.contains("GiB")
+                && err.contains("MemAvailable")
+                && err.contains("stock"),
+            "--warehouses {w}: the error names the estimate, its largest tables and the memory available: {err}"
+        );
+    }
+    refused(&["bench", "ycsb", "--rows", "60000000000"], "MemAvailable");
+}

@@ -1,6 +1,8 @@
 //! End-to-end tests of the `islands` binary.
 
 mod bad_input;
+mod checkpoints;
+mod dead_log;
 mod durability;
 mod experiments;
 mod multisite;

@@ -14,6 +14,13 @@
 //! transactions waiting for their flush; the worker never blocks on a flush
 //! unless that window is full. In `async` mode a commit is acknowledged at
 //! once; with durability `off` nothing is logged.
+//!
+//! A failure stops the whole run: a worker that fails sets the run's phase
+//! to `FAILED`, and the main thread, which looks for a failed log every
+//! 10 ms while the workers run, does the same. Every worker reads the phase
+//! once per round anyway and leaves; the run returns [`Error::Stopped`] with
+//! the figures up to then. No worker waits for a log that will not become
+//! durable again.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
@@ -92,7 +99,18 @@ impl Default for DriverConfig {
 
 pub(crate) const WARMUP: u8 = 0;
 pub(crate) const MEASURE: u8 = 1;
+/// The measured phase is over: workers finish what they hold and leave.
 pub(crate) const STOP: u8 = 2;
+/// A worker failed or a log died: every worker leaves at its next round,
+/// without finishing what it has in flight (a log that will never be durable
+/// again cannot finish it; what is in doubt on disk stays for recovery).
+pub(crate) const FAILED: u8 = 3;
+
+/// How often the driver's main thread looks for a failed log while the
+/// workers run: a worker whose island's log died notices when it next hands
+/// the log a batch or waits for one, but a worker of another island may be
+/// waiting only for messages that will never come.
+const WATCH_EVERY: Duration = Duration::from_millis(10);
 
 /// Commits between hand-offs of a worker's log buffer.
 pub(crate) const FLUSH_EVERY: usize = 1024;
@@ -184,9 +202,67 @@ pub fn run_islands<W: Workload + 'static>(
     run_threads(islands, workers, bodies, &workload.types(), cfg)
 }
 
-/// One worker thread's work: given the run's phase and its progress counter.
+/// One worker thread's work: given the run's phase and its progress counter,
+/// it returns its statistics, also when it stopped on an error.
 pub(crate) type WorkerBody =
-    Box<dyn FnOnce(&AtomicU8, &ProgressCounter) -> Result<WorkerStats, Error> + Send>;
+    Box<dyn FnOnce(&AtomicU8, &ProgressCounter) -> (WorkerStats, Result<(), Error>) + Send>;
+
+/// Sets the run's phase to [`FAILED`] when dropped by a panicking thread, so
+/// that the other workers leave too.
+pub(crate) struct FailOnPanic<'a>(pub(crate) &'a AtomicU8);
+
+impl Drop for FailOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(FAILED, Ordering::Release);
+        }
+    }
+}
+
+/// The first failure of one of `islands`' logs, as the error of a run.
+pub(crate) fn log_failure(islands: &[Island]) -> Option<Error> {
+    islands
+        .iter()
+        .find_map(|i| i.wal().and_then(|w| w.failed()))
+        .map(Error::from)
+}
+
+/// Sleeps until `until`, looking every [`WATCH_EVERY`] for a worker that
+/// set [`FAILED`] and for a failed log (then it sets [`FAILED`] itself).
+/// Returns whether the run failed.
+pub(crate) fn watch(islands: &[Island], phase: &AtomicU8, until: Instant) -> bool {
+    loop {
+        if phase.load(Ordering::Acquire) == FAILED {
+            return true;
+        }
+        if islands
+            .iter()
+            .any(|i| i.wal().is_some_and(|w| w.failed().is_some()))
+        {
+            phase.store(FAILED, Ordering::Release);
+            return true;
+        }
+        let now = Instant::now();
+        if now >= until {
+            return false;
+        }
+        std::thread::sleep((until - now).min(WATCH_EVERY));
+    }
+}
+
+/// Waits until `done` holds (the workers have all returned), watching as
+/// [`watch`] does, so that a log that dies while the workers finish what
+/// they hold stops them too. Returns whether the run failed.
+pub(crate) fn watch_until(islands: &[Island], phase: &AtomicU8, done: impl Fn() -> bool) -> bool {
+    let mut failed = false;
+    while !done() {
+        if watch(islands, phase, Instant::now() + WATCH_EVERY) {
+            failed = true;
+            std::thread::sleep(WATCH_EVERY);
+        }
+    }
+    failed
+}
 
 /// The seed of worker `w`'s request generator.
 pub(crate) fn worker_seed(seed: u64, w: usize) -> u64 {
@@ -208,6 +284,10 @@ pub(crate) fn run_threads(
         (0..workers.len()).map(|_| ProgressCounter::new()).collect();
     let cpus = allowed_cpus();
     let started = SystemTime::now();
+    let checkpoints = || -> Vec<crate::island::CheckpointStats> {
+        islands.iter().map(|i| i.checkpoint_stats()).collect()
+    };
+    let checkpoints_before = checkpoints();
     let mut handles = Vec::with_capacity(workers.len());
     for ((w, spec), body) in workers.iter().enumerate().zip(bodies) {
         let phase = Arc::clone(&phase);
@@ -218,12 +298,17 @@ pub(crate) fn run_threads(
             std::thread::Builder::new()
                 .name(format!("i{}-worker-{w}", spec.island))
                 .spawn(move || {
+                    let _fail = FailOnPanic(&phase);
                     if let Some(c) = cpu {
                         // Pinning can fail in a restricted container; the run goes on unpinned.
                         let _ = pin_to(c);
                     }
                     crate::bench::phases::enable(count_phases);
-                    body(&phase, &counter)
+                    let (stats, r) = body(&phase, &counter);
+                    if r.is_err() {
+                        phase.store(FAILED, Ordering::Release);
+                    }
+                    (stats, r)
                 })
                 .map_err(|e| Error::Config(format!("cannot start a worker thread: {e}")))?,
         );
@@ -232,37 +317,54 @@ pub(crate) fn run_threads(
     let display =
         ProgressDisplay::start_with(cfg.display, total, &cfg.workload_name, counters.clone());
     display.set_phase("warm-up");
-    std::thread::sleep(cfg.warmup);
+    let t_start = Instant::now();
+    // A failure stops the run at once: the figures cover the phase it
+    // stopped in, up to the failure.
+    let mut failed = watch(islands, &phase, t_start + cfg.warmup);
+    let in_warmup = failed;
     let wal_stats = || -> Option<Vec<crate::wal::WalStats>> {
         islands.iter().map(|i| i.wal().map(|w| w.stats())).collect()
     };
     let wal_before = wal_stats();
     let cpu0 = CpuTime::process_now();
-    let t0 = Instant::now();
-    phase.store(MEASURE, Ordering::Release);
-    display.set_phase("measure");
-    std::thread::sleep(cfg.measure);
-    phase.store(STOP, Ordering::Release);
+    let t0 = if in_warmup { t_start } else { Instant::now() };
+    if !failed {
+        failed = phase
+            .compare_exchange(WARMUP, MEASURE, Ordering::AcqRel, Ordering::Acquire)
+            .is_err();
+        display.set_phase("measure");
+    }
+    if !failed {
+        failed = watch(islands, &phase, t0 + cfg.measure);
+    }
+    if !failed {
+        failed = phase
+            .compare_exchange(MEASURE, STOP, Ordering::AcqRel, Ordering::Acquire)
+            .is_err();
+    }
     let measured = t0.elapsed();
     let cpu = CpuTime::process_now().saturating_sub(cpu0);
     let wal_after = wal_stats();
     display.finish();
+    failed |= watch_until(islands, &phase, || handles.iter().all(|h| h.is_finished()));
     let mut merged = WorkerStats::new();
     let mut first_err = None;
     for h in handles {
         match h.join() {
-            Ok(Ok(s)) => merged.merge(&s),
-            Ok(Err(e)) => {
-                first_err.get_or_insert(e);
+            Ok((s, r)) => {
+                merged.merge(&s);
+                if let Err(e) = r {
+                    first_err.get_or_insert(e);
+                }
             }
             Err(_) => {
                 first_err.get_or_insert(Error::Config("a worker thread panicked".into()));
             }
         }
     }
-    if let Some(e) = first_err {
-        return Err(e);
-    }
+    // The log's own failure is the cause: a worker's error about it only
+    // says that the log refused its batch.
+    let cause = log_failure(islands).or(first_err);
     let log = match (wal_before, wal_after) {
         (Some(a), Some(b)) => {
             let sum = |v: &[crate::wal::WalStats], f: fn(&crate::wal::WalStats) -> u64| {
@@ -270,7 +372,7 @@ pub(crate) fn run_threads(
             };
             let syncs = sum(&b, |s| s.syncs) - sum(&a, |s| s.syncs);
             let nanos = sum(&b, |s| s.sync_nanos) - sum(&a, |s| s.sync_nanos);
-            Some(LogReport {
+            let mut log = LogReport {
                 bytes: sum(&b, |s| s.bytes_written) - sum(&a, |s| s.bytes_written),
                 fdatasyncs: syncs,
                 fdatasync_mean_ms: if syncs == 0 {
@@ -278,11 +380,30 @@ pub(crate) fn run_threads(
                 } else {
                     nanos as f64 / syncs as f64 / 1e6
                 },
-            })
+                ..Default::default()
+            };
+            for (a, b) in checkpoints_before.iter().zip(checkpoints()) {
+                log.checkpoints += b.periodic - a.periodic;
+                log.checkpoints_failed += b.failed - a.failed;
+                log.checkpoint_s += b.seconds - a.seconds;
+            }
+            for w in islands.iter().filter_map(|i| i.wal()) {
+                // What is on disk now; a directory that cannot be read
+                // counts nothing rather than failing the report.
+                let u = w.disk_usage().unwrap_or_default();
+                log.segment_bytes_end += u.segment_bytes;
+                log.checkpoint_bytes_end += u.checkpoint_bytes;
+            }
+            Some(log)
         }
         _ => None,
     };
     let durability = islands[0].config().durability;
+    let warmup = if in_warmup {
+        Duration::ZERO
+    } else {
+        cfg.warmup
+    };
     let mut report = Report::from_stats(
         &types,
         &merged,
@@ -291,7 +412,7 @@ pub(crate) fn run_threads(
             parameters: cfg.parameters.clone(),
             deployment: cfg.deployment.clone(),
             threads: workers.len(),
-            warmup: cfg.warmup,
+            warmup,
             measured,
             cpu_process: cpu,
             cores: cpus.len().max(1),
@@ -316,6 +437,22 @@ pub(crate) fn run_threads(
             Durability::Off => "no log",
         }
     ));
+    if let Some(cause) = cause.or_else(|| failed.then(|| Error::Config("the run failed".into()))) {
+        report.stopped = Some(cause.to_string());
+        report.notes.push(format!(
+            "the run stopped after {:.2} s of its {}: the figures cover that time only",
+            measured.as_secs_f64(),
+            if in_warmup {
+                "warm-up"
+            } else {
+                "measured phase"
+            }
+        ));
+        return Err(Error::Stopped {
+            cause: Box::new(cause),
+            partial: Box::new(report),
+        });
+    }
     Ok(report)
 }
 
@@ -336,7 +473,7 @@ fn worker_loop<W: Workload>(
     counter: &ProgressCounter,
     durability: Durability,
     inflight: usize,
-) -> Result<WorkerStats, Error> {
+) -> (WorkerStats, Result<(), Error>) {
     let mut stats = WorkerStats::new();
     let mut rng = FastRng::new(seed);
     let mut req = W::Req::default();
@@ -346,110 +483,113 @@ fn worker_loop<W: Workload>(
     let mut my_phase = WARMUP;
     let logging = durability != Durability::Off;
     let wait_ack = durability == Durability::Sync;
-    loop {
-        let p = phase.load(Ordering::Relaxed);
-        if p != my_phase {
-            if p == STOP {
-                break;
+    let result = (|| -> Result<(), Error> {
+        loop {
+            let p = phase.load(Ordering::Relaxed);
+            if p != my_phase {
+                if p >= STOP {
+                    return Ok(());
+                }
+                stats.reset();
+                phases::take();
+                my_phase = p;
             }
-            stats.reset();
-            phases::take();
-            my_phase = p;
-        }
-        phases::switch(Phase::Management);
-        let ty = workload.next(w, &mut rng, &mut req);
-        let start = Instant::now();
-        let mut attempt = 0u32;
-        let committed = loop {
-            tx.begin(attempt > 0);
-            phases::switch(Phase::Execution);
-            let r = poll_local(workload.run(&mut tx, &req));
             phases::switch(Phase::Management);
-            let r = r.and_then(|()| tx.commit());
-            match r {
-                Ok(c) => break Some(c),
-                Err(Abort::Conflict(reason)) => {
-                    // commit() already released everything; a failed procedure has not.
-                    tx.abort();
-                    stats.record_abort(reason);
-                    stats.record_retry();
-                    attempt += 1;
-                    backoff_retry(attempt);
-                    if phase.load(Ordering::Relaxed) == STOP {
+            let ty = workload.next(w, &mut rng, &mut req);
+            let start = Instant::now();
+            let mut attempt = 0u32;
+            let committed = loop {
+                tx.begin(attempt > 0);
+                phases::switch(Phase::Execution);
+                let r = poll_local(workload.run(&mut tx, &req));
+                phases::switch(Phase::Management);
+                let r = r.and_then(|()| tx.commit());
+                match r {
+                    Ok(c) => break Some(c),
+                    Err(Abort::Conflict(reason)) => {
+                        // commit() already released everything; a failed procedure has not.
+                        tx.abort();
+                        stats.record_abort(reason);
+                        stats.record_retry();
+                        attempt += 1;
+                        backoff_retry(attempt);
+                        if phase.load(Ordering::Relaxed) >= STOP {
+                            break None;
+                        }
+                    }
+                    Err(Abort::User(_)) => {
+                        tx.abort();
+                        stats.record_user_abort(ty);
                         break None;
                     }
+                    Err(Abort::Failed(e)) => {
+                        tx.abort();
+                        return Err(e);
+                    }
                 }
-                Err(Abort::User(_)) => {
-                    tx.abort();
-                    stats.record_user_abort(ty);
-                    break None;
-                }
-                Err(Abort::Failed(e)) => {
-                    tx.abort();
-                    return Err(e);
+            };
+            let now = Instant::now();
+            if let Some(c) = committed {
+                since_flush += c.logged as usize;
+                if wait_ack && c.ack > tx.durable_batch() {
+                    pending.push_back(Pending {
+                        ack: c.ack,
+                        start,
+                        ty,
+                    });
+                } else {
+                    stats.record_commit(ty, (now - start).as_nanos() as u64);
+                    stats.maybe_publish(counter);
                 }
             }
-        };
-        let now = Instant::now();
-        if let Some(c) = committed {
-            since_flush += c.logged as usize;
-            if wait_ack && c.ack > tx.durable_batch() {
-                pending.push_back(Pending {
-                    ack: c.ack,
-                    start,
-                    ty,
-                });
-            } else {
-                stats.record_commit(ty, (now - start).as_nanos() as u64);
+            if logging {
+                let due = if wait_ack {
+                    !pending.is_empty()
+                        && (since_flush >= FLUSH_EVERY
+                            || now - last_flush >= FLUSH_AFTER
+                            || pending.len() >= inflight)
+                } else {
+                    tx.log_pending_bytes() > (64 << 10)
+                        || since_flush > 0 && now - last_flush >= ASYNC_FLUSH_AFTER
+                };
+                if due {
+                    phases::switch(Phase::Logging);
+                    tx.flush_log()?;
+                    phases::switch(Phase::Management);
+                    since_flush = 0;
+                    last_flush = now;
+                }
+            }
+            if !pending.is_empty() {
+                let mut durable = tx.durable_batch();
+                while pending.len() >= inflight && pending.front().is_some_and(|p| p.ack > durable)
+                {
+                    // The window is full: wait for the log writer.
+                    if phase.load(Ordering::Relaxed) >= STOP {
+                        break;
+                    }
+                    if let Some(e) = tx.log_failure() {
+                        return Err(e);
+                    }
+                    phases::switch(Phase::Idle);
+                    std::thread::yield_now();
+                    phases::switch(Phase::Management);
+                    durable = tx.durable_batch();
+                }
+                while let Some(p) = pending.front() {
+                    if p.ack > durable {
+                        break;
+                    }
+                    stats.record_commit(p.ty, (now - p.start).as_nanos() as u64);
+                    pending.pop_front();
+                }
                 stats.maybe_publish(counter);
             }
         }
-        if logging {
-            let due = if wait_ack {
-                !pending.is_empty()
-                    && (since_flush >= FLUSH_EVERY
-                        || now - last_flush >= FLUSH_AFTER
-                        || pending.len() >= inflight)
-            } else {
-                tx.log_pending_bytes() > (64 << 10)
-                    || since_flush > 0 && now - last_flush >= ASYNC_FLUSH_AFTER
-            };
-            if due {
-                phases::switch(Phase::Logging);
-                tx.flush_log()?;
-                phases::switch(Phase::Management);
-                since_flush = 0;
-                last_flush = now;
-            }
-        }
-        if !pending.is_empty() {
-            let mut durable = tx.durable_batch();
-            while pending.len() >= inflight && pending.front().is_some_and(|p| p.ack > durable) {
-                // The window is full: wait for the log writer.
-                if phase.load(Ordering::Relaxed) == STOP {
-                    break;
-                }
-                if let Some(e) = tx.log_failure() {
-                    return Err(e);
-                }
-                phases::switch(Phase::Idle);
-                std::thread::yield_now();
-                phases::switch(Phase::Management);
-                durable = tx.durable_batch();
-            }
-            while let Some(p) = pending.front() {
-                if p.ack > durable {
-                    break;
-                }
-                stats.record_commit(p.ty, (now - p.start).as_nanos() as u64);
-                pending.pop_front();
-            }
-            stats.maybe_publish(counter);
-        }
-    }
+    })();
     stats.phase_ticks = phases::take();
     // Hand the rest to the log so nothing committed waits for another worker.
     let _ = tx.flush_log();
     stats.publish(counter);
-    Ok(stats)
+    (stats, result)
 }

@@ -47,12 +47,28 @@ pub struct LatencyReport {
     pub mean_us: f64,
 }
 
-/// Write-ahead log figures over the measured interval, summed over islands.
+/// Write-ahead log figures, summed over islands: bytes and fdatasyncs over
+/// the measured interval, checkpoints over the whole run (warm-up included),
+/// and what the log directories hold at its end.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LogReport {
     pub bytes: u64,
     pub fdatasyncs: u64,
     pub fdatasync_mean_ms: f64,
+    /// Periodic checkpoints taken while the run went, the time they took,
+    /// and how many failed.
+    #[serde(default)]
+    pub checkpoints: u64,
+    #[serde(default)]
+    pub checkpoint_s: f64,
+    #[serde(default)]
+    pub checkpoints_failed: u64,
+    /// Bytes of log segments and of checkpoint files in the log directories
+    /// at the end of the run: what a recovery reads.
+    #[serde(default)]
+    pub segment_bytes_end: u64,
+    #[serde(default)]
+    pub checkpoint_bytes_end: u64,
 }
 
 /// A reading of the host's cross-core state around a run: the median round
@@ -170,6 +186,10 @@ pub struct Report {
     /// Where the workers' time went, per committed transaction (`--phases`).
     pub phases: Option<PhaseReport>,
     pub notes: Vec<String>,
+    /// The run stopped before its planned end, for this reason (a log that
+    /// failed, a worker's error); the figures cover the time up to the stop.
+    #[serde(default)]
+    pub stopped: Option<String>,
 }
 
 /// Core time per committed transaction in each phase (see
@@ -280,6 +300,7 @@ impl Report {
                 .map_or(0, |d| d.as_secs()),
             phases: None,
             notes: Vec::new(),
+            stopped: None,
         }
     }
 
@@ -415,6 +436,20 @@ impl Report {
                 thousands(log.fdatasyncs),
                 log.fdatasync_mean_ms
             );
+            let mb = |b: u64| b as f64 / (1u64 << 20) as f64;
+            let failed = if log.checkpoints_failed > 0 {
+                format!(", {} failed", log.checkpoints_failed)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                t,
+                "checkpoint  {} periodic during the run ({:.1} s{failed}); on disk at the end: log {:.1} MB, checkpoints {:.1} MB",
+                log.checkpoints,
+                log.checkpoint_s,
+                mb(log.segment_bytes_end),
+                mb(log.checkpoint_bytes_end)
+            );
         }
         let m = &self.machine;
         let _ = writeln!(
@@ -510,6 +545,11 @@ mod tests {
                 bytes: 1 << 20,
                 fdatasyncs: 3_000,
                 fdatasync_mean_ms: 3.1,
+                checkpoints: 2,
+                checkpoint_s: 0.5,
+                checkpoints_failed: 0,
+                segment_bytes_end: 3 << 20,
+                checkpoint_bytes_end: 5 << 20,
             }),
             machine: Machine {
                 hostname: "box".to_string(),
@@ -559,6 +599,8 @@ mod tests {
         assert_eq!(v["throughput_tps"], 100_000.0);
         assert_eq!(v["parameters"]["warehouses"], "4");
         assert_eq!(v["log"]["fdatasyncs"], 3_000);
+        assert_eq!(v["log"]["checkpoints"], 2);
+        assert_eq!(v["log"]["segment_bytes_end"], 3 << 20);
 
         let dir = std::env::temp_dir().join(format!("islands-report-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -610,6 +652,10 @@ mod tests {
         assert!(t.contains("75.0% of 2 cores"), "{t}");
         assert!(t.contains("warehouses=4"), "{t}");
         assert!(t.contains("3,000 fdatasyncs"), "{t}");
+        assert!(
+            t.contains("2 periodic during the run (0.5 s); on disk at the end: log 3.0 MB, checkpoints 5.0 MB"),
+            "{t}"
+        );
     }
 
     #[test]

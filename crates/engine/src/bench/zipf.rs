@@ -95,6 +95,11 @@ impl Zipf {
 /// zeta(n, θ) = Σ_{i=1..n} i^-θ, summed from the small terms up so the large
 /// first terms do not swallow the tail's low bits.
 fn zeta(n: u64, theta: f64) -> f64 {
+    // Uniform: n ones, exactly (the sum below takes a minute for 2^36 keys,
+    // before a run too large to load is even refused).
+    if theta == 0.0 {
+        return n as f64;
+    }
     let mut sum = 0.0f64;
     let mut i = n;
     while i > 0 {

@@ -10,6 +10,8 @@
 //! cc = "occ"                  # default: none for one worker, else occ
 //! durability = "sync"
 //! log_dir = "/var/lib/islands"
+//! checkpoint_every_mb = 512   # periodic checkpoints by log growth; 0: not by size
+//! checkpoint_every_s = 300    # and by time; 0: not by time
 //!
 //! # Instead of `islands`, one entry per island:
 //! [[island]]
@@ -41,6 +43,8 @@ struct Deployment {
     cc: Option<String>,
     durability: Option<String>,
     log_dir: Option<PathBuf>,
+    checkpoint_every_mb: Option<u64>,
+    checkpoint_every_s: Option<f64>,
 }
 
 /// `islands = 4` and `islands = "4"` mean the same. Deserialized by hand so
@@ -143,6 +147,22 @@ pub(super) fn parse_named(text: &str, path: &str) -> Result<(DeploySpec, Named),
     }
     if let Some(dir) = d.log_dir {
         spec.log_dir = dir;
+    }
+    if let Some(mb) = d.checkpoint_every_mb {
+        if mb > 1 << 30 {
+            return Err(err(format!(
+                "checkpoint_every_mb = {mb} is more than a petabyte (0 turns checkpoints by size off)"
+            )));
+        }
+        spec.checkpoint_every_mb = Some(mb);
+    }
+    if let Some(s) = d.checkpoint_every_s {
+        if !s.is_finite() || !(0.0..=1e9).contains(&s) {
+            return Err(err(format!(
+                "checkpoint_every_s = {s} is not a number of seconds between 0 and 1e9 (0 turns checkpoints by time off)"
+            )));
+        }
+        spec.checkpoint_every = Some(std::time::Duration::from_secs_f64(s));
     }
     Ok((spec, named))
 }

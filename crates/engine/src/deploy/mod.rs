@@ -240,6 +240,11 @@ pub struct DeploySpec {
     pub durability: String,
     /// Island `i` logs to `log_dir/island-<i>`.
     pub log_dir: PathBuf,
+    /// Periodic checkpoints by log growth, in MiB (0: not by size); `None`:
+    /// the command's default ([`crate::island::CheckpointPolicy`]).
+    pub checkpoint_every_mb: Option<u64>,
+    /// Periodic checkpoints by time (zero: not by time); `None`: the default.
+    pub checkpoint_every: Option<std::time::Duration>,
 }
 
 impl DeploySpec {
@@ -252,6 +257,8 @@ impl DeploySpec {
             cc: None,
             durability: DURABILITY_DEFAULT.to_string(),
             log_dir: PathBuf::from(LOG_DIR_DEFAULT),
+            checkpoint_every_mb: None,
+            checkpoint_every: None,
         }
     }
 

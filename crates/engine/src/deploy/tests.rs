@@ -441,9 +441,16 @@ fn toml_file() {
         cc = "occ"
         durability = "sync"
         log_dir = "/data/islands"
+        checkpoint_every_mb = 64
+        checkpoint_every_s = 2.5
         "#,
     )
     .unwrap();
+    assert_eq!(s.checkpoint_every_mb, Some(64));
+    assert_eq!(
+        s.checkpoint_every,
+        Some(std::time::Duration::from_millis(2500))
+    );
     assert_eq!(s.islands, Islands::PerSocket);
     assert_eq!(s.placement, Placement::Spread);
     assert_eq!(s.workers_per_island, Some(2));
@@ -480,6 +487,14 @@ fn toml_file() {
             "unknown field `cores`",
         ),
         ("[deployment\n", "deployment file"),
+        (
+            "[deployment]\nislands = 2\ncheckpoint_every_s = -1\n",
+            "checkpoint_every_s = -1",
+        ),
+        (
+            "[deployment]\nislands = 2\ncheckpoint_every_mb = -1\n",
+            "checkpoint_every_mb",
+        ),
     ] {
         let e = DeploySpec::from_toml_str(text).unwrap_err().to_string();
         assert!(e.contains(needle), "{text:?}: {e}");

@@ -29,6 +29,12 @@
 //! let it pass ([`crate::txn::LockWait`]); the worker checks the lock words of
 //! the waiting transactions when a slot is free. Otherwise (a remote refusal,
 //! a 2PC abort) it backs off 20 µs, doubling per attempt up to about 5 ms.
+//!
+//! At the end of a run a worker finishes what it holds and leaves once every
+//! worker has settled. When the run fails instead (a worker's error, a dead
+//! log: the driver's `FAILED` phase) it leaves at once: its peers may be
+//! gone, so settling could wait for ever. Branches and decisions in flight
+//! stay as the logs have them, for the next recovery to resolve.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -40,8 +46,9 @@ use std::time::Duration;
 
 use super::{Cluster, Executor, HomeCommit};
 use crate::bench::driver::{
-    run_threads, worker_seed, DriverConfig, WorkerBody, WorkerSpec, Workload, ASYNC_FLUSH_AFTER,
-    FLUSH_AFTER, FLUSH_EVERY, MEASURE, STOP, WARMUP,
+    log_failure, run_threads, watch_until, worker_seed, DriverConfig, FailOnPanic, WorkerBody,
+    WorkerSpec, Workload, ASYNC_FLUSH_AFTER, FAILED, FLUSH_AFTER, FLUSH_EVERY, MEASURE, STOP,
+    WARMUP,
 };
 use crate::bench::phases::{self, Phase};
 use crate::bench::report::Report;
@@ -263,7 +270,7 @@ fn cluster_worker<W: Workload + 'static>(
     counter: &ProgressCounter,
     limit: Option<u64>,
     ack_window: usize,
-) -> Result<WorkerStats, Error>
+) -> (WorkerStats, Result<(), Error>)
 where
     W::Req: 'static,
 {
@@ -315,7 +322,13 @@ where
         loop {
             let p = phase.load(Ordering::Relaxed);
             if p != my_phase {
-                if p == STOP {
+                if p == FAILED {
+                    // Leave without settling: the peers this worker's
+                    // commits and branches wait for may be gone, or their
+                    // log dead. What a crash would leave in doubt stays so
+                    // in the logs, for recovery to resolve.
+                    return Ok(());
+                } else if p == STOP {
                     stopping = true;
                 } else if p == MEASURE {
                     stats.reset();
@@ -602,7 +615,7 @@ where
     let _ = ex.flush_log();
     let _ = ex.pump();
     stats.publish(counter);
-    result.map(|()| stats)
+    (stats, result)
 }
 
 /// Starts an attempt of the slot's request on context `c`.
@@ -626,7 +639,8 @@ where
 /// has finished that many transactions (every worker needs one, or `Some(0)`
 /// to only serve), with no warm-up: for tests and tools that want exact
 /// transaction counts rather than a timed benchmark. Returns each worker's
-/// statistics.
+/// statistics. A worker's error or a failed log stops every worker within a
+/// round, and the run returns that error (the log's own, when one failed).
 pub fn run_to_completion<W: Workload + 'static>(
     cl: &Arc<Cluster>,
     workers: &[ClusterWorker],
@@ -652,18 +666,20 @@ where
         .iter()
         .map(|w| cl.executor(w.island, w.worker))
         .collect::<Result<Vec<_>, _>>()?;
-    std::thread::scope(|scope| -> Result<(), Error> {
+    let mut first_err = None;
+    std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for ((i, w), ex) in workers.iter().enumerate().zip(executors) {
             let workload = Arc::clone(&workload);
             let phase = &phase;
             let w = *w;
             handles.push(scope.spawn(move || {
+                let _fail = FailOnPanic(phase);
                 if let Some(c) = w.cpu {
                     let _ = crate::bench::driver::pin_to(c);
                 }
                 let counter = ProgressCounter::new();
-                cluster_worker(
+                let (stats, r) = cluster_worker(
                     ex,
                     &*workload,
                     i,
@@ -672,16 +688,34 @@ where
                     &counter,
                     w.limit,
                     window,
-                )
+                );
+                if r.is_err() {
+                    phase.store(FAILED, Ordering::Release);
+                }
+                (stats, r)
             }));
         }
+        // Until every worker is done: a dead log stops them all.
+        watch_until(cl.islands(), &phase, || {
+            handles.iter().all(|h| h.is_finished())
+        });
         for h in handles {
             match h.join() {
-                Ok(r) => out.push(r?),
-                Err(_) => return Err(Error::Config("a worker thread panicked".into())),
+                Ok((stats, r)) => {
+                    out.push(stats);
+                    if let Err(e) = r {
+                        first_err.get_or_insert(e);
+                    }
+                }
+                Err(_) => {
+                    first_err.get_or_insert(Error::Config("a worker thread panicked".into()));
+                }
             }
         }
-        Ok(())
-    })?;
+    });
+    // The log's own failure is the cause (see `run_threads`).
+    if let Some(e) = log_failure(cl.islands()).or(first_err) {
+        return Err(e);
+    }
     Ok(out)
 }

@@ -41,23 +41,48 @@ pub struct RowCache {
     free: Vec<RowId>,
 }
 
+/// Rows per chunk of an arena whose rows hold `data_words` words: about
+/// 2 MiB per chunk, at least 64 rows.
+fn rows_per_chunk(data_words: usize) -> u64 {
+    let stride = HEADER_WORDS + data_words;
+    ((2usize << 20) / (stride * 8)).max(64).next_power_of_two() as u64
+}
+
 impl Arena {
-    pub fn new(data_words: usize, capacity: u64) -> Arena {
+    /// An arena for `capacity` rows of `data_words` words. Only its table
+    /// of chunk pointers is allocated now; an error when even that cannot be.
+    pub fn new(data_words: usize, capacity: u64) -> Result<Arena, String> {
         let stride = HEADER_WORDS + data_words;
-        // About 2 MiB per chunk, at least 64 rows.
-        let rows_per_chunk = ((2usize << 20) / (stride * 8)).max(64).next_power_of_two();
+        let rows_per_chunk = rows_per_chunk(data_words);
         let chunk_shift = rows_per_chunk.trailing_zeros();
-        let n_chunks = capacity.div_ceil(rows_per_chunk as u64).max(1) as usize;
-        let chunks = (0..n_chunks)
-            .map(|_| AtomicPtr::new(std::ptr::null_mut()))
-            .collect();
-        Arena {
+        let n_chunks = usize::try_from(capacity.div_ceil(rows_per_chunk).max(1))
+            .map_err(|_| format!("{capacity} rows are more than this machine can address"))?;
+        let mut chunks = Vec::new();
+        chunks.try_reserve_exact(n_chunks).map_err(|_| {
+            format!(
+                "cannot allocate the {} bytes of chunk pointers of an arena for {capacity} rows",
+                n_chunks as u64 * 8
+            )
+        })?;
+        chunks.extend((0..n_chunks).map(|_| AtomicPtr::new(std::ptr::null_mut())));
+        Ok(Arena {
             stride,
             chunk_shift,
-            chunks,
+            chunks: chunks.into_boxed_slice(),
             next: AtomicU64::new(0),
             capacity,
-        }
+        })
+    }
+
+    /// Bytes an arena for `capacity` rows of `data_words` words takes once
+    /// it holds `rows` of them: its chunk pointers, and the chunks the rows
+    /// fill (claimed whole, as rows come).
+    pub fn bytes_for(data_words: usize, capacity: u64, rows: u64) -> u64 {
+        let per_chunk = rows_per_chunk(data_words);
+        let chunk_bytes = per_chunk * (HEADER_WORDS + data_words) as u64 * 8;
+        let pointers = capacity.div_ceil(per_chunk).max(1).saturating_mul(8);
+        let chunks = rows.min(capacity).div_ceil(per_chunk);
+        pointers.saturating_add(chunks.saturating_mul(chunk_bytes))
     }
 
     pub fn capacity(&self) -> u64 {

@@ -52,15 +52,44 @@ pub enum Inserted {
 }
 
 impl HashIndex {
-    pub fn new(capacity: u64, concurrent: bool) -> HashIndex {
-        let n = ((capacity.max(8) * 2) as usize).next_power_of_two();
-        assert!(capacity < RID_MASK - 2, "hash index capacity too large");
-        HashIndex {
-            slots: super::mem::ZeroedWords::new(n),
+    /// Most rows a hash index can point at (row ids have 40 bits).
+    pub const MAX_CAPACITY: u64 = RID_MASK - 3;
+
+    /// Slots of an index for `capacity` rows (load at most 1/2); `None`
+    /// above [`HashIndex::MAX_CAPACITY`].
+    pub fn slots_for(capacity: u64) -> Option<u64> {
+        (capacity <= Self::MAX_CAPACITY).then(|| (capacity.max(8) * 2).next_power_of_two())
+    }
+
+    /// Bytes an index for `capacity` rows allocates (and writes) when it is made.
+    pub fn bytes_for(capacity: u64) -> u64 {
+        Self::slots_for(capacity).map_or(u64::MAX, |n| n.saturating_mul(8))
+    }
+
+    /// An index for `capacity` rows: its slots are allocated and written now.
+    /// An error when the capacity is beyond what row ids can name, or the
+    /// memory cannot be had.
+    pub fn new(capacity: u64, concurrent: bool) -> Result<HashIndex, String> {
+        let n = Self::slots_for(capacity)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| {
+                format!(
+                    "a hash index holds at most {} rows, not {capacity}",
+                    Self::MAX_CAPACITY
+                )
+            })?;
+        let slots = super::mem::ZeroedWords::new(n).ok_or_else(|| {
+            format!(
+                "cannot allocate the {} bytes of a hash index for {capacity} rows",
+                n as u64 * 8
+            )
+        })?;
+        Ok(HashIndex {
+            slots,
             mask: n - 1,
             stripes: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             concurrent,
-        }
+        })
     }
 
     #[inline]
@@ -272,7 +301,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn setup(cap: u64) -> (Arena, HashIndex) {
-        (Arena::new(1, cap), HashIndex::new(cap, true))
+        (
+            Arena::new(1, cap).unwrap(),
+            HashIndex::new(cap, true).unwrap(),
+        )
     }
 
     proptest! {

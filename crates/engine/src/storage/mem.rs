@@ -49,15 +49,22 @@ pub(crate) unsafe fn prefault(p: *mut u8, bytes: usize) {
 /// Zeroed memory for `layout` (size non-zero, alignment at most a page).
 /// Aborts, as the allocator does, when there is no memory.
 pub(crate) fn map_zeroed(layout: Layout) -> *mut u8 {
+    let p = try_map_zeroed(layout);
+    if p.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    p
+}
+
+/// [`map_zeroed`] that returns null when there is no memory, for the large
+/// structures a table reserves when it is created (an error then names the
+/// table, instead of an abort).
+pub(crate) fn try_map_zeroed(layout: Layout) -> *mut u8 {
     let size = layout.size();
     debug_assert!(size > 0 && layout.align() <= PAGE);
     if size < HUGE_PAGE {
         // SAFETY: the layout has a non-zero size.
-        let p = unsafe { alloc_zeroed(layout) };
-        if p.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        return p;
+        return unsafe { alloc_zeroed(layout) };
     }
     use rustix::mm::{mmap_anonymous, munmap, Advice, MapFlags, ProtFlags};
     // Room to start on a 2 MiB boundary; the slack is unmapped again.
@@ -72,7 +79,7 @@ pub(crate) fn map_zeroed(layout: Layout) -> *mut u8 {
         )
     } {
         Ok(b) => b as usize,
-        Err(_) => std::alloc::handle_alloc_error(layout),
+        Err(_) => return std::ptr::null_mut(),
     };
     let start = base.next_multiple_of(HUGE_PAGE);
     let end = (start + size).next_multiple_of(PAGE);
@@ -125,19 +132,23 @@ impl ZeroedWords {
     /// thread: a page first read (a lookup that misses) would map the shared
     /// zero page, and the write after it would pay a copy-on-write fault
     /// and a TLB flush on every core (see [`prefault`]).
-    pub(crate) fn new(len: usize) -> ZeroedWords {
-        let layout = Self::layout(len);
-        let ptr = map_zeroed(layout);
+    /// `None` when the memory cannot be had (or `len` words overflow a layout).
+    pub(crate) fn new(len: usize) -> Option<ZeroedWords> {
+        let layout = Self::layout(len)?;
+        let ptr = try_map_zeroed(layout);
+        if ptr.is_null() {
+            return None;
+        }
         // SAFETY: freshly mapped for this layout, owned here.
         unsafe { prefault(ptr, layout.size()) };
-        ZeroedWords {
+        Some(ZeroedWords {
             ptr: ptr as *mut AtomicU64,
             len,
-        }
+        })
     }
 
-    fn layout(len: usize) -> Layout {
-        Layout::array::<AtomicU64>(len.max(1)).expect("array layout")
+    fn layout(len: usize) -> Option<Layout> {
+        Layout::array::<AtomicU64>(len.max(1)).ok()
     }
 }
 
@@ -153,8 +164,9 @@ impl Deref for ZeroedWords {
 
 impl Drop for ZeroedWords {
     fn drop(&mut self) {
+        let layout = Self::layout(self.len).expect("the layout it was made with");
         // SAFETY: from map_zeroed with this layout; dropped once.
-        unsafe { unmap_zeroed(self.ptr as *mut u8, Self::layout(self.len)) };
+        unsafe { unmap_zeroed(self.ptr as *mut u8, layout) };
     }
 }
 
@@ -172,7 +184,7 @@ mod tests {
             HUGE_PAGE / 8,
             3 * HUGE_PAGE / 8 + 5,
         ] {
-            let w = ZeroedWords::new(len);
+            let w = ZeroedWords::new(len).unwrap();
             assert_eq!(w.len(), len);
             assert!(w.iter().all(|x| x.load(Ordering::Relaxed) == 0));
             if len * 8 >= HUGE_PAGE {

@@ -128,6 +128,48 @@ impl TableDef {
         });
         self
     }
+
+    /// About how many bytes a table of this definition takes once it holds
+    /// `rows` rows, on an island with several workers (`concurrent`) or one:
+    /// what creating it reserves whatever it holds (a hash index's slots,
+    /// sized by the capacity and written at once; the arena's chunk
+    /// pointers), the rows (arena chunks of about 2 MiB, claimed as rows
+    /// come) and their entries in ordered indexes. An estimate, to refuse
+    /// what cannot fit before loading it; saturates instead of overflowing.
+    pub fn memory_bytes(&self, rows: u64, concurrent: bool) -> u64 {
+        let rows = rows.min(self.capacity);
+        let hash = match self.primary {
+            PrimaryKind::Hash => HashIndex::bytes_for(self.capacity),
+            PrimaryKind::Ordered => 0,
+        };
+        Arena::bytes_for(self.row_words(), self.capacity, rows)
+            .saturating_add(hash)
+            .saturating_add(rows.saturating_mul(self.index_entry_bytes(concurrent)))
+    }
+
+    /// About how many bytes one more row takes: its slot in the arena and
+    /// its ordered-index entries (what a table that grows while a run goes
+    /// adds per insert).
+    pub fn bytes_per_row(&self, concurrent: bool) -> u64 {
+        ((arena::HEADER_WORDS + self.row_words()) * 8) as u64 + self.index_entry_bytes(concurrent)
+    }
+
+    fn row_words(&self) -> usize {
+        let cols: Vec<(&str, ColType)> =
+            self.columns.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+        Schema::new(&cols).map_or(1, |s| s.row_words())
+    }
+
+    /// Bytes of a row's entries in the table's ordered indexes.
+    fn index_entry_bytes(&self, concurrent: bool) -> u64 {
+        let indexes = self.secondary.len() as u64 + u64::from(self.primary == PrimaryKind::Ordered);
+        let entry = if concurrent {
+            ORDERED_ENTRY_SHARED_BYTES
+        } else {
+            ORDERED_ENTRY_OWNED_BYTES
+        };
+        indexes * entry
+    }
 }
 
 /// A fingerprint of a set of tables: their names, columns (names and types), row sizes,
@@ -160,6 +202,11 @@ pub fn schema_fingerprint(defs: &[TableDef]) -> u64 {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }
+/// Bytes an entry of an ordered index takes, about: a `BTreeMap` entry (24
+/// bytes in nodes some way from full) on a single-worker island, a skip-list
+/// node (key, value, reference count, tower; from the allocator) otherwise.
+const ORDERED_ENTRY_OWNED_BYTES: u64 = 40;
+const ORDERED_ENTRY_SHARED_BYTES: u64 = 80;
 
 pub struct Table {
     pub id: TableId,
@@ -189,9 +236,13 @@ impl Table {
                 def.name
             )));
         }
-        let arena = Arena::new(schema.row_words(), def.capacity);
+        let fail = |e: String| Error::Config(format!("table '{}': {e}", def.name));
+        let arena = Arena::new(schema.row_words(), def.capacity).map_err(fail)?;
         let (hash, ordered) = match def.primary {
-            PrimaryKind::Hash => (Some(HashIndex::new(def.capacity, concurrent)), None),
+            PrimaryKind::Hash => (
+                Some(HashIndex::new(def.capacity, concurrent).map_err(fail)?),
+                None,
+            ),
             PrimaryKind::Ordered => (None, Some(OrderedIndex::new(concurrent))),
         };
         Ok(Table {
@@ -438,6 +489,18 @@ impl Table {
     /// (retried while a writer holds it). Safe while workers run: this is how a
     /// fuzzy checkpoint reads the table.
     pub fn for_each_row(&self, mut f: impl FnMut(u64, u64, &[u64])) {
+        let r: Result<(), std::convert::Infallible> = self.try_for_each_row(|k, tid, row| {
+            f(k, tid, row);
+            Ok(())
+        });
+        let Ok(()) = r;
+    }
+
+    /// [`Table::for_each_row`] that stops at the first error `f` returns.
+    pub fn try_for_each_row<E>(
+        &self,
+        mut f: impl FnMut(u64, u64, &[u64]) -> Result<(), E>,
+    ) -> Result<(), E> {
         let mut buf = vec![0u64; self.schema.row_words()];
         for rid in 0..self.arena.high_water() {
             if !self.arena.is_allocated(rid) {
@@ -457,11 +520,12 @@ impl Table {
                     continue;
                 }
                 if v1 & PRESENT != 0 {
-                    f(key, tid_of(v1), &buf);
+                    f(key, tid_of(v1), &buf)?;
                 }
                 break;
             }
         }
+        Ok(())
     }
 
     /// Number of present rows (walks the arena; for tests and reports).
@@ -498,5 +562,50 @@ impl Catalog {
 
     pub fn by_name(&self, name: &str) -> Option<&Table> {
         self.tables.iter().find(|t| t.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(capacity: u64, primary: PrimaryKind) -> TableDef {
+        TableDef::new("t", &[("v", ColType::U64)], capacity, primary)
+    }
+
+    #[test]
+    fn the_memory_estimate_counts_the_reservation_the_rows_and_their_indexes() {
+        // A hash index for 1000 rows: 2048 slots of 8 bytes, whatever it holds.
+        let hash = def(1000, PrimaryKind::Hash);
+        let empty = hash.memory_bytes(0, false);
+        assert!(empty >= 2048 * 8, "{empty}");
+        // Rows of 4 words (3 of header, 1 of data) come in chunks of about 2 MiB.
+        let full = hash.memory_bytes(1000, false);
+        assert!(full >= empty + 1000 * 32, "{full}");
+        assert_eq!(hash.bytes_per_row(false), 32);
+        // An ordered primary index: an entry per row, dearer when shared.
+        let ordered = def(1 << 20, PrimaryKind::Ordered);
+        assert!(
+            ordered.memory_bytes(1 << 20, true) > ordered.memory_bytes(1 << 20, false),
+            "a skip-list entry costs more than a B-tree's"
+        );
+        assert!(ordered.memory_bytes(1 << 20, false) >= (1 << 20) * (32 + 40));
+        // No overflow, whatever the capacity.
+        assert_eq!(
+            def(u64::MAX, PrimaryKind::Hash).memory_bytes(0, true),
+            u64::MAX
+        );
+    }
+
+    #[test]
+    fn a_capacity_beyond_what_a_table_can_hold_is_an_error_not_a_panic() {
+        let e = Table::new(0, &def(1 << 41, PrimaryKind::Hash), false)
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("table 't'"), "{e}");
+        let e = Table::new(0, &def(u64::MAX, PrimaryKind::Ordered), false)
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("table 't'"), "{e}");
     }
 }

@@ -14,6 +14,7 @@
 
 mod cpulist;
 mod described;
+pub mod memory;
 mod render;
 mod sysfs;
 

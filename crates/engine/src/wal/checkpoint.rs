@@ -10,6 +10,7 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::device::{remove_if_present, LogDevice, LogFile};
 
@@ -27,68 +28,128 @@ fn temp_name(start_seq: BatchSeq) -> String {
     format!("ckpt-{start_seq:020}.tmp")
 }
 
+/// An I/O failure of a checkpoint: what was being done, and to which file.
+pub(crate) type CkptIoError = (&'static str, PathBuf, io::Error);
+
 /// Bytes of checkpoint records gathered before each write to the file.
 const WRITE_CHUNK: usize = 1 << 20;
 
-/// Writes, syncs and atomically publishes a checkpoint through `device`.
-/// Returns (path, rows, bytes).
-pub(crate) fn write<'a>(
-    device: &dyn LogDevice,
-    dir: &Path,
-    start_seq: BatchSeq,
-    rows: impl Iterator<Item = (u16, u64, u64, &'a [u8])>,
-) -> Result<(PathBuf, u64, u64), (&'static str, PathBuf, io::Error)> {
-    let tmp = dir.join(temp_name(start_seq));
-    let path = dir.join(checkpoint_name(start_seq));
-    remove_if_present(device, &tmp)
-        .map_err(|e| ("remove old temporary checkpoint", tmp.clone(), e))?;
-    let mut file = device
-        .create(&tmp)
-        .map_err(|e| ("create checkpoint", tmp.clone(), e))?;
-    let mut out: Vec<u8> = Vec::with_capacity(WRITE_CHUNK + 4096);
-    let mut bytes = 0u64;
-    let mut put = |out: &mut Vec<u8>, file: &mut Box<dyn LogFile>, last: bool| -> io::Result<()> {
-        if out.len() >= WRITE_CHUNK || (last && !out.is_empty()) {
-            bytes += out.len() as u64;
-            file.write_all(out)?;
-            out.clear();
-        }
-        Ok(())
-    };
-    let write_err = |e| ("write checkpoint", tmp.clone(), e);
+/// A checkpoint being written: rows go to `ckpt-<seq>.tmp` through the log's
+/// device as they come (nothing of the snapshot is held in memory beyond one
+/// write chunk), and [`Writer::publish`] makes it the checkpoint. A writer
+/// dropped unpublished removes its file, so a failed or abandoned checkpoint
+/// leaves nothing behind (a full disk keeps the room the log needs).
+pub(crate) struct Writer {
+    device: Arc<dyn LogDevice>,
+    dir: PathBuf,
+    tmp: PathBuf,
+    path: PathBuf,
+    file: Option<Box<dyn LogFile>>,
+    out: Vec<u8>,
+    bytes: u64,
+    count: u64,
+}
 
-    let start = begin_record(&mut out, REC_CKPT_HEADER);
-    out.extend_from_slice(CKPT_MAGIC);
-    out.extend_from_slice(&start_seq.to_le_bytes());
-    finish_record(&mut out, start);
-
-    let mut count = 0u64;
-    for (table, key, tid, row) in rows {
-        let start = begin_record(&mut out, REC_CKPT_ROW);
-        out.extend_from_slice(&table.to_le_bytes());
-        out.extend_from_slice(&key.to_le_bytes());
-        out.extend_from_slice(&tid.to_le_bytes());
-        out.extend_from_slice(row);
-        finish_record(&mut out, start);
-        put(&mut out, &mut file, false).map_err(write_err)?;
-        count += 1;
+impl Writer {
+    /// Creates the temporary file and writes the header.
+    pub(crate) fn create(
+        device: Arc<dyn LogDevice>,
+        dir: &Path,
+        start_seq: BatchSeq,
+    ) -> Result<Writer, CkptIoError> {
+        let tmp = dir.join(temp_name(start_seq));
+        remove_if_present(device.as_ref(), &tmp)
+            .map_err(|e| ("remove old temporary checkpoint", tmp.clone(), e))?;
+        let file = device
+            .create(&tmp)
+            .map_err(|e| ("create checkpoint", tmp.clone(), e))?;
+        let mut w = Writer {
+            device,
+            dir: dir.to_path_buf(),
+            path: dir.join(checkpoint_name(start_seq)),
+            tmp,
+            file: Some(file),
+            out: Vec::with_capacity(WRITE_CHUNK + 4096),
+            bytes: 0,
+            count: 0,
+        };
+        let start = begin_record(&mut w.out, REC_CKPT_HEADER);
+        w.out.extend_from_slice(CKPT_MAGIC);
+        w.out.extend_from_slice(&start_seq.to_le_bytes());
+        finish_record(&mut w.out, start);
+        Ok(w)
     }
 
-    let start = begin_record(&mut out, REC_CKPT_FOOTER);
-    out.extend_from_slice(&count.to_le_bytes());
-    finish_record(&mut out, start);
-    put(&mut out, &mut file, true).map_err(write_err)?;
+    /// Writes the gathered records once a chunk is full (or `last`).
+    fn put(&mut self, last: bool) -> Result<(), CkptIoError> {
+        let due = self.out.len() >= WRITE_CHUNK || (last && !self.out.is_empty());
+        if !due {
+            return Ok(());
+        }
+        let file = self
+            .file
+            .as_mut()
+            .expect("an unpublished writer has its file");
+        file.write_all(&self.out)
+            .map_err(|e| ("write checkpoint", self.tmp.clone(), e))?;
+        self.bytes += self.out.len() as u64;
+        self.out.clear();
+        Ok(())
+    }
 
-    file.sync_data()
-        .map_err(|e| ("fdatasync checkpoint", tmp.clone(), e))?;
-    drop(file);
-    device
-        .rename(&tmp, &path)
-        .map_err(|e| ("rename checkpoint", path.clone(), e))?;
-    device
-        .sync_dir(dir)
-        .map_err(|e| ("fsync log directory", dir.to_path_buf(), e))?;
-    Ok((path, count, bytes))
+    /// Appends one row.
+    pub(crate) fn row(
+        &mut self,
+        table: u16,
+        key: u64,
+        tid: u64,
+        row: &[u8],
+    ) -> Result<(), CkptIoError> {
+        let start = begin_record(&mut self.out, REC_CKPT_ROW);
+        self.out.extend_from_slice(&table.to_le_bytes());
+        self.out.extend_from_slice(&key.to_le_bytes());
+        self.out.extend_from_slice(&tid.to_le_bytes());
+        self.out.extend_from_slice(row);
+        finish_record(&mut self.out, start);
+        self.count += 1;
+        self.put(false)
+    }
+
+    /// Writes the footer and makes the file durable, but does not publish it
+    /// yet. Returns (rows, bytes).
+    pub(crate) fn seal(&mut self) -> Result<(u64, u64), CkptIoError> {
+        let start = begin_record(&mut self.out, REC_CKPT_FOOTER);
+        self.out.extend_from_slice(&self.count.to_le_bytes());
+        finish_record(&mut self.out, start);
+        self.put(true)?;
+        self.file
+            .as_mut()
+            .expect("an unpublished writer has its file")
+            .sync_data()
+            .map_err(|e| ("fdatasync checkpoint", self.tmp.clone(), e))?;
+        Ok((self.count, self.bytes))
+    }
+
+    /// Publishes a sealed checkpoint: renames it to its name and syncs the
+    /// directory, so a valid name means a complete file. Returns its path.
+    pub(crate) fn publish(mut self) -> Result<PathBuf, CkptIoError> {
+        drop(self.file.take());
+        self.device
+            .rename(&self.tmp, &self.path)
+            .map_err(|e| ("rename checkpoint", self.path.clone(), e))?;
+        self.device
+            .sync_dir(&self.dir)
+            .map_err(|e| ("fsync log directory", self.dir.clone(), e))?;
+        Ok(self.path.clone())
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = self.device.remove(&self.tmp);
+        }
+    }
 }
 
 /// Reads and validates a checkpoint file. The error says what is wrong and where (the

@@ -104,6 +104,7 @@
 //! idempotent (puts are after-images; the snapshot may already hold some of their effects;
 //! a patch applies only over an image older than itself).
 
+mod capped;
 mod checkpoint;
 pub(crate) mod control;
 mod device;
@@ -124,6 +125,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+pub use capped::CappedDevice;
 pub use control::{new_deployment_id, read as read_control, Control, LogIdentity, CONTROL_VERSION};
 pub use device::{FsDevice, LogDevice, LogFile};
 pub use format::LogBuffer;
@@ -461,6 +463,25 @@ pub struct Recovery {
     pub control: Option<Control>,
 }
 
+/// Where [`Wal::write_checkpoint_with`]'s rows go.
+pub struct CheckpointSink<'a> {
+    file: Option<&'a mut checkpoint::Writer>,
+    rows: u64,
+}
+
+impl CheckpointSink<'_> {
+    /// Appends one row (table, key, tid, row bytes) to the checkpoint.
+    pub fn row(&mut self, table: u16, key: u64, tid: u64, row: &[u8]) -> Result<(), WalError> {
+        self.rows += 1;
+        match self.file.as_mut() {
+            Some(w) => w
+                .row(table, key, tid, row)
+                .map_err(|(op, path, e)| WalError::io(op, &path, e)),
+            None => Ok(()),
+        }
+    }
+}
+
 /// What `write_checkpoint` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointInfo {
@@ -470,6 +491,14 @@ pub struct CheckpointInfo {
     pub rows: u64,
     pub bytes: u64,
     pub segments_deleted: usize,
+}
+
+/// What a log directory holds on disk ([`Wal::disk_usage`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskUsage {
+    pub segments: u64,
+    pub segment_bytes: u64,
+    pub checkpoint_bytes: u64,
 }
 
 /// Counters of the writer, read with `Wal::stats`.
@@ -1224,6 +1253,30 @@ impl Wal {
         start_seq: BatchSeq,
         rows: impl Iterator<Item = (u16, u64, u64, &'a [u8])>,
     ) -> Result<CheckpointInfo, WalError> {
+        self.write_checkpoint_with(
+            start_seq,
+            |sink| {
+                for (table, key, tid, row) in rows {
+                    sink.row(table, key, tid, row)?;
+                }
+                Ok(())
+            },
+            || Ok(()),
+        )
+    }
+
+    /// [`Wal::write_checkpoint`] with the rows streamed by `fill` into the
+    /// file as it makes them (a snapshot of a live database need not be held
+    /// in memory), and `before_publish` run once the file is complete and
+    /// durable, before it replaces the older checkpoint: a checkpoint of a
+    /// running database waits there until every log record its snapshot may
+    /// hold effects of is durable. An error of either leaves no file behind.
+    pub fn write_checkpoint_with(
+        &self,
+        start_seq: BatchSeq,
+        fill: impl FnOnce(&mut CheckpointSink<'_>) -> Result<(), WalError>,
+        before_publish: impl FnOnce() -> Result<(), WalError>,
+    ) -> Result<CheckpointInfo, WalError> {
         let sh = &*self.shared;
         let next = self.next_seq();
         if start_seq == 0 || start_seq > next {
@@ -1232,10 +1285,15 @@ impl Wal {
             )));
         }
         if sh.cfg.durability == Durability::Off {
+            let mut sink = CheckpointSink {
+                file: None,
+                rows: 0,
+            };
+            fill(&mut sink)?;
             return Ok(CheckpointInfo {
                 start_seq,
                 path: None,
-                rows: rows.count() as u64,
+                rows: sink.rows,
                 bytes: 0,
                 segments_deleted: 0,
             });
@@ -1246,8 +1304,17 @@ impl Wal {
         let _one_at_a_time = sh.checkpoint_lock.lock();
         let dir = &sh.cfg.dir;
         let dev = sh.device.as_ref();
-        let (path, rows, bytes) = checkpoint::write(dev, dir, start_seq, rows)
-            .map_err(|(op, path, e)| WalError::io(op, &path, e))?;
+        let io = |(op, path, e): checkpoint::CkptIoError| WalError::io(op, &path, e);
+        let mut writer =
+            checkpoint::Writer::create(Arc::clone(&sh.device), dir, start_seq).map_err(io)?;
+        let mut sink = CheckpointSink {
+            file: Some(&mut writer),
+            rows: 0,
+        };
+        fill(&mut sink)?;
+        let (rows, bytes) = writer.seal().map_err(io)?;
+        before_publish()?;
+        let path = writer.publish().map_err(io)?;
 
         let doomed: Vec<(BatchSeq, PathBuf)> = {
             let mut segs = sh.segments.lock();
@@ -1324,6 +1391,33 @@ impl Wal {
             segments_created: s.segments_created.load(Ordering::Relaxed),
             segments_preallocated: s.segments_preallocated.load(Ordering::Relaxed),
         }
+    }
+
+    /// Bytes the log directory holds now: its segments and its checkpoint
+    /// files (what a recovery reads). Zero without a log.
+    pub fn disk_usage(&self) -> Result<DiskUsage, WalError> {
+        if self.shared.cfg.durability == Durability::Off {
+            return Ok(DiskUsage::default());
+        }
+        let dir = &self.shared.cfg.dir;
+        let listing = recovery::list_dir(dir)?;
+        let size = |files: &[(BatchSeq, PathBuf)]| -> Result<u64, WalError> {
+            let mut n = 0;
+            for (_, p) in files {
+                n += match std::fs::metadata(p) {
+                    Ok(m) => m.len(),
+                    // Deleted by a checkpoint since the listing.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+                    Err(e) => return Err(WalError::io("stat", p, e)),
+                };
+            }
+            Ok(n)
+        };
+        Ok(DiskUsage {
+            segments: listing.segments.len() as u64,
+            segment_bytes: size(&listing.segments)?,
+            checkpoint_bytes: size(&listing.checkpoints)?,
+        })
     }
 
     /// Live segment files, oldest first (for tests and tools).

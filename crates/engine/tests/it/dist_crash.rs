@@ -7,7 +7,8 @@
 //! balance is its initial balance plus what the surviving receipts moved into
 //! it minus what they moved out, and the total is conserved. The child
 //! checkpoints each island right after opening it (after a recovery, before
-//! the executors start) and then every few milliseconds while it runs, so
+//! the executors start) and then every few milliseconds while it runs
+//! (besides the islands' own periodic checkpoints), so
 //! checkpoint truncation meets in-doubt and undecided transactions. Once per
 //! seed, a child only recovers, checkpoints and is killed before its
 //! executors start: what the previous kill left in doubt must survive it.
@@ -23,7 +24,7 @@ use islands::bench::rng::FastRng;
 use islands::cc::CcKind;
 use islands::dist::run::{run_to_completion, ClusterWorker};
 use islands::dist::{Cluster, ClusterOptions};
-use islands::island::{Island, IslandConfig, RecoveryReport};
+use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::txn::{Router, Txn};
 use islands::wal::Durability;
@@ -142,6 +143,12 @@ fn open(dir: &Path) -> Vec<(Island, RecoveryReport)> {
             cfg.name = format!("island-{i}");
             cfg.contexts = options().contexts_needed(1);
             cfg.segment_bytes = 64 << 10;
+            // Periodic checkpoints too, beside the child's own: they meet
+            // the 2PC records they must keep, and each other.
+            cfg.checkpoint = CheckpointPolicy {
+                every_bytes: 16 << 10,
+                every: Duration::from_millis(50),
+            };
             Island::open(cfg, &tables()).unwrap()
         })
         .collect()

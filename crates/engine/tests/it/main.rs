@@ -1,8 +1,10 @@
 //! Integration tests of the engine: one binary, modules by subject.
 
 mod bank;
+mod checkpoints;
 mod common;
 mod crash;
+mod dead_log;
 mod dist_crash;
 mod isolation;
 mod model;

@@ -269,6 +269,40 @@ fn orders_by_customer(r: &RowRef) -> u64 {
 /// exactly (their index is allocated up front); the insert-heavy tables are
 /// ordered, whose arenas take memory only as rows arrive, so their capacity
 /// is the run's limit, not its footprint.
+/// Rows of each table of [`tables`] (in its order) on an island that holds
+/// `warehouses` of the database's warehouses, once the initial population
+/// is loaded (Clause 4.3.3.1; items are loaded on every island). For
+/// [`TableDef::memory_bytes`]: what an island needs before its run starts.
+pub fn rows_after_load(cfg: &TpccConfig, warehouses: u32) -> Vec<u64> {
+    let w = u64::from(warehouses);
+    let districts = w * u64::from(DISTRICTS);
+    let orders = districts * u64::from(cfg.initial_orders());
+    let undelivered = districts * u64::from(cfg.initial_orders() - cfg.first_undelivered() + 1);
+    let customers = districts * u64::from(cfg.customers_per_district);
+    vec![
+        w,
+        districts,
+        customers,
+        customers,
+        undelivered,
+        orders,
+        // 5 to 15 lines an order, 10 on average.
+        orders * 10,
+        u64::from(cfg.items),
+        w * u64::from(cfg.items),
+    ]
+}
+
+/// About how many bytes the tables grow by per NewOrder while a run goes:
+/// an order, a new-order and ten order lines on average, and the history
+/// row of the Payment that comes with it in the mix. A run's data grows by
+/// this much per NewOrder, up to `--max-orders-per-district` per district.
+pub fn bytes_per_new_order(cfg: &TpccConfig, concurrent: bool) -> u64 {
+    let t = tables(cfg);
+    let row = |id: TableId| t[id as usize].bytes_per_row(concurrent);
+    row(ORDERS) + row(NEW_ORDER) + 10 * row(ORDER_LINE) + row(HISTORY)
+}
+
 pub fn tables(cfg: &TpccConfig) -> Vec<TableDef> {
     let w = u64::from(cfg.warehouses);
     let districts = w * u64::from(DISTRICTS);

@@ -552,3 +552,27 @@ fn full_mix_across_three_islands_with_two_phase_commit_stays_consistent() {
         "a single island of a distributed run should not balance on its own"
     );
 }
+
+/// The row counts the memory estimate of a run starts from are those the
+/// load makes (order lines: 5 to 15 per order, 10 on average).
+#[test]
+fn rows_after_load_are_what_the_load_makes() {
+    let cfg = small(2, 60);
+    let island = open(&cfg, CcKind::None, 1);
+    let want = schema::rows_after_load(&cfg, 2);
+    let defs = schema::tables(&cfg);
+    for (t, def) in defs.iter().enumerate() {
+        let got = island.catalog().table(t as u16).count_rows();
+        if t as u16 == schema::ORDER_LINE {
+            let (lo, hi) = (want[t] * 9 / 10, want[t] * 11 / 10);
+            assert!(
+                (lo..=hi).contains(&got),
+                "{}: {got} rows, about {} expected",
+                def.name,
+                want[t]
+            );
+        } else {
+            assert_eq!(got, want[t], "{}", def.name);
+        }
+    }
+}
