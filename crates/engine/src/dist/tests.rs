@@ -1786,3 +1786,263 @@ fn a_read_only_vote_waits_for_what_its_branch_read_to_be_durable() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Reads account `other` (on any island); if it is there, reads account
+/// `mine` and deletes it. Says whether it deleted. Of two such transactions
+/// over the same pair, run in either serial order, exactly one deletes.
+async fn delete_mine_if_other(tx: &mut Txn, mine: u64, other: u64) -> Result<bool, Abort> {
+    if tx.get(ACCOUNTS, other).await?.is_none() {
+        return Ok(false);
+    }
+    let h = tx
+        .get(ACCOUNTS, mine)
+        .await?
+        .ok_or(Abort::User("my account is gone"))?;
+    tx.delete(h).await?;
+    Ok(true)
+}
+
+/// The accounts still present on `islands` (read from the tables, so rows
+/// locked by a transaction still count).
+fn present_accounts(islands: &[Island]) -> std::collections::BTreeSet<u64> {
+    let mut keys = std::collections::BTreeSet::new();
+    for island in islands {
+        island.catalog().table(ACCOUNTS).for_each_row(|k, _, _| {
+            keys.insert(k);
+        });
+    }
+    keys
+}
+
+/// The outcome of a home transaction that went through `commit_home`:
+/// committed (`Local`/`Released`, or a distributed commit `ex` reported).
+fn committed(ex: &Executor, r: &Result<HomeCommit, Abort>) -> bool {
+    match r {
+        Ok(HomeCommit::Local(_) | HomeCommit::Released(_)) => true,
+        Ok(HomeCommit::Distributed(g)) => ex.outcomes.iter().any(|&(o, a)| o == *g && a.is_some()),
+        Err(_) => false,
+    }
+}
+
+/// Schedule 1a of issue 22, forced step by step. T (home island 0) reads
+/// account 9 (island 1), reads account 0 and deletes it; U (home island 1)
+/// reads account 0 (island 0), reads account 9 and deletes it. Both finish
+/// executing, both ask to commit, and each island then handles the other's
+/// PrepareReq (its read-only branch: released at once) before its own home
+/// branch's, which upgrades its delete's lock only then. Were both to
+/// commit, both accounts would be gone: no serial order deletes both.
+#[test]
+fn two_deletes_each_conditioned_on_the_others_row_do_not_both_commit() {
+    let (cl, islands) = open_cluster(2, 10, ClusterOptions::default());
+    let mut ex0 = cl.executor(0, 0).unwrap();
+    let mut ex1 = cl.executor(1, 0).unwrap();
+    let t = ex0.begin_home(false).unwrap();
+    // SAFETY: each context outlives its procedure, which runs to its end
+    // before its executor touches the context again.
+    let tx_t: &mut Txn = unsafe { &mut *ex0.ctx_ptr(t) };
+    run_by_hand(&mut ex0, &mut [&mut ex1], t, async move {
+        assert!(delete_mine_if_other(tx_t, 0, 9).await?);
+        Ok(())
+    })
+    .unwrap();
+    let u = ex1.begin_home(false).unwrap();
+    // SAFETY: as above.
+    let tx_u: &mut Txn = unsafe { &mut *ex1.ctx_ptr(u) };
+    run_by_hand(&mut ex1, &mut [&mut ex0], u, async move {
+        assert!(delete_mine_if_other(tx_u, 9, 0).await?);
+        Ok(())
+    })
+    .unwrap();
+    let rt = ex0.commit_home(t);
+    let ru = ex1.commit_home(u);
+    // Each worker's round: its outbox goes out, then it reads its mailbox
+    // (the other's PrepareReq) before its own local queue.
+    ex0.outbox.flush(&*ex0.transport, ex0.me);
+    ex1.outbox.flush(&*ex1.transport, ex1.me);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    settle(&mut [&mut ex0, &mut ex1], deadline);
+    let (ct, cu) = (committed(&ex0, &rt), committed(&ex1, &ru));
+    let left = present_accounts(&islands);
+    assert!(
+        !(ct && cu),
+        "T and U both committed: accounts 0 and 9 are {}",
+        if left.contains(&0) || left.contains(&9) {
+            "not both gone (?)"
+        } else {
+            "both gone"
+        }
+    );
+    assert_eq!(left.contains(&0), !ct, "account 0 is gone iff T committed");
+    assert_eq!(left.contains(&9), !cu, "account 9 is gone iff U committed");
+}
+
+/// Opens `workers.len()` islands of `accounts` accounts in all (split
+/// evenly, as [`open_cluster`]) with `workers[i]` workers on island `i`.
+fn open_cluster_with_workers(
+    workers: &[usize],
+    accounts: u64,
+    opts: ClusterOptions,
+) -> (Arc<Cluster>, Vec<Island>) {
+    let islands = workers.len();
+    let defs = tables(accounts);
+    let per = accounts.div_ceil(islands as u64);
+    let mut opened = Vec::new();
+    for (i, &w) in workers.iter().enumerate() {
+        let mut cfg = IslandConfig::new(CcKind::NoWait, w);
+        cfg.name = format!("island-{i}");
+        cfg.contexts = opts.contexts_needed(w);
+        let (island, rep) = Island::open(cfg, &defs).unwrap();
+        {
+            let mut l = island.loader().unwrap();
+            for k in (i as u64 * per)..((i as u64 + 1) * per).min(accounts) {
+                l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
+            }
+        }
+        opened.push((island, rep));
+    }
+    let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let router = Arc::new(BankRouter {
+        per_island: per,
+        islands: islands as u16,
+    });
+    let cl = Cluster::new(opened, workers.to_vec(), router, opts).unwrap();
+    (cl, handles)
+}
+
+/// Schedule 1b of issue 22, forced step by step: island 1 has two workers.
+/// T (home island 0) reads account 0, reads account 9 (island 1) and deletes
+/// it; its commit reaches island 1's worker that holds its branch, which
+/// does not run yet. T's home branch, read-only, must not release account 0
+/// meanwhile: U, on island 1's other worker, reads account 9 (still there),
+/// pays 100 out of account 0 and commits; T's branch then takes account 9's
+/// lock and commits too. T saw account 0 before U (T → U) and U saw account
+/// 9 before T deleted it (U → T): a cycle.
+#[test]
+fn a_remote_delete_keeps_its_read_only_siblings_locked_until_it_is_locked() {
+    let (cl, islands) = open_cluster_with_workers(&[1, 2], 10, ClusterOptions::default());
+    let mut ex0 = cl.executor(0, 0).unwrap();
+    let mut ex1 = [cl.executor(1, 0).unwrap(), cl.executor(1, 1).unwrap()];
+    let t = ex0.begin_home(false).unwrap();
+    let gt = ex0.pool.ctx(t).dist.as_ref().unwrap().gtid;
+    let wt = cl.branch_worker(1, gt);
+    let [a, b] = &mut ex1;
+    let (ext, exu) = if wt == 0 { (a, b) } else { (b, a) };
+    // SAFETY: each context outlives its procedure, which runs to its end
+    // before its executor touches the context again.
+    let tx_t: &mut Txn = unsafe { &mut *ex0.ctx_ptr(t) };
+    let mut t_saw = 0;
+    run_by_hand(&mut ex0, &mut [&mut *ext], t, async {
+        let h = tx_t.get(ACCOUNTS, 0).await?.expect("account 0");
+        t_saw = tx_t.row(h).i64(BAL);
+        let h = tx_t.get(ACCOUNTS, 9).await?.expect("account 9");
+        tx_t.delete(h).await
+    })
+    .unwrap();
+    assert_eq!(t_saw, INITIAL);
+    let rt = ex0.commit_home(t);
+    // Island 0 runs its round; T's request to island 1 waits in the mailbox
+    // of T's branch's worker, which is not pumped until U is done.
+    ex0.pump().unwrap();
+    let u = exu.begin_home(false).unwrap();
+    // SAFETY: as above.
+    let tx_u: &mut Txn = unsafe { &mut *exu.ctx_ptr(u) };
+    let ran_u = run_by_hand(&mut *exu, &mut [&mut ex0], u, async move {
+        tx_u.get(ACCOUNTS, 9)
+            .await?
+            .expect("account 9 is there for U");
+        let h = tx_u
+            .get_for_update(ACCOUNTS, 0)
+            .await?
+            .ok_or(Abort::User("no account 0"))?;
+        let b = tx_u.row(h).i64(BAL);
+        tx_u.row_mut(h).set_i64(BAL, b - 100);
+        Ok(())
+    });
+    let ru = match ran_u {
+        Ok(()) => exu.commit_home(u),
+        Err(e) => {
+            exu.abort_home(u);
+            Err(e)
+        }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    if let Ok(HomeCommit::Distributed(g)) = ru {
+        while !exu.outcomes.iter().any(|&(o, _)| o == g) {
+            assert!(std::time::Instant::now() < deadline, "U never decided");
+            exu.pump().unwrap();
+            ex0.pump().unwrap();
+        }
+    }
+    settle(&mut [&mut ex0, &mut *exu, &mut *ext], deadline);
+    let (ct, cu) = (committed(&ex0, &rt), committed(exu, &ru));
+    assert!(
+        !(ct && cu),
+        "T (saw account 0 = {t_saw}, deleted account 9) and U (saw account 9, paid out of \
+         account 0) both committed: a cycle"
+    );
+    drop((ex0, ex1));
+    let left = present_accounts(&islands);
+    assert_eq!(left.contains(&9), !ct, "account 9 is gone iff T committed");
+}
+
+/// Pairs of "delete my account if the other's is present", one account of
+/// each pair per island, run by the real worker loop: worker `i` runs, for
+/// its k-th request, the transaction of pair k whose own account is on its
+/// island. Whatever the interleaving, exactly one of each pair's accounts
+/// must be gone at the end.
+struct DeletePairs {
+    pairs: u64,
+    next: [std::sync::atomic::AtomicU64; 2],
+}
+
+impl Workload for DeletePairs {
+    type Req = (u64, u64);
+
+    fn types(&self) -> Vec<&'static str> {
+        vec!["delete-if-other"]
+    }
+
+    fn next(&self, worker: usize, _: &mut FastRng, req: &mut (u64, u64)) -> usize {
+        let k = self.next[worker].fetch_add(1, Ordering::Relaxed) % self.pairs;
+        let (a, b) = (k, self.pairs + k);
+        *req = if worker == 0 { (a, b) } else { (b, a) };
+        0
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a (u64, u64)) -> Result<(), Abort> {
+        delete_mine_if_other(tx, req.0, req.1).await.map(|_| ())
+    }
+}
+
+#[test]
+fn pairs_of_conditional_deletes_across_islands_lose_one_row_each() {
+    let pairs = if std::env::var_os("ISLANDS_LONG").is_some() {
+        3_000
+    } else {
+        600
+    };
+    let opts = ClusterOptions {
+        inflight: 8,
+        ..Default::default()
+    };
+    let (cl, islands) = open_cluster(2, 2 * pairs, opts);
+    let w = Arc::new(DeletePairs {
+        pairs,
+        next: Default::default(),
+    });
+    let stats = run_to_completion(&cl, &clients(2, pairs), w, 3).unwrap();
+    let commits: u64 = stats.iter().map(|s| s.total_commits()).sum();
+    assert_eq!(commits, 2 * pairs, "every transaction committed once");
+    let left = present_accounts(&islands);
+    let both = (0..pairs)
+        .filter(|&k| !left.contains(&k) && !left.contains(&(pairs + k)))
+        .count();
+    let neither = (0..pairs)
+        .filter(|&k| left.contains(&k) && left.contains(&(pairs + k)))
+        .count();
+    assert_eq!(
+        (both, neither),
+        (0, 0),
+        "of {pairs} pairs, {both} lost both accounts and {neither} lost none"
+    );
+}
