@@ -440,7 +440,7 @@ pub enum HomeCommit {
     Distributed(Gtid),
     /// It read on several islands and wrote nothing, none of its branches
     /// validates reads at commit, and none read data its island had not made
-    /// durable yet (`sync`; [`wire::Status::Ok`]): it committed here, and
+    /// durable or written yet ([`wire::Status::Ok`]): it committed here, and
     /// its remote branches were told to release (one-way). All its locks were
     /// held at once before the first release, which is all two-phase locking
     /// asks of a reader.
@@ -1228,10 +1228,14 @@ impl Executor {
                         msg @ Msg::PrepareConf {
                             read_only: true, ..
                         },
-                } if self.shared.cfg.durability == crate::wal::Durability::Sync => {
-                    // A read-only vote in sync mode waits until everything the
-                    // branch could have read from is durable (as a local
-                    // read-only commit's acknowledgement does).
+                } if self.shared.wal.is_some() => {
+                    // A read-only vote waits until everything the branch
+                    // could have read from is durable (`sync`) or written
+                    // (`async`: a process crash keeps it), as a local
+                    // read-only commit's acknowledgement does: the decision
+                    // that follows may be forced to another island's log,
+                    // and a transaction that survives a crash must not have
+                    // read from one that did not.
                     let need = self.shared.append_seq.load(Ordering::Acquire);
                     if need > self.shared.durable_seq() {
                         self.deferred.push((need, to, msg));
@@ -1797,13 +1801,13 @@ impl Pool {
 }
 
 /// Whether reads just done on this island may have seen writes that a crash
-/// would lose while the island acknowledges only durable data (`sync`): its
-/// newest appended record (read after the reads, as a local read-only
-/// commit's acknowledgement is) is not durable yet. A remote branch that
-/// read such data must vote, which waits for it, rather than be released.
+/// would lose: its newest appended record (read after the reads, as a local
+/// read-only commit's acknowledgement is) is not durable (`sync`) or written
+/// (`async`) yet. A remote branch that read such data must vote, which waits
+/// for it, rather than be released. Without a log (`off`) nothing survives a
+/// crash, and nothing is waited for.
 fn undurable_reads(shared: &crate::island::Shared) -> bool {
-    shared.cfg.durability == crate::wal::Durability::Sync
-        && shared.append_seq.load(Ordering::Acquire) > shared.durable_seq()
+    shared.append_seq.load(Ordering::Acquire) > shared.durable_seq()
 }
 
 /// Appends a reply with row `key` (`None`: no such row) to `batch`.

@@ -750,11 +750,18 @@ fn sync_island_config(
     dir: &std::path::Path,
     contexts: usize,
 ) -> impl Fn(usize) -> IslandConfig + '_ {
+    logged_island_config(dir, contexts, crate::wal::Durability::Sync)
+}
+
+/// [`sync_island_config`] with another durability mode.
+fn logged_island_config(
+    dir: &std::path::Path,
+    contexts: usize,
+    durability: crate::wal::Durability,
+) -> impl Fn(usize) -> IslandConfig + '_ {
     move |i| {
-        let mut cfg = IslandConfig::new(CcKind::NoWait, 1).durable(
-            crate::wal::Durability::Sync,
-            dir.join(format!("island-{i}")),
-        );
+        let mut cfg = IslandConfig::new(CcKind::NoWait, 1)
+            .durable(durability, dir.join(format!("island-{i}")));
         cfg.name = format!("island-{i}");
         cfg.contexts = contexts;
         cfg
@@ -1614,8 +1621,9 @@ fn a_young_read_only_commit_releases_without_votes() {
     assert_eq!(part.branches_in_flight(), 0, "island 1 released the branch");
 }
 
-/// A log device whose fdatasyncs wait while `hold` is set: a log whose
-/// appended batches stay not durable for as long as a test wants.
+/// A log device whose writes and fdatasyncs wait while `hold` is set: a log
+/// whose appended batches stay unwritten (so not durable either) for as long
+/// as a test wants.
 struct GatedDevice {
     hold: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -1627,16 +1635,23 @@ struct GatedFile {
 
 impl crate::wal::LogFile for GatedFile {
     fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.wait();
         self.inner.write_all(buf)
     }
     fn sync_data(&mut self) -> std::io::Result<()> {
-        while self.hold.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        self.wait();
         self.inner.sync_data()
     }
     fn set_len(&mut self, len: u64) -> std::io::Result<()> {
         self.inner.set_len(len)
+    }
+}
+
+impl GatedFile {
+    fn wait(&self) {
+        while self.hold.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 
@@ -1667,21 +1682,39 @@ impl crate::wal::LogDevice for GatedDevice {
     }
 }
 
-/// In `sync` mode a read-only vote waits until everything its branch could
-/// have read is durable, and a branch that may have read data not yet
-/// durable must vote (not merely be released). A local commit on island 1
-/// releases its rows when its record is appended, before the record is
-/// durable; here island 1's fdatasyncs are held back, transfer h (account 4
-/// pays 100 to account 5) commits there, and audit g (home island 0) reads
-/// account 5 and votes read-only on island 1. Had that vote gone out at once, g would commit,
-/// and its client hear so, having seen 1100 in a log that a crash could
-/// still lose.
+/// A read-only vote waits until everything its branch could have read is
+/// durable (`sync`) or written (`async`), and a branch that may have read
+/// data not yet so must vote (not merely be released). A local commit on
+/// island 1 releases its rows when its record is appended, before the
+/// record is written; here island 1's log is held back, transfer h (account
+/// 4 pays 100 to account 5) commits there, and audit g (home island 0) reads
+/// account 5 and votes read-only on island 1. Had that vote gone out at
+/// once, g would commit, and its client hear so, having seen 1100 in a log
+/// that a crash could still lose.
 #[test]
 fn a_read_only_vote_waits_for_what_its_branch_read_to_be_durable() {
-    let dir = fresh_dir("ro-vote");
+    read_only_vote_waits_for_its_reads(crate::wal::Durability::Sync);
+}
+
+/// The same in `async` mode, where a write survives a process crash.
+#[test]
+fn a_read_only_vote_waits_for_what_its_branch_read_to_be_written() {
+    read_only_vote_waits_for_its_reads(crate::wal::Durability::Async);
+}
+
+fn read_only_vote_waits_for_its_reads(durability: crate::wal::Durability) {
+    let dir = fresh_dir(&format!("ro-vote-{durability}"));
     let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let opts = ClusterOptions::default();
-    let config = sync_island_config(&dir, opts.contexts_needed(1));
+    // Votes are what decides here, not the prepare timeout (a loaded
+    // machine may stretch the test's 50 rounds past the default 100 ms).
+    let opts = ClusterOptions {
+        timeouts: coord::Timeouts {
+            prepare_us: 60_000_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let config = logged_island_config(&dir, opts.contexts_needed(1), durability);
     let defs = tables(8);
     let opened: Vec<(Island, RecoveryReport)> = (0..2)
         .map(|i| {
@@ -1742,7 +1775,8 @@ fn a_read_only_vote_waits_for_what_its_branch_read_to_be_durable() {
         part.pump().unwrap();
         assert!(
             !decided(&home),
-            "g was decided while island 1's log held back what g read"
+            "g was decided while island 1's log held back what g read: {:?}",
+            home.outcomes
         );
     }
 
@@ -2045,4 +2079,138 @@ fn pairs_of_conditional_deletes_across_islands_lose_one_row_each() {
         (0, 0),
         "of {pairs} pairs, {both} lost both accounts and {neither} lost none"
     );
+}
+
+/// Copies the files of `from` into a new directory `to`: what a process
+/// crash at this instant leaves of a log directory (written bytes survive
+/// it; records still in an island's log buffer, or submitted to a writer
+/// held back by a [`GatedDevice`], do not).
+fn copy_log_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Issue 22's `async` crash: transfer L (account 4 pays 100 to account 5,
+/// local to island 1) commits and its record stays in island 1's log. W
+/// (home island 0) reads account 5 there (1100), sets account 0 to that
+/// value and commits. Then the process dies: what each island's log had
+/// written survives. A W that survives must not have read from an L that
+/// did not: either both, or account 0 = 1000.
+#[test]
+fn after_an_async_crash_no_surviving_commit_read_a_lost_one() {
+    let dir = fresh_dir("async-crash");
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opts = ClusterOptions {
+        timeouts: coord::Timeouts {
+            prepare_us: 60_000_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let durability = crate::wal::Durability::Async;
+    let config = logged_island_config(&dir, opts.contexts_needed(1), durability);
+    let defs = tables(8);
+    let opened: Vec<(Island, RecoveryReport)> = (0..2)
+        .map(|i| {
+            let mut cfg = config(i);
+            if i == 1 {
+                cfg.device = Some(Arc::new(GatedDevice {
+                    hold: Arc::clone(&hold),
+                }));
+            }
+            let island = open_with_accounts(cfg, &defs, 4 * i as u64..4 * i as u64 + 4);
+            (island, RecoveryReport::default())
+        })
+        .collect();
+    let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let cl = Cluster::new(opened, vec![1, 1], Arc::new(SplitRouter), opts).unwrap();
+    let mut home = cl.executor(0, 0).unwrap();
+    let mut part = cl.executor(1, 0).unwrap();
+    let _open_at_exit = OpenGate(Arc::clone(&hold));
+
+    // L commits on island 1; its record is not written.
+    hold.store(true, Ordering::Release);
+    commit_locally(&mut part, &[(4, -100), (5, 100)]);
+
+    // W: account 0 := account 5.
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: the context outlives the procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
+    let w = async move {
+        let h = tx.get(ACCOUNTS, 5).await?.ok_or(Abort::User("no 5"))?;
+        let seen = tx.row(h).i64(BAL);
+        assert_eq!(seen, INITIAL + 100, "W reads L's write");
+        let h = tx
+            .get_for_update(ACCOUNTS, 0)
+            .await?
+            .ok_or(Abort::User("no 0"))?;
+        tx.row_mut(h).set_i64(BAL, seen);
+        Ok(())
+    };
+    run_by_hand(&mut home, &mut [&mut part], c, w).unwrap();
+    let Ok(HomeCommit::Distributed(g)) = home.commit_home(c) else {
+        panic!("W commits with two-phase commit");
+    };
+    // Give W every chance to commit while island 1 writes nothing; once it
+    // has, wait until its decision is written on island 0.
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(1));
+        home.pump().unwrap();
+        part.pump().unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    if let Some(&(_, Some(ack))) = home.outcomes.iter().find(|&&(o, _)| o == g) {
+        home.flush_log().unwrap();
+        while handles[0].durable_batch() < ack {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "W's decision never written"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    // The crash: what both logs have written now is all that survives.
+    let crashed = dir.join("crashed");
+    for i in 0..2 {
+        copy_log_dir(
+            &dir.join(format!("island-{i}")),
+            &crashed.join(format!("island-{i}")),
+        );
+    }
+    let recovered = logged_island_config(&crashed, 0, durability);
+    let mut balance = [0i64; 8];
+    for i in 0..2 {
+        let (island, _) = Island::open(recovered(i), &defs).unwrap();
+        island
+            .catalog()
+            .table(ACCOUNTS)
+            .for_each_row(|k, _, row| balance[k as usize] = row[0] as i64);
+        island.shutdown();
+    }
+    if balance[0] != INITIAL {
+        assert_eq!(
+            (balance[0], balance[4], balance[5]),
+            (INITIAL + 100, INITIAL - 100, INITIAL + 100),
+            "W survived the crash (account 0 = {}), L, which it read from, did not",
+            balance[0]
+        );
+    }
+
+    // The run goes on: island 1 writes, W commits.
+    hold.store(false, Ordering::Release);
+    settle(&mut [&mut home, &mut part], deadline);
+    drop((home, part));
+    drop(cl);
+    for h in &handles {
+        h.shutdown();
+    }
+    drop(handles);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -80,10 +80,10 @@ pub const PRIMARY: u16 = u16::MAX;
 pub enum Status {
     /// Done. `validated`: the branch now holds reads that it validates at
     /// commit (index misses, range scans), so it must take part in the
-    /// commit. `undurable`: the participant acknowledges only durable data
-    /// (`sync`) and its log held records not yet durable after the reads, so
-    /// they may have read writes a crash would lose; the branch must then vote
-    /// (its read-only vote waits for them), not merely be released.
+    /// commit. `undurable`: the participant's log held records not yet
+    /// durable (`sync`) or written (`async`) after the reads, so they may
+    /// have read writes a crash would lose; the branch must then vote (its
+    /// read-only vote waits for them), not merely be released.
     Ok { validated: bool, undurable: bool },
     /// A concurrency-control conflict: the home transaction aborts and retries.
     Conflict(AbortReason),

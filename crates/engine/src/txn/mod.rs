@@ -196,10 +196,11 @@ pub struct Committed {
     pub tid: u64,
     /// The transaction wrote log records.
     pub logged: bool,
-    /// The log batch that must be durable before the transaction may be
-    /// acknowledged in `sync` mode: the batch of its own record, or for a
-    /// read-only transaction the batch of the newest record it could have
-    /// read from. 0 when there is nothing to wait for.
+    /// The log batch that must be durable (`sync`) or written (`async`)
+    /// before the transaction may be acknowledged ([`Txn::wait_durable`]):
+    /// the batch of its own record, or for a read-only transaction the batch
+    /// of the newest record it could have read from. 0 when there is nothing
+    /// to wait for.
     pub ack: BatchSeq,
 }
 

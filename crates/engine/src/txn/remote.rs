@@ -84,8 +84,9 @@ pub(crate) struct Dist {
     pub(crate) reply_ready: bool,
     /// Some remote branch validates reads at commit (misses, scans).
     pub(crate) remote_validated: bool,
-    /// Some remote branch read data its island had not made durable yet
-    /// (`sync`): it must vote, which waits for that data, at commit.
+    /// Some remote branch read data its island had not made durable
+    /// (`sync`) or written (`async`) yet: it must vote, which waits for that
+    /// data, at commit.
     pub(crate) remote_undurable: bool,
     pub(crate) early: Early,
     /// Remote deletes shipped by the early prepare (a later one is refused).
