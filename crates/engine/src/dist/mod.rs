@@ -170,6 +170,10 @@ pub struct Cluster {
     /// found unfinished, and the island's recovery pins go
     /// (`Shared::release_recovery_pins`).
     recovered_worker: Vec<AtomicBool>,
+    /// Per worker (by endpoint): an executor was made for it. Each takes
+    /// the worker's share of `recovered` when it starts: a second one would
+    /// replay what the first resolved.
+    has_executor: Vec<AtomicBool>,
     pub stats: ClusterStats,
 }
 
@@ -249,6 +253,7 @@ impl Cluster {
         let (islands, recovered) = islands.into_iter().unzip();
         Ok(Arc::new(Cluster {
             recovered_worker: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            has_executor: (0..n).map(|_| AtomicBool::new(false)).collect(),
             islands,
             workers,
             base,
@@ -306,7 +311,10 @@ impl Cluster {
 
     /// Starts the executor of worker `worker` of island `island`; it takes
     /// over that worker's share of recovery (in-doubt branches, undecided
-    /// commits) at once.
+    /// commits) at once. A worker has one executor in the cluster's life: a
+    /// second one is refused (it would replay a recovery the first one
+    /// resolved, and undo what came after). A new run opens the islands
+    /// again and makes a new cluster.
     pub fn executor(self: &Arc<Self>, island: usize, worker: usize) -> Result<Executor, Error> {
         if island >= self.islands.len() || worker >= self.workers[island] {
             return Err(Error::Config(format!(
@@ -314,6 +322,12 @@ impl Cluster {
             )));
         }
         let id = island as IslandId;
+        let e = self.endpoint(id, worker).0 as usize;
+        if self.has_executor[e].swap(true, Ordering::AcqRel) {
+            return Err(Error::Config(format!(
+                "worker {worker} of island {island} already had an executor in this cluster:                  each worker takes its share of the recovery report once (open the islands                  again for a new cluster)"
+            )));
+        }
         let cfg = coord::Config {
             island: id,
             islands: self.islands.len(),

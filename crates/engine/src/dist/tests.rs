@@ -1039,17 +1039,14 @@ fn a_transaction_of_a_worker_that_is_gone_is_resolved_after_a_restart() {
     in_doubt_across_a_checkpoint_and_a_restart(1);
 }
 
-fn in_doubt_across_a_checkpoint_and_a_restart(home_worker: u64) {
-    let dir = fresh_dir(&format!("recovery-pins-{home_worker}"));
-    let defs = tables(8);
-    let opts = ClusterOptions::default();
-    let config = sync_island_config(&dir, opts.contexts_needed(1));
-    let g = coord::gtid(0, 5 << WORKER_BITS | home_worker);
+/// Leaves in the logs of islands 0 and 1 (configured by `config`, 4
+/// accounts each) what a crash leaves of transfer `g` of 70 from account 0
+/// to account 5: island 0 (home) debited account 0 and decided commit;
+/// island 1 prepared the credit of account 5 and heard nothing.
+fn leave_a_transfer_in_doubt(config: &dyn Fn(usize) -> IslandConfig, defs: &[TableDef], g: Gtid) {
     let credited = (INITIAL + 70) as u64;
-    // What a crash left: island 0 (home) debited account 0 and decided
-    // commit; island 1 prepared the credit of account 5 and heard nothing.
     for i in 0..2u64 {
-        let island = open_with_accounts(config(i as usize), &defs, 4 * i..4 * i + 4);
+        let island = open_with_accounts(config(i as usize), defs, 4 * i..4 * i + 4);
         island.shared().log_record(
             |l| {
                 if i == 0 {
@@ -1078,6 +1075,15 @@ fn in_doubt_across_a_checkpoint_and_a_restart(home_worker: u64) {
         );
         island.shutdown();
     }
+}
+
+fn in_doubt_across_a_checkpoint_and_a_restart(home_worker: u64) {
+    let dir = fresh_dir(&format!("recovery-pins-{home_worker}"));
+    let defs = tables(8);
+    let opts = ClusterOptions::default();
+    let config = sync_island_config(&dir, opts.contexts_needed(1));
+    let g = coord::gtid(0, 5 << WORKER_BITS | home_worker);
+    leave_a_transfer_in_doubt(&config, &defs, g);
     // Opened and checkpointed before any executor starts, then a crash.
     for i in 0..2 {
         let (island, report) = Island::open(config(i), &defs).unwrap();
@@ -2207,6 +2213,67 @@ fn after_an_async_crash_no_surviving_commit_read_a_lost_one() {
     hold.store(false, Ordering::Release);
     settle(&mut [&mut home, &mut part], deadline);
     drop((home, part));
+    drop(cl);
+    for h in &handles {
+        h.shutdown();
+    }
+    drop(handles);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 22: each worker takes its share of the recovery report once. Here
+/// recovery resolves an in-doubt credit (account 5 = 1070) and a later local
+/// transaction makes it 1071. A second executor for island 1's worker (and
+/// for the home's) used to replay the same report: it restored the old
+/// branch, the home re-sent its commit, and account 5 went back to 1070.
+#[test]
+fn a_second_executor_for_a_worker_is_refused() {
+    let dir = fresh_dir("second-executor");
+    let defs = tables(8);
+    let opts = ClusterOptions::default();
+    let config = sync_island_config(&dir, opts.contexts_needed(1));
+    let g = coord::gtid(0, 5 << WORKER_BITS);
+    leave_a_transfer_in_doubt(&config, &defs, g);
+    let opened: Vec<(Island, RecoveryReport)> = (0..2)
+        .map(|i| Island::open(config(i), &defs).unwrap())
+        .collect();
+    let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let cl = Cluster::new(opened, vec![1, 1], Arc::new(SplitRouter), opts).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    {
+        let mut home = cl.executor(0, 0).unwrap();
+        let mut part = cl.executor(1, 0).unwrap();
+        settle(&mut [&mut home, &mut part], deadline);
+        commit_locally(&mut part, &[(5, 1)]);
+        settle(&mut [&mut home, &mut part], deadline);
+    }
+    let balance_5 = |islands: &[Island]| contents(islands, 8).0[5];
+    assert_eq!(balance_5(&handles), INITIAL + 71);
+    match (cl.executor(0, 0), cl.executor(1, 0)) {
+        (Err(e0), Err(e1)) => {
+            for (w, e) in [("worker 0 of island 0", e0), ("worker 0 of island 1", e1)] {
+                assert!(
+                    e.to_string().contains(w) && e.to_string().contains("recovery"),
+                    "{e}"
+                );
+            }
+        }
+        (Ok(mut home), Ok(mut part)) => {
+            settle(&mut [&mut home, &mut part], deadline);
+            drop((home, part));
+            assert_eq!(
+                balance_5(&handles),
+                INITIAL + 71,
+                "second executors replayed a recovery that was already resolved"
+            );
+            panic!("second executors for workers that had one were not refused");
+        }
+        (a, b) => panic!(
+            "one second executor refused, not the other: {:?}, {:?}",
+            a.err(),
+            b.err()
+        ),
+    }
     drop(cl);
     for h in &handles {
         h.shutdown();
