@@ -662,8 +662,10 @@ impl Executor {
         // branch that idles for `branch_idle_us`, and its read locks go with
         // it; had that happened before this transaction's last lock here,
         // committing would break two-phase locking. No branch began before
-        // `begin_us` (one clock for every island of the process), so within
-        // half that time none can have idled out; after it, the votes say.
+        // `begin_us` (one clock for every island of the process: the
+        // time-stamp counter only where it was checked to read the same on
+        // every CPU, see `phases::clock`), so within half that time none can
+        // have idled out; after it, the votes say.
         let young = || {
             self.fresh_now_us().saturating_sub(d.begin_us)
                 < self.cl.opts.timeouts.branch_idle_us / 2
