@@ -42,7 +42,11 @@ fn tables(accounts: u64) -> Vec<TableDef> {
                 ("name", ColType::Str(64)),
                 ("transfers", ColType::I64),
             ],
-            accounts,
+            // Room for accounts closed and opened again: each transaction
+            // context of an executor claims slots for its inserts in blocks
+            // of 64, and a deleted row's slot goes back to the context that
+            // deleted it.
+            (1 << 16).max(2 * accounts),
             PrimaryKind::Hash,
         ),
         TableDef::new(
@@ -55,7 +59,10 @@ fn tables(accounts: u64) -> Vec<TableDef> {
 }
 
 /// Transfers between random accounts (anywhere), each writing a receipt on
-/// the island of the source account, keyed by a number unique per request.
+/// the island of the source account, keyed by a number unique per request;
+/// and, one request in ten, the close of an account (see
+/// [`close_or_reopen`]). Money is conserved, and so is the number of
+/// transfers the accounts count (two per receipt).
 struct Bank {
     accounts: u64,
     requests: std::sync::atomic::AtomicU64,
@@ -70,20 +77,53 @@ fn bank(accounts: u64) -> Arc<Bank> {
 
 #[derive(Default)]
 struct Transfer {
+    /// Close `from` into `to` (or open it again), instead of a transfer.
+    close: bool,
     from: u64,
     to: u64,
     amount: i64,
     receipt: u64,
 }
 
+/// [`Bank`]'s transaction types.
+const TRANSFER: usize = 0;
+const CLOSE: usize = 1;
+
+/// Closes account `from`, moving its balance and transfer count to account
+/// `to`, and deletes it; if `from` is closed, opens it again, empty. `from`
+/// is read without its write lock, so its delete takes the lock late (a
+/// pending lock: see the `txn` module, "Locks and versions by operation"),
+/// on whichever island holds it.
+async fn close_or_reopen(tx: &mut Txn, from: u64, to: u64) -> Result<(), Abort> {
+    let Some(a) = tx.get(ACCOUNTS, from).await? else {
+        let h = tx
+            .insert(ACCOUNTS, from)
+            .await?
+            .ok_or(Abort::User("the account was opened meanwhile"))?;
+        tx.row_mut(h).set_str(NAME, &account_name(from));
+        return Ok(());
+    };
+    let b = tx
+        .get_for_update(ACCOUNTS, to)
+        .await?
+        .ok_or(Abort::User("no target account"))?;
+    let (balance, transfers) = (tx.row(a).i64(BAL), tx.row(a).i64(TRANSFERS));
+    let (to_balance, to_transfers) = (tx.row(b).i64(BAL), tx.row(b).i64(TRANSFERS));
+    let mut row = tx.row_mut(b);
+    row.set_i64(BAL, to_balance + balance);
+    row.set_i64(TRANSFERS, to_transfers + transfers);
+    tx.delete(a).await
+}
+
 impl Workload for Bank {
     type Req = Transfer;
 
     fn types(&self) -> Vec<&'static str> {
-        vec!["transfer"]
+        vec!["transfer", "close"]
     }
 
     fn next(&self, worker: usize, rng: &mut FastRng, req: &mut Transfer) -> usize {
+        req.close = rng.percent(10);
         req.from = rng.below(self.accounts);
         req.to = (req.from + 1 + rng.below(self.accounts - 1)) % self.accounts;
         req.amount = 1 + rng.below(50) as i64;
@@ -94,10 +134,17 @@ impl Workload for Bank {
             .requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         req.receipt = (n << 32) | req.from;
-        0
+        if req.close {
+            CLOSE
+        } else {
+            TRANSFER
+        }
     }
 
     async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a Transfer) -> Result<(), Abort> {
+        if req.close {
+            return close_or_reopen(tx, req.from, req.to).await;
+        }
         let a = tx
             .get_for_update(ACCOUNTS, req.from)
             .await?
@@ -186,9 +233,9 @@ fn open_cluster(
     (cl, handles)
 }
 
-/// Every account balance and receipt of every island, read after the run by
-/// fresh transactions (which also proves no lock was left behind: no_wait
-/// would refuse a locked row).
+/// Every account balance (0 for a closed account) and receipt of every
+/// island, read after the run by fresh transactions (which also proves no
+/// lock was left behind: no_wait would refuse a locked row).
 fn contents(islands: &[Island], accounts: u64) -> (Vec<i64>, usize) {
     let (balances, _, receipts) = accounts_and_receipts(islands, accounts);
     (balances, receipts)
@@ -244,7 +291,7 @@ fn check_bank(islands: &[Island], accounts: u64, stats: &[crate::bench::stats::W
         INITIAL * accounts as i64,
         "money was created or destroyed"
     );
-    let commits: u64 = stats.iter().map(|s| s.total_commits()).sum();
+    let commits: u64 = stats.iter().map(|s| s.commits[TRANSFER]).sum();
     assert_eq!(
         receipts as u64, commits,
         "every committed transfer (and only those) left its receipt"
@@ -262,11 +309,18 @@ fn transfers_across_three_islands_conserve_money() {
     let stats = run_to_completion(&cl, &workers, bank(90), 7).unwrap();
     let distributed: u64 = stats.iter().map(|s| s.distributed).sum();
     let commits: u64 = stats.iter().map(|s| s.total_commits()).sum();
-    assert_eq!(commits, 1200, "every transfer commits eventually");
+    let refused: u64 = stats.iter().map(|s| s.total_user_aborts()).sum();
+    assert_eq!(
+        commits + refused,
+        1200,
+        "every request commits eventually, or finds its account closed"
+    );
     assert!(
         distributed > commits / 2,
         "most transfers span islands ({distributed} of {commits})"
     );
+    let closes: u64 = stats.iter().map(|s| s.commits[CLOSE]).sum();
+    assert!(closes > 50, "{closes} accounts closed or opened again");
     check_bank(&islands, 90, &stats);
 }
 
@@ -358,7 +412,7 @@ fn one_island_and_three_islands_end_in_the_same_state() {
             })
             .collect();
         let stats = run_to_completion(&cl, &workers, bank(60), 99).unwrap();
-        assert_eq!(stats[0].total_commits(), 300);
+        assert_eq!(stats[0].total_commits() + stats[0].total_user_aborts(), 300);
         results.push(contents(&islands, 60));
     }
     assert_eq!(results[0], results[1], "1ISL and 3ISL disagree");
@@ -436,13 +490,17 @@ impl Workload for Audited {
     type Req = AuditReq;
 
     fn types(&self) -> Vec<&'static str> {
-        vec!["transfer", "audit"]
+        vec!["transfer", "audit", "close"]
     }
 
     fn next(&self, worker: usize, rng: &mut FastRng, req: &mut AuditReq) -> usize {
         req.audit = rng.percent(25);
-        self.bank.next(worker, rng, &mut req.t);
-        req.audit as usize
+        let ty = self.bank.next(worker, rng, &mut req.t);
+        match (req.audit, ty) {
+            (true, _) => 1,
+            (false, CLOSE) => 2,
+            (false, _) => 0,
+        }
     }
 
     async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a AuditReq) -> Result<(), Abort> {
@@ -452,8 +510,10 @@ impl Workload for Audited {
         tx.get_many(ACCOUNTS, &self.all, false).await?;
         let mut sum = 0;
         for i in 0..self.all.len() {
-            let h = tx.many_row(i).ok_or(Abort::User("no account"))?;
-            sum += tx.row(h).i64(BAL);
+            // A closed account holds nothing.
+            if let Some(h) = tx.many_row(i) {
+                sum += tx.row(h).i64(BAL);
+            }
         }
         if sum != INITIAL * self.all.len() as i64 {
             return Err(Abort::Failed(Error::Config(format!(
@@ -479,6 +539,8 @@ fn audits_across_islands_see_a_constant_total() {
     let stats = run_to_completion(&cl, &workers, w, 11).expect("no audit saw a wrong total");
     let audits: u64 = stats.iter().map(|s| s.commits[1]).sum();
     assert!(audits > 50, "audits committed: {audits}");
+    let closes: u64 = stats.iter().map(|s| s.commits[2]).sum();
+    assert!(closes > 10, "{closes} accounts closed or opened again");
     let (balances, _) = contents(&islands, 60);
     assert_eq!(balances.iter().sum::<i64>(), INITIAL * 60);
 }
