@@ -208,29 +208,7 @@ fn open_cluster(
     accounts: u64,
     opts: ClusterOptions,
 ) -> (Arc<Cluster>, Vec<Island>) {
-    let defs = tables(accounts);
-    let per = accounts.div_ceil(islands as u64);
-    let mut opened = Vec::new();
-    for i in 0..islands {
-        let mut cfg = IslandConfig::new(CcKind::NoWait, 1);
-        cfg.name = format!("island-{i}");
-        cfg.contexts = opts.contexts_needed(1);
-        let (island, rep) = Island::open(cfg, &defs).unwrap();
-        {
-            let mut l = island.loader().unwrap();
-            for k in (i as u64 * per)..((i as u64 + 1) * per).min(accounts) {
-                l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
-            }
-        }
-        opened.push((island, rep));
-    }
-    let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
-    let router = Arc::new(BankRouter {
-        per_island: per,
-        islands: islands as u16,
-    });
-    let cl = Cluster::new(opened, vec![1; islands], router, opts).unwrap();
-    (cl, handles)
+    open_cluster_with_workers(&vec![1; islands], accounts, opts)
 }
 
 /// Every account balance (0 for a closed account) and receipt of every
@@ -1770,11 +1748,16 @@ fn a_read_only_vote_waits_for_what_its_branch_read_to_be_written() {
     read_only_vote_waits_for_its_reads(crate::wal::Durability::Async);
 }
 
-fn read_only_vote_waits_for_its_reads(durability: crate::wal::Durability) {
-    let dir = fresh_dir(&format!("ro-vote-{durability}"));
-    let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // Votes are what decides here, not the prepare timeout (a loaded
-    // machine may stretch the test's 50 rounds past the default 100 ms).
+/// Two islands of 4 accounts each (checkpointed), logging in `durability`
+/// mode under `dir`, island 1's log on a [`GatedDevice`] that `hold` holds
+/// back; the cluster and an executor of each. Votes decide its commits, not
+/// the prepare timeout (a loaded machine may stretch a test's rounds past
+/// the default 100 ms).
+fn two_islands_with_a_gated_log(
+    dir: &std::path::Path,
+    durability: crate::wal::Durability,
+    hold: &Arc<std::sync::atomic::AtomicBool>,
+) -> (Arc<Cluster>, Vec<Island>, Executor, Executor) {
     let opts = ClusterOptions {
         timeouts: coord::Timeouts {
             prepare_us: 60_000_000,
@@ -1782,30 +1765,31 @@ fn read_only_vote_waits_for_its_reads(durability: crate::wal::Durability) {
         },
         ..Default::default()
     };
-    let config = logged_island_config(&dir, opts.contexts_needed(1), durability);
+    let config = logged_island_config(dir, opts.contexts_needed(1), durability);
     let defs = tables(8);
     let opened: Vec<(Island, RecoveryReport)> = (0..2)
         .map(|i| {
             let mut cfg = config(i);
             if i == 1 {
                 cfg.device = Some(Arc::new(GatedDevice {
-                    hold: Arc::clone(&hold),
+                    hold: Arc::clone(hold),
                 }));
             }
-            let (island, rep) = Island::open(cfg, &defs).unwrap();
-            {
-                let mut l = island.loader().unwrap();
-                for k in i as u64 * 4..(i as u64 + 1) * 4 {
-                    l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
-                }
-            }
-            (island, rep)
+            let island = open_with_accounts(cfg, &defs, 4 * i as u64..4 * i as u64 + 4);
+            (island, RecoveryReport::default())
         })
         .collect();
     let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
     let cl = Cluster::new(opened, vec![1, 1], Arc::new(SplitRouter), opts).unwrap();
-    let mut home = cl.executor(0, 0).unwrap();
-    let mut part = cl.executor(1, 0).unwrap();
+    let home = cl.executor(0, 0).unwrap();
+    let part = cl.executor(1, 0).unwrap();
+    (cl, handles, home, part)
+}
+
+fn read_only_vote_waits_for_its_reads(durability: crate::wal::Durability) {
+    let dir = fresh_dir(&format!("ro-vote-{durability}"));
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (cl, handles, mut home, mut part) = two_islands_with_a_gated_log(&dir, durability, &hold);
     // Dropped first, also when an assertion fails: the islands' shutdown
     // waits for their logs, so island 1's must not be held back then.
     let _open_at_exit = OpenGate(Arc::clone(&hold));
@@ -1883,10 +1867,7 @@ fn read_only_vote_waits_for_its_reads(durability: crate::wal::Durability) {
     assert_eq!(part.branches_in_flight(), 0, "island 1 released the branch");
     drop((home, part));
     drop(cl);
-    for i in handles {
-        i.shutdown();
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    shut_down_and_remove(handles, &dir);
 }
 
 /// Reads account `other` (on any island); if it is there, reads account
@@ -2173,32 +2154,8 @@ fn copy_log_dir(from: &std::path::Path, to: &std::path::Path) {
 fn after_an_async_crash_no_surviving_commit_read_a_lost_one() {
     let dir = fresh_dir("async-crash");
     let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let opts = ClusterOptions {
-        timeouts: coord::Timeouts {
-            prepare_us: 60_000_000,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
     let durability = crate::wal::Durability::Async;
-    let config = logged_island_config(&dir, opts.contexts_needed(1), durability);
-    let defs = tables(8);
-    let opened: Vec<(Island, RecoveryReport)> = (0..2)
-        .map(|i| {
-            let mut cfg = config(i);
-            if i == 1 {
-                cfg.device = Some(Arc::new(GatedDevice {
-                    hold: Arc::clone(&hold),
-                }));
-            }
-            let island = open_with_accounts(cfg, &defs, 4 * i as u64..4 * i as u64 + 4);
-            (island, RecoveryReport::default())
-        })
-        .collect();
-    let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
-    let cl = Cluster::new(opened, vec![1, 1], Arc::new(SplitRouter), opts).unwrap();
-    let mut home = cl.executor(0, 0).unwrap();
-    let mut part = cl.executor(1, 0).unwrap();
+    let (cl, handles, mut home, mut part) = two_islands_with_a_gated_log(&dir, durability, &hold);
     let _open_at_exit = OpenGate(Arc::clone(&hold));
 
     // L commits on island 1; its record is not written.
@@ -2255,7 +2212,7 @@ fn after_an_async_crash_no_surviving_commit_read_a_lost_one() {
     let recovered = logged_island_config(&crashed, 0, durability);
     let mut balance = [0i64; 8];
     for i in 0..2 {
-        let (island, _) = Island::open(recovered(i), &defs).unwrap();
+        let (island, _) = Island::open(recovered(i), &tables(8)).unwrap();
         island
             .catalog()
             .table(ACCOUNTS)
@@ -2276,11 +2233,17 @@ fn after_an_async_crash_no_surviving_commit_read_a_lost_one() {
     settle(&mut [&mut home, &mut part], deadline);
     drop((home, part));
     drop(cl);
-    for h in &handles {
-        h.shutdown();
+    shut_down_and_remove(handles, &dir);
+}
+
+/// Shuts the islands of a test down (their logs written) and removes the
+/// test's directory.
+fn shut_down_and_remove(islands: Vec<Island>, dir: &std::path::Path) {
+    for i in &islands {
+        i.shutdown();
     }
-    drop(handles);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(islands);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Issue 22: each worker takes its share of the recovery report once. Here
@@ -2337,9 +2300,5 @@ fn a_second_executor_for_a_worker_is_refused() {
         ),
     }
     drop(cl);
-    for h in &handles {
-        h.shutdown();
-    }
-    drop(handles);
-    let _ = std::fs::remove_dir_all(&dir);
+    shut_down_and_remove(handles, &dir);
 }
