@@ -1244,14 +1244,17 @@ impl Executor {
                         msg @ Msg::PrepareConf {
                             read_only: true, ..
                         },
-                } if self.shared.wal.is_some() => {
+                } if self.shared.wal.is_some() && to != self.island => {
                     // A read-only vote waits until everything the branch
                     // could have read from is durable (`sync`) or written
                     // (`async`: a process crash keeps it), as a local
                     // read-only commit's acknowledgement does: the decision
-                    // that follows may be forced to another island's log,
-                    // and a transaction that survives a crash must not have
-                    // read from one that did not.
+                    // that follows is forced to another island's log, and a
+                    // transaction that survives a crash must not have read
+                    // from one that did not. (The home island's own branch
+                    // need not wait: the decision goes to this very log,
+                    // after what the branch read, and the client hears of
+                    // the commit once the decision is durable.)
                     let need = self.shared.append_seq.load(Ordering::Acquire);
                     if need > self.shared.durable_seq() {
                         self.deferred.push((need, to, msg));
