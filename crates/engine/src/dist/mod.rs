@@ -325,7 +325,9 @@ impl Cluster {
         let e = self.endpoint(id, worker).0 as usize;
         if self.has_executor[e].swap(true, Ordering::AcqRel) {
             return Err(Error::Config(format!(
-                "worker {worker} of island {island} already had an executor in this cluster:                  each worker takes its share of the recovery report once (open the islands                  again for a new cluster)"
+                "worker {worker} of island {island} already had an executor in this cluster: \
+                 each worker takes its share of the recovery report once (open the islands \
+                 again for a new cluster)"
             )));
         }
         let cfg = coord::Config {
