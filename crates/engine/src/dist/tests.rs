@@ -2003,48 +2003,119 @@ fn open_cluster_with_workers(
 #[test]
 fn a_remote_delete_keeps_its_read_only_siblings_locked_until_it_is_locked() {
     let (cl, islands) = open_cluster_with_workers(&[1, 2], 10, ClusterOptions::default());
+    let mut t_saw = 0;
+    let t_saw_at: *mut i64 = &mut t_saw;
+    let (ct, cu) = t_then_u_beside_ts_branch(
+        &cl,
+        |tx| async move {
+            let h = tx.get(ACCOUNTS, 0).await?.expect("account 0");
+            // SAFETY: `t_saw` outlives the schedule, which runs T to its end.
+            unsafe { *t_saw_at = tx.row(h).i64(BAL) };
+            let h = tx.get(ACCOUNTS, 9).await?.expect("account 9");
+            tx.delete(h).await
+        },
+        |tx| async move {
+            tx.get(ACCOUNTS, 9)
+                .await?
+                .expect("account 9 is there for U");
+            let h = tx
+                .get_for_update(ACCOUNTS, 0)
+                .await?
+                .ok_or(Abort::User("no account 0"))?;
+            let b = tx.row(h).i64(BAL);
+            tx.row_mut(h).set_i64(BAL, b - 100);
+            Ok(())
+        },
+    );
+    assert_eq!(t_saw, INITIAL);
+    assert!(
+        !(ct && cu),
+        "T (saw account 0 = {t_saw}, deleted account 9) and U (saw account 9, paid out of \
+         account 0) both committed: a cycle"
+    );
+    let left = present_accounts(&islands);
+    assert_eq!(left.contains(&9), !ct, "account 9 is gone iff T committed");
+}
+
+/// A point miss is validated at its branch's prepare: a check at one
+/// instant, which no lock holds on afterwards. So a lock that another branch
+/// takes later is not two-phase locking either, even when every branch
+/// holds its locks until the decision. T (home island 0) reads account 9
+/// (island 1), finds receipt K absent (island 0) and adds 1 to account 9,
+/// whose write lock is pending; it asks to commit. U, on island 1's other
+/// worker, inserts receipt K and reads account 9, and commits. T's branch
+/// on island 1 runs only then. T saw K absent before U inserted it (T → U);
+/// U read account 9 before T wrote it (U → T): both must not commit.
+#[test]
+fn a_miss_is_validated_after_every_pending_lock_is_taken() {
+    let (cl, _islands) = open_cluster_with_workers(&[1, 2], 10, ClusterOptions::default());
+    // A receipt key of account 3: it lives on island 0.
+    let k = (1 << 32) | 3;
+    let (ct, cu) = t_then_u_beside_ts_branch(
+        &cl,
+        |tx| async move {
+            let h = tx.get(ACCOUNTS, 9).await?.expect("account 9");
+            assert!(tx.get(RECEIPTS, k).await?.is_none(), "no receipt K yet");
+            let b = tx.row(h).i64(BAL);
+            tx.row_mut(h).set_i64(BAL, b + 1);
+            Ok(())
+        },
+        |tx| async move {
+            let r = tx
+                .insert(RECEIPTS, k)
+                .await?
+                .ok_or(Abort::User("K exists"))?;
+            tx.row_mut(r).set_i64(BAL, 1);
+            tx.get(ACCOUNTS, 9).await?.expect("account 9");
+            Ok(())
+        },
+    );
+    assert!(
+        !(ct && cu),
+        "T (found receipt K absent, wrote account 9) and U (inserted K, read account 9 \
+         before T's write) both committed: a cycle"
+    );
+}
+
+/// The skeleton of the schedules above, on a cluster whose island 1 has two
+/// workers: T (home island 0) runs `t` and asks to commit, and island 0 runs
+/// a round; then U (home island 1, on the worker that does not hold T's
+/// branch) runs `u` and commits or aborts; only then does T's branch's
+/// worker run, and everything settles. Returns whether T and U committed.
+fn t_then_u_beside_ts_branch<FT, FU>(
+    cl: &Arc<Cluster>,
+    t: impl FnOnce(&'static mut Txn) -> FT,
+    u: impl FnOnce(&'static mut Txn) -> FU,
+) -> (bool, bool)
+where
+    FT: std::future::Future<Output = Result<(), Abort>>,
+    FU: std::future::Future<Output = Result<(), Abort>>,
+{
     let mut ex0 = cl.executor(0, 0).unwrap();
     let mut ex1 = [cl.executor(1, 0).unwrap(), cl.executor(1, 1).unwrap()];
-    let t = ex0.begin_home(false).unwrap();
-    let gt = ex0.pool.ctx(t).dist.as_ref().unwrap().gtid;
-    let wt = cl.branch_worker(1, gt);
+    let ct = ex0.begin_home(false).unwrap();
+    let gt = ex0.pool.ctx(ct).dist.as_ref().unwrap().gtid;
     let [a, b] = &mut ex1;
-    let (ext, exu) = if wt == 0 { (a, b) } else { (b, a) };
+    let (ext, exu) = if cl.branch_worker(1, gt) == 0 {
+        (a, b)
+    } else {
+        (b, a)
+    };
     // SAFETY: each context outlives its procedure, which runs to its end
     // before its executor touches the context again.
-    let tx_t: &mut Txn = unsafe { &mut *ex0.ctx_ptr(t) };
-    let mut t_saw = 0;
-    run_by_hand(&mut ex0, &mut [&mut *ext], t, async {
-        let h = tx_t.get(ACCOUNTS, 0).await?.expect("account 0");
-        t_saw = tx_t.row(h).i64(BAL);
-        let h = tx_t.get(ACCOUNTS, 9).await?.expect("account 9");
-        tx_t.delete(h).await
-    })
-    .unwrap();
-    assert_eq!(t_saw, INITIAL);
-    let rt = ex0.commit_home(t);
-    // Island 0 runs its round; T's request to island 1 waits in the mailbox
-    // of T's branch's worker, which is not pumped until U is done.
+    let tx_t: &'static mut Txn = unsafe { &mut *ex0.ctx_ptr(ct) };
+    run_by_hand(&mut ex0, &mut [&mut *ext], ct, t(tx_t)).unwrap();
+    let rt = ex0.commit_home(ct);
+    // T's requests to island 1 wait in the mailbox of its branch's worker,
+    // which runs only once U is decided.
     ex0.pump().unwrap();
-    let u = exu.begin_home(false).unwrap();
+    let cu = exu.begin_home(false).unwrap();
     // SAFETY: as above.
-    let tx_u: &mut Txn = unsafe { &mut *exu.ctx_ptr(u) };
-    let ran_u = run_by_hand(&mut *exu, &mut [&mut ex0], u, async move {
-        tx_u.get(ACCOUNTS, 9)
-            .await?
-            .expect("account 9 is there for U");
-        let h = tx_u
-            .get_for_update(ACCOUNTS, 0)
-            .await?
-            .ok_or(Abort::User("no account 0"))?;
-        let b = tx_u.row(h).i64(BAL);
-        tx_u.row_mut(h).set_i64(BAL, b - 100);
-        Ok(())
-    });
-    let ru = match ran_u {
-        Ok(()) => exu.commit_home(u),
+    let tx_u: &'static mut Txn = unsafe { &mut *exu.ctx_ptr(cu) };
+    let ru = match run_by_hand(&mut *exu, &mut [&mut ex0], cu, u(tx_u)) {
+        Ok(()) => exu.commit_home(cu),
         Err(e) => {
-            exu.abort_home(u);
+            exu.abort_home(cu);
             Err(e)
         }
     };
@@ -2057,25 +2128,19 @@ fn a_remote_delete_keeps_its_read_only_siblings_locked_until_it_is_locked() {
         }
     }
     settle(&mut [&mut ex0, &mut *exu, &mut *ext], deadline);
-    let (ct, cu) = (committed(&ex0, &rt), committed(exu, &ru));
-    assert!(
-        !(ct && cu),
-        "T (saw account 0 = {t_saw}, deleted account 9) and U (saw account 9, paid out of \
-         account 0) both committed: a cycle"
-    );
-    drop((ex0, ex1));
-    let left = present_accounts(&islands);
-    assert_eq!(left.contains(&9), !ct, "account 9 is gone iff T committed");
+    (committed(&ex0, &rt), committed(exu, &ru))
 }
 
 /// Pairs of "delete my account if the other's is present", one account of
 /// each pair per island, run by the real worker loop: worker `i` runs, for
 /// its k-th request, the transaction of pair k whose own account is on its
-/// island. Whatever the interleaving, exactly one of each pair's accounts
+/// island. The two workers start together (so that they meet on the same
+/// pairs). Whatever the interleaving, exactly one of each pair's accounts
 /// must be gone at the end.
 struct DeletePairs {
     pairs: u64,
     next: [std::sync::atomic::AtomicU64; 2],
+    start: std::sync::Barrier,
 }
 
 impl Workload for DeletePairs {
@@ -2086,7 +2151,13 @@ impl Workload for DeletePairs {
     }
 
     fn next(&self, worker: usize, _: &mut FastRng, req: &mut (u64, u64)) -> usize {
-        let k = self.next[worker].fetch_add(1, Ordering::Relaxed) % self.pairs;
+        let k = self.next[worker].fetch_add(1, Ordering::Relaxed);
+        if k == 0 {
+            // Before either worker has a transaction: neither waits for the
+            // other to serve it.
+            self.start.wait();
+        }
+        let k = k % self.pairs;
         let (a, b) = (k, self.pairs + k);
         *req = if worker == 0 { (a, b) } else { (b, a) };
         0
@@ -2100,9 +2171,9 @@ impl Workload for DeletePairs {
 #[test]
 fn pairs_of_conditional_deletes_across_islands_lose_one_row_each() {
     let pairs = if std::env::var_os("ISLANDS_LONG").is_some() {
-        3_000
+        6_000
     } else {
-        600
+        1_500
     };
     let opts = ClusterOptions {
         inflight: 8,
@@ -2112,6 +2183,7 @@ fn pairs_of_conditional_deletes_across_islands_lose_one_row_each() {
     let w = Arc::new(DeletePairs {
         pairs,
         next: Default::default(),
+        start: std::sync::Barrier::new(2),
     });
     let stats = run_to_completion(&cl, &clients(2, pairs), w, 3).unwrap();
     let commits: u64 = stats.iter().map(|s| s.total_commits()).sum();
