@@ -183,6 +183,12 @@ pub struct Report {
     #[serde(default)]
     pub host: Option<HostProbe>,
     pub started_unix_s: u64,
+    /// The clock the workers time with and the distributed executors' timeouts
+    /// count on ([`crate::bench::phases::clock`]): the time-stamp counter,
+    /// checked invariant and synchronised across CPUs, or the monotonic
+    /// clock, and why.
+    #[serde(default)]
+    pub clock: String,
     /// Where the workers' time went, per committed transaction (`--phases`).
     pub phases: Option<PhaseReport>,
     pub notes: Vec<String>,
@@ -298,6 +304,7 @@ impl Report {
                 .started
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            clock: crate::bench::phases::clock().to_string(),
             phases: None,
             notes: Vec::new(),
             stopped: None,
@@ -457,6 +464,9 @@ impl Report {
             "machine     {} ({} cpus, {}, linux {})",
             m.hostname, m.nproc, m.cpu_model, m.kernel
         );
+        if !self.clock.is_empty() {
+            let _ = writeln!(t, "clock       {}", self.clock);
+        }
         if let Some(h) = &self.host {
             let us = |ns: u64| ns as f64 / 1e3;
             let after = h
@@ -656,6 +666,22 @@ mod tests {
             t.contains("2 periodic during the run (0.5 s); on disk at the end: log 3.0 MB, checkpoints 5.0 MB"),
             "{t}"
         );
+        // The clock, as this process checked it.
+        let clock = crate::bench::phases::clock().to_string();
+        assert!(clock.starts_with("tsc (") || clock.starts_with("monotonic ("));
+        assert!(t.contains(&format!("clock       {clock}")), "{t}");
+    }
+
+    #[test]
+    fn the_clock_is_in_the_json_and_old_json_reads_without_it() {
+        let (r, _) = sample();
+        let v: serde_json::Value = serde_json::from_str(&r.to_json_pretty()).unwrap();
+        assert_eq!(v["clock"], crate::bench::phases::clock().to_string());
+        let mut v = v;
+        v.as_object_mut().unwrap().remove("clock");
+        let old = Report::from_json(&v.to_string()).unwrap();
+        assert_eq!(old.clock, "");
+        assert!(!old.render_table().contains("clock "));
     }
 
     #[test]

@@ -99,6 +99,16 @@ pub enum Held {
     VersionLock,
 }
 
+impl Held {
+    /// Whether this is what a write needs held at commit: 2PL's exclusive
+    /// lock, or OCC's version lock. (`none` holds nothing and needs nothing:
+    /// one thread runs its island.)
+    #[inline]
+    pub fn is_write_lock(self) -> bool {
+        matches!(self, Held::Exclusive | Held::VersionLock)
+    }
+}
+
 /// The transaction's identity as the schemes need it.
 #[derive(Clone, Copy, Debug)]
 pub struct TxnMeta {

@@ -172,6 +172,10 @@ pub struct Cluster {
     /// found unfinished, and the island's recovery pins go
     /// (`Shared::release_recovery_pins`).
     recovered_worker: Vec<AtomicBool>,
+    /// Per worker (by endpoint): an executor was made for it. Each takes
+    /// the worker's share of `recovered` when it starts: a second one would
+    /// replay what the first resolved.
+    has_executor: Vec<AtomicBool>,
     pub stats: ClusterStats,
 }
 
@@ -252,6 +256,7 @@ impl Cluster {
         let (islands, recovered) = islands.into_iter().unzip();
         Ok(Arc::new(Cluster {
             recovered_worker: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            has_executor: (0..n).map(|_| AtomicBool::new(false)).collect(),
             islands,
             workers,
             base,
@@ -309,7 +314,10 @@ impl Cluster {
 
     /// Starts the executor of worker `worker` of island `island`; it takes
     /// over that worker's share of recovery (in-doubt branches, undecided
-    /// commits) at once.
+    /// commits) at once. A worker has one executor in the cluster's life: a
+    /// second one is refused (it would replay a recovery the first one
+    /// resolved, and undo what came after). A new run opens the islands
+    /// again and makes a new cluster.
     pub fn executor(self: &Arc<Self>, island: usize, worker: usize) -> Result<Executor, Error> {
         if island >= self.islands.len() || worker >= self.workers[island] {
             return Err(Error::Config(format!(
@@ -317,6 +325,14 @@ impl Cluster {
             )));
         }
         let id = island as IslandId;
+        let e = self.endpoint(id, worker).0 as usize;
+        if self.has_executor[e].swap(true, Ordering::AcqRel) {
+            return Err(Error::Config(format!(
+                "worker {worker} of island {island} already had an executor in this cluster: \
+                 each worker takes its share of the recovery report once (open the islands \
+                 again for a new cluster)"
+            )));
+        }
         let cfg = coord::Config {
             island: id,
             islands: self.islands.len(),
@@ -371,6 +387,7 @@ impl Cluster {
             reported: Vec::new(),
             flush_due: false,
             early: Vec::new(),
+            locking: Vec::new(),
         };
         ex.recover()?;
         let base = self.base[island] as usize;
@@ -457,6 +474,19 @@ struct Branch {
     bad: bool,
 }
 
+/// A home transaction whose commit waits for its LOCK round (see
+/// `Executor::commit_home`).
+struct Locking {
+    gtid: Gtid,
+    ctx: u32,
+    /// The round's request tag, which the replies echo.
+    tag: u32,
+    /// Islands whose reply has not arrived.
+    waiting: coord::IslandSet,
+    /// The protocol clock when the round began.
+    since_us: u64,
+}
+
 /// How a home transaction's commit went.
 #[derive(Debug)]
 pub enum HomeCommit {
@@ -466,7 +496,7 @@ pub enum HomeCommit {
     Distributed(Gtid),
     /// It read on several islands and wrote nothing, none of its branches
     /// validates reads at commit, and none read data its island had not made
-    /// durable yet (`sync`; [`wire::Status::Ok`]): it committed here, and
+    /// durable or written yet ([`wire::Status::Ok`]): it committed here, and
     /// its remote branches were told to release (one-way). All its locks were
     /// held at once before the first release, which is all two-phase locking
     /// asks of a reader.
@@ -504,6 +534,9 @@ pub struct Executor {
     /// Home transactions whose remote branches are being prepared early
     /// ([`Txn::prepare_remote`]): (gtid, context), until every remote vote is in.
     early: Vec<(Gtid, u32)>,
+    /// Home transactions taking their remote write locks before their
+    /// two-phase commit (usually none).
+    locking: Vec<Locking>,
     /// The coordinator took a message or a tick since `early` was last
     /// checked: only then can a vote have come in (the check is a lookup per
     /// entry, too dear for every round).
@@ -671,8 +704,10 @@ impl Executor {
         // branch that idles for `branch_idle_us`, and its read locks go with
         // it; had that happened before this transaction's last lock here,
         // committing would break two-phase locking. No branch began before
-        // `begin_us` (one clock for every island of the process), so within
-        // half that time none can have idled out; after it, the votes say.
+        // `begin_us` (one clock for every island of the process: the
+        // time-stamp counter only where it was checked to read the same on
+        // every CPU, see `phases::clock`), so within half that time none can
+        // have idled out; after it, the votes say.
         let young = || {
             self.fresh_now_us().saturating_sub(d.begin_us)
                 < self.cl.opts.timeouts.branch_idle_us / 2
@@ -699,13 +734,49 @@ impl Executor {
             }
             return r.map(HomeCommit::Released);
         }
-        let hold = tx.has_late_writes();
+        // Every write lock is taken before any branch is asked to prepare:
+        // at prepare a read-only branch releases its locks and a branch
+        // validates its scans and misses, so a lock taken at another
+        // branch's prepare could come after them, and two-phase locking
+        // would break (issue 22's write skew between two deletes). The
+        // rows of this island are locked now; those of other islands by a
+        // LOCK round first, which starts the two-phase commit once every
+        // island has answered.
+        let prev = phases::switch(phases::Phase::Locking);
+        let locked = tx.lock_pending_rows();
+        phases::switch(prev);
+        if let Err(reason) = locked {
+            self.abort_home(c);
+            return Err(Abort::Conflict(reason));
+        }
+        let pending = tx.pending_lock_islands();
+        if !pending.is_empty() {
+            self.lock_remote(c, gtid, pending);
+            return Ok(HomeCommit::Distributed(gtid));
+        }
+        self.start_commit(c, gtid)
+    }
+
+    /// Starts the two-phase commit of home context `c`, every lock of which
+    /// is held: ships its remote changes, makes it the home island's branch
+    /// if it holds anything here, and asks every branch to prepare. On `Err`
+    /// the transaction is aborted everywhere and `c` is free again.
+    fn start_commit(&mut self, c: u32, gtid: Gtid) -> Result<HomeCommit, Abort> {
+        let tx = self.pool.ctx(c);
+        debug_assert!(
+            !tx.has_pending_locks(),
+            "a branch would take a lock at prepare"
+        );
+        let touched = tx
+            .dist
+            .as_ref()
+            .map_or(coord::IslandSet::EMPTY, |d| d.touched);
         let now = self.now_us();
-        self.ship_remote(c, hold);
+        self.ship_remote(c, false);
         let tx = self.pool.ctx(c);
         let mut parts: Vec<IslandId> = touched.iter().collect();
         if tx.has_local_part() {
-            self.home_branch(c, gtid, hold, now)?;
+            self.home_branch(c, gtid, now)?;
             parts.push(self.island);
         } else {
             tx.abort();
@@ -731,10 +802,105 @@ impl Executor {
         Ok(HomeCommit::Distributed(gtid))
     }
 
+    /// Sends the LOCK round of home context `c` to `islands` (see
+    /// `commit_home`); its two-phase commit starts once every one answered.
+    fn lock_remote(&mut self, c: u32, gtid: Gtid, islands: coord::IslandSet) {
+        let tx = self.pool.ctx(c);
+        let tag = tx.begin_lock_round();
+        let cl = &self.cl;
+        for island in islands.iter() {
+            let to = cl.endpoint(island, cl.branch_worker(island, gtid));
+            push_frame_with(self.outbox.batch(&*cl.transport, to), |b| {
+                tx.encode_lock(b, island, gtid, tag)
+            });
+        }
+        self.locking.push(Locking {
+            gtid,
+            ctx: c,
+            tag,
+            waiting: islands,
+            since_us: self.now_us(),
+        });
+    }
+
+    /// The reply of `island` to entry `i` of `locking`.
+    fn on_lock_reply(&mut self, i: usize, island: IslandId, status: Status) {
+        if !matches!(status, Status::Ok { .. }) {
+            return self.fail_locking(i);
+        }
+        let l = &mut self.locking[i];
+        if !l.waiting.contains(island) {
+            return; // a duplicate
+        }
+        l.waiting.remove(island);
+        let (c, gtid, done) = (l.ctx, l.gtid, l.waiting.is_empty());
+        self.pool.ctx(c).locked_on(island);
+        if !done {
+            return;
+        }
+        self.locking.swap_remove(i);
+        if let Some(d) = self.pool.ctx(c).dist.as_mut() {
+            d.tag = 0;
+        }
+        if self.start_commit(c, gtid).is_err() {
+            self.outcomes.push((gtid, None));
+        }
+    }
+
+    /// Entry `i` of `locking` failed (a conflict, a refusal, no answer in
+    /// time): the transaction aborts everywhere, and its client hears so.
+    fn fail_locking(&mut self, i: usize) {
+        let l = self.locking.swap_remove(i);
+        self.abort_home(l.ctx);
+        self.outcomes.push((l.gtid, None));
+    }
+
+    /// Fails the LOCK rounds that have waited longer than the operation
+    /// timeout (a lost request or reply, a crashed island).
+    fn expire_locking(&mut self, now: u64) {
+        let timeout_us = u64::try_from(self.cl.opts.op_timeout.as_micros()).unwrap_or(u64::MAX);
+        let mut i = 0;
+        while i < self.locking.len() {
+            if now.saturating_sub(self.locking[i].since_us) >= timeout_us {
+                self.fail_locking(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Participant: a LOCK request of the branch of `gtid` (see
+    /// `commit_home`). The branch must be executing here still.
+    fn lock_branch(&mut self, gtid: Gtid, entries: &[u8]) -> Status {
+        let now = self.fresh_now_us();
+        let Some(b) = self.pool.branches.get(&gtid) else {
+            // Aborted after idling (or never begun): its reads are unprotected.
+            self.cl.stats.lost_branches.fetch_add(1, Ordering::Relaxed);
+            return Status::Refused;
+        };
+        if b.expect.is_some() || self.part.on_branch_begin(gtid, now).is_err() {
+            return Status::Refused;
+        }
+        let prev = phases::switch(phases::Phase::Locking);
+        let r = self.pool.ctx(b.ctx).lock_rows(entries);
+        phases::switch(prev);
+        match r {
+            Ok(()) => wire::OK,
+            Err(Abort::Conflict(reason)) => Status::Conflict(reason),
+            Err(_) => {
+                self.cl
+                    .stats
+                    .protocol_violations
+                    .fetch_add(1, Ordering::Relaxed);
+                Status::Refused
+            }
+        }
+    }
+
     /// Makes home context `c` the home island's own branch of `gtid` (its
     /// participant prepares it like any other). On `Err` (the participant's
     /// table is full) the transaction is aborted everywhere and `c` is free.
-    fn home_branch(&mut self, c: u32, gtid: Gtid, hold: bool, now: u64) -> Result<(), Abort> {
+    fn home_branch(&mut self, c: u32, gtid: Gtid, now: u64) -> Result<(), Abort> {
         if self.part.on_branch_begin(gtid, now).is_err() {
             self.abort_home(c);
             return Err(Abort::Conflict(AbortReason::Remote));
@@ -743,7 +909,7 @@ impl Executor {
             gtid,
             Branch {
                 ctx: c,
-                expect: Some((0, hold)),
+                expect: Some((0, false)),
                 applied: 0,
                 bad: false,
             },
@@ -871,8 +1037,9 @@ impl Executor {
         }
         let now = self.now_us();
         if tx.has_local_part() {
-            let hold = tx.has_late_writes();
-            self.home_branch(c, gtid, hold, now)?;
+            // Prepared last: every other branch holds its locks until the
+            // decision, so this one may take some at prepare, and release.
+            self.home_branch(c, gtid, now)?;
             self.local.push_back((home, Msg::PrepareReq { gtid }));
         } else {
             // Everything the branch could have read is in this island's log
@@ -958,6 +1125,9 @@ impl Executor {
             self.part.on_tick(now, &mut eng, &mut actions);
             self.run_actions(&mut actions, false);
             self.actions = actions;
+            if !self.locking.is_empty() {
+                self.expire_locking(now);
+            }
         }
         self.complete_forces()?;
         if self.early_stale && !self.early.is_empty() {
@@ -1078,6 +1248,7 @@ impl Executor {
             && self.pool.branches.is_empty()
             && self.forces.is_empty()
             && self.deferred.is_empty()
+            && self.locking.is_empty()
             && self.outbox.is_empty()
     }
 
@@ -1115,10 +1286,17 @@ impl Executor {
                         msg @ Msg::PrepareConf {
                             read_only: true, ..
                         },
-                } if self.shared.cfg.durability == crate::wal::Durability::Sync => {
-                    // A read-only vote in sync mode waits until everything the
-                    // branch could have read from is durable (as a local
-                    // read-only commit's acknowledgement does).
+                } if self.shared.wal.is_some() && to != self.island => {
+                    // A read-only vote waits until everything the branch
+                    // could have read from is durable (`sync`) or written
+                    // (`async`: a process crash keeps it), as a local
+                    // read-only commit's acknowledgement does: the decision
+                    // that follows is forced to another island's log, and a
+                    // transaction that survives a crash must not have read
+                    // from one that did not. (The home island's own branch
+                    // need not wait: the decision goes to this very log,
+                    // after what the branch read, and the client hears of
+                    // the commit once the decision is durable.)
                     let need = self.shared.append_seq.load(Ordering::Acquire);
                     if need > self.shared.durable_seq() {
                         self.deferred.push((need, to, msg));
@@ -1299,11 +1477,16 @@ impl Executor {
                 }
                 self.serve(from, gtid, tag, frame, wire::continues(payload));
             }
-            Frame::Reply { tag, .. } => {
+            Frame::Reply { tag, status, .. } => {
                 let c = tag >> crate::txn::TAG_SEQ_BITS;
                 if c as usize >= self.pool.ctxs.len() {
                     self.cl.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     return;
+                }
+                if !self.locking.is_empty() {
+                    if let Some(i) = self.locking.iter().position(|l| l.tag == tag) {
+                        return self.on_lock_reply(i, from_island, status);
+                    }
                 }
                 let tx = self.pool.ctx(c);
                 let Some(d) = tx.dist.as_mut() else { return };
@@ -1372,6 +1555,15 @@ impl Executor {
                     self.run_actions(&mut actions, false);
                     self.actions = actions;
                 }
+            }
+            Frame::Lock { gtid, tag, entries } => {
+                let status = if home_of(gtid) == from_island {
+                    self.lock_branch(gtid, entries)
+                } else {
+                    self.cl.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    Status::Refused
+                };
+                self.reply(from, tag, status, 0);
             }
             Frame::Prep { gtid, writes, hold } => {
                 if let Some(b) = self.pool.branches.get_mut(&gtid) {
@@ -1670,13 +1862,13 @@ impl Pool {
 }
 
 /// Whether reads just done on this island may have seen writes that a crash
-/// would lose while the island acknowledges only durable data (`sync`): its
-/// newest appended record (read after the reads, as a local read-only
-/// commit's acknowledgement is) is not durable yet. A remote branch that
-/// read such data must vote, which waits for it, rather than be released.
+/// would lose: its newest appended record (read after the reads, as a local
+/// read-only commit's acknowledgement is) is not durable (`sync`) or written
+/// (`async`) yet. A remote branch that read such data must vote, which waits
+/// for it, rather than be released. Without a log (`off`) nothing survives a
+/// crash, and nothing is waited for.
 fn undurable_reads(shared: &crate::island::Shared) -> bool {
-    shared.cfg.durability == crate::wal::Durability::Sync
-        && shared.append_seq.load(Ordering::Acquire) > shared.durable_seq()
+    shared.append_seq.load(Ordering::Acquire) > shared.durable_seq()
 }
 
 /// Appends a reply with row `key` (`None`: no such row) to `batch`.

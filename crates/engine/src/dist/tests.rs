@@ -42,7 +42,11 @@ fn tables(accounts: u64) -> Vec<TableDef> {
                 ("name", ColType::Str(64)),
                 ("transfers", ColType::I64),
             ],
-            accounts,
+            // Room for accounts closed and opened again: each transaction
+            // context of an executor claims slots for its inserts in blocks
+            // of 64, and a deleted row's slot goes back to the context that
+            // deleted it.
+            (1 << 16).max(2 * accounts),
             PrimaryKind::Hash,
         ),
         TableDef::new(
@@ -55,7 +59,10 @@ fn tables(accounts: u64) -> Vec<TableDef> {
 }
 
 /// Transfers between random accounts (anywhere), each writing a receipt on
-/// the island of the source account, keyed by a number unique per request.
+/// the island of the source account, keyed by a number unique per request;
+/// and, one request in ten, the close of an account (see
+/// [`close_or_reopen`]). Money is conserved, and so is the number of
+/// transfers the accounts count (two per receipt).
 struct Bank {
     accounts: u64,
     requests: std::sync::atomic::AtomicU64,
@@ -70,20 +77,53 @@ fn bank(accounts: u64) -> Arc<Bank> {
 
 #[derive(Default)]
 struct Transfer {
+    /// Close `from` into `to` (or open it again), instead of a transfer.
+    close: bool,
     from: u64,
     to: u64,
     amount: i64,
     receipt: u64,
 }
 
+/// [`Bank`]'s transaction types.
+const TRANSFER: usize = 0;
+const CLOSE: usize = 1;
+
+/// Closes account `from`, moving its balance and transfer count to account
+/// `to`, and deletes it; if `from` is closed, opens it again, empty. `from`
+/// is read without its write lock, so its delete takes the lock late (a
+/// pending lock: see the `txn` module, "Locks and versions by operation"),
+/// on whichever island holds it.
+async fn close_or_reopen(tx: &mut Txn, from: u64, to: u64) -> Result<(), Abort> {
+    let Some(a) = tx.get(ACCOUNTS, from).await? else {
+        let h = tx
+            .insert(ACCOUNTS, from)
+            .await?
+            .ok_or(Abort::User("the account was opened meanwhile"))?;
+        tx.row_mut(h).set_str(NAME, &account_name(from));
+        return Ok(());
+    };
+    let b = tx
+        .get_for_update(ACCOUNTS, to)
+        .await?
+        .ok_or(Abort::User("no target account"))?;
+    let (balance, transfers) = (tx.row(a).i64(BAL), tx.row(a).i64(TRANSFERS));
+    let (to_balance, to_transfers) = (tx.row(b).i64(BAL), tx.row(b).i64(TRANSFERS));
+    let mut row = tx.row_mut(b);
+    row.set_i64(BAL, to_balance + balance);
+    row.set_i64(TRANSFERS, to_transfers + transfers);
+    tx.delete(a).await
+}
+
 impl Workload for Bank {
     type Req = Transfer;
 
     fn types(&self) -> Vec<&'static str> {
-        vec!["transfer"]
+        vec!["transfer", "close"]
     }
 
     fn next(&self, worker: usize, rng: &mut FastRng, req: &mut Transfer) -> usize {
+        req.close = rng.percent(10);
         req.from = rng.below(self.accounts);
         req.to = (req.from + 1 + rng.below(self.accounts - 1)) % self.accounts;
         req.amount = 1 + rng.below(50) as i64;
@@ -94,10 +134,17 @@ impl Workload for Bank {
             .requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         req.receipt = (n << 32) | req.from;
-        0
+        if req.close {
+            CLOSE
+        } else {
+            TRANSFER
+        }
     }
 
     async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a Transfer) -> Result<(), Abort> {
+        if req.close {
+            return close_or_reopen(tx, req.from, req.to).await;
+        }
         let a = tx
             .get_for_update(ACCOUNTS, req.from)
             .await?
@@ -161,34 +208,12 @@ fn open_cluster(
     accounts: u64,
     opts: ClusterOptions,
 ) -> (Arc<Cluster>, Vec<Island>) {
-    let defs = tables(accounts);
-    let per = accounts.div_ceil(islands as u64);
-    let mut opened = Vec::new();
-    for i in 0..islands {
-        let mut cfg = IslandConfig::new(CcKind::NoWait, 1);
-        cfg.name = format!("island-{i}");
-        cfg.contexts = opts.contexts_needed(1);
-        let (island, rep) = Island::open(cfg, &defs).unwrap();
-        {
-            let mut l = island.loader().unwrap();
-            for k in (i as u64 * per)..((i as u64 + 1) * per).min(accounts) {
-                l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
-            }
-        }
-        opened.push((island, rep));
-    }
-    let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
-    let router = Arc::new(BankRouter {
-        per_island: per,
-        islands: islands as u16,
-    });
-    let cl = Cluster::new(opened, vec![1; islands], router, opts).unwrap();
-    (cl, handles)
+    open_cluster_with_workers(&vec![1; islands], accounts, opts)
 }
 
-/// Every account balance and receipt of every island, read after the run by
-/// fresh transactions (which also proves no lock was left behind: no_wait
-/// would refuse a locked row).
+/// Every account balance (0 for a closed account) and receipt of every
+/// island, read after the run by fresh transactions (which also proves no
+/// lock was left behind: no_wait would refuse a locked row).
 fn contents(islands: &[Island], accounts: u64) -> (Vec<i64>, usize) {
     let (balances, _, receipts) = accounts_and_receipts(islands, accounts);
     (balances, receipts)
@@ -244,7 +269,7 @@ fn check_bank(islands: &[Island], accounts: u64, stats: &[crate::bench::stats::W
         INITIAL * accounts as i64,
         "money was created or destroyed"
     );
-    let commits: u64 = stats.iter().map(|s| s.total_commits()).sum();
+    let commits: u64 = stats.iter().map(|s| s.commits[TRANSFER]).sum();
     assert_eq!(
         receipts as u64, commits,
         "every committed transfer (and only those) left its receipt"
@@ -262,11 +287,18 @@ fn transfers_across_three_islands_conserve_money() {
     let stats = run_to_completion(&cl, &workers, bank(90), 7).unwrap();
     let distributed: u64 = stats.iter().map(|s| s.distributed).sum();
     let commits: u64 = stats.iter().map(|s| s.total_commits()).sum();
-    assert_eq!(commits, 1200, "every transfer commits eventually");
+    let refused: u64 = stats.iter().map(|s| s.total_user_aborts()).sum();
+    assert_eq!(
+        commits + refused,
+        1200,
+        "every request commits eventually, or finds its account closed"
+    );
     assert!(
         distributed > commits / 2,
         "most transfers span islands ({distributed} of {commits})"
     );
+    let closes: u64 = stats.iter().map(|s| s.commits[CLOSE]).sum();
+    assert!(closes > 50, "{closes} accounts closed or opened again");
     check_bank(&islands, 90, &stats);
 }
 
@@ -358,7 +390,7 @@ fn one_island_and_three_islands_end_in_the_same_state() {
             })
             .collect();
         let stats = run_to_completion(&cl, &workers, bank(60), 99).unwrap();
-        assert_eq!(stats[0].total_commits(), 300);
+        assert_eq!(stats[0].total_commits() + stats[0].total_user_aborts(), 300);
         results.push(contents(&islands, 60));
     }
     assert_eq!(results[0], results[1], "1ISL and 3ISL disagree");
@@ -436,13 +468,17 @@ impl Workload for Audited {
     type Req = AuditReq;
 
     fn types(&self) -> Vec<&'static str> {
-        vec!["transfer", "audit"]
+        vec!["transfer", "audit", "close"]
     }
 
     fn next(&self, worker: usize, rng: &mut FastRng, req: &mut AuditReq) -> usize {
         req.audit = rng.percent(25);
-        self.bank.next(worker, rng, &mut req.t);
-        req.audit as usize
+        let ty = self.bank.next(worker, rng, &mut req.t);
+        match (req.audit, ty) {
+            (true, _) => 1,
+            (false, CLOSE) => 2,
+            (false, _) => 0,
+        }
     }
 
     async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a AuditReq) -> Result<(), Abort> {
@@ -452,8 +488,10 @@ impl Workload for Audited {
         tx.get_many(ACCOUNTS, &self.all, false).await?;
         let mut sum = 0;
         for i in 0..self.all.len() {
-            let h = tx.many_row(i).ok_or(Abort::User("no account"))?;
-            sum += tx.row(h).i64(BAL);
+            // A closed account holds nothing.
+            if let Some(h) = tx.many_row(i) {
+                sum += tx.row(h).i64(BAL);
+            }
         }
         if sum != INITIAL * self.all.len() as i64 {
             return Err(Abort::Failed(Error::Config(format!(
@@ -479,6 +517,8 @@ fn audits_across_islands_see_a_constant_total() {
     let stats = run_to_completion(&cl, &workers, w, 11).expect("no audit saw a wrong total");
     let audits: u64 = stats.iter().map(|s| s.commits[1]).sum();
     assert!(audits > 50, "audits committed: {audits}");
+    let closes: u64 = stats.iter().map(|s| s.commits[2]).sum();
+    assert!(closes > 10, "{closes} accounts closed or opened again");
     let (balances, _) = contents(&islands, 60);
     assert_eq!(balances.iter().sum::<i64>(), INITIAL * 60);
 }
@@ -750,11 +790,18 @@ fn sync_island_config(
     dir: &std::path::Path,
     contexts: usize,
 ) -> impl Fn(usize) -> IslandConfig + '_ {
+    logged_island_config(dir, contexts, crate::wal::Durability::Sync)
+}
+
+/// [`sync_island_config`] with another durability mode.
+fn logged_island_config(
+    dir: &std::path::Path,
+    contexts: usize,
+    durability: crate::wal::Durability,
+) -> impl Fn(usize) -> IslandConfig + '_ {
     move |i| {
-        let mut cfg = IslandConfig::new(CcKind::NoWait, 1).durable(
-            crate::wal::Durability::Sync,
-            dir.join(format!("island-{i}")),
-        );
+        let mut cfg = IslandConfig::new(CcKind::NoWait, 1)
+            .durable(durability, dir.join(format!("island-{i}")));
         cfg.name = format!("island-{i}");
         cfg.contexts = contexts;
         cfg
@@ -1032,17 +1079,14 @@ fn a_transaction_of_a_worker_that_is_gone_is_resolved_after_a_restart() {
     in_doubt_across_a_checkpoint_and_a_restart(1);
 }
 
-fn in_doubt_across_a_checkpoint_and_a_restart(home_worker: u64) {
-    let dir = fresh_dir(&format!("recovery-pins-{home_worker}"));
-    let defs = tables(8);
-    let opts = ClusterOptions::default();
-    let config = sync_island_config(&dir, opts.contexts_needed(1));
-    let g = coord::gtid(0, 5 << WORKER_BITS | home_worker);
+/// Leaves in the logs of islands 0 and 1 (configured by `config`, 4
+/// accounts each) what a crash leaves of transfer `g` of 70 from account 0
+/// to account 5: island 0 (home) debited account 0 and decided commit;
+/// island 1 prepared the credit of account 5 and heard nothing.
+fn leave_a_transfer_in_doubt(config: &dyn Fn(usize) -> IslandConfig, defs: &[TableDef], g: Gtid) {
     let credited = (INITIAL + 70) as u64;
-    // What a crash left: island 0 (home) debited account 0 and decided
-    // commit; island 1 prepared the credit of account 5 and heard nothing.
     for i in 0..2u64 {
-        let island = open_with_accounts(config(i as usize), &defs, 4 * i..4 * i + 4);
+        let island = open_with_accounts(config(i as usize), defs, 4 * i..4 * i + 4);
         island.shared().log_record(
             |l| {
                 if i == 0 {
@@ -1071,6 +1115,15 @@ fn in_doubt_across_a_checkpoint_and_a_restart(home_worker: u64) {
         );
         island.shutdown();
     }
+}
+
+fn in_doubt_across_a_checkpoint_and_a_restart(home_worker: u64) {
+    let dir = fresh_dir(&format!("recovery-pins-{home_worker}"));
+    let defs = tables(8);
+    let opts = ClusterOptions::default();
+    let config = sync_island_config(&dir, opts.contexts_needed(1));
+    let g = coord::gtid(0, 5 << WORKER_BITS | home_worker);
+    leave_a_transfer_in_doubt(&config, &defs, g);
     // Opened and checkpointed before any executor starts, then a crash.
     for i in 0..2 {
         let (island, report) = Island::open(config(i), &defs).unwrap();
@@ -1614,8 +1667,9 @@ fn a_young_read_only_commit_releases_without_votes() {
     assert_eq!(part.branches_in_flight(), 0, "island 1 released the branch");
 }
 
-/// A log device whose fdatasyncs wait while `hold` is set: a log whose
-/// appended batches stay not durable for as long as a test wants.
+/// A log device whose writes and fdatasyncs wait while `hold` is set: a log
+/// whose appended batches stay unwritten (so not durable either) for as long
+/// as a test wants.
 struct GatedDevice {
     hold: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -1627,16 +1681,23 @@ struct GatedFile {
 
 impl crate::wal::LogFile for GatedFile {
     fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.wait();
         self.inner.write_all(buf)
     }
     fn sync_data(&mut self) -> std::io::Result<()> {
-        while self.hold.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        self.wait();
         self.inner.sync_data()
     }
     fn set_len(&mut self, len: u64) -> std::io::Result<()> {
         self.inner.set_len(len)
+    }
+}
+
+impl GatedFile {
+    fn wait(&self) {
+        while self.hold.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 
@@ -1667,47 +1728,68 @@ impl crate::wal::LogDevice for GatedDevice {
     }
 }
 
-/// In `sync` mode a read-only vote waits until everything its branch could
-/// have read is durable, and a branch that may have read data not yet
-/// durable must vote (not merely be released). A local commit on island 1
-/// releases its rows when its record is appended, before the record is
-/// durable; here island 1's fdatasyncs are held back, transfer h (account 4
-/// pays 100 to account 5) commits there, and audit g (home island 0) reads
-/// account 5 and votes read-only on island 1. Had that vote gone out at once, g would commit,
-/// and its client hear so, having seen 1100 in a log that a crash could
-/// still lose.
+/// A read-only vote waits until everything its branch could have read is
+/// durable (`sync`) or written (`async`), and a branch that may have read
+/// data not yet so must vote (not merely be released). A local commit on
+/// island 1 releases its rows when its record is appended, before the
+/// record is written; here island 1's log is held back, transfer h (account
+/// 4 pays 100 to account 5) commits there, and audit g (home island 0) reads
+/// account 5 and votes read-only on island 1. Had that vote gone out at
+/// once, g would commit, and its client hear so, having seen 1100 in a log
+/// that a crash could still lose.
 #[test]
 fn a_read_only_vote_waits_for_what_its_branch_read_to_be_durable() {
-    let dir = fresh_dir("ro-vote");
-    let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut opts = ClusterOptions::default();
-    // The hold lasts tens of milliseconds, longer on a busy machine (tests run
-    // in parallel): the coordinator's vote timeout must not abort g meanwhile.
-    opts.timeouts.prepare_us = 10_000_000;
-    let config = sync_island_config(&dir, opts.contexts_needed(1));
+    read_only_vote_waits_for_its_reads(crate::wal::Durability::Sync);
+}
+
+/// The same in `async` mode, where a write survives a process crash.
+#[test]
+fn a_read_only_vote_waits_for_what_its_branch_read_to_be_written() {
+    read_only_vote_waits_for_its_reads(crate::wal::Durability::Async);
+}
+
+/// Two islands of 4 accounts each (checkpointed), logging in `durability`
+/// mode under `dir`, island 1's log on a [`GatedDevice`] that `hold` holds
+/// back; the cluster and an executor of each. Votes decide its commits, not
+/// the prepare timeout (a loaded machine may stretch a test's rounds past
+/// the default 100 ms).
+fn two_islands_with_a_gated_log(
+    dir: &std::path::Path,
+    durability: crate::wal::Durability,
+    hold: &Arc<std::sync::atomic::AtomicBool>,
+) -> (Arc<Cluster>, Vec<Island>, Executor, Executor) {
+    let opts = ClusterOptions {
+        timeouts: coord::Timeouts {
+            prepare_us: 60_000_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let config = logged_island_config(dir, opts.contexts_needed(1), durability);
     let defs = tables(8);
     let opened: Vec<(Island, RecoveryReport)> = (0..2)
         .map(|i| {
             let mut cfg = config(i);
             if i == 1 {
                 cfg.device = Some(Arc::new(GatedDevice {
-                    hold: Arc::clone(&hold),
+                    hold: Arc::clone(hold),
                 }));
             }
-            let (island, rep) = Island::open(cfg, &defs).unwrap();
-            {
-                let mut l = island.loader().unwrap();
-                for k in i as u64 * 4..(i as u64 + 1) * 4 {
-                    l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
-                }
-            }
-            (island, rep)
+            let island = open_with_accounts(cfg, &defs, 4 * i as u64..4 * i as u64 + 4);
+            (island, RecoveryReport::default())
         })
         .collect();
     let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
     let cl = Cluster::new(opened, vec![1, 1], Arc::new(SplitRouter), opts).unwrap();
-    let mut home = cl.executor(0, 0).unwrap();
-    let mut part = cl.executor(1, 0).unwrap();
+    let home = cl.executor(0, 0).unwrap();
+    let part = cl.executor(1, 0).unwrap();
+    (cl, handles, home, part)
+}
+
+fn read_only_vote_waits_for_its_reads(durability: crate::wal::Durability) {
+    let dir = fresh_dir(&format!("ro-vote-{durability}"));
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (cl, handles, mut home, mut part) = two_islands_with_a_gated_log(&dir, durability, &hold);
     // Dropped first, also when an assertion fails: the islands' shutdown
     // waits for their logs, so island 1's must not be held back then.
     let _open_at_exit = OpenGate(Arc::clone(&hold));
@@ -1745,7 +1827,8 @@ fn a_read_only_vote_waits_for_what_its_branch_read_to_be_durable() {
         part.pump().unwrap();
         assert!(
             !decided(&home),
-            "g was decided while island 1's log held back what g read"
+            "g was decided while island 1's log held back what g read: {:?}",
+            home.outcomes
         );
     }
 
@@ -1784,8 +1867,510 @@ fn a_read_only_vote_waits_for_what_its_branch_read_to_be_durable() {
     assert_eq!(part.branches_in_flight(), 0, "island 1 released the branch");
     drop((home, part));
     drop(cl);
-    for i in handles {
+    shut_down_and_remove(handles, &dir);
+}
+
+/// Reads account `other` (on any island); if it is there, reads account
+/// `mine` and deletes it. Says whether it deleted. Of two such transactions
+/// over the same pair, run in either serial order, exactly one deletes.
+async fn delete_mine_if_other(tx: &mut Txn, mine: u64, other: u64) -> Result<bool, Abort> {
+    if tx.get(ACCOUNTS, other).await?.is_none() {
+        return Ok(false);
+    }
+    let h = tx
+        .get(ACCOUNTS, mine)
+        .await?
+        .ok_or(Abort::User("my account is gone"))?;
+    tx.delete(h).await?;
+    Ok(true)
+}
+
+/// The accounts still present on `islands` (read from the tables, so rows
+/// locked by a transaction still count).
+fn present_accounts(islands: &[Island]) -> std::collections::BTreeSet<u64> {
+    let mut keys = std::collections::BTreeSet::new();
+    for island in islands {
+        island.catalog().table(ACCOUNTS).for_each_row(|k, _, _| {
+            keys.insert(k);
+        });
+    }
+    keys
+}
+
+/// The outcome of a home transaction that went through `commit_home`:
+/// committed (`Local`/`Released`, or a distributed commit `ex` reported).
+fn committed(ex: &Executor, r: &Result<HomeCommit, Abort>) -> bool {
+    match r {
+        Ok(HomeCommit::Local(_) | HomeCommit::Released(_)) => true,
+        Ok(HomeCommit::Distributed(g)) => ex.outcomes.iter().any(|&(o, a)| o == *g && a.is_some()),
+        Err(_) => false,
+    }
+}
+
+/// Schedule 1a of issue 22, forced step by step. T (home island 0) reads
+/// account 9 (island 1), reads account 0 and deletes it; U (home island 1)
+/// reads account 0 (island 0), reads account 9 and deletes it. Both finish
+/// executing, both ask to commit, and each island then handles the other's
+/// PrepareReq (its read-only branch: released at once) before its own home
+/// branch's, which upgrades its delete's lock only then. Were both to
+/// commit, both accounts would be gone: no serial order deletes both.
+#[test]
+fn two_deletes_each_conditioned_on_the_others_row_do_not_both_commit() {
+    let (cl, islands) = open_cluster(2, 10, ClusterOptions::default());
+    let mut ex0 = cl.executor(0, 0).unwrap();
+    let mut ex1 = cl.executor(1, 0).unwrap();
+    let t = ex0.begin_home(false).unwrap();
+    // SAFETY: each context outlives its procedure, which runs to its end
+    // before its executor touches the context again.
+    let tx_t: &mut Txn = unsafe { &mut *ex0.ctx_ptr(t) };
+    run_by_hand(&mut ex0, &mut [&mut ex1], t, async move {
+        assert!(delete_mine_if_other(tx_t, 0, 9).await?);
+        Ok(())
+    })
+    .unwrap();
+    let u = ex1.begin_home(false).unwrap();
+    // SAFETY: as above.
+    let tx_u: &mut Txn = unsafe { &mut *ex1.ctx_ptr(u) };
+    run_by_hand(&mut ex1, &mut [&mut ex0], u, async move {
+        assert!(delete_mine_if_other(tx_u, 9, 0).await?);
+        Ok(())
+    })
+    .unwrap();
+    let rt = ex0.commit_home(t);
+    let ru = ex1.commit_home(u);
+    // Each worker's round: its outbox goes out, then it reads its mailbox
+    // (the other's PrepareReq) before its own local queue.
+    ex0.outbox.flush(&*ex0.transport, ex0.me);
+    ex1.outbox.flush(&*ex1.transport, ex1.me);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    settle(&mut [&mut ex0, &mut ex1], deadline);
+    let (ct, cu) = (committed(&ex0, &rt), committed(&ex1, &ru));
+    let left = present_accounts(&islands);
+    assert!(
+        !(ct && cu),
+        "T and U both committed: accounts 0 and 9 are {}",
+        if left.contains(&0) || left.contains(&9) {
+            "not both gone (?)"
+        } else {
+            "both gone"
+        }
+    );
+    assert_eq!(left.contains(&0), !ct, "account 0 is gone iff T committed");
+    assert_eq!(left.contains(&9), !cu, "account 9 is gone iff U committed");
+}
+
+/// Opens `workers.len()` islands of `accounts` accounts in all (split
+/// evenly, as [`open_cluster`]) with `workers[i]` workers on island `i`.
+fn open_cluster_with_workers(
+    workers: &[usize],
+    accounts: u64,
+    opts: ClusterOptions,
+) -> (Arc<Cluster>, Vec<Island>) {
+    let islands = workers.len();
+    let defs = tables(accounts);
+    let per = accounts.div_ceil(islands as u64);
+    let mut opened = Vec::new();
+    for (i, &w) in workers.iter().enumerate() {
+        let mut cfg = IslandConfig::new(CcKind::NoWait, w);
+        cfg.name = format!("island-{i}");
+        cfg.contexts = opts.contexts_needed(w);
+        let (island, rep) = Island::open(cfg, &defs).unwrap();
+        {
+            let mut l = island.loader().unwrap();
+            for k in (i as u64 * per)..((i as u64 + 1) * per).min(accounts) {
+                l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
+            }
+        }
+        opened.push((island, rep));
+    }
+    let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let router = Arc::new(BankRouter {
+        per_island: per,
+        islands: islands as u16,
+    });
+    let cl = Cluster::new(opened, workers.to_vec(), router, opts).unwrap();
+    (cl, handles)
+}
+
+/// Schedule 1b of issue 22, forced step by step: island 1 has two workers.
+/// T (home island 0) reads account 0, reads account 9 (island 1) and deletes
+/// it; its commit reaches island 1's worker that holds its branch, which
+/// does not run yet. T's home branch, read-only, must not release account 0
+/// meanwhile: U, on island 1's other worker, reads account 9 (still there),
+/// pays 100 out of account 0 and commits; T's branch then takes account 9's
+/// lock and commits too. T saw account 0 before U (T → U) and U saw account
+/// 9 before T deleted it (U → T): a cycle.
+#[test]
+fn a_remote_delete_keeps_its_read_only_siblings_locked_until_it_is_locked() {
+    let (cl, islands) = open_cluster_with_workers(&[1, 2], 10, ClusterOptions::default());
+    let mut t_saw = 0;
+    let t_saw_at: *mut i64 = &mut t_saw;
+    let (ct, cu) = t_then_u_beside_ts_branch(
+        &cl,
+        |tx| async move {
+            let h = tx.get(ACCOUNTS, 0).await?.expect("account 0");
+            // SAFETY: `t_saw` outlives the schedule, which runs T to its end.
+            unsafe { *t_saw_at = tx.row(h).i64(BAL) };
+            let h = tx.get(ACCOUNTS, 9).await?.expect("account 9");
+            tx.delete(h).await
+        },
+        |tx| async move {
+            tx.get(ACCOUNTS, 9)
+                .await?
+                .expect("account 9 is there for U");
+            let h = tx
+                .get_for_update(ACCOUNTS, 0)
+                .await?
+                .ok_or(Abort::User("no account 0"))?;
+            let b = tx.row(h).i64(BAL);
+            tx.row_mut(h).set_i64(BAL, b - 100);
+            Ok(())
+        },
+    );
+    assert_eq!(t_saw, INITIAL);
+    assert!(
+        !(ct && cu),
+        "T (saw account 0 = {t_saw}, deleted account 9) and U (saw account 9, paid out of \
+         account 0) both committed: a cycle"
+    );
+    let left = present_accounts(&islands);
+    assert_eq!(left.contains(&9), !ct, "account 9 is gone iff T committed");
+}
+
+/// A point miss is validated at its branch's prepare: a check at one
+/// instant, which no lock holds on afterwards. So a lock that another branch
+/// takes later is not two-phase locking either, even when every branch
+/// holds its locks until the decision. T (home island 0) reads account 9
+/// (island 1), finds receipt K absent (island 0) and adds 1 to account 9,
+/// whose write lock is pending; it asks to commit. U, on island 1's other
+/// worker, inserts receipt K and reads account 9, and commits. T's branch
+/// on island 1 runs only then. T saw K absent before U inserted it (T → U);
+/// U read account 9 before T wrote it (U → T): both must not commit.
+#[test]
+fn a_miss_is_validated_after_every_pending_lock_is_taken() {
+    let (cl, _islands) = open_cluster_with_workers(&[1, 2], 10, ClusterOptions::default());
+    // A receipt key of account 3: it lives on island 0.
+    let k = (1 << 32) | 3;
+    let (ct, cu) = t_then_u_beside_ts_branch(
+        &cl,
+        |tx| async move {
+            let h = tx.get(ACCOUNTS, 9).await?.expect("account 9");
+            assert!(tx.get(RECEIPTS, k).await?.is_none(), "no receipt K yet");
+            let b = tx.row(h).i64(BAL);
+            tx.row_mut(h).set_i64(BAL, b + 1);
+            Ok(())
+        },
+        |tx| async move {
+            let r = tx
+                .insert(RECEIPTS, k)
+                .await?
+                .ok_or(Abort::User("K exists"))?;
+            tx.row_mut(r).set_i64(BAL, 1);
+            tx.get(ACCOUNTS, 9).await?.expect("account 9");
+            Ok(())
+        },
+    );
+    assert!(
+        !(ct && cu),
+        "T (found receipt K absent, wrote account 9) and U (inserted K, read account 9 \
+         before T's write) both committed: a cycle"
+    );
+}
+
+/// The skeleton of the schedules above, on a cluster whose island 1 has two
+/// workers: T (home island 0) runs `t` and asks to commit, and island 0 runs
+/// a round; then U (home island 1, on the worker that does not hold T's
+/// branch) runs `u` and commits or aborts; only then does T's branch's
+/// worker run, and everything settles. Returns whether T and U committed.
+fn t_then_u_beside_ts_branch<FT, FU>(
+    cl: &Arc<Cluster>,
+    t: impl FnOnce(&'static mut Txn) -> FT,
+    u: impl FnOnce(&'static mut Txn) -> FU,
+) -> (bool, bool)
+where
+    FT: std::future::Future<Output = Result<(), Abort>>,
+    FU: std::future::Future<Output = Result<(), Abort>>,
+{
+    let mut ex0 = cl.executor(0, 0).unwrap();
+    let mut ex1 = [cl.executor(1, 0).unwrap(), cl.executor(1, 1).unwrap()];
+    let ct = ex0.begin_home(false).unwrap();
+    let gt = ex0.pool.ctx(ct).dist.as_ref().unwrap().gtid;
+    let [a, b] = &mut ex1;
+    let (ext, exu) = if cl.branch_worker(1, gt) == 0 {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    // SAFETY: each context outlives its procedure, which runs to its end
+    // before its executor touches the context again.
+    let tx_t: &'static mut Txn = unsafe { &mut *ex0.ctx_ptr(ct) };
+    run_by_hand(&mut ex0, &mut [&mut *ext], ct, t(tx_t)).unwrap();
+    let rt = ex0.commit_home(ct);
+    // T's requests to island 1 wait in the mailbox of its branch's worker,
+    // which runs only once U is decided.
+    ex0.pump().unwrap();
+    let cu = exu.begin_home(false).unwrap();
+    // SAFETY: as above.
+    let tx_u: &'static mut Txn = unsafe { &mut *exu.ctx_ptr(cu) };
+    let ru = match run_by_hand(&mut *exu, &mut [&mut ex0], cu, u(tx_u)) {
+        Ok(()) => exu.commit_home(cu),
+        Err(e) => {
+            exu.abort_home(cu);
+            Err(e)
+        }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    if let Ok(HomeCommit::Distributed(g)) = ru {
+        while !exu.outcomes.iter().any(|&(o, _)| o == g) {
+            assert!(std::time::Instant::now() < deadline, "U never decided");
+            exu.pump().unwrap();
+            ex0.pump().unwrap();
+        }
+    }
+    settle(&mut [&mut ex0, &mut *exu, &mut *ext], deadline);
+    (committed(&ex0, &rt), committed(exu, &ru))
+}
+
+/// Pairs of "delete my account if the other's is present", one account of
+/// each pair per island, run by the real worker loop: worker `i` runs, for
+/// its k-th request, the transaction of pair k whose own account is on its
+/// island. The two workers start together (so that they meet on the same
+/// pairs). Whatever the interleaving, exactly one of each pair's accounts
+/// must be gone at the end.
+struct DeletePairs {
+    pairs: u64,
+    next: [std::sync::atomic::AtomicU64; 2],
+    start: std::sync::Barrier,
+}
+
+impl Workload for DeletePairs {
+    type Req = (u64, u64);
+
+    fn types(&self) -> Vec<&'static str> {
+        vec!["delete-if-other"]
+    }
+
+    fn next(&self, worker: usize, _: &mut FastRng, req: &mut (u64, u64)) -> usize {
+        let k = self.next[worker].fetch_add(1, Ordering::Relaxed);
+        if k == 0 {
+            // Before either worker has a transaction: neither waits for the
+            // other to serve it.
+            self.start.wait();
+        }
+        let k = k % self.pairs;
+        let (a, b) = (k, self.pairs + k);
+        *req = if worker == 0 { (a, b) } else { (b, a) };
+        0
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a (u64, u64)) -> Result<(), Abort> {
+        delete_mine_if_other(tx, req.0, req.1).await.map(|_| ())
+    }
+}
+
+#[test]
+fn pairs_of_conditional_deletes_across_islands_lose_one_row_each() {
+    let pairs = if std::env::var_os("ISLANDS_LONG").is_some() {
+        6_000
+    } else {
+        1_500
+    };
+    let opts = ClusterOptions {
+        inflight: 8,
+        ..Default::default()
+    };
+    let (cl, islands) = open_cluster(2, 2 * pairs, opts);
+    let w = Arc::new(DeletePairs {
+        pairs,
+        next: Default::default(),
+        start: std::sync::Barrier::new(2),
+    });
+    let stats = run_to_completion(&cl, &clients(2, pairs), w, 3).unwrap();
+    let commits: u64 = stats.iter().map(|s| s.total_commits()).sum();
+    assert_eq!(commits, 2 * pairs, "every transaction committed once");
+    let left = present_accounts(&islands);
+    let both = (0..pairs)
+        .filter(|&k| !left.contains(&k) && !left.contains(&(pairs + k)))
+        .count();
+    let neither = (0..pairs)
+        .filter(|&k| left.contains(&k) && left.contains(&(pairs + k)))
+        .count();
+    assert_eq!(
+        (both, neither),
+        (0, 0),
+        "of {pairs} pairs, {both} lost both accounts and {neither} lost none"
+    );
+}
+
+/// Copies the files of `from` into a new directory `to`: what a process
+/// crash at this instant leaves of a log directory (written bytes survive
+/// it; records still in an island's log buffer, or submitted to a writer
+/// held back by a [`GatedDevice`], do not).
+fn copy_log_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Issue 22's `async` crash: transfer L (account 4 pays 100 to account 5,
+/// local to island 1) commits and its record stays in island 1's log. W
+/// (home island 0) reads account 5 there (1100), sets account 0 to that
+/// value and commits. Then the process dies: what each island's log had
+/// written survives. A W that survives must not have read from an L that
+/// did not: either both, or account 0 = 1000.
+#[test]
+fn after_an_async_crash_no_surviving_commit_read_a_lost_one() {
+    let dir = fresh_dir("async-crash");
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let durability = crate::wal::Durability::Async;
+    let (cl, handles, mut home, mut part) = two_islands_with_a_gated_log(&dir, durability, &hold);
+    let _open_at_exit = OpenGate(Arc::clone(&hold));
+
+    // L commits on island 1; its record is not written.
+    hold.store(true, Ordering::Release);
+    commit_locally(&mut part, &[(4, -100), (5, 100)]);
+
+    // W: account 0 := account 5.
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: the context outlives the procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
+    let w = async move {
+        let h = tx.get(ACCOUNTS, 5).await?.ok_or(Abort::User("no 5"))?;
+        let seen = tx.row(h).i64(BAL);
+        assert_eq!(seen, INITIAL + 100, "W reads L's write");
+        let h = tx
+            .get_for_update(ACCOUNTS, 0)
+            .await?
+            .ok_or(Abort::User("no 0"))?;
+        tx.row_mut(h).set_i64(BAL, seen);
+        Ok(())
+    };
+    run_by_hand(&mut home, &mut [&mut part], c, w).unwrap();
+    let Ok(HomeCommit::Distributed(g)) = home.commit_home(c) else {
+        panic!("W commits with two-phase commit");
+    };
+    // Give W every chance to commit while island 1 writes nothing; once it
+    // has, wait until its decision is written on island 0.
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(1));
+        home.pump().unwrap();
+        part.pump().unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    if let Some(&(_, Some(ack))) = home.outcomes.iter().find(|&&(o, _)| o == g) {
+        home.flush_log().unwrap();
+        while handles[0].durable_batch() < ack {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "W's decision never written"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    // The crash: what both logs have written now is all that survives.
+    let crashed = dir.join("crashed");
+    for i in 0..2 {
+        copy_log_dir(
+            &dir.join(format!("island-{i}")),
+            &crashed.join(format!("island-{i}")),
+        );
+    }
+    let recovered = logged_island_config(&crashed, 0, durability);
+    let mut balance = [0i64; 8];
+    for i in 0..2 {
+        let (island, _) = Island::open(recovered(i), &tables(8)).unwrap();
+        island
+            .catalog()
+            .table(ACCOUNTS)
+            .for_each_row(|k, _, row| balance[k as usize] = row[0] as i64);
+        island.shutdown();
+    }
+    if balance[0] != INITIAL {
+        assert_eq!(
+            (balance[0], balance[4], balance[5]),
+            (INITIAL + 100, INITIAL - 100, INITIAL + 100),
+            "W survived the crash (account 0 = {}), L, which it read from, did not",
+            balance[0]
+        );
+    }
+
+    // The run goes on: island 1 writes, W commits.
+    hold.store(false, Ordering::Release);
+    settle(&mut [&mut home, &mut part], deadline);
+    drop((home, part));
+    drop(cl);
+    shut_down_and_remove(handles, &dir);
+}
+
+/// Shuts the islands of a test down (their logs written) and removes the
+/// test's directory.
+fn shut_down_and_remove(islands: Vec<Island>, dir: &std::path::Path) {
+    for i in &islands {
         i.shutdown();
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(islands);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Issue 22: each worker takes its share of the recovery report once. Here
+/// recovery resolves an in-doubt credit (account 5 = 1070) and a later local
+/// transaction makes it 1071. A second executor for island 1's worker (and
+/// for the home's) used to replay the same report: it restored the old
+/// branch, the home re-sent its commit, and account 5 went back to 1070.
+#[test]
+fn a_second_executor_for_a_worker_is_refused() {
+    let dir = fresh_dir("second-executor");
+    let defs = tables(8);
+    let opts = ClusterOptions::default();
+    let config = sync_island_config(&dir, opts.contexts_needed(1));
+    let g = coord::gtid(0, 5 << WORKER_BITS);
+    leave_a_transfer_in_doubt(&config, &defs, g);
+    let opened: Vec<(Island, RecoveryReport)> = (0..2)
+        .map(|i| Island::open(config(i), &defs).unwrap())
+        .collect();
+    let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let cl = Cluster::new(opened, vec![1, 1], Arc::new(SplitRouter), opts).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    {
+        let mut home = cl.executor(0, 0).unwrap();
+        let mut part = cl.executor(1, 0).unwrap();
+        settle(&mut [&mut home, &mut part], deadline);
+        commit_locally(&mut part, &[(5, 1)]);
+        settle(&mut [&mut home, &mut part], deadline);
+    }
+    let balance_5 = |islands: &[Island]| contents(islands, 8).0[5];
+    assert_eq!(balance_5(&handles), INITIAL + 71);
+    match (cl.executor(0, 0), cl.executor(1, 0)) {
+        (Err(e0), Err(e1)) => {
+            for (w, e) in [("worker 0 of island 0", e0), ("worker 0 of island 1", e1)] {
+                assert!(
+                    e.to_string().contains(w) && e.to_string().contains("recovery"),
+                    "{e}"
+                );
+            }
+        }
+        (Ok(mut home), Ok(mut part)) => {
+            settle(&mut [&mut home, &mut part], deadline);
+            drop((home, part));
+            assert_eq!(
+                balance_5(&handles),
+                INITIAL + 71,
+                "second executors replayed a recovery that was already resolved"
+            );
+            panic!("second executors for workers that had one were not refused");
+        }
+        (a, b) => panic!(
+            "one second executor refused, not the other: {:?}, {:?}",
+            a.err(),
+            b.err()
+        ),
+    }
+    drop(cl);
+    shut_down_and_remove(handles, &dir);
 }

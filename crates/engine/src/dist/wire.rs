@@ -19,6 +19,7 @@
 //! DELETE  0x31 [gtid u64][table u16][key u64]
 //! PREP    0x32 [gtid u64][writes u32][hold u8: 0|1]
 //! RELEASE 0x33 [gtid u64]
+//! LOCK    0x38 [gtid u64][tag u32][n u32] n × ([table u16][key u64])
 //! ```
 //!
 //! A request (GET, INSERT, SCAN, MGET) has bit [`CONTINUES`] of its kind set
@@ -37,9 +38,17 @@
 //! PREP precedes the PrepareReq: it says how many WRITE / DELETE frames the
 //! branch must have received (a participant that got a different number, or
 //! no PREP at all because frames were lost or reordered, votes no), and with
-//! `hold` asks it not to release at prepare even if it wrote nothing (write
-//! locks that some participant takes only at prepare time must not follow
-//! an early release elsewhere, or two-phase locking breaks).
+//! `hold` asks it not to release at prepare even if it wrote nothing (an
+//! early prepare, `Txn::prepare_remote`: the home branch takes locks after
+//! the others prepared, and none may have released before, or two-phase
+//! locking breaks).
+//!
+//! LOCK asks a branch to take the write lock of rows it read for the home
+//! transaction without it, which the home then changed or deleted: the home
+//! sends it, and waits for every reply (a REPLY with no rows), before it asks
+//! any island to prepare, so that no branch takes a lock at prepare after
+//! another released its own or validated its reads (two-phase locking). It
+//! always continues a branch: a participant that holds none refuses it.
 //!
 //! Decoding checks every length and value and never panics: a malformed frame
 //! is an error the receiver counts and does not execute.
@@ -59,6 +68,9 @@ const K_WRITE: u8 = 0x30;
 const K_DELETE: u8 = 0x31;
 const K_PREP: u8 = 0x32;
 const K_RELEASE: u8 = 0x33;
+const K_LOCK: u8 = 0x38;
+/// Bytes of one entry of a LOCK frame.
+pub const LOCK_ENTRY_BYTES: usize = 2 + 8;
 
 /// `index` value of a primary-key scan.
 pub const PRIMARY: u16 = u16::MAX;
@@ -68,10 +80,10 @@ pub const PRIMARY: u16 = u16::MAX;
 pub enum Status {
     /// Done. `validated`: the branch now holds reads that it validates at
     /// commit (index misses, range scans), so it must take part in the
-    /// commit. `undurable`: the participant acknowledges only durable data
-    /// (`sync`) and its log held records not yet durable after the reads, so
-    /// they may have read writes a crash would lose; the branch must then vote
-    /// (its read-only vote waits for them), not merely be released.
+    /// commit. `undurable`: the participant's log held records not yet
+    /// durable (`sync`) or written (`async`) after the reads, so they may
+    /// have read writes a crash would lose; the branch must then vote (its
+    /// read-only vote waits for them), not merely be released.
     Ok { validated: bool, undurable: bool },
     /// A concurrency-control conflict: the home transaction aborts and retries.
     Conflict(AbortReason),
@@ -143,6 +155,13 @@ pub enum Frame<'a> {
     /// no branch of it validates reads at commit: release the branch; no reply.
     Release {
         gtid: u64,
+    },
+    /// Take these rows' write locks (see the module documentation).
+    /// `entries` is `n` × [`LOCK_ENTRY_BYTES`] (read with [`lock_entry_of`]).
+    Lock {
+        gtid: u64,
+        tag: u32,
+        entries: &'a [u8],
     },
 }
 
@@ -344,6 +363,21 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, WireError> {
             need(kind, b, 1 + 8, true)?;
             Frame::Release { gtid: c.u64() }
         }
+        K_LOCK => {
+            need(kind, b, 1 + 8 + 4 + 4, false)?;
+            let gtid = c.u64();
+            let tag = c.u32();
+            let n = c.u32() as usize;
+            let entries = c.rest();
+            if entries.len() != n * LOCK_ENTRY_BYTES {
+                return Err(WireError::BadLength {
+                    kind,
+                    want: 1 + 8 + 4 + 4 + n * LOCK_ENTRY_BYTES,
+                    got: b.len(),
+                });
+            }
+            Frame::Lock { gtid, tag, entries }
+        }
         K_PREP => {
             need(kind, b, 1 + 8 + 4 + 1, true)?;
             Frame::Prep {
@@ -493,6 +527,28 @@ pub fn release(out: &mut Vec<u8>, gtid: u64) {
     out.extend_from_slice(&gtid.to_le_bytes());
 }
 
+/// Appends a LOCK request's header; the caller appends `n` entries with
+/// [`lock_entry`].
+pub fn lock(out: &mut Vec<u8>, gtid: u64, tag: u32, n: u32) {
+    out.push(K_LOCK);
+    out.extend_from_slice(&gtid.to_le_bytes());
+    out.extend_from_slice(&tag.to_le_bytes());
+    out.extend_from_slice(&n.to_le_bytes());
+}
+
+pub fn lock_entry(out: &mut Vec<u8>, table: u16, key: u64) {
+    out.extend_from_slice(&table.to_le_bytes());
+    out.extend_from_slice(&key.to_le_bytes());
+}
+
+/// (table, key) of a LOCK entry of [`LOCK_ENTRY_BYTES`] bytes.
+pub fn lock_entry_of(e: &[u8]) -> (u16, u64) {
+    (
+        u16::from_le_bytes([e[0], e[1]]),
+        u64::from_le_bytes(e[2..10].try_into().expect("a LOCK entry is 10 bytes")),
+    )
+}
+
 pub fn prep(out: &mut Vec<u8>, gtid: u64, writes: u32, hold: bool) {
     out.push(K_PREP);
     out.extend_from_slice(&gtid.to_le_bytes());
@@ -520,7 +576,7 @@ mod tests {
         b[0] |= CONTINUES;
         assert!(continues(&b) && matches!(decode(&b), Ok(Frame::Scan { .. })));
         // The bit means nothing on other kinds: they stay unknown.
-        for kind in [K_REPLY, K_WRITE, K_PREP, K_RELEASE] {
+        for kind in [K_REPLY, K_WRITE, K_PREP, K_RELEASE, K_LOCK] {
             assert!(!continues(&[kind | CONTINUES]));
             assert!(matches!(
                 decode(&[kind | CONTINUES]),
@@ -637,6 +693,28 @@ mod tests {
             reply_header(&mut b, 9, status, 1, 8, 0);
             assert!(matches!(decode(&b).unwrap(), Frame::Reply { status: s, .. } if s == status));
         }
+        b.clear();
+        lock(&mut b, 44, 6, 2);
+        lock_entry(&mut b, 1, 77);
+        lock_entry(&mut b, 3, u64::MAX);
+        match decode(&b).unwrap() {
+            Frame::Lock {
+                gtid: 44,
+                tag: 6,
+                entries,
+            } => {
+                let got: Vec<_> = entries
+                    .chunks_exact(LOCK_ENTRY_BYTES)
+                    .map(lock_entry_of)
+                    .collect();
+                assert_eq!(got, [(1, 77), (3, u64::MAX)]);
+            }
+            f => panic!("decoded {f:?}"),
+        }
+        assert!(matches!(
+            decode(&b[..b.len() - 1]),
+            Err(WireError::BadLength { .. })
+        ));
         b.clear();
         prep(&mut b, 42, 3, true);
         assert_eq!(

@@ -32,6 +32,57 @@
 //! update), so an abort never undoes a row in place. Rows are addressed by
 //! handles ([`RowH`]) into the access set, which keeps the borrow checker out
 //! of the way of procedures that hold several rows at once.
+//!
+//! ## Locks and versions by operation
+//!
+//! ### Across islands
+//!
+//! Islands that run distributed transactions run `no_wait` 2PL. A row of
+//! another island is read by a request that its owner serves on the
+//! transaction's *branch* there, with the same code as a local read, so the
+//! owner holds the lock; the home keeps a copy whose `held` says what the
+//! owner holds. Per operation, on a row of the home island and on a row of
+//! another island:
+//!
+//! | operation | lock, and when it is taken | validated at prepare |
+//! |---|---|---|
+//! | `get` | shared, at the read (the owner's, when it serves the request) | nothing |
+//! | `get_for_update` | exclusive, at the read | nothing |
+//! | `get_many` | as `get` / `get_for_update`, per key | nothing |
+//! | change (`row_mut`) of a row read by `get_for_update`, or inserted | none more: exclusive already | nothing |
+//! | change or `delete` of a row read by `get` (or by a scan, or read by `get` and then again by `get_for_update`, which reuses the entry) | shared at the read; exclusive **pending** | nothing |
+//! | `insert` of a free key | exclusive, on the new slot before it is indexed | nothing |
+//! | `insert` of a key the transaction deleted | the deleted row becomes an update: its lock as read (pending if shared) | nothing |
+//! | `insert` of a committed key (answers `None`) | shared, on the row found | nothing |
+//! | point miss (`get` of an absent key) | none | the hash stripe's version (an ordered table: an empty scan) |
+//! | `scan`, `scan_secondary` | shared, on each row returned | the range's entries (count and digest) |
+//! | read after [`Txn::read_committed`] | none | nothing |
+//!
+//! A row's write lock is *pending* (`Access::lock_pending`, the one rule)
+//! when the row is in the write set (changed, inserted or deleted) and the
+//! transaction does not hold its exclusive lock. On one island, commit takes
+//! the pending locks, then validates, then installs and releases, so all
+//! locks are held at the validation. Across islands each branch does that at
+//! its own prepare, in parallel, and a read-only branch releases at its
+//! prepare: a lock taken at one branch's prepare could come after another
+//! branch released a lock or validated a scan or a miss (a check at one
+//! instant, which no lock holds on), and two-phase locking would break (two
+//! transactions each deleting its row if the other's is present both
+//! committed). So no branch takes a lock at prepare: the home's commit
+//! (`dist::Executor::commit_home`) takes the pending locks of its own island
+//! first, then those of other islands by a LOCK round (a request per island,
+//! answered once the owner holds them), and only then asks any branch to
+//! prepare.
+//!
+//! Releases: a read-only branch releases at its prepare (it votes
+//! read-only), a writing one when it installs its writes (the home island's
+//! own branch at the commit decision, the others at the CommitReq). A
+//! read-only transaction whose branches validate nothing and read only
+//! durable data releases them without a vote. [`Txn::prepare_remote`]
+//! prepares the remote branches first, each holding every lock (shared ones
+//! too) until the decision; the home branch, which may still take locks,
+//! prepares last. It is refused (a no-op) when a remote branch validates a
+//! scan or a miss, which would then be checked before the home's locks.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -92,6 +143,30 @@ struct Access {
     orig: u32,
 }
 
+impl Access {
+    /// Whether commit has still to take this row's write lock: the row is in
+    /// the write set (changed, inserted or deleted) and what the transaction
+    /// holds on it is less (a shared lock, or nothing: a plain read that was
+    /// then changed or deleted). For a copy of another island's row this says
+    /// what its owner holds for the transaction. The one rule for *when* a
+    /// lock is taken late; see "Locks and versions by operation".
+    #[inline]
+    fn lock_pending(&self) -> bool {
+        (self.dirty || self.kind == Kind::Delete) && !self.held.is_write_lock()
+    }
+
+    /// The row as the scheme's `lock_write_set` takes it.
+    fn write_lock(&self) -> WriteLock {
+        WriteLock {
+            table: self.table,
+            rid: self.rid,
+            held: self.held,
+            seen: self.seen.version,
+            inserted: self.kind == Kind::Insert,
+        }
+    }
+}
+
 /// A point miss: the key was absent; validated through its hash stripe.
 #[derive(Clone, Copy, Debug)]
 struct Miss {
@@ -121,10 +196,11 @@ pub struct Committed {
     pub tid: u64,
     /// The transaction wrote log records.
     pub logged: bool,
-    /// The log batch that must be durable before the transaction may be
-    /// acknowledged in `sync` mode: the batch of its own record, or for a
-    /// read-only transaction the batch of the newest record it could have
-    /// read from. 0 when there is nothing to wait for.
+    /// The log batch that must be durable (`sync`) or written (`async`)
+    /// before the transaction may be acknowledged ([`Txn::wait_durable`]):
+    /// the batch of its own record, or for a read-only transaction the batch
+    /// of the newest record it could have read from. 0 when there is nothing
+    /// to wait for.
     pub ack: BatchSeq,
 }
 
@@ -902,8 +978,6 @@ impl Txn {
     /// failure everything is released and the reason returned.
     fn lock_and_validate(&mut self, writes: bool) -> Result<u64, Abort> {
         let shared = self.island();
-        let cc = &*shared.cc;
-        let tables = &shared.catalog.tables;
         if writes {
             if let Some(e) = shared.log_failure() {
                 self.abort();
@@ -911,30 +985,9 @@ impl Txn {
             }
         }
         // 1. Lock the write set.
-        self.locks.clear();
-        for a in self.acc.iter() {
-            if a.island == LOCAL && (a.dirty || a.kind == Kind::Delete) {
-                self.locks.push(WriteLock {
-                    table: a.table,
-                    rid: a.rid,
-                    held: a.held,
-                    seen: a.seen.version,
-                    inserted: a.kind == Kind::Insert,
-                });
-            }
-        }
-        if !self.locks.is_empty() {
-            // The scheme may reorder `locks`; map results back by (table, rid).
-            let r = cc.lock_write_set(tables, &mut self.locks, &self.meta);
-            for l in &self.locks {
-                if let Some(h) = self.find(l.table, l.rid) {
-                    self.acc[h.0 as usize].held = l.held;
-                }
-            }
-            if let Err(reason) = r {
-                self.abort();
-                return Err(Abort::Conflict(reason));
-            }
+        if let Err(reason) = self.lock_pending_rows() {
+            self.abort();
+            return Err(Abort::Conflict(reason));
         }
         // 2. Validate (nothing under read committed: it read no snapshot).
         if self.validate && !self.read_committed {
@@ -967,6 +1020,38 @@ impl Txn {
                 .fetch_max(tid, std::sync::atomic::Ordering::AcqRel);
         }
         Ok(tid)
+    }
+
+    /// Takes the write lock of every row of this island whose lock is still
+    /// pending ([`Access::lock_pending`]). On a conflict returns its reason,
+    /// releasing nothing (the caller aborts).
+    pub(crate) fn lock_pending_rows(&mut self) -> Result<(), AbortReason> {
+        self.locks.clear();
+        for a in self.acc.iter() {
+            if a.island == LOCAL && a.lock_pending() {
+                self.locks.push(a.write_lock());
+            }
+        }
+        self.lock_listed()
+    }
+
+    /// Takes the write locks of the rows in `locks` and records what the
+    /// transaction holds on each. On a conflict returns its reason.
+    fn lock_listed(&mut self) -> Result<(), AbortReason> {
+        if self.locks.is_empty() {
+            return Ok(());
+        }
+        let shared = self.island();
+        // The scheme may reorder `locks`; map results back by (table, rid).
+        let r = shared
+            .cc
+            .lock_write_set(&shared.catalog.tables, &mut self.locks, &self.meta);
+        for l in &self.locks {
+            if let Some(h) = self.find(l.table, l.rid) {
+                self.acc[h.0 as usize].held = l.held;
+            }
+        }
+        r
     }
 
     /// Appends the transaction's local writes to an open commit or prepare record.

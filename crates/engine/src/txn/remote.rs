@@ -84,8 +84,9 @@ pub(crate) struct Dist {
     pub(crate) reply_ready: bool,
     /// Some remote branch validates reads at commit (misses, scans).
     pub(crate) remote_validated: bool,
-    /// Some remote branch read data its island had not made durable yet
-    /// (`sync`): it must vote, which waits for that data, at commit.
+    /// Some remote branch read data its island had not made durable
+    /// (`sync`) or written (`async`) yet: it must vote, which waits for that
+    /// data, at commit.
     pub(crate) remote_undurable: bool,
     pub(crate) early: Early,
     /// Remote deletes shipped by the early prepare (a later one is refused).
@@ -549,13 +550,85 @@ impl Txn {
             || !self.scans.is_empty()
     }
 
-    /// Whether some row the transaction changed was read without its write
-    /// lock (a plain `get` followed by `row_mut`): its owner takes the lock
-    /// only at prepare, so no participant may release early (see `HOLD`).
-    pub(crate) fn has_late_writes(&self) -> bool {
-        self.acc
-            .iter()
-            .any(|a| a.dirty && a.kind == Kind::Read && a.held != Held::Exclusive)
+    /// The other islands that hold rows whose write lock this transaction
+    /// has still to take there ([`Access::lock_pending`]: a row read without
+    /// it, then changed or deleted). Its two-phase commit must not start
+    /// before they are locked (see `dist::Executor::commit_home`).
+    pub(crate) fn pending_lock_islands(&self) -> IslandSet {
+        let mut s = IslandSet::EMPTY;
+        for a in &self.acc {
+            if a.island != LOCAL && a.lock_pending() {
+                s.insert(a.island);
+            }
+        }
+        s
+    }
+
+    /// Whether some row, here or on another island, still waits for its
+    /// write lock ([`Access::lock_pending`]).
+    pub(crate) fn has_pending_locks(&self) -> bool {
+        self.acc.iter().any(|a| a.lock_pending())
+    }
+
+    /// Starts a LOCK round (see `dist::Executor::commit_home`): a fresh
+    /// request tag, which every island's reply echoes. Returns it.
+    pub(crate) fn begin_lock_round(&mut self) -> u32 {
+        let d = self
+            .dist
+            .as_mut()
+            .expect("a lock round without a distributed context");
+        d.req_seq = d.req_seq.wrapping_add(1);
+        d.tag = d.tag_base | (d.req_seq & TAG_SEQ_MASK);
+        d.req_ready = false;
+        d.reply_ready = false;
+        d.tag
+    }
+
+    /// Appends the LOCK request to `island` of a lock round: every row there
+    /// whose write lock is still pending.
+    pub(crate) fn encode_lock(&self, out: &mut Vec<u8>, island: u16, gtid: u64, tag: u32) {
+        let pending = || {
+            self.acc
+                .iter()
+                .filter(move |a| a.island == island && a.lock_pending())
+        };
+        wire::lock(out, gtid, tag, pending().count() as u32);
+        for a in pending() {
+            wire::lock_entry(out, a.table, a.key);
+        }
+    }
+
+    /// `island` answered the lock round: it holds every row of this
+    /// transaction that it was asked for under its write lock.
+    pub(crate) fn locked_on(&mut self, island: u16) {
+        for a in self.acc.iter_mut() {
+            if a.island == island && a.lock_pending() {
+                a.held = Held::Exclusive;
+            }
+        }
+    }
+
+    /// Participant: a LOCK request. Takes the write lock of this branch's
+    /// row `key` of `table` for each entry of `keys` (as encoded by
+    /// [`wire::lock_entry`]): the home transaction changed or deleted rows
+    /// it read without that lock, and wants them locked before it asks any
+    /// island to prepare. On `Err` nothing was released (the branch aborts
+    /// when the home says so).
+    pub(crate) fn lock_rows(&mut self, keys: &[u8]) -> Result<(), Abort> {
+        self.locks.clear();
+        for e in keys.chunks_exact(wire::LOCK_ENTRY_BYTES) {
+            let (table, key) = wire::lock_entry_of(e);
+            let Some(h) = self.branch_entry(table, key) else {
+                return Err(Abort::Failed(Error::Protocol(format!(
+                    "LOCK of key {key} of table {table}, which the branch never read"
+                ))));
+            };
+            let a = &self.acc[h.0 as usize];
+            if !a.held.is_write_lock() {
+                self.locks.push(a.write_lock());
+            }
+        }
+        self.lock_listed().map_err(Abort::Conflict)
     }
 
     /// Whether the transaction changed anything, here or on another island.

@@ -1,11 +1,13 @@
 //! Two-phase commit across islands survives SIGKILL: a child process runs
-//! transfers between accounts on two islands in `sync` mode and is killed at
-//! a random moment, possibly between a participant's prepare and the
-//! decision. The parent recovers both islands, lets their executors resolve
-//! every in-doubt branch (the coordinator's log decides; presumed abort
-//! otherwise), and checks that no transfer is half-applied: every account's
-//! balance is its initial balance plus what the surviving receipts moved into
-//! it minus what they moved out, and the total is conserved. The child
+//! transfers between accounts on two islands in `sync` mode, and closes
+//! accounts (moving their balance to another, then deleting them) and opens
+//! them again, and is killed at a random moment, possibly between a
+//! participant's prepare and the decision. The parent recovers both islands,
+//! lets their executors resolve every in-doubt branch (the coordinator's log
+//! decides; presumed abort otherwise), and checks that no transfer or close
+//! is half-applied: every account's balance (0 if it is closed) is its
+//! initial balance plus what the surviving receipts moved into it minus what
+//! they moved out, and the total is conserved. The child
 //! checkpoints each island right after opening it (after a recovery, before
 //! the executors start) and then every few milliseconds while it runs
 //! (besides the islands' own periodic checkpoints), so
@@ -47,7 +49,9 @@ fn tables() -> Vec<TableDef> {
         TableDef::new(
             "accounts",
             &[("balance", ColType::I64)],
-            N,
+            // Room for accounts opened again: each transaction context claims
+            // slots for its inserts in blocks of 64.
+            1 << 16,
             PrimaryKind::Hash,
         ),
         TableDef::new(
@@ -85,6 +89,8 @@ struct Transfers {
 
 #[derive(Default)]
 struct Req {
+    /// Close `from` into `to` (or open it again) instead of a transfer.
+    close: bool,
     from: u64,
     to: u64,
     amount: i64,
@@ -97,6 +103,7 @@ impl Workload for Transfers {
         vec!["transfer"]
     }
     fn next(&self, _w: usize, rng: &mut FastRng, r: &mut Req) -> usize {
+        r.close = rng.percent(10);
         r.from = rng.below(N);
         r.to = (r.from + 1 + rng.below(N - 1)) % N;
         r.amount = 1 + rng.below(20) as i64;
@@ -104,6 +111,9 @@ impl Workload for Transfers {
         0
     }
     async fn run<'a>(&'a self, tx: &'a mut Txn, r: &'a Req) -> Result<(), Abort> {
+        if r.close {
+            return close_or_reopen(tx, r).await;
+        }
         let a = tx
             .get_for_update(ACCOUNTS, r.from)
             .await?
@@ -116,16 +126,43 @@ impl Workload for Transfers {
         tx.row_mut(a).set_i64(BAL, v - r.amount);
         let v = tx.row(b).i64(BAL);
         tx.row_mut(b).set_i64(BAL, v + r.amount);
-        let h = tx
-            .insert(RECEIPTS, r.receipt)
-            .await?
-            .ok_or(Abort::User("receipt exists"))?;
-        let mut row = tx.row_mut(h);
-        row.set_u64(FROM, r.from);
-        row.set_u64(TO, r.to);
-        row.set_i64(AMOUNT, r.amount);
-        Ok(())
+        receipt(tx, r, r.amount).await
     }
+}
+
+/// Closes account `r.from` into `r.to`: its whole balance moves there (with
+/// a receipt), and it is deleted. `from` is read without its write lock, so
+/// the delete takes it late (across islands, before the two-phase commit
+/// starts). A closed `from` is opened again, empty.
+async fn close_or_reopen(tx: &mut Txn, r: &Req) -> Result<(), Abort> {
+    let Some(a) = tx.get(ACCOUNTS, r.from).await? else {
+        tx.insert(ACCOUNTS, r.from)
+            .await?
+            .ok_or(Abort::User("opened meanwhile"))?;
+        return Ok(());
+    };
+    let b = tx
+        .get_for_update(ACCOUNTS, r.to)
+        .await?
+        .ok_or(Abort::User("no account"))?;
+    let moved = tx.row(a).i64(BAL);
+    let v = tx.row(b).i64(BAL);
+    tx.row_mut(b).set_i64(BAL, v + moved);
+    tx.delete(a).await?;
+    receipt(tx, r, moved).await
+}
+
+/// The receipt of `amount` moved from `r.from` to `r.to`.
+async fn receipt(tx: &mut Txn, r: &Req, amount: i64) -> Result<(), Abort> {
+    let h = tx
+        .insert(RECEIPTS, r.receipt)
+        .await?
+        .ok_or(Abort::User("receipt exists"))?;
+    let mut row = tx.row_mut(h);
+    row.set_u64(FROM, r.from);
+    row.set_u64(TO, r.to);
+    row.set_i64(AMOUNT, amount);
+    Ok(())
 }
 
 fn options() -> ClusterOptions {
@@ -171,8 +208,9 @@ fn child_entry() {
         panic!("{CHILD_ENV} is dir|cycle|mode");
     };
     let cycle: u64 = cycle.parse().unwrap();
+    // Not from the accounts: any of them may be closed.
+    let fresh = !Path::new(dir).join("island-0").exists();
     let opened = open(Path::new(dir));
-    let fresh = opened[0].0.catalog().table(ACCOUNTS).lookup(0).is_none();
     for (i, (island, _)) in opened.iter().enumerate() {
         if fresh {
             let mut l = island.loader().unwrap();
@@ -261,18 +299,19 @@ fn recover_and_check(dir: &Path, seed: u64, cycle: u64) -> usize {
             expected[to as usize] += amount;
         });
     }
-    let balance: Vec<i64> = balance
-        .into_iter()
-        .enumerate()
-        .map(|(k, b)| b.unwrap_or_else(|| panic!("seed {seed} cycle {cycle}: account {k} lost")))
-        .collect();
+    // A closed account holds nothing; one lost by recovery would show as a
+    // balance of 0 where its receipts say otherwise.
+    let closed = balance.iter().filter(|b| b.is_none()).count();
+    let balance: Vec<i64> = balance.into_iter().map(|b| b.unwrap_or(0)).collect();
     assert_eq!(
         balance, expected,
-        "seed {seed} cycle {cycle}: a transfer is half-applied ({receipts} receipts, {in_doubt} in doubt at recovery)"
+        "seed {seed} cycle {cycle}: a transfer or close is half-applied ({receipts} receipts, \
+         {closed} accounts closed, {in_doubt} in doubt at recovery)"
     );
     assert_eq!(balance.iter().sum::<i64>(), INITIAL * N as i64);
     eprintln!(
-        "seed {seed} cycle {cycle}: {receipts} receipts, {in_doubt} branches in doubt at recovery, consistent"
+        "seed {seed} cycle {cycle}: {receipts} receipts, {closed} accounts closed, {in_doubt} \
+         branches in doubt at recovery, consistent"
     );
     for i in &islands {
         i.shutdown();
