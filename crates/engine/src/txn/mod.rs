@@ -50,6 +50,10 @@ use crate::wal::BatchSeq;
 use crate::{Abort, AbortReason, Error};
 
 mod remote;
+#[cfg(test)]
+pub(crate) mod sched;
+#[cfg(test)]
+mod tests;
 pub use remote::Router;
 pub(crate) use remote::{Dist, Early, TAG_SEQ_BITS};
 
@@ -167,9 +171,13 @@ pub struct Txn {
     unflushed_bytes: usize,
     last_tid: u64,
     validate: bool,
-    /// [`Txn::read_committed`]: reads take no locks and nothing is validated.
+    /// [`Txn::read_committed`]: reads from the call on take no locks and
+    /// record nothing to validate.
     read_committed: bool,
     has_inserts: bool,
+    /// With `read_committed`: the access entries before this one were read
+    /// before the call, and are validated at commit.
+    rc_from: u32,
     /// The row whose lock this attempt ran into (a local read that
     /// conflicted), kept after the abort: the driver retries once that row
     /// is free ([`Txn::conflict_row`]).
@@ -206,6 +214,7 @@ impl Txn {
             validate,
             read_committed: false,
             has_inserts: false,
+            rc_from: 0,
             conflict: None,
             dist: None,
             prepared: None,
@@ -329,93 +338,128 @@ impl Txn {
         key: u64,
         for_update: bool,
     ) -> Result<Option<RowH>, Abort> {
-        let t = self.shared.catalog.table(table);
-        let Some(rid) = t.lookup(key) else {
-            self.record_miss(table, key);
-            return Ok(None);
-        };
-        if let Some(h) = self.find(table, rid) {
-            let a = &self.acc[h.0 as usize];
-            if a.key == key && a.kind != Kind::Delete && (a.seen.present || a.kind == Kind::Insert)
-            {
-                return Ok(Some(h));
-            }
-            return Ok(None);
-        }
-        match self.read_rid(table, rid, key, for_update) {
-            Ok(None) => {
-                // Indexed but absent (an uncommitted insert, a delete being
-                // installed, a reused slot): the answer is "no such key", and it
-                // must be validated like an index miss. The slot's version does
-                // not move when the key is inserted again into another slot.
-                self.record_miss(table, key);
-                // The miss was recorded after the lookup: if the key reached
-                // another slot in between, the stripe version recorded already
-                // includes that insert, so validation would not see it.
-                let now = self.shared.catalog.table(table).lookup(key);
-                if now.is_some_and(|r| r != rid) {
-                    return Err(Abort::Conflict(AbortReason::Phantom));
+        let t = self.island().catalog.table(table);
+        let mut rid = t.lookup(key);
+        // A miss on a hash table is validated through its key's stripe
+        // version, which must be read *before* the lookup that finds the key
+        // absent: an insert between a lookup and a later version read would
+        // be inside the version recorded, invisible to validation. Hits need
+        // no stripe version, so the first lookup goes without: on a miss the
+        // version is read (waiting while odd) and the key looked up again,
+        // and that second lookup is the one the answer rests on.
+        let mut stripe = None;
+        loop {
+            let Some(r) = rid else {
+                #[cfg(test)]
+                sched::at(sched::Point::LookupMissed);
+                if stripe.is_none() {
+                    stripe = self.miss_stripe(t, key);
+                    if stripe.is_some() {
+                        rid = t.lookup(key);
+                        continue;
+                    }
                 }
-                Ok(None)
+                self.record_miss(t, key, stripe);
+                return Ok(None);
+            };
+            if let Some(h) = self.find(table, r) {
+                let a = &self.acc[h.0 as usize];
+                if a.key == key
+                    && a.kind != Kind::Delete
+                    && (a.seen.present || a.kind == Kind::Insert)
+                {
+                    return Ok(Some(h));
+                }
+                return Ok(None);
             }
-            r => r.map_err(Abort::Conflict),
+            match self.read_rid(table, r, key, for_update) {
+                // Indexed but absent (an uncommitted insert, a delete being
+                // installed, a reused slot): the answer is "no such key", and
+                // it is validated like an index miss (the slot's version does
+                // not move when the key is inserted again into another slot).
+                // Its stripe version, too, must precede a lookup that still
+                // finds no present row under the key.
+                Ok(None) => {
+                    if stripe.is_none() {
+                        stripe = self.miss_stripe(t, key);
+                        if stripe.is_some() {
+                            let now = t.lookup(key);
+                            if now != Some(r) {
+                                rid = now;
+                                continue;
+                            }
+                        }
+                    }
+                    self.record_miss(t, key, stripe);
+                    return Ok(None);
+                }
+                res => return res.map_err(Abort::Conflict),
+            }
         }
     }
 
-    fn record_miss(&mut self, table: TableId, key: u64) {
-        if !self.validate || self.read_committed {
+    /// For a miss on `t` that commit must validate through a hash stripe:
+    /// the key's stripe and its version, read once no insert or delete on
+    /// the stripe is under way. `None` if the miss needs no stripe (not
+    /// validated, no hash index, or a fixed key set).
+    fn miss_stripe(&self, t: &Table, key: u64) -> Option<(usize, u64)> {
+        if !self.validate || self.read_committed || t.fixed_keys {
+            return None;
+        }
+        let h = t.hash.as_ref()?;
+        let stripe = HashIndex::stripe_of(key);
+        let mut version = h.stripe_version(stripe);
+        let mut spins = 0;
+        while version & 1 == 1 {
+            spins += 1;
+            crate::cc::backoff(spins);
+            version = h.stripe_version(stripe);
+        }
+        Some((stripe, version))
+    }
+
+    /// Records a point miss for validation at commit: through `stripe` (from
+    /// [`Txn::miss_stripe`], read before the lookup) on a hash table, as an
+    /// empty scan of the key on an ordered one.
+    fn record_miss(&mut self, t: &Table, key: u64, stripe: Option<(usize, u64)>) {
+        if let Some((stripe, version)) = stripe {
+            // Validation takes every own insert on the stripe back out of
+            // the version it finds; the ones made before this miss are
+            // already in `version`, so take them out here too. Otherwise a
+            // foreign insert (of this very key) would be cancelled out.
+            let own = self
+                .acc
+                .iter()
+                .filter(|a| {
+                    a.kind == Kind::Insert
+                        && a.island == LOCAL
+                        && a.table == t.id
+                        && HashIndex::stripe_of(a.key) == stripe
+                })
+                .count() as u64;
+            self.misses.push(Miss {
+                table: t.id,
+                stripe: stripe as u32,
+                version: version.wrapping_sub(2 * own),
+            });
             return;
         }
-        let t = self.shared.catalog.table(table);
-        if t.fixed_keys {
-            return; // no insert can fill the miss
+        // A hash table's miss to validate always comes with its stripe.
+        if !self.validate || self.read_committed || t.fixed_keys || t.hash.is_some() {
+            return;
         }
-        match &t.hash {
-            Some(h) => {
-                let stripe = HashIndex::stripe_of(key);
-                let mut version = h.stripe_version(stripe);
-                let mut spins = 0;
-                while version & 1 == 1 {
-                    spins += 1;
-                    crate::cc::backoff(spins);
-                    version = h.stripe_version(stripe);
-                }
-                // Validation takes every own insert on the stripe back out of
-                // the version it finds; the ones made before this miss are
-                // already in `version`, so take them out here too. Otherwise a
-                // foreign insert (of this very key) would be cancelled out.
-                let own = self
-                    .acc
-                    .iter()
-                    .filter(|a| {
-                        a.kind == Kind::Insert
-                            && a.island == LOCAL
-                            && a.table == table
-                            && HashIndex::stripe_of(a.key) == stripe
-                    })
-                    .count() as u64;
-                let version = version.wrapping_sub(2 * own);
-                self.misses.push(Miss {
-                    table,
-                    stripe: stripe as u32,
-                    version,
-                });
-            }
-            None => {
-                // Nothing is indexed under the key: validated as an empty scan.
-                let k = key_of(key);
-                self.scans.push(Scan {
-                    table,
-                    secondary: None,
-                    lo: k,
-                    hi: k,
-                    reverse: false,
-                    visited: 0,
-                    exhausted: true,
-                    digest: DIGEST_SEED,
-                });
-            }
-        }
+        // Nothing is indexed under the key: validated as an empty scan.
+        let k = key_of(key);
+        self.scans.push(Scan {
+            table: t.id,
+            secondary: None,
+            lo: k,
+            hi: k,
+            reverse: false,
+            visited: 0,
+            exhausted: true,
+            digest: DIGEST_SEED,
+        });
     }
 
     /// Reads row `rid` (known to the index under `key`) into a new access entry.
@@ -936,8 +980,8 @@ impl Txn {
                 return Err(Abort::Conflict(reason));
             }
         }
-        // 2. Validate (nothing under read committed: it read no snapshot).
-        if self.validate && !self.read_committed {
+        // 2. Validate (under read committed, what was read before the call).
+        if self.validate {
             if let Err(reason) = self.validate_all() {
                 self.abort();
                 return Err(Abort::Conflict(reason));
@@ -1124,9 +1168,17 @@ impl Txn {
         self.clear();
     }
 
+    /// Validates the reads, misses and scans recorded: under
+    /// [`Txn::read_committed`], those made before the call (later misses and
+    /// scans are not recorded).
     fn validate_all(&self) -> Result<(), AbortReason> {
         let shared = &*self.shared;
-        for a in &self.acc {
+        let reads = if self.read_committed {
+            &self.acc[..self.rc_from as usize]
+        } else {
+            &self.acc[..]
+        };
+        for a in reads {
             if a.kind == Kind::Read && !a.dirty && a.island == LOCAL {
                 let t = shared.catalog.table(a.table);
                 if !shared.cc.validate_read(t, a.rid, &a.seen, a.held) {
@@ -1442,12 +1494,21 @@ impl Txn {
     /// run at, Clause 3.4.1): from here on its local reads take no lock and
     /// are not validated at commit, and neither are its scans and misses. It
     /// sees only committed rows, but two reads of one row may differ, and
-    /// phantoms may appear. It never makes another transaction abort or wait.
-    /// Reads for update still lock, and its reads on other islands keep
-    /// their island's scheme. A read-committed transaction must not write:
-    /// its commit fails with an error.
+    /// phantoms may appear. From here on it never makes another transaction
+    /// abort or wait. Reads for update still lock, and its reads on other
+    /// islands keep their island's scheme. A read-committed transaction must
+    /// not write: its commit fails with an error.
+    ///
+    /// Called partway through a transaction, it leaves what was read before
+    /// the call as it was: those reads keep their locks (2PL) and are
+    /// validated at commit with the misses and scans made before the call,
+    /// so the commit fails if any of them changed. A row read before the
+    /// call and read again after it is the transaction's own copy, as ever.
     pub fn read_committed(&mut self) {
-        self.read_committed = true;
+        if !self.read_committed {
+            self.read_committed = true;
+            self.rc_from = self.acc.len() as u32;
+        }
     }
 
     /// A write in a read-committed transaction: the error its commit gives.
