@@ -45,7 +45,9 @@ use crate::cc::{CcKind, Held, Observed, TxnMeta, WriteLock};
 use crate::island::Shared;
 use crate::storage::hash::HashIndex;
 use crate::storage::ordered::{key_of, pair};
-use crate::storage::{tid_of, RowCache, RowId, RowMut, RowRef, SecondaryId, Table, TableId};
+use crate::storage::{
+    tid_of, RowCache, RowId, RowMut, RowRef, SecondaryDef, SecondaryId, Table, TableId,
+};
 use crate::wal::BatchSeq;
 use crate::{Abort, AbortReason, Error};
 
@@ -94,6 +96,11 @@ struct Access {
     /// Offset of the image as read, kept for tables with secondary indexes
     /// (to move index entries when indexed columns change); `u32::MAX` if none.
     orig: u32,
+    /// Commit added this row's new secondary-index entries (an insert's, or
+    /// an update's that changed an indexed column) before validating: see
+    /// [`Txn::index_secondary_early`]. Abort takes them out again; install
+    /// removes the entries they replace.
+    indexed: bool,
 }
 
 /// A point miss: the key was absent; validated through its hash stripe.
@@ -175,6 +182,9 @@ pub struct Txn {
     /// record nothing to validate.
     read_committed: bool,
     has_inserts: bool,
+    /// Some update moved a row to another secondary key, whose new entry
+    /// commit added before validating (see [`Txn::index_secondary_early`]).
+    has_moves: bool,
     /// With `read_committed`: the access entries before this one were read
     /// before the call, and are validated at commit.
     rc_from: u32,
@@ -214,6 +224,7 @@ impl Txn {
             validate,
             read_committed: false,
             has_inserts: false,
+            has_moves: false,
             rc_from: 0,
             conflict: None,
             dist: None,
@@ -526,6 +537,7 @@ impl Txn {
             held,
             off: off as u32,
             orig,
+            indexed: false,
         });
         Ok(seen.present.then_some(h))
     }
@@ -596,6 +608,7 @@ impl Txn {
             held,
             off,
             orig: u32::MAX,
+            indexed: false,
         });
         self.has_inserts = true;
         Ok(Some(h))
@@ -768,6 +781,14 @@ impl Txn {
                 a.table == table && a.island == LOCAL && (a.dirty || a.kind == Kind::Delete)
             });
         let limit = if own_changes { usize::MAX } else { want };
+        // An entry of a secondary index may name a row whose image has
+        // another key: the entry a committing writer added before it
+        // installed (then aborted), or the one it replaces, removed only at
+        // install. Such a row is not returned (the entry still counts for
+        // validation). Rows of a fixed-key table never change keys.
+        let check = sec
+            .filter(|_| !t.fixed_keys)
+            .map(|s| &t.secondary[s.0 as usize].0);
         let mut out = std::mem::take(&mut self.scan_out);
         out.clear();
         let mut visited = 0u32;
@@ -804,6 +825,8 @@ impl Txn {
                     }
                 }
             };
+            let h =
+                h.filter(|&h| check.is_none_or(|def| (def.key)(&self.row(h)) == (k >> 64) as u64));
             if let Some(h) = h {
                 out.push(h);
                 if out.len() == limit {
@@ -908,7 +931,7 @@ impl Txn {
             phases::switch(prev);
         })?;
         let shared = self.island();
-        // 4. Log, before installing: see `island::Shared::log`.
+        // 5. Log, before installing: see `island::Shared::log`.
         let logged = writes && shared.wal.is_some();
         let mut ack = 0;
         let flag = &shared.committing[self.worker as usize];
@@ -931,7 +954,7 @@ impl Txn {
             // Read-only: durable once everything it could have read from is.
             ack = shared.append_seq.load(Ordering::Acquire);
         }
-        // 5. Install and release.
+        // 6. Install and release.
         phases::switch(Phase::Locking);
         self.install(tid);
         if logged {
@@ -942,7 +965,7 @@ impl Txn {
         Ok(Committed { tid, logged, ack })
     }
 
-    /// Commit steps 1–3: locks the write set, validates, picks the tid. On
+    /// Commit steps 1–4: locks the write set, adds new secondary entries, validates, picks the tid. On
     /// failure everything is released and the reason returned.
     fn lock_and_validate(&mut self, writes: bool) -> Result<u64, Abort> {
         let shared = self.island();
@@ -956,8 +979,12 @@ impl Txn {
         }
         // 1. Lock the write set.
         self.locks.clear();
+        let mut secondary_writes = false;
         for a in self.acc.iter() {
             if a.island == LOCAL && (a.dirty || a.kind == Kind::Delete) {
+                let t = &tables[a.table as usize];
+                secondary_writes |=
+                    a.dirty && a.kind != Kind::Delete && !t.secondary.is_empty() && !t.fixed_keys;
                 self.locks.push(WriteLock {
                     table: a.table,
                     rid: a.rid,
@@ -980,14 +1007,19 @@ impl Txn {
                 return Err(Abort::Conflict(reason));
             }
         }
-        // 2. Validate (under read committed, what was read before the call).
+        // 2. Make the new secondary entries visible, then validate: a scan
+        // validated from here on meets them (see `index_secondary_early`).
+        if secondary_writes {
+            self.index_secondary_early();
+        }
+        // 3. Validate (under read committed, what was read before the call).
         if self.validate {
             if let Err(reason) = self.validate_all() {
                 self.abort();
                 return Err(Abort::Conflict(reason));
             }
         }
-        // 3. The commit tid: above every version seen and this worker's last.
+        // 4. The commit tid: above every version seen and this worker's last.
         let mut tid = self.last_tid;
         for a in &self.acc {
             if a.island == LOCAL {
@@ -1035,7 +1067,10 @@ impl Txn {
         }
     }
 
-    /// Commit step 5: installs the local writes with `tid` and releases every lock.
+    /// Commit step 6: installs the local writes with `tid` and releases
+    /// every lock: all writes first, then the read locks, so under 2PL no
+    /// row this transaction read is free while one of its writes (or index
+    /// changes) is still to come.
     fn install(&mut self, tid: u64) {
         let shared = self.island();
         let cc = &*shared.cc;
@@ -1046,65 +1081,153 @@ impl Txn {
                 tables[a.table as usize].prefetch_rid(a.rid, all);
             }
         }
+        #[cfg(test)]
+        let mut step = 0;
         for i in 0..self.acc.len() {
             let a = self.acc[i];
-            if a.island != LOCAL {
+            if a.island != LOCAL || (a.kind == Kind::Read && !a.dirty) {
                 continue;
+            }
+            #[cfg(test)]
+            {
+                sched::at(sched::Point::Install(step));
+                step += 1;
             }
             let t = &tables[a.table as usize];
             let words = t.schema.row_words();
             let off = a.off as usize;
             match a.kind {
                 Kind::Delete => {
-                    if a.orig != u32::MAX {
-                        let o = a.orig as usize;
-                        t.unindex_secondary(
-                            a.key,
-                            &RowRef {
-                                words: &self.buf[o..o + words],
-                                schema: &t.schema,
-                            },
-                        );
+                    if let Some(old) = self.orig_image(t, &a) {
+                        t.unindex_secondary(a.key, &old);
                     }
                     t.unindex_primary(a.key, a.rid);
                     cc.install(t, a.rid, tid, None, a.held);
                     t.arena.free(&mut self.caches[a.table as usize], a.rid);
                 }
+                // Its secondary entries went in at lock time.
                 Kind::Insert => {
-                    let img = &self.buf[off..off + words];
-                    t.index_secondary(
-                        a.key,
-                        a.rid,
-                        &RowRef {
-                            words: img,
-                            schema: &t.schema,
-                        },
-                    );
-                    cc.install(t, a.rid, tid, Some(img), a.held);
+                    cc.install(t, a.rid, tid, Some(&self.buf[off..off + words]), a.held)
                 }
-                Kind::Read if a.dirty => {
-                    let img = &self.buf[off..off + words];
-                    if a.orig != u32::MAX {
-                        let o = a.orig as usize;
-                        let old = RowRef {
-                            words: &self.buf[o..o + words],
-                            schema: &t.schema,
-                        };
-                        let new = RowRef {
-                            words: img,
-                            schema: &t.schema,
-                        };
-                        for (def, idx) in &t.secondary {
-                            let (ko, kn) = ((def.key)(&old), (def.key)(&new));
-                            if ko != kn {
-                                idx.remove(pair(ko, a.key));
-                                idx.insert(pair(kn, a.key), a.rid);
+                Kind::Read => {
+                    // The entries of the changed keys went in at lock time;
+                    // the ones they replace go now, before the row is free.
+                    if a.indexed {
+                        if let Some(old) = self.orig_image(t, &a) {
+                            let new = self.image(t, &a);
+                            for (def, idx) in &t.secondary {
+                                let ko = (def.key)(&old);
+                                if ko != (def.key)(&new) {
+                                    idx.remove(pair(ko, a.key));
+                                }
                             }
                         }
                     }
-                    cc.install(t, a.rid, tid, Some(img), a.held);
+                    cc.install(t, a.rid, tid, Some(&self.buf[off..off + words]), a.held);
                 }
-                Kind::Read => cc.release(t, a.rid, a.held),
+            }
+        }
+        for a in &self.acc {
+            if a.island == LOCAL && a.kind == Kind::Read && !a.dirty {
+                #[cfg(test)]
+                {
+                    sched::at(sched::Point::Install(step));
+                    step += 1;
+                }
+                cc.release(&tables[a.table as usize], a.rid, a.held);
+            }
+        }
+        #[cfg(test)]
+        sched::at(sched::Point::Install(step));
+    }
+
+    /// The working image of local row `a` of table `t`.
+    fn image<'b>(&'b self, t: &'b Table, a: &Access) -> RowRef<'b> {
+        let o = a.off as usize;
+        RowRef {
+            words: &self.buf[o..o + t.schema.row_words()],
+            schema: &t.schema,
+        }
+    }
+
+    /// The image of local row `a` of table `t` as it was read, if it was
+    /// kept (tables with secondary indexes).
+    fn orig_image<'b>(&'b self, t: &'b Table, a: &Access) -> Option<RowRef<'b>> {
+        (a.orig != u32::MAX).then(|| {
+            let o = a.orig as usize;
+            RowRef {
+                words: &self.buf[o..o + t.schema.row_words()],
+                schema: &t.schema,
+            }
+        })
+    }
+
+    /// Commit step 2, with the write set locked and before validation: adds
+    /// the secondary-index entries of every inserted row, and of every
+    /// updated row whose indexed column changed, to tables whose keys are not
+    /// fixed. A scan of another transaction validated after this point meets
+    /// them, so a writer ordered before that scan (it validated first) is
+    /// never missed by it; until install they name a row this transaction
+    /// holds (locked under 2PL; under OCC an insert's slot is claimed and an
+    /// update's row version-locked), so a scan that meets one waits for it,
+    /// conflicts, or fails its validation. The entries they replace stay
+    /// until install; an abort removes the new ones
+    /// ([`Txn::unindex_secondary_early`]).
+    fn index_secondary_early(&mut self) {
+        let tables = &self.island().catalog.tables;
+        for i in 0..self.acc.len() {
+            let a = self.acc[i];
+            let t = &tables[a.table as usize];
+            if a.island != LOCAL
+                || !a.dirty
+                || a.kind == Kind::Delete
+                || t.secondary.is_empty()
+                || t.fixed_keys
+            {
+                continue;
+            }
+            let new = self.image(t, &a);
+            let mut added = false;
+            if a.kind == Kind::Insert {
+                t.index_secondary(a.key, a.rid, &new);
+                added = true;
+            } else if let Some(old) = self.orig_image(t, &a) {
+                for (def, idx) in &t.secondary {
+                    let kn = (def.key)(&new);
+                    if (def.key)(&old) != kn {
+                        idx.insert(pair(kn, a.key), a.rid);
+                        added = true;
+                    }
+                }
+                self.has_moves |= added;
+            }
+            self.acc[i].indexed = added;
+        }
+        // The entries are stores that the validation's loads must not pass
+        // (the other side of a scanner's write lock and its rescan).
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// Abort: removes the entries [`Txn::index_secondary_early`] added.
+    fn unindex_secondary_early(&mut self) {
+        let tables = &self.island().catalog.tables;
+        for a in &self.acc {
+            if !a.indexed {
+                continue;
+            }
+            let t = &tables[a.table as usize];
+            let new = self.image(t, a);
+            match (a.kind, self.orig_image(t, a)) {
+                (Kind::Read, Some(old)) => {
+                    for (def, idx) in &t.secondary {
+                        let kn = (def.key)(&new);
+                        if (def.key)(&old) != kn {
+                            idx.remove(pair(kn, a.key));
+                        }
+                    }
+                }
+                (Kind::Insert, _) => t.unindex_secondary(a.key, &new),
+                _ => {}
             }
         }
     }
@@ -1231,12 +1354,9 @@ impl Txn {
         if limit == 0 {
             return (0, digest);
         }
+        let def = s.secondary.map(|sec| &t.secondary[sec.0 as usize].0);
         idx.scan(s.lo, s.hi, s.reverse, |k, rid| {
-            if self.has_inserts
-                && self
-                    .find(t.id, rid)
-                    .is_some_and(|h| self.acc[h.0 as usize].kind == Kind::Insert)
-            {
+            if self.own_new_entry(t, def, k, rid) {
                 return true;
             }
             visited += 1;
@@ -1246,6 +1366,27 @@ impl Txn {
         (visited, digest)
     }
 
+    /// Whether index entry `k → rid` (of the secondary index `def`, or the
+    /// primary index) was added by this transaction: an insert's, or one
+    /// [`Txn::index_secondary_early`] added for a changed key. A rescan
+    /// skips them: the scan they validate ran before they existed.
+    fn own_new_entry(&self, t: &Table, def: Option<&SecondaryDef>, k: u128, rid: RowId) -> bool {
+        if !self.has_inserts && !self.has_moves {
+            return false;
+        }
+        let Some(h) = self.find(t.id, rid) else {
+            return false;
+        };
+        let a = &self.acc[h.0 as usize];
+        match (a.kind, def) {
+            (Kind::Insert, _) => true,
+            (Kind::Read, Some(def)) if a.indexed => self
+                .orig_image(t, a)
+                .is_some_and(|old| (def.key)(&old) != (k >> 64) as u64),
+            _ => false,
+        }
+    }
+
     /// Aborts: releases everything and forgets the transaction's writes.
     pub fn abort(&mut self) {
         let shared = self.island();
@@ -1253,6 +1394,10 @@ impl Txn {
             if pin != 0 {
                 shared.log.lock().unpin(pin);
             }
+        }
+        // Before any row is released: nobody else may move these rows yet.
+        if self.acc.iter().any(|a| a.indexed) {
+            self.unindex_secondary_early();
         }
         for a in &self.acc {
             if a.island != LOCAL {
@@ -1279,6 +1424,7 @@ impl Txn {
         self.scans.clear();
         self.scan_out.clear();
         self.has_inserts = false;
+        self.has_moves = false;
         if let Some(d) = &mut self.dist {
             d.reset();
         }

@@ -527,6 +527,7 @@ impl Txn {
                         held,
                         off,
                         orig: u32::MAX,
+                        indexed: false,
                     })
                 }
             };

@@ -1,7 +1,8 @@
 //! Schedule points for deterministic interleaving tests (test builds only).
 //!
-//! Some races live inside one call of the transaction layer, such as
-//! between an index lookup and the version it records. A unit test drives two transaction contexts from one
+//! Some races live inside one call of the transaction layer: between an
+//! index lookup and the version it records, or between two rows of a
+//! commit's install. A unit test drives two transaction contexts from one
 //! thread and registers a hook here; the code under test calls [`at`] at
 //! each point, and the hook runs the other transaction's steps right there.
 
@@ -12,6 +13,9 @@ use std::cell::RefCell;
 pub(crate) enum Point {
     /// `Txn::point` looked the key up and found nothing.
     LookupMissed,
+    /// `Txn::install` is about to install or release its n-th row (n =
+    /// rows done so far); `Install(len)` once the last is done.
+    Install(usize),
 }
 
 type Hook = Box<dyn FnMut(Point) -> bool>;
