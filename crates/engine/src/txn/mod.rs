@@ -32,6 +32,55 @@
 //! update), so an abort never undoes a row in place. Rows are addressed by
 //! handles ([`RowH`]) into the access set, which keeps the borrow checker out
 //! of the way of procedures that hold several rows at once.
+//!
+//! ## Locks and versions by operation
+//!
+//! On one island, what each operation takes and when. 2PL is `no_wait` and
+//! `wait_die`; `none` takes nothing (one thread runs every transaction) and
+//! validates nothing. A commit runs these steps in order: (1) lock the write
+//! set, (2) add the new secondary-index entries, (3) validate the reads,
+//! misses and scans, (4) pick the tid, (5) log, (6) install every write,
+//! then release the read locks.
+//!
+//! - **Read** (`get`, `get_many`, and every row a scan returns). 2PL: a
+//!   shared lock, taken at the read and held until step 6 has installed
+//!   every write. OCC: no lock; a consistent copy and its version word,
+//!   checked at step 3 (unchanged and not locked by another transaction).
+//!   A key indexed but absent (an uncommitted insert, a delete being
+//!   installed) reads as a miss; under OCC its slot's version is checked too.
+//! - **Read for update** (`get_for_update`). 2PL: the exclusive lock, at the
+//!   read. OCC: as a read; step 1 locks the version word if it still holds
+//!   the version read.
+//! - **Update** (`row_mut` on a row read). 2PL: a plain read's shared lock
+//!   is upgraded at step 1 (`no_wait` fails if another reader holds it,
+//!   `wait_die` waits only when older than every holder). OCC: step 1
+//!   version-locks the row if unchanged. If an indexed column changed, the
+//!   new secondary entry is added at step 2 and the old one removed at
+//!   step 6, before the row is released.
+//! - **Insert over a miss** (`insert`). A slot is claimed (2PL: its exclusive
+//!   lock; OCC: its version word's lock bit, while absent) and then entered
+//!   in the primary index at once, which moves the key's hash stripe
+//!   version: others find an uncommitted row, which 2PL readers conflict on
+//!   and OCC readers read as absent (their step 3 fails once it commits).
+//!   Its secondary entries are added at step 2. Step 6 publishes the row.
+//! - **Delete** (of a row read). 2PL: the exclusive lock at step 1 (an
+//!   upgrade after a plain read). OCC: the version lock at step 1. Step 6
+//!   removes its secondary entries, then its primary entry (the stripe
+//!   version moves), publishes it absent and frees the slot.
+//! - **Point miss**. No lock. Hash table: the key's stripe version is read
+//!   (waiting while a change of the stripe is under way) *before* the lookup
+//!   that finds the key absent, and compared at step 3, net of this
+//!   transaction's own inserts on the stripe. Ordered table: an empty scan
+//!   of the key, re-walked at step 3.
+//! - **Scan** (ordered primary or secondary index). Each row returned is a
+//!   read. The range walked (up to the last entry visited when the limit
+//!   cut it short) is recorded with a count and digest of its entries and
+//!   re-walked at step 3, skipping the entries this transaction added. A
+//!   secondary entry whose row's image has another key is not returned.
+//!
+//! Fixed-key tables (`TableDef::with_fixed_keys`) record no misses or scans
+//! and have no secondary changes to add. Under [`Txn::read_committed`],
+//! reads after the call take no lock and record nothing to validate.
 
 use std::collections::HashMap;
 use std::future::Future;
