@@ -4,6 +4,7 @@ mod bank;
 mod common;
 mod crash;
 mod dist_crash;
+mod history;
 mod isolation;
 mod model;
 mod phantom;
