@@ -48,6 +48,8 @@
 //!   checked at step 3 (unchanged and not locked by another transaction).
 //!   A key indexed but absent (an uncommitted insert, a delete being
 //!   installed) reads as a miss; under OCC its slot's version is checked too.
+//!   A slot this transaction read under another key (freed and taken again
+//!   since) fails the read at once.
 //! - **Read for update** (`get_for_update`). 2PL: the exclusive lock, at the
 //!   read. OCC: as a read; step 1 locks the version word if it still holds
 //!   the version read.
@@ -424,10 +426,15 @@ impl Txn {
             };
             if let Some(h) = self.find(table, r) {
                 let a = &self.acc[h.0 as usize];
-                if a.key == key
-                    && a.kind != Kind::Delete
-                    && (a.seen.present || a.kind == Kind::Insert)
-                {
+                if a.key != key {
+                    // This transaction read the slot under another key, and
+                    // the index now names it for `key`: it was freed and
+                    // taken again since. The earlier read fails validation
+                    // unless the reuse was undone (an insert that aborted),
+                    // and then nothing would validate this answer.
+                    return Err(Abort::Conflict(AbortReason::ReadValidation));
+                }
+                if a.kind != Kind::Delete && (a.seen.present || a.kind == Kind::Insert) {
                     return Ok(Some(h));
                 }
                 return Ok(None);
@@ -440,6 +447,8 @@ impl Txn {
                 // Its stripe version, too, must precede a lookup that still
                 // finds no present row under the key.
                 Ok(None) => {
+                    #[cfg(test)]
+                    sched::at(sched::Point::ReadAbsent);
                     if stripe.is_none() {
                         stripe = self.miss_stripe(t, key);
                         if stripe.is_some() {
@@ -616,6 +625,11 @@ impl Txn {
             Ok(Some(existing)) => {
                 self.undo_claim(t, rid, held);
                 if let Some(h) = self.find(table, existing) {
+                    if self.acc[h.0 as usize].key != key {
+                        // Read under another key: the slot was reused since
+                        // (see `Txn::point`).
+                        return Err(Abort::Conflict(AbortReason::ReadValidation));
+                    }
                     // Our own row: present unless we deleted it.
                     let a = &mut self.acc[h.0 as usize];
                     if a.kind != Kind::Delete {
@@ -853,6 +867,12 @@ impl Txn {
                 (k >> 64) as u64
             };
             let h = match self.find(table, rid) {
+                Some(h) if self.acc[h.0 as usize].key != pk => {
+                    // Read under another key: the slot was reused since
+                    // (see `Txn::point`).
+                    failed = Some(AbortReason::ReadValidation);
+                    return false;
+                }
                 Some(h) => {
                     let a = &self.acc[h.0 as usize];
                     if a.kind != Kind::Insert {

@@ -13,6 +13,8 @@ use std::cell::RefCell;
 pub(crate) enum Point {
     /// `Txn::point` looked the key up and found nothing.
     LookupMissed,
+    /// `Txn::point` found the key indexed, and its row absent.
+    ReadAbsent,
     /// `Txn::install` is about to install or release its n-th row (n =
     /// rows done so far); `Install(len)` once the last is done.
     Install(usize),

@@ -346,3 +346,60 @@ fn a_scan_of_the_group_a_row_leaves_never_returns_it_with_its_new_key() {
         }
     }
 }
+
+/// Under OCC a transaction may hold a read of a slot as absent (an insert
+/// not yet committed there), and that slot may be freed and taken again
+/// for another key. A later lookup of that other key leads to the slot,
+/// where the transaction's own entry is about the first key: "absent" read
+/// from it would be validated by nothing once the second insert aborts too.
+///
+/// `o` inserts K1 into slot s; `a` reads K1 there as absent while `o`
+/// aborts (s goes back to `o`'s free list); `o` inserts K2, which takes s;
+/// `a` looks K2 up; `o` aborts again; `c` inserts K2 elsewhere, sets X and
+/// commits; `a` reads X = 1. `a` read X after `c` and must not commit
+/// having read K2 as absent (before `c`).
+#[test]
+fn a_slot_reused_for_another_key_is_not_read_as_that_keys_absence() {
+    const K1: u64 = 7;
+    const K2: u64 = 8;
+    let island = island(CcKind::Occ, PrimaryKind::Hash, &[]);
+    let (mut a, mut c) = (island.worker().unwrap(), island.worker().unwrap());
+    let o = Rc::new(RefCell::new(island.worker().unwrap()));
+    o.borrow_mut().begin(false);
+    assert!(poll_local(o.borrow_mut().insert(0, K1)).unwrap().is_some());
+    let slot = o.borrow().acc[0].rid;
+    {
+        let o = o.clone();
+        sched::set(move |p| {
+            if p != Point::ReadAbsent {
+                return false;
+            }
+            o.borrow_mut().abort();
+            true
+        });
+    }
+    a.begin(false);
+    assert!(poll_local(a.get(0, K1)).unwrap().is_none());
+    sched::clear();
+    o.borrow_mut().begin(false);
+    assert!(poll_local(o.borrow_mut().insert(0, K2)).unwrap().is_some());
+    assert_eq!(o.borrow().acc[0].rid, slot, "the slot is taken again");
+    let got = poll_local(a.get(0, K2));
+    o.borrow_mut().abort();
+    let Ok(None) = got else {
+        // Refused (or found): nothing to check.
+        a.abort();
+        return;
+    };
+    c.begin(false);
+    assert!(poll_local(c.insert(0, K2)).unwrap().is_some());
+    set_x(&mut c).unwrap();
+    c.commit().unwrap();
+    let x = poll_local(a.get(0, X)).unwrap().unwrap();
+    assert_eq!(a.row(x).u64(VAL), 1);
+    let r = a.commit();
+    assert!(
+        is_conflict(&r),
+        "a committed having read K2 as absent and X as c set it, though c inserted K2: {r:?}"
+    );
+}
