@@ -11,6 +11,7 @@ use islands::cc::CcKind;
 use islands::Abort;
 
 use islands::island::{Island, IslandConfig};
+use islands::txn::Txn;
 
 use crate::common::{accounts, open_bank, ALL_CC, BALANCE};
 
@@ -30,6 +31,27 @@ fn workers_for(cc: CcKind) -> usize {
     } else {
         3
     }
+}
+
+/// Moves `amount` from account `a` to `b`: a user abort if either is
+/// missing or `a` holds less.
+async fn transfer(tx: &mut Txn, a: u64, b: u64, amount: i64) -> Result<(), Abort> {
+    let ha = tx
+        .get_for_update(0, a)
+        .await?
+        .ok_or(Abort::User("missing"))?;
+    let hb = tx
+        .get_for_update(0, b)
+        .await?
+        .ok_or(Abort::User("missing"))?;
+    let ba = tx.row(ha).i64(BALANCE);
+    if ba < amount {
+        return Err(Abort::User("insufficient funds"));
+    }
+    tx.row_mut(ha).set_i64(BALANCE, ba - amount);
+    let bb = tx.row(hb).i64(BALANCE);
+    tx.row_mut(hb).set_i64(BALANCE, bb + amount);
+    Ok(())
 }
 
 #[test]
@@ -58,26 +80,7 @@ fn transfers_conserve_money_under_every_scheme() {
                     let a = r() % n_accounts;
                     let b = (a + 1 + r() % (n_accounts - 1)) % n_accounts;
                     let amt = (r() % 50) as i64;
-                    let res = tx.execute(1_000, |tx| {
-                        Box::pin(async move {
-                            let ha = tx
-                                .get_for_update(0, a)
-                                .await?
-                                .ok_or(Abort::User("missing"))?;
-                            let hb = tx
-                                .get_for_update(0, b)
-                                .await?
-                                .ok_or(Abort::User("missing"))?;
-                            let ba = tx.row(ha).i64(BALANCE);
-                            if ba < amt {
-                                return Err(Abort::User("insufficient funds"));
-                            }
-                            tx.row_mut(ha).set_i64(BALANCE, ba - amt);
-                            let bb = tx.row(hb).i64(BALANCE);
-                            tx.row_mut(hb).set_i64(BALANCE, bb + amt);
-                            Ok(())
-                        })
-                    });
+                    let res = tx.execute(1_000, |tx| Box::pin(transfer(tx, a, b, amt)));
                     match res {
                         Ok(()) => done += 1,
                         Err(Abort::User(_)) => {}
@@ -329,30 +332,18 @@ fn concurrent_updates_of_one_row_lose_nothing() {
     }
 }
 
-/// Keys accounts may have in [`accounts_open_and_close`]; the count row
-/// sits above them.
+/// Keys accounts may have in
+/// [`accounts_open_and_close_conserving_money_and_their_count`]; the count
+/// row sits above them.
 const KEY_SPACE: u64 = 24;
 const COUNT: u64 = 1_000;
 
-/// One banking operation of [`accounts_open_and_close`].
-async fn bank_op(tx: &mut islands::txn::Txn, op: u64, a: u64, b: u64) -> Result<(), Abort> {
+/// One banking operation of
+/// [`accounts_open_and_close_conserving_money_and_their_count`].
+async fn bank_op(tx: &mut Txn, op: u64, a: u64, b: u64) -> Result<(), Abort> {
     match op % 4 {
         // Transfer from a to b (both open).
-        0 | 1 => {
-            let ha = tx
-                .get_for_update(0, a)
-                .await?
-                .ok_or(Abort::User("closed"))?;
-            let hb = tx
-                .get_for_update(0, b)
-                .await?
-                .ok_or(Abort::User("closed"))?;
-            let ba = tx.row(ha).i64(BALANCE);
-            let amt = ba.min(37);
-            tx.row_mut(ha).set_i64(BALANCE, ba - amt);
-            let bb = tx.row(hb).i64(BALANCE);
-            tx.row_mut(hb).set_i64(BALANCE, bb + amt);
-        }
+        0 | 1 => transfer(tx, a, b, (op >> 8) as i64 % 50).await?,
         // Open account a with half of b's balance.
         2 => {
             if tx.get(0, a).await?.is_some() {
@@ -396,7 +387,7 @@ async fn bank_op(tx: &mut islands::txn::Txn, op: u64, a: u64, b: u64) -> Result<
     Ok(())
 }
 
-async fn count_accounts(tx: &mut islands::txn::Txn, delta: i64) -> Result<(), Abort> {
+async fn count_accounts(tx: &mut Txn, delta: i64) -> Result<(), Abort> {
     let h = tx.get_for_update(0, COUNT).await?.expect("the count row");
     let n = tx.row(h).i64(BALANCE);
     tx.row_mut(h).set_i64(BALANCE, n + delta);
@@ -406,7 +397,7 @@ async fn count_accounts(tx: &mut islands::txn::Txn, delta: i64) -> Result<(), Ab
 /// The total and the number of open accounts, read in one transaction,
 /// with the count row's number (each account a point read; closed ones
 /// are point misses).
-async fn audit(tx: &mut islands::txn::Txn) -> Result<(i64, i64, i64), Abort> {
+async fn audit(tx: &mut Txn) -> Result<(i64, i64, i64), Abort> {
     let (mut total, mut open) = (0, 0);
     for k in 0..KEY_SPACE {
         if let Some(h) = tx.get(0, k).await? {
