@@ -56,6 +56,14 @@ pub trait Workload: Send + Sync {
         tx: &'a mut Txn,
         req: &'a Self::Req,
     ) -> impl Future<Output = Result<(), Abort>> + 'a;
+
+    /// Called once for each request that committed, with the request its
+    /// last attempt ran (a distributed commit once it is decided; before it
+    /// is durable in `sync` mode). For checkers that keep what committed
+    /// transactions saw; the default does nothing.
+    fn committed(&self, worker: usize, req: &Self::Req) {
+        let _ = (worker, req);
+    }
 }
 
 /// How to drive a run.
@@ -530,6 +538,7 @@ fn worker_loop<W: Workload>(
             };
             let now = Instant::now();
             if let Some(c) = committed {
+                workload.committed(w, &req);
                 since_flush += c.logged as usize;
                 if wait_ack && c.ack > tx.durable_batch() {
                     pending.push_back(Pending {

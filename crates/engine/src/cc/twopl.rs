@@ -8,7 +8,9 @@
 //!
 //! Locks are taken during execution (shared for reads, exclusive for
 //! read-for-update and inserts; a shared lock on a written row is upgraded at
-//! commit) and released after the new versions are installed.
+//! commit) and released after the new versions are installed: a written
+//! row's as it is installed, the read locks once every write is (see the
+//! `txn` module's "Locks and versions by operation").
 //!
 //! On a single-worker island (`concurrent == false`) one thread alone runs
 //! every transaction, its own and the branches other islands send it, so the

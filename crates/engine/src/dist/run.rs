@@ -354,6 +354,7 @@ where
                 };
                 if let Some(ack) = outcome {
                     // Decided: it counts once its decision is durable.
+                    workload.committed(w, &p.req);
                     stats.distributed += 1;
                     finished += 1;
                     if wait_ack && ack > cl.islands()[home].durable_batch() {
@@ -463,6 +464,7 @@ where
                             };
                             match r {
                                 Ok(HomeCommit::Local(c) | HomeCommit::Released(c)) => {
+                                    workload.committed(w, &s.req);
                                     if matches!(r, Ok(HomeCommit::Released(_))) {
                                         stats.distributed += 1;
                                     }

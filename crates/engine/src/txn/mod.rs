@@ -35,6 +35,57 @@
 //!
 //! ## Locks and versions by operation
 //!
+//! ### On one island
+//!
+//! On one island, what each operation takes and when. 2PL is `no_wait` and
+//! `wait_die`; `none` takes nothing (one thread runs every transaction) and
+//! validates nothing. A commit runs these steps in order: (1) lock the write
+//! set, (2) add the new secondary-index entries, (3) validate the reads,
+//! misses and scans, (4) pick the tid, (5) log, (6) install every write,
+//! then release the read locks.
+//!
+//! - **Read** (`get`, `get_many`, and every row a scan returns). 2PL: a
+//!   shared lock, taken at the read and held until step 6 has installed
+//!   every write. OCC: no lock; a consistent copy and its version word,
+//!   checked at step 3 (unchanged and not locked by another transaction).
+//!   A key indexed but absent (an uncommitted insert, a delete being
+//!   installed) reads as a miss; under OCC its slot's version is checked too.
+//!   A slot this transaction read under another key (freed and taken again
+//!   since) fails the read at once.
+//! - **Read for update** (`get_for_update`). 2PL: the exclusive lock, at the
+//!   read. OCC: as a read; step 1 locks the version word if it still holds
+//!   the version read.
+//! - **Update** (`row_mut` on a row read). 2PL: a plain read's shared lock
+//!   is upgraded at step 1 (`no_wait` fails if another reader holds it,
+//!   `wait_die` waits only when older than every holder). OCC: step 1
+//!   version-locks the row if unchanged. If an indexed column changed, the
+//!   new secondary entry is added at step 2 and the old one removed at
+//!   step 6, before the row is released.
+//! - **Insert over a miss** (`insert`). A slot is claimed (2PL: its exclusive
+//!   lock; OCC: its version word's lock bit, while absent) and then entered
+//!   in the primary index at once, which moves the key's hash stripe
+//!   version: others find an uncommitted row, which 2PL readers conflict on
+//!   and OCC readers read as absent (their step 3 fails once it commits).
+//!   Its secondary entries are added at step 2. Step 6 publishes the row.
+//! - **Delete** (of a row read). 2PL: the exclusive lock at step 1 (an
+//!   upgrade after a plain read). OCC: the version lock at step 1. Step 6
+//!   removes its secondary entries, then its primary entry (the stripe
+//!   version moves), publishes it absent and frees the slot.
+//! - **Point miss**. No lock. Hash table: the key's stripe version is read
+//!   (waiting while a change of the stripe is under way) *before* the lookup
+//!   that finds the key absent, and compared at step 3, net of this
+//!   transaction's own inserts on the stripe. Ordered table: an empty scan
+//!   of the key, re-walked at step 3.
+//! - **Scan** (ordered primary or secondary index). Each row returned is a
+//!   read. The range walked (up to the last entry visited when the limit
+//!   cut it short) is recorded with a count and digest of its entries and
+//!   re-walked at step 3, skipping the entries this transaction added. A
+//!   secondary entry whose row's image has another key is not returned.
+//!
+//! Fixed-key tables (`TableDef::with_fixed_keys`) record no misses or scans
+//! and have no secondary changes to add. Under [`Txn::read_committed`],
+//! reads after the call take no lock and record nothing to validate.
+//!
 //! ### Across islands
 //!
 //! Islands that run distributed transactions run `no_wait` 2PL. A row of
@@ -96,11 +147,17 @@ use crate::cc::{CcKind, Held, Observed, TxnMeta, WriteLock};
 use crate::island::Shared;
 use crate::storage::hash::HashIndex;
 use crate::storage::ordered::{key_of, pair};
-use crate::storage::{tid_of, RowCache, RowId, RowMut, RowRef, SecondaryId, Table, TableId};
+use crate::storage::{
+    tid_of, RowCache, RowId, RowMut, RowRef, SecondaryDef, SecondaryId, Table, TableId,
+};
 use crate::wal::BatchSeq;
 use crate::{Abort, AbortReason, Error};
 
 mod remote;
+#[cfg(test)]
+pub(crate) mod sched;
+#[cfg(test)]
+mod tests;
 pub use remote::Router;
 pub(crate) use remote::{Dist, Early, TAG_SEQ_BITS};
 
@@ -141,6 +198,11 @@ struct Access {
     /// Offset of the image as read, kept for tables with secondary indexes
     /// (to move index entries when indexed columns change); `u32::MAX` if none.
     orig: u32,
+    /// Commit added this row's new secondary-index entries (an insert's, or
+    /// an update's that changed an indexed column) before validating: see
+    /// [`Txn::index_secondary_early`]. Abort takes them out again; install
+    /// removes the entries they replace.
+    indexed: bool,
 }
 
 impl Access {
@@ -243,9 +305,16 @@ pub struct Txn {
     unflushed_bytes: usize,
     last_tid: u64,
     validate: bool,
-    /// [`Txn::read_committed`]: reads take no locks and nothing is validated.
+    /// [`Txn::read_committed`]: reads from the call on take no locks and
+    /// record nothing to validate.
     read_committed: bool,
     has_inserts: bool,
+    /// Some update moved a row to another secondary key, whose new entry
+    /// commit added before validating (see [`Txn::index_secondary_early`]).
+    has_moves: bool,
+    /// With `read_committed`: the access entries before this one were read
+    /// before the call, and are validated at commit.
+    rc_from: u32,
     /// The row whose lock this attempt ran into (a local read that
     /// conflicted), kept after the abort: the driver retries once that row
     /// is free ([`Txn::conflict_row`]).
@@ -282,6 +351,8 @@ impl Txn {
             validate,
             read_committed: false,
             has_inserts: false,
+            has_moves: false,
+            rc_from: 0,
             conflict: None,
             dist: None,
             prepared: None,
@@ -405,93 +476,135 @@ impl Txn {
         key: u64,
         for_update: bool,
     ) -> Result<Option<RowH>, Abort> {
-        let t = self.shared.catalog.table(table);
-        let Some(rid) = t.lookup(key) else {
-            self.record_miss(table, key);
-            return Ok(None);
-        };
-        if let Some(h) = self.find(table, rid) {
-            let a = &self.acc[h.0 as usize];
-            if a.key == key && a.kind != Kind::Delete && (a.seen.present || a.kind == Kind::Insert)
-            {
-                return Ok(Some(h));
-            }
-            return Ok(None);
-        }
-        match self.read_rid(table, rid, key, for_update) {
-            Ok(None) => {
-                // Indexed but absent (an uncommitted insert, a delete being
-                // installed, a reused slot): the answer is "no such key", and it
-                // must be validated like an index miss. The slot's version does
-                // not move when the key is inserted again into another slot.
-                self.record_miss(table, key);
-                // The miss was recorded after the lookup: if the key reached
-                // another slot in between, the stripe version recorded already
-                // includes that insert, so validation would not see it.
-                let now = self.shared.catalog.table(table).lookup(key);
-                if now.is_some_and(|r| r != rid) {
-                    return Err(Abort::Conflict(AbortReason::Phantom));
+        let t = self.island().catalog.table(table);
+        let mut rid = t.lookup(key);
+        // A miss on a hash table is validated through its key's stripe
+        // version, which must be read *before* the lookup that finds the key
+        // absent: an insert between a lookup and a later version read would
+        // be inside the version recorded, invisible to validation. Hits need
+        // no stripe version, so the first lookup goes without: on a miss the
+        // version is read (waiting while odd) and the key looked up again,
+        // and that second lookup is the one the answer rests on.
+        let mut stripe = None;
+        loop {
+            let Some(r) = rid else {
+                #[cfg(test)]
+                sched::at(sched::Point::LookupMissed);
+                if stripe.is_none() {
+                    stripe = self.miss_stripe(t, key);
+                    if stripe.is_some() {
+                        rid = t.lookup(key);
+                        continue;
+                    }
                 }
-                Ok(None)
+                self.record_miss(t, key, stripe);
+                return Ok(None);
+            };
+            if let Some(h) = self.find(table, r) {
+                let a = &self.acc[h.0 as usize];
+                if a.key != key {
+                    // This transaction read the slot under another key, and
+                    // the index now names it for `key`: it was freed and
+                    // taken again since. The earlier read fails validation
+                    // unless the reuse was undone (an insert that aborted),
+                    // and then nothing would validate this answer.
+                    return Err(Abort::Conflict(AbortReason::ReadValidation));
+                }
+                if a.kind != Kind::Delete && (a.seen.present || a.kind == Kind::Insert) {
+                    return Ok(Some(h));
+                }
+                return Ok(None);
             }
-            r => r.map_err(Abort::Conflict),
+            match self.read_rid(table, r, key, for_update) {
+                // Indexed but absent (an uncommitted insert, a delete being
+                // installed, a reused slot): the answer is "no such key", and
+                // it is validated like an index miss (the slot's version does
+                // not move when the key is inserted again into another slot).
+                // Its stripe version, too, must precede a lookup that still
+                // finds no present row under the key.
+                Ok(None) => {
+                    #[cfg(test)]
+                    sched::at(sched::Point::ReadAbsent);
+                    if stripe.is_none() {
+                        stripe = self.miss_stripe(t, key);
+                        if stripe.is_some() {
+                            let now = t.lookup(key);
+                            if now != Some(r) {
+                                rid = now;
+                                continue;
+                            }
+                        }
+                    }
+                    self.record_miss(t, key, stripe);
+                    return Ok(None);
+                }
+                res => return res.map_err(Abort::Conflict),
+            }
         }
     }
 
-    fn record_miss(&mut self, table: TableId, key: u64) {
-        if !self.validate || self.read_committed {
+    /// For a miss on `t` that commit must validate through a hash stripe:
+    /// the key's stripe and its version, read once no insert or delete on
+    /// the stripe is under way. `None` if the miss needs no stripe (not
+    /// validated, no hash index, or a fixed key set).
+    fn miss_stripe(&self, t: &Table, key: u64) -> Option<(usize, u64)> {
+        if !self.validate || self.read_committed || t.fixed_keys {
+            return None;
+        }
+        let h = t.hash.as_ref()?;
+        let stripe = HashIndex::stripe_of(key);
+        let mut version = h.stripe_version(stripe);
+        let mut spins = 0;
+        while version & 1 == 1 {
+            spins += 1;
+            crate::cc::backoff(spins);
+            version = h.stripe_version(stripe);
+        }
+        Some((stripe, version))
+    }
+
+    /// Records a point miss for validation at commit: through `stripe` (from
+    /// [`Txn::miss_stripe`], read before the lookup) on a hash table, as an
+    /// empty scan of the key on an ordered one.
+    fn record_miss(&mut self, t: &Table, key: u64, stripe: Option<(usize, u64)>) {
+        if let Some((stripe, version)) = stripe {
+            // Validation takes every own insert on the stripe back out of
+            // the version it finds; the ones made before this miss are
+            // already in `version`, so take them out here too. Otherwise a
+            // foreign insert (of this very key) would be cancelled out.
+            let own = self
+                .acc
+                .iter()
+                .filter(|a| {
+                    a.kind == Kind::Insert
+                        && a.island == LOCAL
+                        && a.table == t.id
+                        && HashIndex::stripe_of(a.key) == stripe
+                })
+                .count() as u64;
+            self.misses.push(Miss {
+                table: t.id,
+                stripe: stripe as u32,
+                version: version.wrapping_sub(2 * own),
+            });
             return;
         }
-        let t = self.shared.catalog.table(table);
-        if t.fixed_keys {
-            return; // no insert can fill the miss
+        // A hash table's miss to validate always comes with its stripe.
+        if !self.validate || self.read_committed || t.fixed_keys || t.hash.is_some() {
+            return;
         }
-        match &t.hash {
-            Some(h) => {
-                let stripe = HashIndex::stripe_of(key);
-                let mut version = h.stripe_version(stripe);
-                let mut spins = 0;
-                while version & 1 == 1 {
-                    spins += 1;
-                    crate::cc::backoff(spins);
-                    version = h.stripe_version(stripe);
-                }
-                // Validation takes every own insert on the stripe back out of
-                // the version it finds; the ones made before this miss are
-                // already in `version`, so take them out here too. Otherwise a
-                // foreign insert (of this very key) would be cancelled out.
-                let own = self
-                    .acc
-                    .iter()
-                    .filter(|a| {
-                        a.kind == Kind::Insert
-                            && a.island == LOCAL
-                            && a.table == table
-                            && HashIndex::stripe_of(a.key) == stripe
-                    })
-                    .count() as u64;
-                let version = version.wrapping_sub(2 * own);
-                self.misses.push(Miss {
-                    table,
-                    stripe: stripe as u32,
-                    version,
-                });
-            }
-            None => {
-                // Nothing is indexed under the key: validated as an empty scan.
-                let k = key_of(key);
-                self.scans.push(Scan {
-                    table,
-                    secondary: None,
-                    lo: k,
-                    hi: k,
-                    reverse: false,
-                    visited: 0,
-                    exhausted: true,
-                    digest: DIGEST_SEED,
-                });
-            }
-        }
+        // Nothing is indexed under the key: validated as an empty scan.
+        let k = key_of(key);
+        self.scans.push(Scan {
+            table: t.id,
+            secondary: None,
+            lo: k,
+            hi: k,
+            reverse: false,
+            visited: 0,
+            exhausted: true,
+            digest: DIGEST_SEED,
+        });
     }
 
     /// Reads row `rid` (known to the index under `key`) into a new access entry.
@@ -558,6 +671,7 @@ impl Txn {
             held,
             off: off as u32,
             orig,
+            indexed: false,
         });
         Ok(seen.present.then_some(h))
     }
@@ -587,6 +701,11 @@ impl Txn {
             Ok(Some(existing)) => {
                 self.undo_claim(t, rid, held);
                 if let Some(h) = self.find(table, existing) {
+                    if self.acc[h.0 as usize].key != key {
+                        // Read under another key: the slot was reused since
+                        // (see `Txn::point`).
+                        return Err(Abort::Conflict(AbortReason::ReadValidation));
+                    }
                     // Our own row: present unless we deleted it.
                     let a = &mut self.acc[h.0 as usize];
                     if a.kind != Kind::Delete {
@@ -628,6 +747,7 @@ impl Txn {
             held,
             off,
             orig: u32::MAX,
+            indexed: false,
         });
         self.has_inserts = true;
         Ok(Some(h))
@@ -800,6 +920,14 @@ impl Txn {
                 a.table == table && a.island == LOCAL && (a.dirty || a.kind == Kind::Delete)
             });
         let limit = if own_changes { usize::MAX } else { want };
+        // An entry of a secondary index may name a row whose image has
+        // another key: the entry a committing writer added before it
+        // installed (then aborted), or the one it replaces, removed only at
+        // install. Such a row is not returned (the entry still counts for
+        // validation). Rows of a fixed-key table never change keys.
+        let check = sec
+            .filter(|_| !t.fixed_keys)
+            .map(|s| &t.secondary[s.0 as usize].0);
         let mut out = std::mem::take(&mut self.scan_out);
         out.clear();
         let mut visited = 0u32;
@@ -815,6 +943,12 @@ impl Txn {
                 (k >> 64) as u64
             };
             let h = match self.find(table, rid) {
+                Some(h) if self.acc[h.0 as usize].key != pk => {
+                    // Read under another key: the slot was reused since
+                    // (see `Txn::point`).
+                    failed = Some(AbortReason::ReadValidation);
+                    return false;
+                }
                 Some(h) => {
                     let a = &self.acc[h.0 as usize];
                     if a.kind != Kind::Insert {
@@ -836,6 +970,8 @@ impl Txn {
                     }
                 }
             };
+            let h =
+                h.filter(|&h| check.is_none_or(|def| (def.key)(&self.row(h)) == (k >> 64) as u64));
             if let Some(h) = h {
                 out.push(h);
                 if out.len() == limit {
@@ -940,7 +1076,7 @@ impl Txn {
             phases::switch(prev);
         })?;
         let shared = self.island();
-        // 4. Log, before installing: see `island::Shared::log`.
+        // 5. Log, before installing: see `island::Shared::log`.
         let logged = writes && shared.wal.is_some();
         let mut ack = 0;
         let flag = &shared.committing[self.worker as usize];
@@ -963,7 +1099,7 @@ impl Txn {
             // Read-only: durable once everything it could have read from is.
             ack = shared.append_seq.load(Ordering::Acquire);
         }
-        // 5. Install and release.
+        // 6. Install and release.
         phases::switch(Phase::Locking);
         self.install(tid);
         if logged {
@@ -974,7 +1110,7 @@ impl Txn {
         Ok(Committed { tid, logged, ack })
     }
 
-    /// Commit steps 1–3: locks the write set, validates, picks the tid. On
+    /// Commit steps 1–4: locks the write set, adds new secondary entries, validates, picks the tid. On
     /// failure everything is released and the reason returned.
     fn lock_and_validate(&mut self, writes: bool) -> Result<u64, Abort> {
         let shared = self.island();
@@ -989,14 +1125,28 @@ impl Txn {
             self.abort();
             return Err(Abort::Conflict(reason));
         }
-        // 2. Validate (nothing under read committed: it read no snapshot).
-        if self.validate && !self.read_committed {
+        let tables = &shared.catalog.tables;
+        let secondary_writes = self.acc.iter().any(|a| {
+            let t = &tables[a.table as usize];
+            a.island == LOCAL
+                && a.dirty
+                && a.kind != Kind::Delete
+                && !t.secondary.is_empty()
+                && !t.fixed_keys
+        });
+        // 2. Make the new secondary entries visible, then validate: a scan
+        // validated from here on meets them (see `index_secondary_early`).
+        if secondary_writes {
+            self.index_secondary_early();
+        }
+        // 3. Validate (under read committed, what was read before the call).
+        if self.validate {
             if let Err(reason) = self.validate_all() {
                 self.abort();
                 return Err(Abort::Conflict(reason));
             }
         }
-        // 3. The commit tid: above every version seen and this worker's last.
+        // 4. The commit tid: above every version seen and this worker's last.
         let mut tid = self.last_tid;
         for a in &self.acc {
             if a.island == LOCAL {
@@ -1076,7 +1226,10 @@ impl Txn {
         }
     }
 
-    /// Commit step 5: installs the local writes with `tid` and releases every lock.
+    /// Commit step 6: installs the local writes with `tid` and releases
+    /// every lock: all writes first, then the read locks, so under 2PL no
+    /// row this transaction read is free while one of its writes (or index
+    /// changes) is still to come.
     fn install(&mut self, tid: u64) {
         let shared = self.island();
         let cc = &*shared.cc;
@@ -1087,65 +1240,153 @@ impl Txn {
                 tables[a.table as usize].prefetch_rid(a.rid, all);
             }
         }
+        #[cfg(test)]
+        let mut step = 0;
         for i in 0..self.acc.len() {
             let a = self.acc[i];
-            if a.island != LOCAL {
+            if a.island != LOCAL || (a.kind == Kind::Read && !a.dirty) {
                 continue;
+            }
+            #[cfg(test)]
+            {
+                sched::at(sched::Point::Install(step));
+                step += 1;
             }
             let t = &tables[a.table as usize];
             let words = t.schema.row_words();
             let off = a.off as usize;
             match a.kind {
                 Kind::Delete => {
-                    if a.orig != u32::MAX {
-                        let o = a.orig as usize;
-                        t.unindex_secondary(
-                            a.key,
-                            &RowRef {
-                                words: &self.buf[o..o + words],
-                                schema: &t.schema,
-                            },
-                        );
+                    if let Some(old) = self.orig_image(t, &a) {
+                        t.unindex_secondary(a.key, &old);
                     }
                     t.unindex_primary(a.key, a.rid);
                     cc.install(t, a.rid, tid, None, a.held);
                     t.arena.free(&mut self.caches[a.table as usize], a.rid);
                 }
+                // Its secondary entries went in at lock time.
                 Kind::Insert => {
-                    let img = &self.buf[off..off + words];
-                    t.index_secondary(
-                        a.key,
-                        a.rid,
-                        &RowRef {
-                            words: img,
-                            schema: &t.schema,
-                        },
-                    );
-                    cc.install(t, a.rid, tid, Some(img), a.held);
+                    cc.install(t, a.rid, tid, Some(&self.buf[off..off + words]), a.held)
                 }
-                Kind::Read if a.dirty => {
-                    let img = &self.buf[off..off + words];
-                    if a.orig != u32::MAX {
-                        let o = a.orig as usize;
-                        let old = RowRef {
-                            words: &self.buf[o..o + words],
-                            schema: &t.schema,
-                        };
-                        let new = RowRef {
-                            words: img,
-                            schema: &t.schema,
-                        };
-                        for (def, idx) in &t.secondary {
-                            let (ko, kn) = ((def.key)(&old), (def.key)(&new));
-                            if ko != kn {
-                                idx.remove(pair(ko, a.key));
-                                idx.insert(pair(kn, a.key), a.rid);
+                Kind::Read => {
+                    // The entries of the changed keys went in at lock time;
+                    // the ones they replace go now, before the row is free.
+                    if a.indexed {
+                        if let Some(old) = self.orig_image(t, &a) {
+                            let new = self.image(t, &a);
+                            for (def, idx) in &t.secondary {
+                                let ko = (def.key)(&old);
+                                if ko != (def.key)(&new) {
+                                    idx.remove(pair(ko, a.key));
+                                }
                             }
                         }
                     }
-                    cc.install(t, a.rid, tid, Some(img), a.held);
+                    cc.install(t, a.rid, tid, Some(&self.buf[off..off + words]), a.held);
                 }
-                Kind::Read => cc.release(t, a.rid, a.held),
+            }
+        }
+        for a in &self.acc {
+            if a.island == LOCAL && a.kind == Kind::Read && !a.dirty {
+                #[cfg(test)]
+                {
+                    sched::at(sched::Point::Install(step));
+                    step += 1;
+                }
+                cc.release(&tables[a.table as usize], a.rid, a.held);
+            }
+        }
+        #[cfg(test)]
+        sched::at(sched::Point::Install(step));
+    }
+
+    /// The working image of local row `a` of table `t`.
+    fn image<'b>(&'b self, t: &'b Table, a: &Access) -> RowRef<'b> {
+        let o = a.off as usize;
+        RowRef {
+            words: &self.buf[o..o + t.schema.row_words()],
+            schema: &t.schema,
+        }
+    }
+
+    /// The image of local row `a` of table `t` as it was read, if it was
+    /// kept (tables with secondary indexes).
+    fn orig_image<'b>(&'b self, t: &'b Table, a: &Access) -> Option<RowRef<'b>> {
+        (a.orig != u32::MAX).then(|| {
+            let o = a.orig as usize;
+            RowRef {
+                words: &self.buf[o..o + t.schema.row_words()],
+                schema: &t.schema,
+            }
+        })
+    }
+
+    /// Commit step 2, with the write set locked and before validation: adds
+    /// the secondary-index entries of every inserted row, and of every
+    /// updated row whose indexed column changed, to tables whose keys are not
+    /// fixed. A scan of another transaction validated after this point meets
+    /// them, so a writer ordered before that scan (it validated first) is
+    /// never missed by it; until install they name a row this transaction
+    /// holds (locked under 2PL; under OCC an insert's slot is claimed and an
+    /// update's row version-locked), so a scan that meets one waits for it,
+    /// conflicts, or fails its validation. The entries they replace stay
+    /// until install; an abort removes the new ones
+    /// ([`Txn::unindex_secondary_early`]).
+    fn index_secondary_early(&mut self) {
+        let tables = &self.island().catalog.tables;
+        for i in 0..self.acc.len() {
+            let a = self.acc[i];
+            let t = &tables[a.table as usize];
+            if a.island != LOCAL
+                || !a.dirty
+                || a.kind == Kind::Delete
+                || t.secondary.is_empty()
+                || t.fixed_keys
+            {
+                continue;
+            }
+            let new = self.image(t, &a);
+            let mut added = false;
+            if a.kind == Kind::Insert {
+                t.index_secondary(a.key, a.rid, &new);
+                added = true;
+            } else if let Some(old) = self.orig_image(t, &a) {
+                for (def, idx) in &t.secondary {
+                    let kn = (def.key)(&new);
+                    if (def.key)(&old) != kn {
+                        idx.insert(pair(kn, a.key), a.rid);
+                        added = true;
+                    }
+                }
+                self.has_moves |= added;
+            }
+            self.acc[i].indexed = added;
+        }
+        // The entries are stores that the validation's loads must not pass
+        // (the other side of a scanner's write lock and its rescan).
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// Abort: removes the entries [`Txn::index_secondary_early`] added.
+    fn unindex_secondary_early(&mut self) {
+        let tables = &self.island().catalog.tables;
+        for a in &self.acc {
+            if !a.indexed {
+                continue;
+            }
+            let t = &tables[a.table as usize];
+            let new = self.image(t, a);
+            match (a.kind, self.orig_image(t, a)) {
+                (Kind::Read, Some(old)) => {
+                    for (def, idx) in &t.secondary {
+                        let kn = (def.key)(&new);
+                        if (def.key)(&old) != kn {
+                            idx.remove(pair(kn, a.key));
+                        }
+                    }
+                }
+                (Kind::Insert, _) => t.unindex_secondary(a.key, &new),
+                _ => {}
             }
         }
     }
@@ -1209,9 +1450,17 @@ impl Txn {
         self.clear();
     }
 
+    /// Validates the reads, misses and scans recorded: under
+    /// [`Txn::read_committed`], those made before the call (later misses and
+    /// scans are not recorded).
     fn validate_all(&self) -> Result<(), AbortReason> {
         let shared = &*self.shared;
-        for a in &self.acc {
+        let reads = if self.read_committed {
+            &self.acc[..self.rc_from as usize]
+        } else {
+            &self.acc[..]
+        };
+        for a in reads {
             if a.kind == Kind::Read && !a.dirty && a.island == LOCAL {
                 let t = shared.catalog.table(a.table);
                 if !shared.cc.validate_read(t, a.rid, &a.seen, a.held) {
@@ -1264,12 +1513,9 @@ impl Txn {
         if limit == 0 {
             return (0, digest);
         }
+        let def = s.secondary.map(|sec| &t.secondary[sec.0 as usize].0);
         idx.scan(s.lo, s.hi, s.reverse, |k, rid| {
-            if self.has_inserts
-                && self
-                    .find(t.id, rid)
-                    .is_some_and(|h| self.acc[h.0 as usize].kind == Kind::Insert)
-            {
+            if self.own_new_entry(t, def, k, rid) {
                 return true;
             }
             visited += 1;
@@ -1279,6 +1525,27 @@ impl Txn {
         (visited, digest)
     }
 
+    /// Whether index entry `k → rid` (of the secondary index `def`, or the
+    /// primary index) was added by this transaction: an insert's, or one
+    /// [`Txn::index_secondary_early`] added for a changed key. A rescan
+    /// skips them: the scan they validate ran before they existed.
+    fn own_new_entry(&self, t: &Table, def: Option<&SecondaryDef>, k: u128, rid: RowId) -> bool {
+        if !self.has_inserts && !self.has_moves {
+            return false;
+        }
+        let Some(h) = self.find(t.id, rid) else {
+            return false;
+        };
+        let a = &self.acc[h.0 as usize];
+        match (a.kind, def) {
+            (Kind::Insert, _) => true,
+            (Kind::Read, Some(def)) if a.indexed => self
+                .orig_image(t, a)
+                .is_some_and(|old| (def.key)(&old) != (k >> 64) as u64),
+            _ => false,
+        }
+    }
+
     /// Aborts: releases everything and forgets the transaction's writes.
     pub fn abort(&mut self) {
         let shared = self.island();
@@ -1286,6 +1553,10 @@ impl Txn {
             if pin != 0 {
                 shared.log.lock().unpin(pin);
             }
+        }
+        // Before any row is released: nobody else may move these rows yet.
+        if self.acc.iter().any(|a| a.indexed) {
+            self.unindex_secondary_early();
         }
         for a in &self.acc {
             if a.island != LOCAL {
@@ -1312,6 +1583,7 @@ impl Txn {
         self.scans.clear();
         self.scan_out.clear();
         self.has_inserts = false;
+        self.has_moves = false;
         if let Some(d) = &mut self.dist {
             d.reset();
         }
@@ -1527,12 +1799,21 @@ impl Txn {
     /// run at, Clause 3.4.1): from here on its local reads take no lock and
     /// are not validated at commit, and neither are its scans and misses. It
     /// sees only committed rows, but two reads of one row may differ, and
-    /// phantoms may appear. It never makes another transaction abort or wait.
-    /// Reads for update still lock, and its reads on other islands keep
-    /// their island's scheme. A read-committed transaction must not write:
-    /// its commit fails with an error.
+    /// phantoms may appear. From here on it never makes another transaction
+    /// abort or wait. Reads for update still lock, and its reads on other
+    /// islands keep their island's scheme. A read-committed transaction must
+    /// not write: its commit fails with an error.
+    ///
+    /// Called partway through a transaction, it leaves what was read before
+    /// the call as it was: those reads keep their locks (2PL) and are
+    /// validated at commit with the misses and scans made before the call,
+    /// so the commit fails if any of them changed. A row read before the
+    /// call and read again after it is the transaction's own copy, as ever.
     pub fn read_committed(&mut self) {
-        self.read_committed = true;
+        if !self.read_committed {
+            self.read_committed = true;
+            self.rc_from = self.acc.len() as u32;
+        }
     }
 
     /// A write in a read-committed transaction: the error its commit gives.

@@ -528,6 +528,7 @@ impl Txn {
                         held,
                         off,
                         orig: u32::MAX,
+                        indexed: false,
                     })
                 }
             };

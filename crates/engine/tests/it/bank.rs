@@ -10,7 +10,10 @@ use std::sync::{Arc, Mutex};
 use islands::cc::CcKind;
 use islands::Abort;
 
-use crate::common::{open_bank, ALL_CC, BALANCE};
+use islands::island::{Island, IslandConfig};
+use islands::txn::Txn;
+
+use crate::common::{accounts, open_bank, ALL_CC, BALANCE};
 
 fn rng(seed: u64) -> impl FnMut() -> u64 {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -28,6 +31,27 @@ fn workers_for(cc: CcKind) -> usize {
     } else {
         3
     }
+}
+
+/// Moves `amount` from account `a` to `b`: a user abort if either is
+/// missing or `a` holds less.
+async fn transfer(tx: &mut Txn, a: u64, b: u64, amount: i64) -> Result<(), Abort> {
+    let ha = tx
+        .get_for_update(0, a)
+        .await?
+        .ok_or(Abort::User("missing"))?;
+    let hb = tx
+        .get_for_update(0, b)
+        .await?
+        .ok_or(Abort::User("missing"))?;
+    let ba = tx.row(ha).i64(BALANCE);
+    if ba < amount {
+        return Err(Abort::User("insufficient funds"));
+    }
+    tx.row_mut(ha).set_i64(BALANCE, ba - amount);
+    let bb = tx.row(hb).i64(BALANCE);
+    tx.row_mut(hb).set_i64(BALANCE, bb + amount);
+    Ok(())
 }
 
 #[test]
@@ -56,26 +80,7 @@ fn transfers_conserve_money_under_every_scheme() {
                     let a = r() % n_accounts;
                     let b = (a + 1 + r() % (n_accounts - 1)) % n_accounts;
                     let amt = (r() % 50) as i64;
-                    let res = tx.execute(1_000, |tx| {
-                        Box::pin(async move {
-                            let ha = tx
-                                .get_for_update(0, a)
-                                .await?
-                                .ok_or(Abort::User("missing"))?;
-                            let hb = tx
-                                .get_for_update(0, b)
-                                .await?
-                                .ok_or(Abort::User("missing"))?;
-                            let ba = tx.row(ha).i64(BALANCE);
-                            if ba < amt {
-                                return Err(Abort::User("insufficient funds"));
-                            }
-                            tx.row_mut(ha).set_i64(BALANCE, ba - amt);
-                            let bb = tx.row(hb).i64(BALANCE);
-                            tx.row_mut(hb).set_i64(BALANCE, bb + amt);
-                            Ok(())
-                        })
-                    });
+                    let res = tx.execute(1_000, |tx| Box::pin(transfer(tx, a, b, amt)));
                     match res {
                         Ok(()) => done += 1,
                         Err(Abort::User(_)) => {}
@@ -324,5 +329,179 @@ fn concurrent_updates_of_one_row_lose_nothing() {
             })
             .unwrap();
         assert_eq!(total, 110, "{cc}");
+    }
+}
+
+/// Keys accounts may have in
+/// [`accounts_open_and_close_conserving_money_and_their_count`]; the count
+/// row sits above them.
+const KEY_SPACE: u64 = 24;
+const COUNT: u64 = 1_000;
+
+/// One banking operation of
+/// [`accounts_open_and_close_conserving_money_and_their_count`].
+async fn bank_op(tx: &mut Txn, op: u64, a: u64, b: u64) -> Result<(), Abort> {
+    match op % 4 {
+        // Transfer from a to b (both open).
+        0 | 1 => transfer(tx, a, b, (op >> 8) as i64 % 50).await?,
+        // Open account a with half of b's balance.
+        2 => {
+            if tx.get(0, a).await?.is_some() {
+                return Err(Abort::User("open"));
+            }
+            let hb = tx
+                .get_for_update(0, b)
+                .await?
+                .ok_or(Abort::User("closed"))?;
+            let ha = tx
+                .insert(0, a)
+                .await?
+                .ok_or(Abort::User("opened meanwhile"))?;
+            let bb = tx.row(hb).i64(BALANCE);
+            tx.row_mut(hb).set_i64(BALANCE, bb - bb / 2);
+            tx.row_mut(ha).set_i64(BALANCE, bb / 2);
+            count_accounts(tx, 1).await?;
+        }
+        // Close account a, paying its balance into b; some reopen it at once.
+        _ => {
+            let ha = tx
+                .get_for_update(0, a)
+                .await?
+                .ok_or(Abort::User("closed"))?;
+            let hb = tx
+                .get_for_update(0, b)
+                .await?
+                .ok_or(Abort::User("closed"))?;
+            let (ba, bb) = (tx.row(ha).i64(BALANCE), tx.row(hb).i64(BALANCE));
+            tx.row_mut(hb).set_i64(BALANCE, bb + ba);
+            tx.delete(ha).await?;
+            if (a ^ b).is_multiple_of(5) {
+                // Deleted and inserted again: an account with nothing in it.
+                let h = tx.insert(0, a).await?.ok_or(Abort::User("reopen"))?;
+                assert_eq!(tx.row(h).i64(BALANCE), 0, "a re-inserted row starts zeroed");
+            } else {
+                count_accounts(tx, -1).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn count_accounts(tx: &mut Txn, delta: i64) -> Result<(), Abort> {
+    let h = tx.get_for_update(0, COUNT).await?.expect("the count row");
+    let n = tx.row(h).i64(BALANCE);
+    tx.row_mut(h).set_i64(BALANCE, n + delta);
+    Ok(())
+}
+
+/// The total and the number of open accounts, read in one transaction,
+/// with the count row's number (each account a point read; closed ones
+/// are point misses).
+async fn audit(tx: &mut Txn) -> Result<(i64, i64, i64), Abort> {
+    let (mut total, mut open) = (0, 0);
+    for k in 0..KEY_SPACE {
+        if let Some(h) = tx.get(0, k).await? {
+            total += tx.row(h).i64(BALANCE);
+            open += 1;
+        }
+    }
+    let h = tx.get(0, COUNT).await?.expect("the count row");
+    Ok((total, open, tx.row(h).i64(BALANCE)))
+}
+
+/// Transfers, accounts opened (an insert over a miss, funded by another
+/// account) and closed (a delete that pays out, sometimes re-inserting the
+/// key), with a count row of open accounts: the money is conserved and the
+/// accounts found equal the count, for auditors that run alongside (their
+/// misses race the opens) and at the end.
+#[test]
+fn accounts_open_and_close_conserving_money_and_their_count() {
+    for cc in ALL_CC {
+        let workers = workers_for(cc);
+        let initial = 16u64;
+        let total = 1_000 * initial as i64;
+        // Workers claim row slots 64 at a time, and a closed account's slot
+        // goes back to the worker that closed it: room for many blocks.
+        let threads = if cc == CcKind::None { 1 } else { workers + 2 };
+        let (island, _) = Island::open(IslandConfig::new(cc, threads), &[accounts(4096)]).unwrap();
+        {
+            let mut l = island.loader().unwrap();
+            for k in 0..initial {
+                l.put(0, k, |r| r.set_i64(BALANCE, 1_000)).unwrap();
+            }
+            l.put(0, COUNT, |r| r.set_i64(BALANCE, initial as i64))
+                .unwrap();
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        // Concurrent audits done: the workers go on until there are a few.
+        let audited = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut handles = vec![];
+        for w in 0..workers {
+            let (island, audited) = (island.clone(), audited.clone());
+            handles.push(std::thread::spawn(move || {
+                let mut tx = island.worker().unwrap();
+                let mut r = rng(w as u64 + 41);
+                let (mut done, mut audits) = (0, 0);
+                let mut i = 0;
+                while i < 3_000
+                    || (cc != CcKind::None && audited.load(Ordering::Relaxed) < 20 && i < 300_000)
+                {
+                    i += 1;
+                    let (op, a) = (r(), r() % KEY_SPACE);
+                    let b = (a + 1 + r() % (KEY_SPACE - 1)) % KEY_SPACE;
+                    match tx.execute(1_000, |tx| Box::pin(bank_op(tx, op, a, b))) {
+                        Ok(()) => done += 1,
+                        // Refused, or still conflicting after all retries.
+                        Err(Abort::User(_) | Abort::Conflict(_)) => {}
+                        Err(e) => panic!("{cc}: {e}"),
+                    }
+                    // With one worker, it audits too.
+                    if cc == CcKind::None && i % 50 == 0 {
+                        let (t, open, count) = tx.execute(0, |tx| Box::pin(audit(tx))).unwrap();
+                        assert_eq!((t, open), (total, count), "{cc}: an audit");
+                        audits += 1;
+                    }
+                }
+                (done, audits)
+            }));
+        }
+        let auditor = (cc != CcKind::None).then(|| {
+            let (island, stop, audited) = (island.clone(), stop.clone(), audited.clone());
+            std::thread::spawn(move || {
+                let mut tx = island.worker().unwrap();
+                let mut audits = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let (t, open, count) = tx.execute(100_000, |tx| Box::pin(audit(tx))).unwrap();
+                    assert_eq!(t, total, "{cc}: an auditor saw money appear or vanish");
+                    assert_eq!(
+                        open, count,
+                        "{cc}: an auditor found {open} accounts, counted {count}"
+                    );
+                    audits += 1;
+                    audited.store(audits, Ordering::Relaxed);
+                }
+                audits
+            })
+        });
+        let (mut done, mut audits) = (0, 0);
+        for h in handles {
+            let (d, a) = h.join().unwrap();
+            done += d;
+            audits += a;
+        }
+        stop.store(true, Ordering::Relaxed);
+        if let Some(a) = auditor {
+            audits += a.join().unwrap();
+        }
+        let mut tx = island.worker().unwrap();
+        let (t, open, count) = tx.execute(0, |tx| Box::pin(audit(tx))).unwrap();
+        assert_eq!((t, open), (total, count), "{cc}: at the end");
+        assert!(
+            done > 400 * workers && audits > 10,
+            "{cc}: {done} operations, {audits} audits"
+        );
+        eprintln!("{cc}: {done} operations committed, {audits} audits");
+        let rows = island.catalog().table(0).count_rows();
+        assert_eq!(rows, open as u64 + 1, "{cc}: rows in the table");
     }
 }

@@ -187,3 +187,90 @@ fn a_conflict_names_its_row_which_stays_locked_until_the_holder_ends() {
     p.commit().unwrap();
     assert!(!q.still_locked(excl));
 }
+
+/// A transaction that lowers its isolation partway still validates what it
+/// read before the call: a read (OCC; under 2PL its lock keeps writers
+/// out), a scan and a point miss on an ordered table, and a point miss on a
+/// hash table. The reader `r` reads one of them, calls `read_committed`,
+/// then reads row 2 after `w` changed both and committed: `r` read row 2
+/// after `w` (w before r) and the other before `w` (r before w), so its
+/// commit must fail. Reads after the call stay unvalidated: without the
+/// earlier read, the same commit goes through.
+#[test]
+fn reads_before_read_committed_are_still_validated() {
+    let defs = [
+        TableDef::new("o", &[("val", ColType::U64)], 1 << 10, PrimaryKind::Ordered),
+        TableDef::new("h", &[("val", ColType::U64)], 1 << 10, PrimaryKind::Hash),
+    ];
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Before {
+        Read,
+        Scan,
+        OrderedMiss,
+        HashMiss,
+        Nothing,
+    }
+    let mut unvalidated = Vec::new();
+    for cc in [CcKind::NoWait, CcKind::WaitDie, CcKind::Occ] {
+        for before in [
+            Before::Read,
+            Before::Scan,
+            Before::OrderedMiss,
+            Before::HashMiss,
+            Before::Nothing,
+        ] {
+            if before == Before::Read && cc != CcKind::Occ {
+                continue;
+            }
+            let (island, _) = Island::open(IslandConfig::new(cc, 2), &defs).unwrap();
+            {
+                let mut l = island.loader().unwrap();
+                for k in 0..4u64 {
+                    l.put(0, k, |r| r.set_u64(VAL, 10 * k)).unwrap();
+                }
+            }
+            let (mut r, mut w) = (island.worker().unwrap(), island.worker().unwrap());
+            r.begin(false);
+            match before {
+                Before::Read => {
+                    let h = poll_local(r.get(0, 1)).unwrap().unwrap();
+                    assert_eq!(r.row(h).u64(VAL), 10);
+                }
+                Before::Scan => assert_eq!(poll_local(r.scan(0, 100, 200, 10, false)).unwrap(), 0),
+                Before::OrderedMiss => assert!(poll_local(r.get(0, 50)).unwrap().is_none()),
+                Before::HashMiss => assert!(poll_local(r.get(1, 50)).unwrap().is_none()),
+                Before::Nothing => {}
+            }
+            r.read_committed();
+
+            w.begin(false);
+            let h = poll_local(w.get_for_update(0, 2)).unwrap().unwrap();
+            w.row_mut(h).set_u64(VAL, 99);
+            match before {
+                Before::Read => {
+                    let h = poll_local(w.get_for_update(0, 1)).unwrap().unwrap();
+                    w.row_mut(h).set_u64(VAL, 11);
+                }
+                Before::Scan => assert!(poll_local(w.insert(0, 150)).unwrap().is_some()),
+                Before::OrderedMiss => assert!(poll_local(w.insert(0, 50)).unwrap().is_some()),
+                Before::HashMiss => assert!(poll_local(w.insert(1, 50)).unwrap().is_some()),
+                Before::Nothing => {}
+            }
+            w.commit().unwrap();
+
+            let h = poll_local(r.get(0, 2)).unwrap().unwrap();
+            assert_eq!(r.row(h).u64(VAL), 99, "{cc}, {before:?}");
+            let res = r.commit();
+            if before == Before::Nothing {
+                res.unwrap_or_else(|e| panic!("{cc}: a read-committed read was validated: {e}"));
+            } else if !matches!(res, Err(Abort::Conflict(_))) {
+                unvalidated.push(format!("{cc}, {before:?}"));
+            }
+        }
+    }
+    assert!(
+        unvalidated.is_empty(),
+        "a read made before read_committed() was not validated (the reader saw the state \
+         before the writer and after it): {unvalidated:?}"
+    );
+}

@@ -6,6 +6,7 @@ mod common;
 mod crash;
 mod dead_log;
 mod dist_crash;
+mod history;
 mod isolation;
 mod model;
 mod phantom;
