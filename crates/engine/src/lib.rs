@@ -15,6 +15,7 @@
 //! - [`island`]: one island: tables + scheme + log + workers.
 //! - [`bench`]: the closed-loop driver, statistics, reports.
 
+pub mod api;
 pub mod bench;
 pub mod cc;
 pub mod coord;

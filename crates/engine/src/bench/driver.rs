@@ -64,6 +64,62 @@ pub trait Workload: Send + Sync {
     fn committed(&self, worker: usize, req: &Self::Req) {
         let _ = (worker, req);
     }
+
+    /// The next request of worker `worker`, if there is one to start now:
+    /// calls submitted from outside come and go, while a benchmark's
+    /// generator always has one. The default asks [`Workload::next`].
+    /// Only the executor loop of a [`crate::dist::Cluster`] asks this.
+    fn poll_next(&self, worker: usize, rng: &mut FastRng, req: &mut Self::Req) -> Option<usize> {
+        Some(self.next(worker, rng, req))
+    }
+
+    /// The request's outcome is final: its commit is acknowledged (durable
+    /// in `sync` mode), the procedure rolled it back, it was retried
+    /// [`Workload::max_attempts`] times, or its procedure panicked. Called
+    /// once per request, by the cluster's executor loop; the default does
+    /// nothing.
+    fn finished(&self, worker: usize, req: &mut Self::Req, outcome: Outcome) {
+        let _ = (worker, req, outcome);
+    }
+
+    /// Attempts after which a request that keeps aborting on conflicts is
+    /// given up ([`Outcome::GaveUp`]); `None` (the default) retries for ever.
+    fn max_attempts(&self) -> Option<u32> {
+        None
+    }
+
+    /// Whether a procedure that panics or fails with an error only fails its
+    /// request ([`Outcome::Panicked`], [`Outcome::Failed`]) and the executor
+    /// goes on; otherwise (the default) either stops the run. A failed log
+    /// stops the run whatever this says.
+    fn isolates_failures(&self) -> bool {
+        false
+    }
+
+    /// A round of worker `worker` found nothing to do: no request to start,
+    /// nothing received, nothing ready. A workload fed from outside may
+    /// sleep here a while; the default returns at once.
+    fn idle(&self, worker: usize) {
+        let _ = worker;
+    }
+}
+
+/// How a request ended, as [`Workload::finished`] hears it.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Committed and acknowledged under the island's durability mode.
+    Committed,
+    /// The procedure rolled the transaction back ([`Abort::User`]).
+    UserAbort(&'static str),
+    /// Aborted on conflicts as many times as [`Workload::max_attempts`] allows.
+    GaveUp {
+        attempts: u32,
+        last: crate::AbortReason,
+    },
+    /// The procedure panicked; the transaction was rolled back.
+    Panicked(String),
+    /// The procedure failed with an error ([`Abort::Failed`]); rolled back.
+    Failed(Error),
 }
 
 /// How to drive a run.

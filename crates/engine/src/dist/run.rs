@@ -46,9 +46,9 @@ use std::time::Duration;
 
 use super::{Cluster, Executor, HomeCommit};
 use crate::bench::driver::{
-    log_failure, run_threads, watch_until, worker_seed, DriverConfig, FailOnPanic, WorkerBody,
-    WorkerSpec, Workload, ASYNC_FLUSH_AFTER, FAILED, FLUSH_AFTER, FLUSH_EVERY, MEASURE, STOP,
-    WARMUP,
+    log_failure, run_threads, watch_until, worker_seed, DriverConfig, FailOnPanic, Outcome,
+    WorkerBody, WorkerSpec, Workload, ASYNC_FLUSH_AFTER, FAILED, FLUSH_AFTER, FLUSH_EVERY, MEASURE,
+    STOP, WARMUP,
 };
 use crate::bench::phases::{self, Phase};
 use crate::bench::report::Report;
@@ -74,6 +74,9 @@ struct Slot<R> {
     fut: Option<Proc>,
     req: Box<R>,
     state: St,
+    /// A free slot whose `req` holds a new request not yet begun (no
+    /// transaction context was free when it came).
+    loaded: bool,
     ctx: u32,
     ty: usize,
     /// Clock readings ([`Clock`]).
@@ -200,11 +203,52 @@ where
     Ok(report)
 }
 
-/// A locally committed transaction waiting for its log batch.
-struct Pending {
+/// A committed transaction waiting for its log batch.
+struct Pending<R> {
     ack: BatchSeq,
     start: u64,
     ty: usize,
+    req: Box<R>,
+}
+
+/// An aborted attempt: retried after a back-off, or given up when the
+/// workload bounds its attempts. Returns whether it was given up.
+#[allow(clippy::too_many_arguments)]
+fn retry_or_give_up<W: Workload>(
+    workload: &W,
+    w: usize,
+    p: Parked<W::Req>,
+    reason: AbortReason,
+    now: u64,
+    clock: &Clock,
+    conflict: Option<(LockWait, bool)>,
+    retries: &mut Vec<Retry<W::Req>>,
+    spare: &mut Vec<Box<W::Req>>,
+) -> bool {
+    let attempts = p.attempt + 1;
+    if workload.max_attempts().is_some_and(|m| attempts >= m) {
+        let mut req = p.req;
+        workload.finished(
+            w,
+            &mut req,
+            Outcome::GaveUp {
+                attempts,
+                last: reason,
+            },
+        );
+        spare.push(req);
+        return true;
+    }
+    retries.push(p.back_off(now, clock, conflict));
+    false
+}
+
+/// The message of a caught panic.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 /// The worker loop's clock: [`phases::ticks`], read once per round. A
@@ -289,6 +333,7 @@ where
             fut: None,
             req: Box::default(),
             state: St::Free,
+            loaded: false,
             ctx: 0,
             ty: 0,
             start: 0,
@@ -312,7 +357,7 @@ where
     let mut idle_rounds = 0u32;
     // Counted in `cl.unsettled` while false (every worker starts unsettled).
     let mut settled = false;
-    let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut pending: VecDeque<Pending<W::Req>> = VecDeque::new();
     let mut since_flush = 0usize;
     let mut last_flush = clock.now();
     let logging = durability != Durability::Off;
@@ -362,14 +407,30 @@ where
                             ack,
                             start: p.start,
                             ty: p.ty,
+                            req: p.req,
                         });
                     } else {
                         stats.record_commit(p.ty, clock.ns(now.saturating_sub(p.start)));
+                        let mut req = p.req;
+                        workload.finished(w, &mut req, Outcome::Committed);
+                        spare.push(req);
                     }
-                    spare.push(p.req);
                 } else {
                     stats.record_abort(AbortReason::Remote);
-                    retries.push(p.back_off(now, &clock, None));
+                    let r = AbortReason::Remote;
+                    if retry_or_give_up(
+                        workload,
+                        w,
+                        p,
+                        r,
+                        now,
+                        &clock,
+                        None,
+                        &mut retries,
+                        &mut spare,
+                    ) {
+                        finished += 1;
+                    }
                 }
             }
             let may_start = !stopping && limit.is_none_or(|l| finished < l);
@@ -383,12 +444,15 @@ where
                 + retries.len()) as u64;
             let mut busy = parked.len() + retries.len();
             let mut none_due = retries.is_empty();
+            // The workload had no request to start this round.
+            let mut source_dry = false;
             for (i, s) in slots.iter_mut().enumerate() {
                 match s.state {
                     St::Free if may_start => {
-                        // A due retry first (its watched row free, or its
-                        // time up), else a new transaction if there is room.
-                        let retry = if none_due {
+                        // A request loaded earlier first, then a due retry
+                        // (its watched row free, or its time up), else a new
+                        // request if there is room and the workload has one.
+                        let retry = if none_due || s.loaded {
                             None
                         } else {
                             retries.iter().position(|r| {
@@ -397,12 +461,25 @@ where
                                         .is_some_and(|(w, from)| now >= from && !ex.still_locked(w))
                             })
                         };
-                        // Nothing changes for the rest of the round.
-                        none_due = retry.is_none();
-                        let room = (active as usize) < window
-                            && limit.is_none_or(|l| finished + active < l);
-                        if retry.is_none() && !room {
-                            continue;
+                        if !s.loaded {
+                            // Nothing changes for the rest of the round.
+                            none_due = retry.is_none();
+                        }
+                        if retry.is_none() && !s.loaded {
+                            let room = (active as usize) < window
+                                && limit.is_none_or(|l| finished + active < l);
+                            if !room || source_dry {
+                                continue;
+                            }
+                            let Some(ty) = workload.poll_next(w, &mut rng, &mut s.req) else {
+                                source_dry = true;
+                                continue;
+                            };
+                            active += 1;
+                            s.loaded = true;
+                            s.ty = ty;
+                            s.start = now;
+                            s.attempt = 0;
                         }
                         let Some(c) = ex.begin_home(retry.is_some()) else {
                             continue;
@@ -415,10 +492,7 @@ where
                             s.attempt = p.attempt;
                             stats.record_retry();
                         } else {
-                            active += 1;
-                            s.ty = workload.next(w, &mut rng, &mut s.req);
-                            s.start = now;
-                            s.attempt = 0;
+                            s.loaded = false;
                         }
                         start_attempt(s, &ex, c, workload);
                         if slot_of.len() <= c as usize {
@@ -430,7 +504,20 @@ where
                         s.fut = None;
                         ex.abort_home(s.ctx);
                         stats.record_abort(AbortReason::Remote);
-                        retries.push(s.park(&mut spare).back_off(now, &clock, None));
+                        let (p, r) = (s.park(&mut spare), AbortReason::Remote);
+                        if retry_or_give_up(
+                            workload,
+                            w,
+                            p,
+                            r,
+                            now,
+                            &clock,
+                            None,
+                            &mut retries,
+                            &mut spare,
+                        ) {
+                            finished += 1;
+                        }
                     }
                     _ => {}
                 }
@@ -438,8 +525,30 @@ where
                     progressed = true;
                     let fut = s.fut.as_mut().expect("a ready slot has a procedure");
                     phases::switch(Phase::Execution);
-                    let polled = fut.as_mut().poll(&mut cx);
+                    // A panic is caught only to fail its own request (see
+                    // `Workload::isolates_failures`); unwinding costs
+                    // nothing on the path that does not panic.
+                    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        fut.as_mut().poll(&mut cx)
+                    }));
                     phases::switch(Phase::Management);
+                    let polled = match polled {
+                        Ok(p) => p,
+                        Err(panic) => {
+                            let msg = panic_message(&*panic);
+                            s.fut = None;
+                            ex.abort_home(s.ctx);
+                            if !workload.isolates_failures() {
+                                return Err(Error::Config(format!(
+                                    "a stored procedure panicked: {msg}"
+                                )));
+                            }
+                            workload.finished(w, &mut s.req, Outcome::Panicked(msg));
+                            finished += 1;
+                            s.state = St::Free;
+                            continue;
+                        }
+                    };
                     match polled {
                         Poll::Pending => {
                             let Some(sent) = ex.send_request(s.ctx) else {
@@ -469,16 +578,18 @@ where
                                         stats.distributed += 1;
                                     }
                                     finished += 1;
-                                    s.state = St::Free;
                                     since_flush += c.logged as usize;
                                     if wait_ack && c.ack > cl.islands()[ex.island()].durable_batch()
                                     {
+                                        let p = s.park(&mut spare);
                                         pending.push_back(Pending {
                                             ack: c.ack,
-                                            start: s.start,
-                                            ty: s.ty,
+                                            start: p.start,
+                                            ty: p.ty,
+                                            req: p.req,
                                         });
                                     } else {
+                                        s.state = St::Free;
                                         // A fresh clock: `now` is this round's, and a
                                         // transaction started in this round would
                                         // record a latency of zero.
@@ -487,6 +598,7 @@ where
                                             s.ty,
                                             clock.ns(t.saturating_sub(s.start)),
                                         );
+                                        workload.finished(w, &mut s.req, Outcome::Committed);
                                     }
                                 }
                                 Ok(HomeCommit::Distributed(g)) => {
@@ -500,10 +612,31 @@ where
                                         .then(|| ex.conflict_of(s.ctx))
                                         .flatten();
                                     let p = s.park(&mut spare);
-                                    retries.push(p.back_off(now, &clock, conflict));
+                                    if retry_or_give_up(
+                                        workload,
+                                        w,
+                                        p,
+                                        reason,
+                                        now,
+                                        &clock,
+                                        conflict,
+                                        &mut retries,
+                                        &mut spare,
+                                    ) {
+                                        finished += 1;
+                                    }
                                 }
-                                Err(Abort::User(_)) => {
+                                Err(Abort::User(why)) => {
                                     stats.record_user_abort(s.ty);
+                                    workload.finished(w, &mut s.req, Outcome::UserAbort(why));
+                                    finished += 1;
+                                    s.state = St::Free;
+                                }
+                                Err(Abort::Failed(e))
+                                    if workload.isolates_failures()
+                                        && !matches!(e, Error::LogFailed(_)) =>
+                                {
+                                    workload.finished(w, &mut s.req, Outcome::Failed(e));
                                     finished += 1;
                                     s.state = St::Free;
                                 }
@@ -544,7 +677,9 @@ where
                         break;
                     }
                     stats.record_commit(p.ty, clock.ns(now.saturating_sub(p.start)));
-                    pending.pop_front();
+                    let mut p = pending.pop_front().expect("a front");
+                    workload.finished(w, &mut p.req, Outcome::Committed);
+                    spare.push(p.req);
                 }
             }
             stats.maybe_publish(counter);
@@ -581,6 +716,9 @@ where
                 idle_since = None;
             }
             idle_rounds = if progressed { 0 } else { idle_rounds + 1 };
+            if !progressed && source_dry && busy == 0 && pending.is_empty() {
+                workload.idle(w);
+            }
             if (!progressed && (logging || idle_rounds > IDLE_SPINS))
                 || (received == 0 && busy == 0 && client_done)
             {
@@ -615,6 +753,21 @@ where
     }
     drop(slots);
     let _ = ex.flush_log();
+    // Commits already decided are acknowledged once durable, unless the
+    // log died (then they stay as the log has them, for recovery).
+    if result.is_ok() {
+        while let Some(p) = pending.front() {
+            if p.ack > cl.islands()[home].durable_batch() {
+                if log_failure(&cl.islands()[home..=home]).is_some() {
+                    break;
+                }
+                std::thread::yield_now();
+                continue;
+            }
+            let mut p = pending.pop_front().expect("a front");
+            workload.finished(w, &mut p.req, Outcome::Committed);
+        }
+    }
     let _ = ex.pump();
     stats.publish(counter);
     (stats, result)
@@ -720,4 +873,73 @@ where
         return Err(e);
     }
     Ok(out)
+}
+
+/// Serves `workload` on the given workers until `phase` leaves `MEASURE`:
+/// one named thread per worker (pinned as its `cpu` says), which calls
+/// `on_start` with its worker index before it serves. At `STOP` the workers
+/// finish what they hold and leave together; a worker that fails sets
+/// `FAILED`, and every worker leaves at once. The workers' `limit`s are
+/// ignored. Returns the threads, each answering its worker's error.
+pub fn serve<W: Workload + 'static>(
+    cl: &Arc<Cluster>,
+    workers: &[ClusterWorker],
+    workload: Arc<W>,
+    phase: &Arc<AtomicU8>,
+    on_start: impl Fn(usize) + Send + Sync + 'static,
+) -> Result<Vec<std::thread::JoinHandle<Result<(), Error>>>, Error>
+where
+    W::Req: 'static,
+{
+    let executors = workers
+        .iter()
+        .map(|w| cl.executor(w.island, w.worker))
+        .collect::<Result<Vec<_>, _>>()?;
+    cl.clients.store(workers.len(), Ordering::Release);
+    cl.unsettled.store(workers.len(), Ordering::Release);
+    // Committed transactions each worker may keep waiting for their log
+    // batch (`sync`) before it waits for the log writer.
+    let window = 4096;
+    let on_start = Arc::new(on_start);
+    let mut handles = Vec::with_capacity(workers.len());
+    for ((i, w), ex) in workers.iter().enumerate().zip(executors) {
+        let (workload, ph, on_start) = (
+            Arc::clone(&workload),
+            Arc::clone(phase),
+            Arc::clone(&on_start),
+        );
+        let w = *w;
+        let spawned = std::thread::Builder::new()
+            .name(format!("i{}-exec-{}", w.island, w.worker))
+            .spawn(move || {
+                let phase = &*ph;
+                let _fail = FailOnPanic(phase);
+                if let Some(c) = w.cpu {
+                    // Pinning can fail in a restricted container; serving goes on.
+                    let _ = crate::bench::driver::pin_to(c);
+                }
+                on_start(i);
+                let counter = ProgressCounter::new();
+                let seed = worker_seed(0, i);
+                let (_, r) = cluster_worker(ex, &*workload, i, seed, phase, &counter, None, window);
+                if r.is_err() {
+                    phase.store(FAILED, Ordering::Release);
+                }
+                r
+            });
+        match spawned {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                // The threads started so far leave; the cluster is not served.
+                phase.store(FAILED, Ordering::Release);
+                for h in handles {
+                    let _ = h.join();
+                }
+                return Err(Error::Config(format!(
+                    "cannot start an executor thread: {e}"
+                )));
+            }
+        }
+    }
+    Ok(handles)
 }

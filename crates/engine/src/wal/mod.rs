@@ -626,14 +626,24 @@ fn lock_dir(dir: &Path) -> Result<std::fs::File, WalError> {
         .write(true)
         .open(&path)
         .map_err(|e| WalError::io("create lock file", &path, e))?;
-    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
-        |e| {
-            WalError::Config(format!(
-                "log directory {} is in use by another open log ({e})",
-                dir.display()
-            ))
-        },
-    )?;
+    if let Err(e) = rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        // The holder wrote its process id into the file when it took the lock.
+        let holder = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .map_or_else(
+                || "another open log".to_string(),
+                |pid| format!("an open log of process {pid}"),
+            );
+        return Err(WalError::Config(format!(
+            "log directory {} is in use by {holder} ({e})",
+            dir.display()
+        )));
+    }
+    // Names this process as the holder (for the message above); the lock,
+    // not this content, is what excludes.
+    let _ = file.set_len(0);
+    let _ = io::Write::write_all(&mut &file, format!("{}\n", std::process::id()).as_bytes());
     Ok(file)
 }
 

@@ -1,5 +1,6 @@
 //! Integration tests of the engine: one binary, modules by subject.
 
+mod api;
 mod bank;
 mod checkpoints;
 mod common;

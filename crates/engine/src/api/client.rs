@@ -1,0 +1,165 @@
+//! Calling procedures: blocking and `async`.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use super::deployment::{Call, Inner};
+use super::value::{Row, Value};
+use super::CallError;
+
+/// A handle that calls the deployment's procedures. Cheap to clone, usable
+/// from any thread; many calls may be in flight at once (from several
+/// threads, or as several futures of one). A call waits for room when its
+/// executor's queue is full.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("open", &self.inner.open.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+thread_local! {
+    /// Spreads a thread's calls over the executors that may take them.
+    static NEXT: Cell<usize> = const { Cell::new(0) };
+}
+
+impl Client {
+    pub(crate) fn new(inner: Arc<Inner>) -> Client {
+        Client { inner }
+    }
+
+    /// Calls procedure `name` with `args` and waits for its result rows,
+    /// which come once its commit is acknowledged (durable in `sync` mode).
+    pub fn call(&self, name: &str, args: &[Value]) -> Result<Vec<Row>, CallError> {
+        let (call, mailbox) = self.prepare(name, args.to_vec())?;
+        let (tx, rx) = oneshot::channel();
+        let mut call = Call { reply: tx, ..call };
+        loop {
+            match self.push(mailbox, call) {
+                Ok(()) => break,
+                Err(c) => {
+                    call = c;
+                    // Back-pressure: the executor's queue is full.
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+            }
+        }
+        rx.recv().unwrap_or_else(|_| Err(self.inner.closed_error()))
+    }
+
+    /// Calls procedure `name` with `args`: a future of its result rows, for
+    /// any executor (tokio's included). The call is checked at once; it is
+    /// queued when the future is first polled.
+    pub fn call_async(&self, name: &str, args: Vec<Value>) -> CallFuture {
+        let (tx, rx) = oneshot::channel();
+        match self.prepare(name, args) {
+            Ok((call, mailbox)) => CallFuture {
+                inner: Arc::clone(&self.inner),
+                to_push: Some((Call { reply: tx, ..call }, mailbox)),
+                rx: Some(std::future::IntoFuture::into_future(rx)),
+                failed: None,
+            },
+            Err(e) => CallFuture {
+                inner: Arc::clone(&self.inner),
+                to_push: None,
+                rx: None,
+                failed: Some(e),
+            },
+        }
+    }
+
+    /// Looks the procedure up, checks the arguments and picks the executor.
+    /// The returned call's reply sender is a placeholder.
+    fn prepare(&self, name: &str, args: Vec<Value>) -> Result<(Call, usize), CallError> {
+        if !self.inner.open.load(Ordering::Acquire) {
+            return Err(self.inner.closed_error());
+        }
+        let Some((id, def)) = self.inner.catalog.lookup(name) else {
+            return Err(CallError::UnknownProcedure(name.to_string()));
+        };
+        def.check_args(&args)?;
+        let n = NEXT.with(|c| {
+            let v = c.get();
+            c.set(v.wrapping_add(1));
+            v
+        });
+        let first = &self.inner.first;
+        let islands = first.len() - 1;
+        let island = self.inner.home_island(def, &args).unwrap_or(n % islands);
+        let workers = first[island + 1] - first[island];
+        let mailbox = first[island] + n % workers;
+        let (reply, _) = oneshot::channel();
+        Ok((
+            Call {
+                proc: id,
+                args,
+                reply,
+            },
+            mailbox,
+        ))
+    }
+
+    /// Queues `call`; gives it back if the queue is full. A call queued
+    /// while the deployment closes is answered with the closing error.
+    fn push(&self, mailbox: usize, call: Call) -> Result<(), Call> {
+        let mb = &self.inner.mailboxes[mailbox];
+        mb.queue.push(call)?;
+        mb.notify();
+        // Closed meanwhile: its executors may be gone, so nobody would take it.
+        if !self.inner.open.load(Ordering::SeqCst) {
+            self.inner.drain();
+        }
+        Ok(())
+    }
+}
+
+/// The result of [`Client::call_async`].
+pub struct CallFuture {
+    inner: Arc<Inner>,
+    to_push: Option<(Call, usize)>,
+    rx: Option<oneshot::AsyncReceiver<Result<Vec<Row>, CallError>>>,
+    failed: Option<CallError>,
+}
+
+impl Future for CallFuture {
+    type Output = Result<Vec<Row>, CallError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if let Some(e) = this.failed.take() {
+            return Poll::Ready(Err(e));
+        }
+        if let Some((call, mailbox)) = this.to_push.take() {
+            let client = Client {
+                inner: Arc::clone(&this.inner),
+            };
+            if let Err(call) = client.push(mailbox, call) {
+                // Back-pressure: try again on the next poll.
+                this.to_push = Some((call, mailbox));
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+        }
+        let Some(rx) = this.rx.as_mut() else {
+            return Poll::Ready(Err(CallError::ShutDown));
+        };
+        match Pin::new(rx).poll(cx) {
+            Poll::Ready(r) => {
+                this.rx = None;
+                Poll::Ready(r.unwrap_or_else(|_| Err(this.inner.closed_error())))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}

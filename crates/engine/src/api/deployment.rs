@@ -1,0 +1,645 @@
+//! Opening, serving and shutting down a deployment.
+
+use std::cell::RefCell;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{JoinHandle, Thread};
+use std::time::Duration;
+
+use crossbeam_queue::ArrayQueue;
+use crossbeam_utils::CachePadded;
+
+use super::catalog::{Catalog, Home, Partition, ProcDef};
+use super::client::Client;
+use super::value::{Args, Row, Value};
+use super::CallError;
+use crate::bench::driver::{Outcome, Workload};
+use crate::bench::rng::FastRng;
+use crate::cc::CcKind;
+use crate::deploy::{self, DeploySpec, IslandId, Plan};
+use crate::dist::run::ClusterWorker;
+use crate::dist::{Cluster, ClusterOptions};
+use crate::island::{Island, IslandConfig, RecoveryReport};
+use crate::storage::{RowMut, TableId};
+use crate::topology::Topology;
+use crate::txn::{Router, Txn};
+use crate::wal::Durability;
+use crate::{Abort, Error};
+
+/// How to open a deployment, beyond the plan.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The islands, their placement and workers, the sites, the durability
+    /// mode and the log directory (island `i` logs to `log_dir/island-<i>`),
+    /// as `islands plan` and the TOML deployment file describe them. The
+    /// concurrency control must be `no_wait` or left out: executors
+    /// interleave transactions, which only `no_wait` allows.
+    pub spec: DeploySpec,
+    /// The machine to plan on; `None`: this one.
+    pub topology: Option<Topology>,
+    /// Calls waiting in each executor's queue before callers wait for room.
+    pub queue_depth: usize,
+    /// Attempts of a transaction that keeps aborting on conflicts before
+    /// its call fails with [`CallError::Serialization`].
+    pub max_attempts: u32,
+    /// Transactions each executor keeps executing at once.
+    pub txns_per_worker: usize,
+    /// Distributed commits each executor keeps in flight beyond those.
+    pub commits_per_worker: usize,
+    /// Pin executor threads to the plan's CPUs.
+    pub pin: bool,
+}
+
+impl Options {
+    pub fn new(spec: DeploySpec) -> Options {
+        Options {
+            spec,
+            topology: None,
+            queue_depth: 1024,
+            max_attempts: 100,
+            txns_per_worker: 16,
+            commits_per_worker: 64,
+            pin: true,
+        }
+    }
+}
+
+/// What a load function gets: one island of a new database, the sites it
+/// holds, and a loader that puts rows into it (only rows the island holds).
+pub struct Load<'a> {
+    island: usize,
+    sites: Range<u32>,
+    loader: crate::island::Loader,
+    router: &'a SiteRouter,
+    catalog: &'a Catalog,
+}
+
+impl Load<'_> {
+    /// The island being loaded (0-based).
+    pub fn island(&self) -> usize {
+        self.island
+    }
+
+    /// The sites it holds.
+    pub fn sites(&self) -> Range<u32> {
+        self.sites.clone()
+    }
+
+    /// Whether row `key` of `table` belongs on this island (a replicated
+    /// table's rows belong on every island).
+    pub fn owns(&self, table: TableId, key: u64) -> bool {
+        self.router
+            .island_of(table, key)
+            .is_none_or(|i| i as usize == self.island)
+    }
+
+    /// Puts row `key` of `table`, filling its columns with `fill`. A row
+    /// that belongs on another island is refused.
+    pub fn put(
+        &mut self,
+        table: TableId,
+        key: u64,
+        fill: impl FnOnce(&mut RowMut),
+    ) -> Result<(), Error> {
+        if table as usize >= self.catalog.tables.len() {
+            return Err(Error::NoSuchTable(table));
+        }
+        if !self.owns(table, key) {
+            return Err(Error::Config(format!(
+                "load: row {key} of table {} belongs on island {}, not on island {}",
+                self.catalog.tables[table as usize].name,
+                self.router.island_of(table, key).unwrap_or_default(),
+                self.island
+            )));
+        }
+        self.loader.put(table, key, fill)
+    }
+}
+
+/// Routes rows to islands by the catalog's partitioning and the plan's sites.
+pub(crate) struct SiteRouter {
+    partitions: Vec<Partition>,
+    /// The island of each site.
+    site_island: Vec<u16>,
+}
+
+impl Router for SiteRouter {
+    fn island_of(&self, table: TableId, key: u64) -> Option<u16> {
+        match self.partitions.get(table as usize)? {
+            Partition::BySite(site) => {
+                let s = site(key) as usize % self.site_island.len();
+                Some(self.site_island[s])
+            }
+            Partition::Replicated => None,
+        }
+    }
+}
+
+/// A call on its way to an executor.
+pub(crate) struct Call {
+    pub(crate) proc: u32,
+    pub(crate) args: Vec<Value>,
+    pub(crate) reply: oneshot::Sender<Result<Vec<Row>, CallError>>,
+}
+
+/// One executor's queue of calls, and how a caller wakes it.
+pub(crate) struct Mailbox {
+    pub(crate) queue: ArrayQueue<Call>,
+    /// The executor is parked (or about to be) waiting for calls.
+    sleeping: AtomicBool,
+    thread: OnceLock<Thread>,
+    /// Rounds in a row its executor found nothing to do (its own counter).
+    idle: AtomicU32,
+}
+
+impl Mailbox {
+    /// Wakes the executor if it sleeps: called after a push.
+    pub(crate) fn notify(&self) {
+        if self.sleeping.load(Ordering::SeqCst) {
+            if let Some(t) = self.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+}
+
+/// Idle rounds before an executor parks (a round without work takes well
+/// under a microsecond, or a `yield`): short bursts keep it spinning.
+const PARK_AFTER: u32 = 20_000;
+/// How long a parked executor sleeps before it looks at its peers'
+/// messages again (a caller's push wakes it at once).
+const PARK_FOR: Duration = Duration::from_millis(1);
+
+/// What clients and executors share.
+pub(crate) struct Inner {
+    pub(crate) procs: Vec<ProcDef>,
+    pub(crate) catalog: Catalog,
+    pub(crate) router: SiteRouter,
+    pub(crate) mailboxes: Box<[CachePadded<Mailbox>]>,
+    /// Island `i`'s executors are mailboxes `first[i]..first[i + 1]`.
+    pub(crate) first: Vec<usize>,
+    /// Accepting calls.
+    pub(crate) open: AtomicBool,
+    /// Why the deployment stopped, if it failed.
+    pub(crate) failure: Mutex<Option<String>>,
+    max_attempts: u32,
+}
+
+impl Inner {
+    /// The error of a call that the deployment did not answer.
+    pub(crate) fn closed_error(&self) -> CallError {
+        match &*self.failure.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(cause) => CallError::Stopped(cause.clone()),
+            None => CallError::ShutDown,
+        }
+    }
+
+    /// Drops every queued call (their callers hear [`Inner::closed_error`]).
+    pub(crate) fn drain(&self) {
+        for mb in self.mailboxes.iter() {
+            while let Some(call) = mb.queue.pop() {
+                let _ = call.reply.send(Err(self.closed_error()));
+            }
+        }
+    }
+
+    /// The home island of a call of `def` with `args` (checked), or `None`
+    /// for any island.
+    pub(crate) fn home_island(&self, def: &ProcDef, args: &[Value]) -> Option<usize> {
+        match def.home {
+            Home::Key { param, table } => {
+                let key = args[param].as_int().unwrap_or_default() as u64;
+                self.router.island_of(table, key).map(usize::from)
+            }
+            Home::Any => None,
+        }
+    }
+}
+
+/// A call as the executor runs it.
+#[derive(Default)]
+pub(crate) struct CallReq {
+    proc: u32,
+    args: Args,
+    out: RefCell<Vec<Row>>,
+    reply: Option<oneshot::Sender<Result<Vec<Row>, CallError>>>,
+}
+
+/// The executors' workload: calls from their mailboxes.
+struct Calls(Arc<Inner>);
+
+impl Workload for Calls {
+    type Req = CallReq;
+
+    fn types(&self) -> Vec<&'static str> {
+        vec!["call"]
+    }
+
+    fn next(&self, worker: usize, rng: &mut FastRng, req: &mut CallReq) -> usize {
+        loop {
+            if let Some(ty) = self.poll_next(worker, rng, req) {
+                return ty;
+            }
+            self.idle(worker);
+        }
+    }
+
+    fn poll_next(&self, worker: usize, _: &mut FastRng, req: &mut CallReq) -> Option<usize> {
+        let mb = &self.0.mailboxes[worker];
+        let call = mb.queue.pop()?;
+        mb.idle.store(0, Ordering::Relaxed);
+        req.proc = call.proc;
+        req.args = Args(call.args);
+        req.reply = Some(call.reply);
+        Some(0)
+    }
+
+    // The future is the only borrower of `req.out` while it lives;
+    // `finished` borrows it after the future is dropped.
+    #[allow(clippy::await_holding_refcell_ref)]
+    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a CallReq) -> Result<(), Abort> {
+        let def = &self.0.procs[req.proc as usize];
+        let mut out = req.out.borrow_mut();
+        out.clear();
+        (def.body)(tx, &req.args, &mut out).await?;
+        def.check_rows(&out)
+            .map_err(|why| Abort::Failed(Error::Config(format!("procedure {}: {why}", def.name))))
+    }
+
+    fn finished(&self, _: usize, req: &mut CallReq, outcome: Outcome) {
+        let Some(reply) = req.reply.take() else {
+            return;
+        };
+        let procedure = || self.0.procs[req.proc as usize].name.clone();
+        let r = match outcome {
+            Outcome::Committed => Ok(std::mem::take(&mut *req.out.borrow_mut())),
+            Outcome::UserAbort(why) => Err(CallError::Rollback {
+                procedure: procedure(),
+                why: why.to_string(),
+            }),
+            Outcome::GaveUp { attempts, last } => Err(CallError::Serialization {
+                procedure: procedure(),
+                attempts,
+                last: last.to_string(),
+            }),
+            Outcome::Panicked(message) => Err(CallError::Panicked {
+                procedure: procedure(),
+                message,
+            }),
+            Outcome::Failed(e) => Err(CallError::Failed {
+                procedure: procedure(),
+                error: e.to_string(),
+            }),
+        };
+        req.args.0.clear();
+        // A caller that stopped waiting does not want the answer.
+        let _ = reply.send(r);
+    }
+
+    fn max_attempts(&self) -> Option<u32> {
+        Some(self.0.max_attempts)
+    }
+
+    fn isolates_failures(&self) -> bool {
+        true
+    }
+
+    fn idle(&self, worker: usize) {
+        let mb = &self.0.mailboxes[worker];
+        if mb.idle.fetch_add(1, Ordering::Relaxed) < PARK_AFTER {
+            return;
+        }
+        mb.sleeping.store(true, Ordering::SeqCst);
+        // A push after this check sees `sleeping` and unparks.
+        if mb.queue.is_empty() && self.0.open.load(Ordering::SeqCst) {
+            std::thread::park_timeout(PARK_FOR);
+        }
+        mb.sleeping.store(false, Ordering::Relaxed);
+    }
+}
+
+/// An open deployment: islands, their executors, and the queues that
+/// clients call through. [`Deployment::shutdown`] (or dropping it) stops
+/// accepting calls, finishes what is in flight, flushes the logs and joins
+/// every thread.
+pub struct Deployment {
+    inner: Arc<Inner>,
+    plan: Plan,
+    islands: Vec<Island>,
+    cluster: Arc<Cluster>,
+    phase: Arc<AtomicU8>,
+    executors: Vec<JoinHandle<Result<(), Error>>>,
+    watcher: Option<JoinHandle<()>>,
+    recovered: Vec<RecoveryReport>,
+}
+
+impl std::fmt::Debug for Deployment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deployment")
+            .field("plan", &self.plan.summary())
+            .field("executors", &self.executors.len())
+            .finish()
+    }
+}
+
+impl Deployment {
+    /// Plans the deployment, opens (or recovers) every island, loads a new
+    /// database with `load` (called once per island, on a thread pinned to
+    /// the island's first CPU, when its log holds nothing), resolves
+    /// branches left in doubt, starts the executors and returns once they
+    /// serve. With a log, a new database is checkpointed after its load.
+    pub fn open(
+        opts: Options,
+        catalog: Catalog,
+        load: impl Fn(&mut Load<'_>) -> Result<(), Error> + Sync,
+    ) -> Result<Deployment, Error> {
+        if catalog.tables.is_empty() {
+            return Err(Error::Config("the catalog has no tables".into()));
+        }
+        if opts.queue_depth == 0 || opts.max_attempts == 0 {
+            return Err(Error::Config(
+                "queue_depth and max_attempts must be at least 1".into(),
+            ));
+        }
+        if !(1..=1024).contains(&opts.txns_per_worker) || opts.commits_per_worker > 1024 {
+            return Err(Error::Config(format!(
+                "txns_per_worker {} must be in 1..=1024 and commits_per_worker {} at most 1024",
+                opts.txns_per_worker, opts.commits_per_worker
+            )));
+        }
+        if let Some(cc) = &opts.spec.cc {
+            let kind: CcKind = cc.parse().map_err(Error::Config)?;
+            if kind != CcKind::NoWait {
+                return Err(Error::Config(format!(
+                    "cc {kind}: a deployment's executors interleave transactions, which only \
+                     no_wait allows (leave cc out)"
+                )));
+            }
+        }
+        let durability: Durability = opts
+            .spec
+            .durability
+            .parse()
+            .map_err(|e: crate::wal::WalError| Error::Config(e.to_string()))?;
+        let topology = match opts.topology.clone() {
+            Some(t) => t,
+            None => Topology::discover().map_err(|e| Error::Config(e.to_string()))?,
+        };
+        let plan = deploy::plan(&topology, &opts.spec)?;
+        let n = plan.islands().len();
+        let workers: Vec<usize> = plan.islands().iter().map(|i| i.workers as usize).collect();
+        let total: usize = workers.iter().sum();
+        let copts = ClusterOptions {
+            inflight: opts.txns_per_worker,
+            commit_window: opts.commits_per_worker,
+            max_branches: ((opts.txns_per_worker + opts.commits_per_worker) * total)
+                .clamp(64, 3000),
+            ..Default::default()
+        };
+        let logged = durability != Durability::Off;
+        let dir_of = |i: usize| opts.spec.log_dir.join(format!("island-{i}"));
+        let deployment = if logged {
+            match crate::wal::read_control(&dir_of(0))? {
+                Some(c) => c.deployment,
+                None => crate::wal::new_deployment_id(),
+            }
+        } else {
+            crate::wal::new_deployment_id()
+        };
+        let mut opened = Vec::with_capacity(n);
+        for (i, ip) in plan.islands().iter().enumerate() {
+            let mut cfg = IslandConfig::new(CcKind::NoWait, ip.workers as usize);
+            cfg.name = format!("island-{i}");
+            cfg.island_id = i as u32;
+            cfg.islands = n as u32;
+            cfg.deployment = Some(deployment);
+            cfg.workload = "api".into();
+            cfg.durability = durability;
+            cfg.log_dir = logged.then(|| dir_of(i));
+            cfg.contexts = copts.contexts_needed(ip.workers as usize);
+            if let Some(mb) = opts.spec.checkpoint_every_mb {
+                cfg.checkpoint.every_bytes = mb << 20;
+            }
+            if let Some(t) = opts.spec.checkpoint_every {
+                cfg.checkpoint.every = t;
+            }
+            opened.push(Island::open(cfg, &catalog.tables)?);
+        }
+        let mut site_island = vec![0u16; plan.sites() as usize];
+        for (s, island) in site_island.iter_mut().enumerate() {
+            *island = plan.island_of_site(s as u32).0 as u16;
+        }
+        let router = SiteRouter {
+            partitions: catalog.partitions.clone(),
+            site_island,
+        };
+        // Load the islands whose log holds nothing, each on its own CPUs.
+        let fresh = |r: &RecoveryReport| {
+            r.control.is_none() && r.checkpoint_rows == 0 && r.log_records == 0
+        };
+        std::thread::scope(|scope| -> Result<(), Error> {
+            let handles: Vec<_> = opened
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, r))| fresh(r))
+                .map(|(i, (island, _))| {
+                    let (load, router, catalog, plan) = (&load, &router, &catalog, &plan);
+                    let cpu = plan.islands()[i].worker_cpu(0).filter(|_| opts.pin);
+                    scope.spawn(move || -> Result<(), Error> {
+                        if let Some(c) = cpu {
+                            // Pinning can fail in a restricted container; loading goes on.
+                            let _ = crate::bench::driver::pin_to(c as usize);
+                        }
+                        let mut l = Load {
+                            island: i,
+                            sites: plan.sites_of(IslandId(i as u32)),
+                            loader: island.loader()?,
+                            router,
+                            catalog,
+                        };
+                        load(&mut l)?;
+                        drop(l);
+                        if island.wal().is_some() {
+                            island.checkpoint()?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join()
+                    .map_err(|_| Error::Config("the load function panicked".into()))??;
+            }
+            Ok(())
+        })?;
+        let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+        let recovered: Vec<RecoveryReport> = opened.iter().map(|(_, r)| r.clone()).collect();
+        let procs = catalog.procs.clone();
+        let cluster = Cluster::new(
+            opened,
+            workers.clone(),
+            Arc::new(router_clone(&router)),
+            copts,
+        )?;
+        let mut first = Vec::with_capacity(n + 1);
+        let mut at = 0;
+        for w in &workers {
+            first.push(at);
+            at += w;
+        }
+        first.push(at);
+        let mailboxes: Box<[CachePadded<Mailbox>]> = (0..total)
+            .map(|_| {
+                CachePadded::new(Mailbox {
+                    queue: ArrayQueue::new(opts.queue_depth),
+                    sleeping: AtomicBool::new(false),
+                    thread: OnceLock::new(),
+                    idle: AtomicU32::new(0),
+                })
+            })
+            .collect();
+        let inner = Arc::new(Inner {
+            procs,
+            catalog,
+            router,
+            mailboxes,
+            first,
+            open: AtomicBool::new(true),
+            failure: Mutex::new(None),
+            max_attempts: opts.max_attempts,
+        });
+        let mut cws = Vec::with_capacity(total);
+        for (i, ip) in plan.islands().iter().enumerate() {
+            for w in 0..workers[i] {
+                cws.push(ClusterWorker {
+                    island: i,
+                    worker: w,
+                    cpu: ip.worker_cpu(w).filter(|_| opts.pin).map(|c| c as usize),
+                    limit: None,
+                });
+            }
+        }
+        let phase = Arc::new(AtomicU8::new(crate::bench::driver::MEASURE));
+        let calls = Arc::new(Calls(Arc::clone(&inner)));
+        let started = Arc::clone(&inner);
+        let executors = crate::dist::run::serve(&cluster, &cws, calls, &phase, move |w| {
+            let _ = started.mailboxes[w].thread.set(std::thread::current());
+        })?;
+        let watcher = {
+            let (islands, phase, inner) = (islands.clone(), Arc::clone(&phase), Arc::clone(&inner));
+            std::thread::Builder::new()
+                .name("islands-watch".into())
+                .spawn(move || {
+                    crate::bench::driver::watch_until(&islands, &phase, || {
+                        phase.load(Ordering::Acquire) >= crate::bench::driver::STOP
+                    });
+                    if phase.load(Ordering::Acquire) == crate::bench::driver::FAILED {
+                        let cause = crate::bench::driver::log_failure(&islands)
+                            .map_or_else(|| "an executor failed".to_string(), |e| e.to_string());
+                        *inner.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(cause);
+                        inner.open.store(false, Ordering::SeqCst);
+                        inner.drain();
+                    }
+                })
+                .map_err(|e| Error::Config(format!("cannot start the watcher thread: {e}")))?
+        };
+        Ok(Deployment {
+            inner,
+            plan,
+            islands,
+            cluster,
+            phase,
+            executors,
+            watcher: Some(watcher),
+            recovered,
+        })
+    }
+
+    /// A client of this deployment.
+    pub fn client(&self) -> Client {
+        Client::new(Arc::clone(&self.inner))
+    }
+
+    /// The plan the deployment runs.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Its islands.
+    pub fn islands(&self) -> &[Island] {
+        &self.islands
+    }
+
+    /// What opening each island recovered from its log.
+    pub fn recovered(&self) -> &[RecoveryReport] {
+        &self.recovered
+    }
+
+    /// The cluster its executors run on.
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    /// Stops accepting calls, finishes what is in flight (a call that has
+    /// not begun is answered [`CallError::ShutDown`]), flushes the logs and
+    /// joins every thread. Returns the first executor error, if one failed.
+    pub fn shutdown(mut self) -> Result<(), Error> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> Result<(), Error> {
+        if self.executors.is_empty() && self.watcher.is_none() {
+            return Ok(());
+        }
+        self.inner.open.store(false, Ordering::SeqCst);
+        let _ = self.phase.compare_exchange(
+            crate::bench::driver::MEASURE,
+            crate::bench::driver::STOP,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        for mb in self.inner.mailboxes.iter() {
+            if let Some(t) = mb.thread.get() {
+                t.unpark();
+            }
+        }
+        let mut first_err = None;
+        for h in self.executors.drain(..) {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert(Error::Config("an executor thread panicked".into()));
+                }
+            }
+        }
+        // The watcher leaves once the phase is past MEASURE.
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+        self.inner.drain();
+        for i in &self.islands {
+            i.shutdown();
+        }
+        match crate::bench::driver::log_failure(&self.islands).or(first_err) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Deployment {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+fn router_clone(r: &SiteRouter) -> SiteRouter {
+    SiteRouter {
+        partitions: r.partitions.clone(),
+        site_island: r.site_island.clone(),
+    }
+}

@@ -1,0 +1,105 @@
+//! The application API: open a deployment, call stored procedures by name.
+//!
+//! A [`Catalog`] declares the tables, how each is partitioned over the
+//! islands ([`Partition`]), and named stored procedures with typed
+//! parameters and result columns ([`ProcDef`]). [`Deployment::open`] plans
+//! the islands on the machine ([`crate::deploy::DeploySpec`]), opens or
+//! recovers each one, loads a new database with pinned first-touch threads,
+//! and starts one executor thread per worker. A [`Client`], cheap to clone
+//! and usable from any thread, calls a procedure: the call goes to a worker
+//! of its home island ([`Home`]) through a bounded queue, runs there as a
+//! transaction (two-phase commit when it touches other islands), and is
+//! answered once its commit is acknowledged under the deployment's
+//! durability mode (`sync`: after the fdatasync of its log batch).
+//!
+//! The executor threads run the same loop as the benchmark's generated
+//! requests (`dist::run`): a worker interleaves several transactions, and
+//! every island runs `no_wait` two-phase locking. A transaction that aborts
+//! on a conflict is retried inside the engine with back-off; the caller
+//! sees [`CallError::Serialization`] only after `Options::max_attempts`.
+//!
+//! ```no_run
+//! use islands::api::{Catalog, Client, Deployment, Options, Partition, ProcDef, Type, Value};
+//! use islands::deploy::{DeploySpec, Islands};
+//! use islands::storage::{ColType, PrimaryKind, TableDef};
+//!
+//! let mut catalog = Catalog::new();
+//! let accounts = catalog.table(
+//!     TableDef::new("accounts", &[("balance", ColType::I64)], 1 << 16, PrimaryKind::Hash),
+//!     Partition::BySite(|key| (key / 1000) as u32),
+//! );
+//! catalog
+//!     .procedure(
+//!         ProcDef::new("balance", move |tx, args, out| {
+//!             Box::pin(async move {
+//!                 let key = args.int(0) as u64;
+//!                 if let Some(h) = tx.get(accounts, key).await? {
+//!                     let b = tx.row(h).i64(islands::storage::Col(0));
+//!                     out.push(vec![Value::Int(b)]);
+//!                 }
+//!                 Ok(())
+//!             })
+//!         })
+//!         .param("account", Type::Int)
+//!         .column("balance", Type::Int)
+//!         .home_by(0, accounts),
+//!     )
+//!     .unwrap();
+//! let mut spec = DeploySpec::new(Islands::Count(2));
+//! spec.durability = "off".into();
+//! let db = Deployment::open(Options::new(spec), catalog, |load| {
+//!     for site in load.sites() {
+//!         for k in site as u64 * 1000..site as u64 * 1000 + 1000 {
+//!             load.put(accounts, k, |r| r.set_i64(islands::storage::Col(0), 100))?;
+//!         }
+//!     }
+//!     Ok(())
+//! })
+//! .unwrap();
+//! let client: Client = db.client();
+//! let rows = client.call("balance", &[Value::Int(42)]).unwrap();
+//! assert_eq!(rows, vec![vec![Value::Int(100)]]);
+//! db.shutdown().unwrap();
+//! ```
+
+mod catalog;
+mod client;
+mod deployment;
+mod value;
+
+pub use catalog::{Catalog, Home, Partition, ProcBody, ProcDef, ProcFuture};
+pub use client::{CallFuture, Client};
+pub use deployment::{Deployment, Load, Options};
+pub use value::{Args, Row, Type, Value};
+
+/// Why a call has no result rows.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CallError {
+    #[error("no procedure named {0:?} in the catalog")]
+    UnknownProcedure(String),
+    #[error("procedure {procedure}: {why}")]
+    BadArguments { procedure: String, why: String },
+    /// The procedure rolled the transaction back (its intended outcome).
+    #[error("procedure {procedure} rolled back: {why}")]
+    Rollback { procedure: String, why: String },
+    /// The transaction aborted on conflicts as many times as allowed.
+    #[error(
+        "procedure {procedure}: serialization failure after {attempts} attempts (last: {last})"
+    )]
+    Serialization {
+        procedure: String,
+        attempts: u32,
+        last: String,
+    },
+    #[error("procedure {procedure} panicked: {message} (its transaction was rolled back)")]
+    Panicked { procedure: String, message: String },
+    #[error("procedure {procedure} failed: {error} (its transaction was rolled back)")]
+    Failed { procedure: String, error: String },
+    /// The deployment was shut down before the call finished (or began).
+    #[error("the deployment is shut down")]
+    ShutDown,
+    /// The deployment stopped on a failure (a dead log): reopen it, and
+    /// recovery resolves what was in flight.
+    #[error("the deployment stopped: {0}")]
+    Stopped(String),
+}

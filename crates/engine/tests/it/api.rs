@@ -1,0 +1,450 @@
+//! The application API: a deployment opened from the library, procedures
+//! called by name from application threads.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use islands::api::{
+    CallError, Catalog, Client, Deployment, Options, Partition, ProcDef, Type, Value,
+};
+use islands::deploy::{DeploySpec, Islands};
+use islands::storage::{Col, ColType, PrimaryKind, TableDef, TableId};
+use islands::Abort;
+
+use crate::common::temp_dir;
+
+const ACCOUNTS: TableId = 0;
+const BAL: Col = Col(0);
+const PER_SITE: u64 = 100;
+const INITIAL: i64 = 1000;
+
+/// The bank: accounts spread over the sites (100 per site), a transfer
+/// homed at its source account, an audit that sums every account, a
+/// balance lookup, and procedures that misbehave on purpose.
+fn bank() -> Catalog {
+    let mut c = Catalog::new();
+    let t = c.table(
+        TableDef::new(
+            "accounts",
+            &[("balance", ColType::I64)],
+            1 << 14,
+            PrimaryKind::Ordered,
+        ),
+        Partition::BySite(|k| (k / PER_SITE) as u32),
+    );
+    assert_eq!(t, ACCOUNTS);
+    c.procedure(
+        ProcDef::new("transfer", |tx, a, _| {
+            Box::pin(async move {
+                let (from, to, amount) = (a.int(0) as u64, a.int(1) as u64, a.int(2));
+                let f = tx
+                    .get_for_update(ACCOUNTS, from)
+                    .await?
+                    .ok_or(Abort::User("no such source account"))?;
+                let t = tx
+                    .get_for_update(ACCOUNTS, to)
+                    .await?
+                    .ok_or(Abort::User("no such target account"))?;
+                if tx.row(f).i64(BAL) < amount {
+                    return Err(Abort::User("insufficient funds"));
+                }
+                let fb = tx.row(f).i64(BAL);
+                tx.row_mut(f).set_i64(BAL, fb - amount);
+                let tb = tx.row(t).i64(BAL);
+                tx.row_mut(t).set_i64(BAL, tb + amount);
+                Ok(())
+            })
+        })
+        .param("from", Type::Int)
+        .param("to", Type::Int)
+        .param("amount", Type::Int)
+        .home_by(0, ACCOUNTS),
+    )
+    .unwrap();
+    c.procedure(
+        ProcDef::new("balance", |tx, a, out| {
+            Box::pin(async move {
+                if let Some(h) = tx.get(ACCOUNTS, a.int(0) as u64).await? {
+                    out.push(vec![Value::Int(tx.row(h).i64(BAL))]);
+                }
+                Ok(())
+            })
+        })
+        .param("account", Type::Int)
+        .column("balance", Type::Int)
+        .home_by(0, ACCOUNTS),
+    )
+    .unwrap();
+    c.procedure(
+        ProcDef::new("audit", |tx, a, out| {
+            Box::pin(async move {
+                let mut total = 0;
+                for k in 0..a.int(0) as u64 {
+                    if let Some(h) = tx.get(ACCOUNTS, k).await? {
+                        total += tx.row(h).i64(BAL);
+                    }
+                }
+                out.push(vec![Value::Int(total)]);
+                Ok(())
+            })
+        })
+        .param("accounts", Type::Int)
+        .column("total", Type::Int),
+    )
+    .unwrap();
+    c.procedure(
+        ProcDef::new("panics", |_, a, _| {
+            Box::pin(async move {
+                if a.int(0) > 0 {
+                    panic!("asked to panic");
+                }
+                Ok(())
+            })
+        })
+        .param("really", Type::Int),
+    )
+    .unwrap();
+    c.procedure(
+        ProcDef::new("bad_result", |_, _, out| {
+            Box::pin(async move {
+                out.push(vec![Value::Str("not an int".into())]);
+                Ok(())
+            })
+        })
+        .column("n", Type::Int),
+    )
+    .unwrap();
+    c
+}
+
+fn spec(islands: u32, durability: &str, dir: Option<&std::path::Path>) -> Options {
+    let mut s = DeploySpec::new(Islands::Count(islands));
+    s.durability = durability.into();
+    s.sites = Some(4);
+    if let Some(d) = dir {
+        s.log_dir = d.to_path_buf();
+    }
+    let mut o = Options::new(s);
+    // Tests run side by side on a small machine: no pinning.
+    o.pin = false;
+    o
+}
+
+fn open(o: Options) -> Deployment {
+    Deployment::open(o, bank(), |load| {
+        for site in load.sites() {
+            for k in site as u64 * PER_SITE..(site as u64 + 1) * PER_SITE {
+                load.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL))?;
+            }
+        }
+        Ok(())
+    })
+    .unwrap()
+}
+
+const N: u64 = 4 * PER_SITE;
+
+fn total(c: &Client) -> i64 {
+    let rows = c.call("audit", &[Value::Int(N as i64)]).unwrap();
+    rows[0][0].as_int().unwrap()
+}
+
+fn balances(c: &Client) -> Vec<i64> {
+    (0..N)
+        .map(|k| {
+            c.call("balance", &[Value::Int(k as i64)]).unwrap()[0][0]
+                .as_int()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn transfers_and_audits_from_many_threads_conserve_the_total() {
+    let db = open(spec(2, "off", None));
+    assert_eq!(db.islands().len(), 2);
+    let client = db.client();
+    assert_eq!(total(&client), N as i64 * INITIAL);
+    let stop = Arc::new(AtomicBool::new(false));
+    let audits = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    for t in 0..4u64 {
+        let c = client.clone();
+        let (stop, audits) = (Arc::clone(&stop), Arc::clone(&audits));
+        threads.push(std::thread::spawn(move || {
+            let mut rng = t * 7919 + 1;
+            let mut next = || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            let mut done = 0u64;
+            while !stop.load(Ordering::Relaxed) || done < 200 {
+                if t == 0 && done.is_multiple_of(10) {
+                    assert_eq!(
+                        total(&c),
+                        N as i64 * INITIAL,
+                        "an audit saw money appear or vanish"
+                    );
+                    audits.fetch_add(1, Ordering::Relaxed);
+                }
+                let (from, to) = (next() % N, next() % N);
+                if from == to {
+                    continue;
+                }
+                let amount = (next() % 50) as i64;
+                match c.call(
+                    "transfer",
+                    &[
+                        Value::Int(from as i64),
+                        Value::Int(to as i64),
+                        Value::Int(amount),
+                    ],
+                ) {
+                    Ok(rows) => assert!(rows.is_empty()),
+                    Err(CallError::Rollback { .. }) => {}
+                    Err(e) => panic!("transfer failed: {e}"),
+                }
+                done += 1;
+            }
+            done
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let done: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(done >= 800, "{done} transfers");
+    assert!(audits.load(Ordering::Relaxed) > 0);
+    assert_eq!(total(&client), N as i64 * INITIAL);
+    assert_eq!(balances(&client).iter().sum::<i64>(), N as i64 * INITIAL);
+    db.shutdown().unwrap();
+}
+
+#[test]
+fn async_calls_pipeline_and_give_the_same_answers() {
+    let db = open(spec(2, "off", None));
+    let client = db.client();
+    // 200 transfers in flight at once from one thread, driven by a minimal
+    // executor that polls every future in turn.
+    let mut futs: Vec<_> = (0..200i64)
+        .map(|i| {
+            client.call_async(
+                "transfer",
+                vec![
+                    Value::Int(i),
+                    Value::Int((i + 150) % N as i64),
+                    Value::Int(1),
+                ],
+            )
+        })
+        .collect();
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let mut results = vec![None; futs.len()];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while results.iter().any(Option::is_none) {
+        assert!(Instant::now() < deadline, "async calls did not finish");
+        for (i, f) in futs.iter_mut().enumerate() {
+            if results[i].is_none() {
+                if let std::task::Poll::Ready(r) = std::pin::Pin::new(f).poll(&mut cx) {
+                    results[i] = Some(r);
+                }
+            }
+        }
+        std::thread::yield_now();
+    }
+    for r in results {
+        assert_eq!(r.unwrap(), Ok(vec![]));
+    }
+    assert_eq!(total(&client), N as i64 * INITIAL);
+    db.shutdown().unwrap();
+}
+
+#[test]
+fn bad_calls_get_clear_errors_and_the_executors_go_on() {
+    let db = open(spec(2, "off", None));
+    let c = db.client();
+    assert_eq!(
+        c.call("nope", &[]),
+        Err(CallError::UnknownProcedure("nope".into()))
+    );
+    let e = c.call("transfer", &[Value::Int(1)]).unwrap_err();
+    assert!(
+        matches!(&e, CallError::BadArguments { procedure, why } if procedure == "transfer"
+            && why.contains("1 argument(s) given, it takes 3")),
+        "{e}"
+    );
+    let e = c
+        .call("balance", &[Value::Str("seven".into())])
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("argument 1 (account) is string"),
+        "{e}"
+    );
+    let e = c.call("balance", &[Value::Null]).unwrap_err();
+    assert!(e.to_string().contains("is null"), "{e}");
+    // A user abort is the call's answer, not a failure.
+    let e = c
+        .call(
+            "transfer",
+            &[Value::Int(1), Value::Int(2), Value::Int(1 << 40)],
+        )
+        .unwrap_err();
+    assert_eq!(
+        e,
+        CallError::Rollback {
+            procedure: "transfer".into(),
+            why: "insufficient funds".into()
+        }
+    );
+    // A panicking procedure fails its call; every executor still serves.
+    for _ in 0..4 {
+        let e = c.call("panics", &[Value::Int(1)]).unwrap_err();
+        assert!(
+            matches!(&e, CallError::Panicked { message, .. } if message == "asked to panic"),
+            "{e}"
+        );
+    }
+    assert_eq!(c.call("panics", &[Value::Int(0)]), Ok(vec![]));
+    let e = c.call("bad_result", &[]).unwrap_err();
+    assert!(e.to_string().contains("column n is declared int"), "{e}");
+    assert_eq!(total(&c), N as i64 * INITIAL);
+    db.shutdown().unwrap();
+    assert_eq!(
+        c.call("balance", &[Value::Int(1)]),
+        Err(CallError::ShutDown)
+    );
+}
+
+#[test]
+fn one_island_and_two_islands_end_with_the_same_contents() {
+    let run = |islands: u32| {
+        let db = open(spec(islands, "off", None));
+        let c = db.client();
+        let mut x = 12345u64;
+        for _ in 0..600 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let (from, to, amount) = ((x >> 20) % N, (x >> 40) % N, ((x >> 8) % 700) as i64);
+            if from == to {
+                continue;
+            }
+            let r = c.call(
+                "transfer",
+                &[
+                    Value::Int(from as i64),
+                    Value::Int(to as i64),
+                    Value::Int(amount),
+                ],
+            );
+            assert!(
+                matches!(r, Ok(_) | Err(CallError::Rollback { .. })),
+                "{r:?}"
+            );
+        }
+        let b = balances(&c);
+        db.shutdown().unwrap();
+        b
+    };
+    let one = run(1);
+    assert_eq!(one.iter().sum::<i64>(), N as i64 * INITIAL);
+    assert!(one.iter().any(|&b| b != INITIAL));
+    assert_eq!(one, run(2));
+}
+
+#[test]
+fn shutdown_with_calls_in_flight_answers_every_call() {
+    let db = open(spec(2, "off", None));
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let c = db.client();
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let (mut ok, mut shut) = (0u64, 0u64);
+                loop {
+                    let from = (t * 37 + ok) % N;
+                    match c.call(
+                        "transfer",
+                        &[
+                            Value::Int(from as i64),
+                            Value::Int(((from + 1) % N) as i64),
+                            Value::Int(1),
+                        ],
+                    ) {
+                        Ok(_) | Err(CallError::Rollback { .. }) => ok += 1,
+                        Err(CallError::ShutDown) => {
+                            shut += 1;
+                            if stop.load(Ordering::Relaxed) {
+                                return (ok, shut);
+                            }
+                        }
+                        Err(e) => panic!("unexpected: {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    let t = Instant::now();
+    db.shutdown().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "shutdown took {:?}",
+        t.elapsed()
+    );
+    for th in threads {
+        let (ok, shut) = th.join().unwrap();
+        assert!(ok > 0 && shut > 0);
+    }
+}
+
+#[test]
+fn a_log_directory_in_use_is_refused_naming_it() {
+    let dir = temp_dir("api-busy");
+    let db = open(spec(1, "sync", Some(&dir)));
+    let e = Deployment::open(spec(1, "sync", Some(&dir)), bank(), |_| Ok(())).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&dir.join("island-0").display().to_string()),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("process {}", std::process::id())),
+        "{msg}"
+    );
+    db.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_reopened_deployment_recovers_what_was_acknowledged() {
+    let dir = temp_dir("api-reopen");
+    let moved = {
+        let db = open(spec(2, "sync", Some(&dir)));
+        let c = db.client();
+        for i in 0..50 {
+            c.call(
+                "transfer",
+                &[Value::Int(i), Value::Int(399 - i), Value::Int(10)],
+            )
+            .unwrap();
+        }
+        let b = balances(&c);
+        db.shutdown().unwrap();
+        b
+    };
+    // Reopened: the load function is not called again.
+    let db = Deployment::open(spec(2, "sync", Some(&dir)), bank(), |_| {
+        panic!("a database with a log is not loaded again")
+    })
+    .unwrap();
+    assert_eq!(balances(&db.client()), moved);
+    db.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
