@@ -28,7 +28,7 @@ use crate::wal::Durability;
 use crate::{Abort, Error};
 
 /// How to open a deployment, beyond the plan.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Options {
     /// The islands, their placement and workers, the sites, the durability
     /// mode and the log directory (island `i` logs to `log_dir/island-<i>`),
@@ -49,6 +49,23 @@ pub struct Options {
     pub commits_per_worker: usize,
     /// Pin executor threads to the plan's CPUs.
     pub pin: bool,
+    /// The logs' I/O seam; `None` is the file system. Tests hold back or
+    /// fail writes and fdatasyncs here.
+    pub log_device: Option<Arc<dyn crate::wal::LogDevice>>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("spec", &self.spec)
+            .field("queue_depth", &self.queue_depth)
+            .field("max_attempts", &self.max_attempts)
+            .field("txns_per_worker", &self.txns_per_worker)
+            .field("commits_per_worker", &self.commits_per_worker)
+            .field("pin", &self.pin)
+            .field("log_device", &self.log_device.is_some())
+            .finish()
+    }
 }
 
 impl Options {
@@ -61,6 +78,7 @@ impl Options {
             txns_per_worker: 16,
             commits_per_worker: 64,
             pin: true,
+            log_device: None,
         }
     }
 }
@@ -418,6 +436,7 @@ impl Deployment {
             cfg.durability = durability;
             cfg.log_dir = logged.then(|| dir_of(i));
             cfg.contexts = copts.contexts_needed(ip.workers as usize);
+            cfg.device = opts.log_device.clone();
             if let Some(mb) = opts.spec.checkpoint_every_mb {
                 cfg.checkpoint.every_bytes = mb << 20;
             }

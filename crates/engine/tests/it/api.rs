@@ -16,6 +16,12 @@ use islands::Abort;
 use crate::common::temp_dir;
 
 const ACCOUNTS: TableId = 0;
+const RECEIPTS: TableId = 1;
+
+/// The receipt of transfer `id` out of account `from`: on `from`'s site.
+fn receipt_key(from: u64, id: u64) -> u64 {
+    (from / PER_SITE) << 32 | id
+}
 const BAL: Col = Col(0);
 const PER_SITE: u64 = 100;
 const INITIAL: i64 = 1000;
@@ -35,6 +41,75 @@ fn bank() -> Catalog {
         Partition::BySite(|k| (k / PER_SITE) as u32),
     );
     assert_eq!(t, ACCOUNTS);
+    let r = c.table(
+        TableDef::new(
+            "receipts",
+            &[
+                ("from", ColType::I64),
+                ("to", ColType::I64),
+                ("amount", ColType::I64),
+            ],
+            1 << 18,
+            PrimaryKind::Hash,
+        ),
+        // A receipt's key carries its source account's site in its high bits.
+        Partition::BySite(|k| (k >> 32) as u32),
+    );
+    assert_eq!(r, RECEIPTS);
+    c.procedure(
+        ProcDef::new("logged_transfer", |tx, a, _| {
+            Box::pin(async move {
+                let (from, to, amount) = (a.int(0) as u64, a.int(1) as u64, a.int(2));
+                let receipt = receipt_key(from, a.int(3) as u64);
+                let f = tx
+                    .get_for_update(ACCOUNTS, from)
+                    .await?
+                    .ok_or(Abort::User("no source"))?;
+                let t = tx
+                    .get_for_update(ACCOUNTS, to)
+                    .await?
+                    .ok_or(Abort::User("no target"))?;
+                let fb = tx.row(f).i64(BAL);
+                tx.row_mut(f).set_i64(BAL, fb - amount);
+                let tb = tx.row(t).i64(BAL);
+                tx.row_mut(t).set_i64(BAL, tb + amount);
+                let h = tx
+                    .insert(RECEIPTS, receipt)
+                    .await?
+                    .ok_or(Abort::User("receipt exists"))?;
+                let mut row = tx.row_mut(h);
+                row.set_i64(Col(0), from as i64);
+                row.set_i64(Col(1), to as i64);
+                row.set_i64(Col(2), amount);
+                Ok(())
+            })
+        })
+        .param("from", Type::Int)
+        .param("to", Type::Int)
+        .param("amount", Type::Int)
+        .param("id", Type::Int)
+        .home_by(0, ACCOUNTS),
+    )
+    .unwrap();
+    c.procedure(
+        ProcDef::new("receipt", |tx, a, out| {
+            Box::pin(async move {
+                let key = receipt_key(a.int(0) as u64, a.int(1) as u64);
+                if let Some(h) = tx.get(RECEIPTS, key).await? {
+                    let row = tx.row(h);
+                    out.push((0..3).map(|c| Value::Int(row.i64(Col(c)))).collect());
+                }
+                Ok(())
+            })
+        })
+        .param("from", Type::Int)
+        .param("id", Type::Int)
+        .column("from", Type::Int)
+        .column("to", Type::Int)
+        .column("amount", Type::Int)
+        .home_by(0, ACCOUNTS),
+    )
+    .unwrap();
     c.procedure(
         ProcDef::new("transfer", |tx, a, _| {
             Box::pin(async move {
@@ -446,5 +521,256 @@ fn a_reopened_deployment_recovers_what_was_acknowledged() {
     .unwrap();
     assert_eq!(balances(&db.client()), moved);
     db.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A log device whose writes and fdatasyncs wait while `hold` is set.
+struct Gated {
+    hold: Arc<AtomicBool>,
+}
+
+struct GatedFile {
+    inner: Box<dyn islands::wal::LogFile>,
+    hold: Arc<AtomicBool>,
+}
+
+impl GatedFile {
+    fn wait(&self) {
+        while self.hold.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+impl islands::wal::LogFile for GatedFile {
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.wait();
+        self.inner.write_all(buf)
+    }
+    fn sync_data(&mut self) -> std::io::Result<()> {
+        self.wait();
+        self.inner.sync_data()
+    }
+    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+impl islands::wal::LogDevice for Gated {
+    fn create(&self, path: &std::path::Path) -> std::io::Result<Box<dyn islands::wal::LogFile>> {
+        Ok(Box::new(GatedFile {
+            inner: islands::wal::FsDevice.create(path)?,
+            hold: Arc::clone(&self.hold),
+        }))
+    }
+    fn open_append(
+        &self,
+        path: &std::path::Path,
+    ) -> std::io::Result<Box<dyn islands::wal::LogFile>> {
+        Ok(Box::new(GatedFile {
+            inner: islands::wal::FsDevice.open_append(path)?,
+            hold: Arc::clone(&self.hold),
+        }))
+    }
+    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        islands::wal::FsDevice.sync_dir(dir)
+    }
+}
+
+/// Opens the gate of a [`Gated`] device when dropped.
+struct OpenGate(Arc<AtomicBool>);
+
+impl Drop for OpenGate {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+#[test]
+fn in_sync_mode_a_call_returns_only_once_its_commit_is_durable() {
+    for islands in [1, 2] {
+        let dir = temp_dir("api-gated");
+        let hold = Arc::new(AtomicBool::new(false));
+        let mut o = spec(islands, "sync", Some(&dir));
+        o.log_device = Some(Arc::new(Gated {
+            hold: Arc::clone(&hold),
+        }));
+        let db = open(o);
+        // Dropped before `db` (also when an assertion fails): its shutdown
+        // flushes the logs, which must not be held back then.
+        let _open_at_exit = OpenGate(Arc::clone(&hold));
+        let c = db.client();
+        // Accounts 0 and 399 lie on different islands when there are two.
+        let args = [Value::Int(0), Value::Int(399), Value::Int(5)];
+        c.call("transfer", &args).unwrap();
+        hold.store(true, Ordering::Release);
+        let returned = Arc::new(AtomicBool::new(false));
+        let caller = {
+            let (c, returned) = (c.clone(), Arc::clone(&returned));
+            std::thread::spawn(move || {
+                let r = c.call("transfer", &args);
+                returned.store(true, Ordering::Release);
+                r
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            !returned.load(Ordering::Acquire),
+            "{islands} island(s): the call returned while its log was held back"
+        );
+        hold.store(false, Ordering::Release);
+        assert_eq!(caller.join().unwrap(), Ok(vec![]));
+        assert_eq!(
+            c.call("balance", &[Value::Int(399)]).unwrap(),
+            vec![vec![Value::Int(INITIAL + 10)]]
+        );
+        db.shutdown().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+const CHILD_ENV: &str = "ISLANDS_API_CRASH_CHILD";
+const MARK: &str = "@@";
+
+/// The child of [`acknowledged_calls_survive_a_sigkill`]: calls logged
+/// transfers from 4 threads until it is killed, printing each one the
+/// deployment acknowledged.
+#[test]
+#[ignore = "the child of api::acknowledged_calls_survive_a_sigkill; runs only when re-executed by it"]
+fn crash_child() {
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let reopen = std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some());
+    let db = if reopen {
+        Deployment::open(spec(2, "sync", Some(&dir)), bank(), |_| {
+            panic!("a database with a log is not loaded again")
+        })
+        .unwrap()
+    } else {
+        open(spec(2, "sync", Some(&dir)))
+    };
+    let say = |line: String| {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{MARK}{line}").unwrap();
+        out.flush().unwrap();
+    };
+    say("READY".into());
+    let base = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+        & 0xffff_ffff;
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let c = db.client();
+            std::thread::spawn(move || {
+                for n in 0u64.. {
+                    let id = (base + n * 4 + t) & 0xffff_ffff;
+                    let from = (n * 13 + t * 101) % N;
+                    let to = (from + 1 + n % 300) % N;
+                    let args = [
+                        Value::Int(from as i64),
+                        Value::Int(to as i64),
+                        Value::Int(1 + (n % 7) as i64),
+                        Value::Int(id as i64),
+                    ];
+                    if c.call("logged_transfer", &args).is_ok() {
+                        say(format!("ACK {from} {id} {to} {}", 1 + n % 7));
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+}
+
+#[test]
+fn acknowledged_calls_survive_a_sigkill() {
+    use std::io::BufRead;
+    use std::os::unix::process::ExitStatusExt;
+    let dir = temp_dir("api-crash");
+    let mut acked: Vec<[i64; 4]> = Vec::new();
+    for round in 0..2 {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "api::crash_child", "--nocapture", "--ignored"])
+            .env(CHILD_ENV, &dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            let mut r = std::io::BufReader::new(stdout);
+            let mut line = String::new();
+            while matches!(r.read_line(&mut line), Ok(n) if n > 0) {
+                // A line the kill cut has no newline: it was never a whole ack.
+                if !line.ends_with('\n') {
+                    break;
+                }
+                if line.contains("@@READY") {
+                    let _ = ready_tx.send(());
+                }
+                lines.push(std::mem::take(&mut line));
+            }
+            lines
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the child never became ready");
+        std::thread::sleep(Duration::from_millis(400));
+        child.kill().unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "round {round}: the child ended before the kill"
+        );
+        for l in reader.join().unwrap() {
+            if let Some(rest) = l.trim().strip_prefix("@@ACK ") {
+                let v: Vec<i64> = rest.split(' ').map(|x| x.parse().unwrap()).collect();
+                acked.push([v[0], v[1], v[2], v[3]]);
+            }
+        }
+        assert!(
+            !acked.is_empty(),
+            "round {round}: nothing was acknowledged; the test proved nothing"
+        );
+        let db = Deployment::open(spec(2, "sync", Some(&dir)), bank(), |_| {
+            panic!("a database with a log is not loaded again")
+        })
+        .unwrap();
+        let c = db.client();
+        assert_eq!(
+            total(&c),
+            N as i64 * INITIAL,
+            "round {round}: money appeared or vanished"
+        );
+        for [from, id, to, amount] in &acked {
+            let rows = c
+                .call("receipt", &[Value::Int(*from), Value::Int(*id)])
+                .unwrap();
+            assert_eq!(
+                rows,
+                vec![vec![
+                    Value::Int(*from),
+                    Value::Int(*to),
+                    Value::Int(*amount)
+                ]],
+                "round {round}: acknowledged transfer {id} from {from} is lost"
+            );
+        }
+        db.shutdown().unwrap();
+    }
+    eprintln!(
+        "api crash: {} acknowledged transfers checked after 2 SIGKILLs",
+        acked.len()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
