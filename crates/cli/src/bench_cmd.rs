@@ -187,6 +187,10 @@ enum WorkloadCmd {
     /// transaction into a private table. No logical contention: what limits it is the log
     /// the clients share (one per island) and the engine itself (try --durability off).
     Inserts(InsertsArgs),
+    /// The application API: the round trip of a blocking call on an idle deployment, then
+    /// Silo's YCSB called from application threads with calls in flight, against the same
+    /// transactions generated on the executors' threads (same plan, same cores, no_wait).
+    Calls(crate::calls_cmd::CallsArgs),
 }
 
 #[derive(Args, Clone)]
@@ -325,6 +329,18 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
         refuse_unused_by_ipc(m)?;
         return crate::experiment_cmd::run_ipc(a, c.duration, c.warmup, c.json.as_deref())
             .map_err(Error::Config);
+    }
+    if let Some(WorkloadCmd::Calls(a)) = &args.workload {
+        let shape = crate::calls_cmd::Shape {
+            islands: c.islands.clone().unwrap_or_else(|| "1".into()),
+            workers_per_island: c
+                .workers_per_island
+                .or(c.workers.map(|w| w.min(u32::MAX as usize) as u32)),
+            duration: secs("--duration", c.duration)?,
+            warmup: secs("--warmup", c.warmup)?,
+            pin: !c.no_pin,
+        };
+        return crate::calls_cmd::run(a, &shape);
     }
     let (file, named) = match c.config.as_deref() {
         Some(path) => {
@@ -821,7 +837,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
                 },
             )
         }
-        WorkloadCmd::Ipc(_) => unreachable!("handled at the top of run"),
+        WorkloadCmd::Ipc(_) | WorkloadCmd::Calls(_) => unreachable!("handled at the top of run"),
     };
     if temp_log {
         if let Some(d) = &log_base {

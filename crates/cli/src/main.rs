@@ -1,6 +1,7 @@
 //! `islands`: the command-line tool of the islands OLTP engine.
 
 mod bench_cmd;
+mod calls_cmd;
 mod check_cmd;
 mod exp;
 mod experiment_cmd;

@@ -29,6 +29,11 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// How long a blocking call spins for its answer, and then polls it
+/// yielding its core, before it parks.
+const SPIN_FOR: Duration = Duration::from_micros(5);
+const POLL_FOR: Duration = Duration::from_micros(50);
+
 thread_local! {
     /// Spreads a thread's calls over the executors that may take them.
     static NEXT: Cell<usize> = const { Cell::new(0) };
@@ -52,6 +57,26 @@ impl Client {
                     call = c;
                     // Back-pressure: the executor's queue is full.
                     std::thread::sleep(Duration::from_micros(20));
+                }
+            }
+        }
+        // A short wait polls: most calls are answered within microseconds,
+        // and parking the thread costs more than that on both sides. It
+        // spins first, then yields the core (the executor may share it).
+        let start = std::time::Instant::now();
+        loop {
+            match rx.try_recv() {
+                Ok(r) => return r,
+                Err(oneshot::TryRecvError::Disconnected) => return Err(self.inner.closed_error()),
+                Err(oneshot::TryRecvError::Empty) => {
+                    let waited = start.elapsed();
+                    if waited < SPIN_FOR {
+                        std::hint::spin_loop();
+                    } else if waited < POLL_FOR {
+                        std::thread::yield_now();
+                    } else {
+                        break;
+                    }
                 }
             }
         }

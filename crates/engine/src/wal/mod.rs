@@ -627,24 +627,30 @@ fn lock_dir(dir: &Path) -> Result<std::fs::File, WalError> {
         .open(&path)
         .map_err(|e| WalError::io("create lock file", &path, e))?;
     if let Err(e) = rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        // The holder wrote its process id into the file when it took the lock.
-        let holder = std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok())
-            .map_or_else(
-                || "another open log".to_string(),
-                |pid| format!("an open log of process {pid}"),
-            );
+        let holder = lock_holder(&file).map_or_else(
+            || "another open log".to_string(),
+            |pid| format!("an open log of process {pid}"),
+        );
         return Err(WalError::Config(format!(
             "log directory {} is in use by {holder} ({e})",
             dir.display()
         )));
     }
-    // Names this process as the holder (for the message above); the lock,
-    // not this content, is what excludes.
-    let _ = file.set_len(0);
-    let _ = io::Write::write_all(&mut &file, format!("{}\n", std::process::id()).as_bytes());
     Ok(file)
+}
+
+/// The process holding the flock on `file`, as the kernel lists it in
+/// `/proc/locks` (read, never written: a refused open changes no file).
+fn lock_holder(file: &std::fs::File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = file.metadata().ok()?.ino();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|l| {
+        // `1: FLOCK  ADVISORY  WRITE 28926 fe:00:9978044 0 EOF`
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let at_ino = f.get(5)?.rsplit(':').next()?.parse::<u64>().ok()?;
+        (f.get(1) == Some(&"FLOCK") && at_ino == ino).then(|| f.get(4)?.parse().ok())?
+    })
 }
 
 /// One island's write-ahead log. Shared as `Arc<Wal>`.
