@@ -34,7 +34,7 @@ r = [y / x for x, y in zip(a, b)]
 print("B/A per pair", [round(x, 3) for x in r], "median", round(statistics.median(r), 3))
 # The host probe's cross-core round trip (ns) before each run, when the
 # workers were pinned to two CPUs: pairs whose readings differ ran in
-# different host states (see README, "Measuring on a small machine").
+# different host states (see docs/measuring.md).
 def host(v, i):
     h = json.load(open(f"{d}/{v}-{i}.json")).get("host")
     return h["round_trip_ns_before"] if h else None

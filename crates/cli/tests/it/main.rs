@@ -3,6 +3,7 @@
 mod bad_input;
 mod checkpoints;
 mod dead_log;
+mod docs;
 mod durability;
 mod experiments;
 mod multisite;
