@@ -352,7 +352,7 @@ pub fn host_summary(measured: &[Measured]) -> Option<String> {
     Some(format!(
         "the host's cross-core round trip read {}-{} ns before the runs (median {} ns over {} runs); \
          {changed} run(s) saw it move by more than half during the run. Runs in different host \
-         states are not comparable (README, \"Measuring on a small machine\"; every run's readings \
+         states are not comparable (docs/measuring.md; every run's readings \
          are in the runs CSV)",
         before[0],
         before[before.len() - 1],

@@ -475,7 +475,7 @@ impl Report {
             let _ = writeln!(
                 t,
                 "host        cross-core round trip cpus {}-{}: {:.2} µs before the run{after} \
-                 (spin-queue median: the host's state, see README)",
+                 (spin-queue median: the host's state, see docs/measuring.md)",
                 h.cpus[0],
                 h.cpus[1],
                 us(h.round_trip_ns_before)
