@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::deployment::{Call, Inner};
+use super::deployment::{Call, Deployment, Inner};
 use super::value::{Row, Value};
 use super::CallError;
 
@@ -39,11 +39,16 @@ thread_local! {
     static NEXT: Cell<usize> = const { Cell::new(0) };
 }
 
-impl Client {
-    pub(crate) fn new(inner: Arc<Inner>) -> Client {
-        Client { inner }
+impl Deployment {
+    /// A client of this deployment.
+    pub fn client(&self) -> Client {
+        Client {
+            inner: Arc::clone(&self.inner),
+        }
     }
+}
 
+impl Client {
     /// Calls procedure `name` with `args` and waits for its result rows,
     /// which come once its commit is acknowledged (durable in `sync` mode).
     pub fn call(&self, name: &str, args: &[Value]) -> Result<Vec<Row>, CallError> {

@@ -11,7 +11,6 @@ use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 
 use super::catalog::{Catalog, Home, Partition, ProcDef};
-use super::client::Client;
 use super::value::{Args, Row, Value};
 use super::CallError;
 use crate::bench::driver::{Outcome, Workload};
@@ -342,7 +341,7 @@ impl Workload for Calls {
 /// accepting calls, finishes what is in flight, flushes the logs and joins
 /// every thread.
 pub struct Deployment {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
     plan: Plan,
     islands: Vec<Island>,
     cluster: Arc<Cluster>,
@@ -573,11 +572,6 @@ impl Deployment {
             watcher: Some(watcher),
             recovered,
         })
-    }
-
-    /// A client of this deployment.
-    pub fn client(&self) -> Client {
-        Client::new(Arc::clone(&self.inner))
     }
 
     /// The plan the deployment runs.
