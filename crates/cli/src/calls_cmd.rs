@@ -92,26 +92,7 @@ fn catalog(cfg: &YcsbConfig) -> Catalog {
     .expect("a fresh catalog");
     c.procedure(
         ProcDef::new("ycsb", |tx, a, _| {
-            Box::pin(async move {
-                let key = a.int(0) as u64;
-                if a.int(1) != 0 {
-                    let h = tx
-                        .get_for_update(TABLE, key)
-                        .await?
-                        .ok_or(Abort::User("missing key"))?;
-                    let v = tx.row(h).u64(F0).wrapping_add(1);
-                    let mut row = tx.row_mut(h);
-                    row.set_u64(F0, v);
-                    row.set_u64(Col(1), islands_workloads::row_check(key, v));
-                } else {
-                    let h = tx
-                        .get(TABLE, key)
-                        .await?
-                        .ok_or(Abort::User("missing key"))?;
-                    std::hint::black_box(tx.row(h).u64(F0));
-                }
-                Ok(())
-            })
+            Box::pin(ycsb::op(tx, a.int(0) as u64, a.int(1) != 0))
         })
         .param("key", Type::Int)
         .param("write", Type::Int)

@@ -208,25 +208,32 @@ impl Workload for Ycsb {
             }
         }
         for &(key, write) in ops {
-            if write {
-                let h = tx
-                    .get_for_update(TABLE, key)
-                    .await?
-                    .ok_or(Abort::User("missing key"))?;
-                let v = tx.row(h).u64(F0).wrapping_add(1);
-                let mut row = tx.row_mut(h);
-                row.set_u64(F0, v);
-                row.set_u64(CHECK, crate::row_check(key, v));
-            } else {
-                let h = tx
-                    .get(TABLE, key)
-                    .await?
-                    .ok_or(Abort::User("missing key"))?;
-                std::hint::black_box(tx.row(h).u64(F0));
-            }
+            op(tx, key, write).await?;
         }
         Ok(())
     }
+}
+
+/// One YCSB request: read row `key`, or read it for update and bump its
+/// counter (keeping its check word).
+pub async fn op(tx: &mut Txn, key: u64, write: bool) -> Result<(), Abort> {
+    if write {
+        let h = tx
+            .get_for_update(TABLE, key)
+            .await?
+            .ok_or(Abort::User("missing key"))?;
+        let v = tx.row(h).u64(F0).wrapping_add(1);
+        let mut row = tx.row_mut(h);
+        row.set_u64(F0, v);
+        row.set_u64(CHECK, crate::row_check(key, v));
+    } else {
+        let h = tx
+            .get(TABLE, key)
+            .await?
+            .ok_or(Abort::User("missing key"))?;
+        std::hint::black_box(tx.row(h).u64(F0));
+    }
+    Ok(())
 }
 
 /// Checks the invariants of the module documentation over `islands`, each with the key
