@@ -83,7 +83,10 @@ fn transfers_conserve_money_under_every_scheme() {
                     let res = tx.execute(1_000, |tx| Box::pin(transfer(tx, a, b, amt)));
                     match res {
                         Ok(()) => done += 1,
-                        Err(Abort::User(_)) => {}
+                        // Rolled back, or still conflicting after every retry
+                        // (a lock holder descheduled on a loaded machine):
+                        // either way nothing changed, and the totals check it.
+                        Err(Abort::User(_) | Abort::Conflict(_)) => {}
                         Err(e) => panic!("{cc}: transfer failed: {e}"),
                     }
                 }
