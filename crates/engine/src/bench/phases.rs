@@ -503,12 +503,14 @@ mod tests {
         switch(Phase::Idle);
         let ticks = take();
         let us = |p: Phase| ticks[p as usize] as f64 / ticks_per_us();
+        // Lower bounds are the spins; the upper ones only catch a unit
+        // error (a loaded machine may deschedule a spinner for a while).
         assert!(
-            (15_000.0..60_000.0).contains(&us(Phase::Execution)),
+            (15_000.0..1_000_000.0).contains(&us(Phase::Execution)),
             "{}",
             us(Phase::Execution)
         );
-        assert!((3_000.0..30_000.0).contains(&us(Phase::Logging)));
+        assert!((3_000.0..1_000_000.0).contains(&us(Phase::Logging)));
         assert!(us(Phase::Execution) > us(Phase::Logging));
         assert_eq!(ticks[Phase::Locking as usize], 0);
         // Off: nothing is counted.
