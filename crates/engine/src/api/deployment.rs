@@ -135,6 +135,7 @@ impl Load<'_> {
 }
 
 /// Routes rows to islands by the catalog's partitioning and the plan's sites.
+#[derive(Clone)]
 pub(crate) struct SiteRouter {
     partitions: Vec<Partition>,
     /// The island of each site.
@@ -190,7 +191,6 @@ const PARK_FOR: Duration = Duration::from_millis(1);
 
 /// What clients and executors share.
 pub(crate) struct Inner {
-    pub(crate) procs: Vec<ProcDef>,
     pub(crate) catalog: Catalog,
     pub(crate) router: SiteRouter,
     pub(crate) mailboxes: Box<[CachePadded<Mailbox>]>,
@@ -276,7 +276,7 @@ impl Workload for Calls {
     // `finished` borrows it after the future is dropped.
     #[allow(clippy::await_holding_refcell_ref)]
     async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a CallReq) -> Result<(), Abort> {
-        let def = &self.0.procs[req.proc as usize];
+        let def = &self.0.catalog.procs[req.proc as usize];
         let mut out = req.out.borrow_mut();
         out.clear();
         (def.body)(tx, &req.args, &mut out).await?;
@@ -288,7 +288,7 @@ impl Workload for Calls {
         let Some(reply) = req.reply.take() else {
             return;
         };
-        let procedure = || self.0.procs[req.proc as usize].name.clone();
+        let procedure = || self.0.catalog.procs[req.proc as usize].name.clone();
         let r = match outcome {
             Outcome::Committed => Ok(std::mem::take(&mut *req.out.borrow_mut())),
             Outcome::UserAbort(why) => Err(CallError::Rollback {
@@ -493,13 +493,7 @@ impl Deployment {
         })?;
         let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
         let recovered: Vec<RecoveryReport> = opened.iter().map(|(_, r)| r.clone()).collect();
-        let procs = catalog.procs.clone();
-        let cluster = Cluster::new(
-            opened,
-            workers.clone(),
-            Arc::new(router_clone(&router)),
-            copts,
-        )?;
+        let cluster = Cluster::new(opened, workers.clone(), Arc::new(router.clone()), copts)?;
         let mut first = Vec::with_capacity(n + 1);
         let mut at = 0;
         for w in &workers {
@@ -518,7 +512,6 @@ impl Deployment {
             })
             .collect();
         let inner = Arc::new(Inner {
-            procs,
             catalog,
             router,
             mailboxes,
@@ -647,12 +640,5 @@ impl Deployment {
 impl Drop for Deployment {
     fn drop(&mut self) {
         let _ = self.stop();
-    }
-}
-
-fn router_clone(r: &SiteRouter) -> SiteRouter {
-    SiteRouter {
-        partitions: r.partitions.clone(),
-        site_island: r.site_island.clone(),
     }
 }
