@@ -1967,27 +1967,38 @@ fn open_cluster_with_workers(
     opts: ClusterOptions,
 ) -> (Arc<Cluster>, Vec<Island>) {
     let islands = workers.len();
-    let defs = tables(accounts);
     let per = accounts.div_ceil(islands as u64);
+    let router = Arc::new(BankRouter {
+        per_island: per,
+        islands: islands as u16,
+    });
+    open_loaded_cluster(workers, &tables(accounts), opts, router, |i, l| {
+        for k in (i as u64 * per)..((i as u64 + 1) * per).min(accounts) {
+            l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
+        }
+    })
+}
+
+/// Opens `workers.len()` `no_wait` islands of tables `defs`, `workers[i]`
+/// workers on island `i`, loaded by `load(i, loader)`, and a cluster of
+/// them whose keys `router` places.
+fn open_loaded_cluster(
+    workers: &[usize],
+    defs: &[TableDef],
+    opts: ClusterOptions,
+    router: Arc<dyn Router>,
+    load: impl Fn(usize, &mut crate::island::Loader),
+) -> (Arc<Cluster>, Vec<Island>) {
     let mut opened = Vec::new();
     for (i, &w) in workers.iter().enumerate() {
         let mut cfg = IslandConfig::new(CcKind::NoWait, w);
         cfg.name = format!("island-{i}");
         cfg.contexts = opts.contexts_needed(w);
-        let (island, rep) = Island::open(cfg, &defs).unwrap();
-        {
-            let mut l = island.loader().unwrap();
-            for k in (i as u64 * per)..((i as u64 + 1) * per).min(accounts) {
-                l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
-            }
-        }
+        let (island, rep) = Island::open(cfg, defs).unwrap();
+        load(i, &mut island.loader().unwrap());
         opened.push((island, rep));
     }
     let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
-    let router = Arc::new(BankRouter {
-        per_island: per,
-        islands: islands as u16,
-    });
     let cl = Cluster::new(opened, workers.to_vec(), router, opts).unwrap();
     (cl, handles)
 }
@@ -2112,23 +2123,38 @@ where
     let cu = exu.begin_home(false).unwrap();
     // SAFETY: as above.
     let tx_u: &'static mut Txn = unsafe { &mut *exu.ctx_ptr(cu) };
-    let ru = match run_by_hand(&mut *exu, &mut [&mut ex0], cu, u(tx_u)) {
-        Ok(()) => exu.commit_home(cu),
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let ru = run_until_decided(exu, &mut ex0, cu, u(tx_u), deadline);
+    settle(&mut [&mut ex0, &mut *exu, &mut *ext], deadline);
+    (committed(&ex0, &rt), committed(exu, &ru))
+}
+
+/// Runs `proc` on home context `c` of `ex` by hand (pumping `other` while
+/// it waits) and commits it, or aborts it if it failed; then pumps `ex` and
+/// `other` only, until a distributed commit is decided. Returns what the
+/// commit said.
+fn run_until_decided(
+    ex: &mut Executor,
+    other: &mut Executor,
+    c: u32,
+    proc: impl std::future::Future<Output = Result<(), Abort>>,
+    deadline: std::time::Instant,
+) -> Result<HomeCommit, Abort> {
+    let r = match run_by_hand(ex, &mut [&mut *other], c, proc) {
+        Ok(()) => ex.commit_home(c),
         Err(e) => {
-            exu.abort_home(cu);
+            ex.abort_home(c);
             Err(e)
         }
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    if let Ok(HomeCommit::Distributed(g)) = ru {
-        while !exu.outcomes.iter().any(|&(o, _)| o == g) {
-            assert!(std::time::Instant::now() < deadline, "U never decided");
-            exu.pump().unwrap();
-            ex0.pump().unwrap();
+    if let Ok(HomeCommit::Distributed(g)) = r {
+        while !ex.outcomes.iter().any(|&(o, _)| o == g) {
+            assert!(std::time::Instant::now() < deadline, "never decided");
+            ex.pump().unwrap();
+            other.pump().unwrap();
         }
     }
-    settle(&mut [&mut ex0, &mut *exu, &mut *ext], deadline);
-    (committed(&ex0, &rt), committed(exu, &ru))
+    r
 }
 
 /// Pairs of "delete my account if the other's is present", one account of
@@ -2396,25 +2422,13 @@ fn open_items_cluster(workers: &[usize], opts: ClusterOptions) -> (Arc<Cluster>,
         PrimaryKind::Ordered,
     )
     .with_secondary("by_group", item_group)];
-    let mut opened = Vec::new();
-    for (i, &w) in workers.iter().enumerate() {
-        let mut cfg = IslandConfig::new(CcKind::NoWait, w);
-        cfg.name = format!("island-{i}");
-        cfg.contexts = opts.contexts_needed(w);
-        let (island, rep) = Island::open(cfg, &defs).unwrap();
-        {
-            let mut l = island.loader().unwrap();
-            for k in 0..3 {
-                l.put(ITEMS, 10 * i as u64 + k, |r| r.set_u64(ITEM_GROUP, 0))
-                    .unwrap();
-            }
-        }
-        opened.push((island, rep));
-    }
-    let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
     let router = Arc::new(RangeRouter::new(&[0, 10], &[]).unwrap());
-    let cl = Cluster::new(opened, workers.to_vec(), router, opts).unwrap();
-    (cl, handles)
+    open_loaded_cluster(workers, &defs, opts, router, |i, l| {
+        for k in 0..3 {
+            l.put(ITEMS, 10 * i as u64 + k, |r| r.set_u64(ITEM_GROUP, 0))
+                .unwrap();
+        }
+    })
 }
 
 /// The items that `island`'s secondary index lists in group `g` (entries
@@ -2531,7 +2545,8 @@ fn the_home_islands_secondary_entries_are_in_before_any_branch_validates() {
     // SAFETY: as above.
     let tx_u: &mut Txn = unsafe { &mut *ex0u.ctx_ptr(u) };
     let mut u_saw = usize::MAX;
-    let ru = match run_by_hand(&mut ex0u, &mut [&mut ex1], u, async {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let u_proc = async {
         let h = tx_u
             .insert(ITEMS, 13)
             .await?
@@ -2539,21 +2554,8 @@ fn the_home_islands_secondary_entries_are_in_before_any_branch_validates() {
         tx_u.row_mut(h).set_u64(ITEM_GROUP, 1);
         u_saw = tx_u.scan_secondary(ITEMS, BY_GROUP, 7, 10, false).await?;
         Ok(())
-    }) {
-        Ok(()) => ex0u.commit_home(u),
-        Err(e) => {
-            ex0u.abort_home(u);
-            Err(e)
-        }
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    if let Ok(HomeCommit::Distributed(g)) = ru {
-        while !ex0u.outcomes.iter().any(|&(o, _)| o == g) {
-            assert!(std::time::Instant::now() < deadline, "U never decided");
-            ex0u.pump().unwrap();
-            ex1.pump().unwrap();
-        }
-    }
+    let ru = run_until_decided(&mut ex0u, &mut ex1, u, u_proc, deadline);
     settle(&mut [&mut ex0, &mut ex0u, &mut ex1], deadline);
     let (ct, cu) = (committed(&ex0, &rt), committed(&ex0u, &ru));
     assert!(
