@@ -1400,11 +1400,12 @@ impl Txn {
         let tables = &self.island().catalog.tables;
         let mut added = false;
         for i in 0..self.acc.len() {
-            let a = self.acc[i];
+            let a = &self.acc[i];
             let t = &tables[a.table as usize];
-            if a.island != LOCAL || !self.adds_secondary_entries(t, &a) {
+            if a.island != LOCAL || !self.adds_secondary_entries(t, a) {
                 continue;
             }
+            let a = *a;
             let new = self.image(t, &a);
             if a.kind == Kind::Insert {
                 t.index_secondary(a.key, a.rid, &new);
