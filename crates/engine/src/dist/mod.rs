@@ -734,24 +734,29 @@ impl Executor {
             }
             return r.map(HomeCommit::Released);
         }
-        // Every write lock is taken before any branch is asked to prepare:
-        // at prepare a read-only branch releases its locks and a branch
-        // validates its scans and misses, so a lock taken at another
-        // branch's prepare could come after them, and two-phase locking
-        // would break (issue 22's write skew between two deletes). The
-        // rows of this island are locked now; those of other islands by a
-        // LOCK round first, which starts the two-phase commit once every
+        // Every write lock is taken, and every new secondary-index entry
+        // added, on every island, before any branch is asked to prepare: at
+        // prepare a read-only branch releases its locks and a branch
+        // validates its scans and misses, so a lock taken or an entry added
+        // at another branch's prepare could come after them, and two-phase
+        // locking would break (issue 22's write skew between two deletes),
+        // or a scan validated in between would miss a writer it follows.
+        // This island's rows are locked and indexed now; other islands' by
+        // a LOCK round first, which starts the two-phase commit once every
         // island has answered.
         let prev = phases::switch(phases::Phase::Locking);
         let locked = tx.lock_pending_rows();
+        if locked.is_ok() {
+            tx.add_secondary_entries();
+        }
         phases::switch(prev);
         if let Err(reason) = locked {
             self.abort_home(c);
             return Err(Abort::Conflict(reason));
         }
-        let pending = tx.pending_lock_islands();
-        if !pending.is_empty() {
-            self.lock_remote(c, gtid, pending);
+        let round = tx.lock_round_islands();
+        if !round.is_empty() {
+            self.lock_remote(c, gtid, round);
             return Ok(HomeCommit::Distributed(gtid));
         }
         self.start_commit(c, gtid)
@@ -803,15 +808,20 @@ impl Executor {
     }
 
     /// Sends the LOCK round of home context `c` to `islands` (see
-    /// `commit_home`); its two-phase commit starts once every one answered.
+    /// `commit_home`), each LOCK after the changes to that island's rows;
+    /// its two-phase commit starts once every one answered.
     fn lock_remote(&mut self, c: u32, gtid: Gtid, islands: coord::IslandSet) {
+        let counts = self.ship_changes(c, gtid, islands);
         let tx = self.pool.ctx(c);
         let tag = tx.begin_lock_round();
+        if let Some(d) = tx.dist.as_mut() {
+            d.shipped = islands;
+        }
         let cl = &self.cl;
         for island in islands.iter() {
             let to = cl.endpoint(island, cl.branch_worker(island, gtid));
             push_frame_with(self.outbox.batch(&*cl.transport, to), |b| {
-                tx.encode_lock(b, island, gtid, tag)
+                tx.encode_lock(b, island, gtid, tag, counts[island as usize])
             });
         }
         self.locking.push(Locking {
@@ -870,15 +880,23 @@ impl Executor {
     }
 
     /// Participant: a LOCK request of the branch of `gtid` (see
-    /// `commit_home`). The branch must be executing here still.
-    fn lock_branch(&mut self, gtid: Gtid, entries: &[u8]) -> Status {
+    /// `commit_home`), after `writes` changes to its rows. The branch must
+    /// be executing here still, with exactly those changes applied.
+    fn lock_branch(&mut self, gtid: Gtid, writes: u32, entries: &[u8]) -> Status {
         let now = self.fresh_now_us();
         let Some(b) = self.pool.branches.get(&gtid) else {
             // Aborted after idling (or never begun): its reads are unprotected.
             self.cl.stats.lost_branches.fetch_add(1, Ordering::Relaxed);
             return Status::Refused;
         };
-        if b.expect.is_some() || self.part.on_branch_begin(gtid, now).is_err() {
+        // Every change shipped ahead of the LOCK must be here: with one
+        // lost or overtaken, the entries added would not be those of the
+        // images that commit.
+        if b.expect.is_some()
+            || b.bad
+            || b.applied != writes
+            || self.part.on_branch_begin(gtid, now).is_err()
+        {
             return Status::Refused;
         }
         let prev = phases::switch(phases::Phase::Locking);
@@ -917,31 +935,50 @@ impl Executor {
         Ok(())
     }
 
-    /// Sends the changes context `c` made to rows of other islands, then a
-    /// PREP to every island it touched, ahead of the PrepareReqs.
+    /// Sends the changes context `c` made to rows of other islands (those
+    /// the LOCK round has not sent), then a PREP to every island it
+    /// touched, ahead of the PrepareReqs.
     fn ship_remote(&mut self, c: u32, hold: bool) {
-        let tx = self.pool.ctx(c);
-        let Some(d) = tx.dist.as_ref() else {
+        let Some(d) = self.pool.ctx(c).dist.as_ref() else {
             return;
         };
-        let (gtid, touched) = (d.gtid, d.touched);
-        let mut counts = [0u32; coord::MAX_ISLANDS];
+        let (gtid, touched, shipped) = (d.gtid, d.touched, d.shipped);
+        let counts = self.ship_changes(c, gtid, touched.minus(shipped));
         let cl = &self.cl;
         let outbox = &mut self.outbox;
-        tx.for_each_remote_change(|island, table, key, row| {
-            counts[island as usize] += 1;
-            let to = cl.endpoint(island, cl.branch_worker(island, gtid));
-            push_frame_with(outbox.batch(&*cl.transport, to), |b| match row {
-                Some(row) => wire::write(b, gtid, table, key, row),
-                None => wire::delete(b, gtid, table, key),
-            });
-        });
         for island in touched.iter() {
             let to = cl.endpoint(island, cl.branch_worker(island, gtid));
             push_frame_with(outbox.batch(&*cl.transport, to), |b| {
                 wire::prep(b, gtid, counts[island as usize], hold)
             });
         }
+    }
+
+    /// Sends the changes context `c` made to rows of `islands` (WRITE /
+    /// DELETE frames). Returns, per island, how many changes the context
+    /// made there, shipped now or not.
+    fn ship_changes(
+        &mut self,
+        c: u32,
+        gtid: Gtid,
+        islands: coord::IslandSet,
+    ) -> [u32; coord::MAX_ISLANDS] {
+        let tx = self.pool.ctx(c);
+        let mut counts = [0u32; coord::MAX_ISLANDS];
+        let cl = &self.cl;
+        let outbox = &mut self.outbox;
+        tx.for_each_remote_change(|island, table, key, row| {
+            counts[island as usize] += 1;
+            if !islands.contains(island) {
+                return;
+            }
+            let to = cl.endpoint(island, cl.branch_worker(island, gtid));
+            push_frame_with(outbox.batch(&*cl.transport, to), |b| match row {
+                Some(row) => wire::write(b, gtid, table, key, row),
+                None => wire::delete(b, gtid, table, key),
+            });
+        });
+        counts
     }
 
     /// [`Txn::prepare_remote`]: starts 2PC over the islands context `c`
@@ -1556,9 +1593,14 @@ impl Executor {
                     self.actions = actions;
                 }
             }
-            Frame::Lock { gtid, tag, entries } => {
+            Frame::Lock {
+                gtid,
+                tag,
+                writes,
+                entries,
+            } => {
                 let status = if home_of(gtid) == from_island {
-                    self.lock_branch(gtid, entries)
+                    self.lock_branch(gtid, writes, entries)
                 } else {
                     self.cl.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     Status::Refused

@@ -1967,27 +1967,38 @@ fn open_cluster_with_workers(
     opts: ClusterOptions,
 ) -> (Arc<Cluster>, Vec<Island>) {
     let islands = workers.len();
-    let defs = tables(accounts);
     let per = accounts.div_ceil(islands as u64);
+    let router = Arc::new(BankRouter {
+        per_island: per,
+        islands: islands as u16,
+    });
+    open_loaded_cluster(workers, &tables(accounts), opts, router, |i, l| {
+        for k in (i as u64 * per)..((i as u64 + 1) * per).min(accounts) {
+            l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
+        }
+    })
+}
+
+/// Opens `workers.len()` `no_wait` islands of tables `defs`, `workers[i]`
+/// workers on island `i`, loaded by `load(i, loader)`, and a cluster of
+/// them whose keys `router` places.
+fn open_loaded_cluster(
+    workers: &[usize],
+    defs: &[TableDef],
+    opts: ClusterOptions,
+    router: Arc<dyn Router>,
+    load: impl Fn(usize, &mut crate::island::Loader),
+) -> (Arc<Cluster>, Vec<Island>) {
     let mut opened = Vec::new();
     for (i, &w) in workers.iter().enumerate() {
         let mut cfg = IslandConfig::new(CcKind::NoWait, w);
         cfg.name = format!("island-{i}");
         cfg.contexts = opts.contexts_needed(w);
-        let (island, rep) = Island::open(cfg, &defs).unwrap();
-        {
-            let mut l = island.loader().unwrap();
-            for k in (i as u64 * per)..((i as u64 + 1) * per).min(accounts) {
-                l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
-            }
-        }
+        let (island, rep) = Island::open(cfg, defs).unwrap();
+        load(i, &mut island.loader().unwrap());
         opened.push((island, rep));
     }
     let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
-    let router = Arc::new(BankRouter {
-        per_island: per,
-        islands: islands as u16,
-    });
     let cl = Cluster::new(opened, workers.to_vec(), router, opts).unwrap();
     (cl, handles)
 }
@@ -2112,23 +2123,38 @@ where
     let cu = exu.begin_home(false).unwrap();
     // SAFETY: as above.
     let tx_u: &'static mut Txn = unsafe { &mut *exu.ctx_ptr(cu) };
-    let ru = match run_by_hand(&mut *exu, &mut [&mut ex0], cu, u(tx_u)) {
-        Ok(()) => exu.commit_home(cu),
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let ru = run_until_decided(exu, &mut ex0, cu, u(tx_u), deadline);
+    settle(&mut [&mut ex0, &mut *exu, &mut *ext], deadline);
+    (committed(&ex0, &rt), committed(exu, &ru))
+}
+
+/// Runs `proc` on home context `c` of `ex` by hand (pumping `other` while
+/// it waits) and commits it, or aborts it if it failed; then pumps `ex` and
+/// `other` only, until a distributed commit is decided. Returns what the
+/// commit said.
+fn run_until_decided(
+    ex: &mut Executor,
+    other: &mut Executor,
+    c: u32,
+    proc: impl std::future::Future<Output = Result<(), Abort>>,
+    deadline: std::time::Instant,
+) -> Result<HomeCommit, Abort> {
+    let r = match run_by_hand(ex, &mut [&mut *other], c, proc) {
+        Ok(()) => ex.commit_home(c),
         Err(e) => {
-            exu.abort_home(cu);
+            ex.abort_home(c);
             Err(e)
         }
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    if let Ok(HomeCommit::Distributed(g)) = ru {
-        while !exu.outcomes.iter().any(|&(o, _)| o == g) {
-            assert!(std::time::Instant::now() < deadline, "U never decided");
-            exu.pump().unwrap();
-            ex0.pump().unwrap();
+    if let Ok(HomeCommit::Distributed(g)) = r {
+        while !ex.outcomes.iter().any(|&(o, _)| o == g) {
+            assert!(std::time::Instant::now() < deadline, "never decided");
+            ex.pump().unwrap();
+            other.pump().unwrap();
         }
     }
-    settle(&mut [&mut ex0, &mut *exu, &mut *ext], deadline);
-    (committed(&ex0, &rt), committed(exu, &ru))
+    r
 }
 
 /// Pairs of "delete my account if the other's is present", one account of
@@ -2373,4 +2399,302 @@ fn a_second_executor_for_a_worker_is_refused() {
     }
     drop(cl);
     shut_down_and_remove(handles, &dir);
+}
+
+/// Items: an ordered table whose rows have a group, indexed by a secondary
+/// index. A row can move to another group (its entry moves with it).
+const ITEMS: u16 = 0;
+const ITEM_GROUP: Col = Col(0);
+const BY_GROUP: crate::storage::SecondaryId = crate::storage::SecondaryId(0);
+
+fn item_group(r: &crate::storage::RowRef) -> u64 {
+    r.u64(ITEM_GROUP)
+}
+
+/// Opens two islands of items, `workers[i]` workers on island `i`: keys
+/// below 10 live on island 0, the others on island 1. Island 0 holds items
+/// 0, 1 and 2, island 1 items 10, 11 and 12, all in group 0.
+fn open_items_cluster(workers: &[usize], opts: ClusterOptions) -> (Arc<Cluster>, Vec<Island>) {
+    let defs = vec![TableDef::new(
+        "items",
+        &[("group", ColType::U64), ("pad", ColType::Str(16))],
+        1 << 12,
+        PrimaryKind::Ordered,
+    )
+    .with_secondary("by_group", item_group)];
+    let router = Arc::new(RangeRouter::new(&[0, 10], &[]).unwrap());
+    open_loaded_cluster(workers, &defs, opts, router, |i, l| {
+        for k in 0..3 {
+            l.put(ITEMS, 10 * i as u64 + k, |r| r.set_u64(ITEM_GROUP, 0))
+                .unwrap();
+        }
+    })
+}
+
+/// The items that `island`'s secondary index lists in group `g` (entries
+/// of uncommitted changes included).
+fn group_entries(island: &Island, g: u64) -> Vec<u64> {
+    let t = island.catalog().table(ITEMS);
+    let mut keys = Vec::new();
+    t.secondary[BY_GROUP.0 as usize].1.scan(
+        crate::storage::ordered::pair(g, 0),
+        crate::storage::ordered::pair(g, u64::MAX),
+        false,
+        |k, _| {
+            keys.push(k as u64);
+            true
+        },
+    );
+    keys
+}
+
+/// The group of each item of `island` in `keys`, read by a fresh
+/// transaction (which fails if a lock was left behind).
+fn item_groups(island: &Island, keys: &[u64]) -> Vec<u64> {
+    let mut tx = island.worker().unwrap();
+    keys.iter()
+        .map(|&k| {
+            tx.execute(0, |tx| {
+                Box::pin(async move {
+                    let h = tx.get(ITEMS, k).await?.expect("present");
+                    Ok(tx.row(h).u64(ITEM_GROUP))
+                })
+            })
+            .unwrap_or_else(|e| panic!("item {k} is not readable: {e}"))
+        })
+        .collect()
+}
+
+/// A secondary entry that a branch adds is in its island's index before any
+/// branch of the transaction validates a scan or a miss, or releases. Here
+/// T (home island 0) scans items 3 to 4 on island 0 (none) and moves item
+/// 10 (island 1) into group 7, and asks to commit; its home branch, which
+/// only validates that scan, runs at once. U, on island 1's other worker,
+/// inserts item 3 (island 0) and scans group 7 on island 1, where T's
+/// branch has not run: item 10's entry in group 7 was added only at that
+/// branch's prepare. T missed U's item 3 (T → U) and U missed T's item 10
+/// (U → T): both must not commit.
+#[test]
+fn a_remote_branchs_secondary_entries_are_in_before_any_branch_validates() {
+    let (cl, islands) = open_items_cluster(&[1, 2], ClusterOptions::default());
+    let mut u_saw = usize::MAX;
+    let u_saw_at: *mut usize = &mut u_saw;
+    let (ct, cu) = t_then_u_beside_ts_branch(
+        &cl,
+        |tx| async move {
+            assert_eq!(tx.scan(ITEMS, 3, 4, 10, false).await?, 0, "no item 3 yet");
+            let h = tx.get_for_update(ITEMS, 10).await?.expect("item 10");
+            tx.row_mut(h).set_u64(ITEM_GROUP, 7);
+            Ok(())
+        },
+        |tx| async move {
+            let h = tx
+                .insert(ITEMS, 3)
+                .await?
+                .ok_or(Abort::User("item 3 exists"))?;
+            tx.row_mut(h).set_u64(ITEM_GROUP, 1);
+            let n = tx.scan_secondary(ITEMS, BY_GROUP, 7, 10, false).await?;
+            // SAFETY: `u_saw` outlives the schedule, which runs U to its end.
+            unsafe { *u_saw_at = n };
+            Ok(())
+        },
+    );
+    assert!(
+        !(ct && cu),
+        "T (scanned items 3-4 empty, moved item 10 into group 7) and U (inserted item 3, \
+         found {u_saw} items in group 7) both committed: a cycle"
+    );
+    let g = if ct { 7 } else { 0 };
+    assert_eq!(item_groups(&islands[1], &[10]), [g]);
+    assert_eq!(
+        group_entries(&islands[1], 7),
+        if ct { vec![10] } else { vec![] }
+    );
+    assert!(group_entries(&islands[1], 0).contains(&10) != ct);
+}
+
+/// The same with the home island's own entries: T (home island 0) scans
+/// items 13 to 14 on island 1 (none) and moves item 1 (island 0) into group
+/// 7, and asks to commit; island 1's branch validates the scan and votes
+/// read-only, while T's home branch waits in its worker's queue. U, on
+/// island 0's other worker, inserts item 13 (island 1) and scans group 7 on
+/// island 0: item 1's entry was added only at the home branch's prepare.
+#[test]
+fn the_home_islands_secondary_entries_are_in_before_any_branch_validates() {
+    let (cl, islands) = open_items_cluster(&[2, 1], ClusterOptions::default());
+    let mut ex0 = cl.executor(0, 0).unwrap();
+    let mut ex0u = cl.executor(0, 1).unwrap();
+    let mut ex1 = cl.executor(1, 0).unwrap();
+    let t = ex0.begin_home(false).unwrap();
+    // SAFETY: each context outlives its procedure, which runs to its end
+    // before its executor touches the context again.
+    let tx_t: &mut Txn = unsafe { &mut *ex0.ctx_ptr(t) };
+    run_by_hand(&mut ex0, &mut [&mut ex1], t, async move {
+        assert_eq!(tx_t.scan(ITEMS, 13, 14, 10, false).await?, 0);
+        let h = tx_t.get_for_update(ITEMS, 1).await?.expect("item 1");
+        tx_t.row_mut(h).set_u64(ITEM_GROUP, 7);
+        Ok(())
+    })
+    .unwrap();
+    let rt = ex0.commit_home(t);
+    // T's PrepareReq goes to island 1, whose branch prepares; the home
+    // branch's waits in ex0's own queue, which runs only once U is decided.
+    ex0.outbox.flush(&*ex0.transport, ex0.me);
+    ex1.pump().unwrap();
+    let u = ex0u.begin_home(false).unwrap();
+    // SAFETY: as above.
+    let tx_u: &mut Txn = unsafe { &mut *ex0u.ctx_ptr(u) };
+    let mut u_saw = usize::MAX;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let u_proc = async {
+        let h = tx_u
+            .insert(ITEMS, 13)
+            .await?
+            .ok_or(Abort::User("item 13 exists"))?;
+        tx_u.row_mut(h).set_u64(ITEM_GROUP, 1);
+        u_saw = tx_u.scan_secondary(ITEMS, BY_GROUP, 7, 10, false).await?;
+        Ok(())
+    };
+    let ru = run_until_decided(&mut ex0u, &mut ex1, u, u_proc, deadline);
+    settle(&mut [&mut ex0, &mut ex0u, &mut ex1], deadline);
+    let (ct, cu) = (committed(&ex0, &rt), committed(&ex0u, &ru));
+    assert!(
+        !(ct && cu),
+        "T (scanned items 13-14 empty, moved item 1 into group 7) and U (inserted item 13, \
+         found {u_saw} items in group 7) both committed: a cycle"
+    );
+    assert_eq!(item_groups(&islands[0], &[1]), [if ct { 7 } else { 0 }]);
+    assert_eq!(
+        group_entries(&islands[0], 7),
+        if ct { vec![1] } else { vec![] }
+    );
+}
+
+/// A branch adds its new secondary entries when the home locks it (its
+/// LOCK round, before any branch prepares), and takes them out if it
+/// aborts before it prepares: here T (home island 0) moves item 10
+/// (island 1) into group 7, island 1 answers T's LOCK round, and T's branch
+/// there then idles out before the home hears the answer.
+#[test]
+fn a_branch_that_aborts_after_its_lock_round_takes_its_secondary_entries_out() {
+    let opts = ClusterOptions {
+        timeouts: coord::Timeouts {
+            branch_idle_us: 2_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (cl, islands) = open_items_cluster(&[1, 1], opts);
+    let mut ex0 = cl.executor(0, 0).unwrap();
+    let mut ex1 = cl.executor(1, 0).unwrap();
+    let t = ex0.begin_home(false).unwrap();
+    // SAFETY: the context outlives the procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *ex0.ctx_ptr(t) };
+    run_by_hand(&mut ex0, &mut [&mut ex1], t, async move {
+        let h = tx.get_for_update(ITEMS, 10).await?.expect("item 10");
+        tx.row_mut(h).set_u64(ITEM_GROUP, 7);
+        Ok(())
+    })
+    .unwrap();
+    // A LOCK that counts a change the branch never received is refused:
+    // the entries it would add would not be those of the image to commit.
+    let gtid = ex0.pool.ctx(t).dist.as_ref().unwrap().gtid;
+    assert_eq!(ex1.lock_branch(gtid, 1, &[]), wire::Status::Refused);
+    assert_eq!(group_entries(&islands[1], 7), Vec::<u64>::new());
+    let rt = ex0.commit_home(t);
+    ex0.outbox.flush(&*ex0.transport, ex0.me);
+    ex1.pump().unwrap();
+    assert_eq!(
+        group_entries(&islands[1], 7),
+        [10],
+        "item 10's entry in group 7 is not in island 1's index after T's lock round"
+    );
+    assert_eq!(ex1.branches_in_flight(), 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    wait_until_branches_idle_out(&mut ex1, deadline);
+    assert_eq!(
+        group_entries(&islands[1], 7),
+        Vec::<u64>::new(),
+        "the aborted branch left item 10's entry in group 7"
+    );
+    assert!(group_entries(&islands[1], 0).contains(&10));
+    settle(&mut [&mut ex0, &mut ex1], deadline);
+    assert!(!committed(&ex0, &rt), "T committed without its branch");
+    assert_eq!(item_groups(&islands[1], &[10]), [0]);
+    assert_eq!(group_entries(&islands[1], 7), Vec::<u64>::new());
+}
+
+/// A LOCK round costs a round trip before the two-phase commit: only a
+/// transaction with a pending write lock or a new secondary entry on
+/// another island has one. Changes of remote rows read for update, of a
+/// table without secondary indexes (the multisite microbenchmark's) or
+/// that leave the indexed column as it was, start the commit at once; a
+/// change that moves a remote row to another group, or an insert into a
+/// table with a secondary index, does not.
+#[test]
+fn only_a_pending_lock_or_a_new_secondary_entry_elsewhere_takes_a_lock_round() {
+    let (bank, _) = open_cluster(2, 10, ClusterOptions::default());
+    let mut ex = [bank.executor(0, 0).unwrap(), bank.executor(1, 0).unwrap()];
+    let (c, tx) = home_context(&mut ex[0]);
+    assert!(!takes_a_lock_round(
+        &mut ex,
+        c,
+        move_money(tx, &[(1, -5), (9, 5)])
+    ));
+    let (cl, _) = open_items_cluster(&[1, 1], ClusterOptions::default());
+    let mut ex = [cl.executor(0, 0).unwrap(), cl.executor(1, 0).unwrap()];
+    let (c, tx) = home_context(&mut ex[0]);
+    assert!(!takes_a_lock_round(
+        &mut ex,
+        c,
+        set_item(tx, 10, 0, b"same group")
+    ));
+    let (c, tx) = home_context(&mut ex[0]);
+    assert!(takes_a_lock_round(
+        &mut ex,
+        c,
+        set_item(tx, 10, 4, b"another group")
+    ));
+    let (c, tx) = home_context(&mut ex[0]);
+    assert!(takes_a_lock_round(&mut ex, c, async move {
+        let h = tx.insert(ITEMS, 15).await?.expect("no item 15 yet");
+        tx.row_mut(h).set_u64(ITEM_GROUP, 2);
+        Ok(())
+    }));
+}
+
+/// A new home context of `ex`, and its transaction for a procedure.
+fn home_context(ex: &mut Executor) -> (u32, &'static mut Txn) {
+    let c = ex.begin_home(false).unwrap();
+    // SAFETY: the context lives as long as the executor, and the procedure
+    // that borrows it runs to its end before the executor touches the
+    // context again (the callers run it by hand, then commit).
+    (c, unsafe { &mut *ex.ctx_ptr(c) })
+}
+
+/// Runs `proc` on home context `c` of `ex[0]` (island 0) by hand and
+/// commits it, which must succeed; says whether the commit took a LOCK round.
+fn takes_a_lock_round(
+    ex: &mut [Executor; 2],
+    c: u32,
+    proc: impl std::future::Future<Output = Result<(), Abort>>,
+) -> bool {
+    let [ex0, ex1] = ex;
+    run_by_hand(ex0, &mut [&mut *ex1], c, proc).unwrap();
+    let r = ex0.commit_home(c);
+    let round = !ex0.locking.is_empty();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    settle(&mut [&mut *ex0, &mut *ex1], deadline);
+    assert!(committed(ex0, &r), "the transaction did not commit: {r:?}");
+    round
+}
+
+/// Sets the group and the padding of item `k`, read for update.
+async fn set_item(tx: &mut Txn, k: u64, g: u64, pad: &[u8]) -> Result<(), Abort> {
+    let h = tx.get_for_update(ITEMS, k).await?.expect("the item");
+    let mut r = tx.row_mut(h);
+    r.set_u64(ITEM_GROUP, g);
+    r.set_str(Col(1), pad);
+    Ok(())
 }

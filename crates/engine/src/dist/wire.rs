@@ -19,7 +19,7 @@
 //! DELETE  0x31 [gtid u64][table u16][key u64]
 //! PREP    0x32 [gtid u64][writes u32][hold u8: 0|1]
 //! RELEASE 0x33 [gtid u64]
-//! LOCK    0x38 [gtid u64][tag u32][n u32] n × ([table u16][key u64])
+//! LOCK    0x38 [gtid u64][tag u32][writes u32][n u32] n × ([table u16][key u64])
 //! ```
 //!
 //! A request (GET, INSERT, SCAN, MGET) has bit [`CONTINUES`] of its kind set
@@ -44,11 +44,18 @@
 //! locking breaks).
 //!
 //! LOCK asks a branch to take the write lock of rows it read for the home
-//! transaction without it, which the home then changed or deleted: the home
-//! sends it, and waits for every reply (a REPLY with no rows), before it asks
-//! any island to prepare, so that no branch takes a lock at prepare after
-//! another released its own or validated its reads (two-phase locking). It
-//! always continues a branch: a participant that holds none refuses it.
+//! transaction without it, which the home then changed or deleted, and then
+//! to add the secondary-index entries of its inserted rows and of rows
+//! whose indexed columns changed. The home ships the branch's changes
+//! (WRITE / DELETE) ahead of it, `writes` of them, all there will be; a
+//! branch that did not receive exactly those refuses the LOCK, and accepts
+//! no change after it. The home sends it, and waits for every reply (a
+//! REPLY with no rows), before it asks any island to prepare, so that no
+//! branch takes a lock or adds an entry at prepare after another released
+//! its own locks or validated its reads (two-phase locking, and no scan
+//! validated before an entry of a writer it follows). It always continues
+//! a branch: a participant that holds none refuses it. PREP's `writes`
+//! counts the changes shipped ahead of a LOCK too.
 //!
 //! Decoding checks every length and value and never panics: a malformed frame
 //! is an error the receiver counts and does not execute.
@@ -156,11 +163,14 @@ pub enum Frame<'a> {
     Release {
         gtid: u64,
     },
-    /// Take these rows' write locks (see the module documentation).
-    /// `entries` is `n` × [`LOCK_ENTRY_BYTES`] (read with [`lock_entry_of`]).
+    /// Take these rows' write locks, then add the branch's new secondary
+    /// entries, once `writes` WRITE / DELETE frames have arrived (see the
+    /// module documentation). `entries` is `n` × [`LOCK_ENTRY_BYTES`] (read
+    /// with [`lock_entry_of`]).
     Lock {
         gtid: u64,
         tag: u32,
+        writes: u32,
         entries: &'a [u8],
     },
 }
@@ -364,19 +374,27 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, WireError> {
             Frame::Release { gtid: c.u64() }
         }
         K_LOCK => {
-            need(kind, b, 1 + 8 + 4 + 4, false)?;
+            need(kind, b, 1 + 8 + 4 + 4 + 4, false)?;
             let gtid = c.u64();
             let tag = c.u32();
-            let n = c.u32() as usize;
+            let writes = c.u32();
+            let n = c.u32() as u64;
             let entries = c.rest();
-            if entries.len() != n * LOCK_ENTRY_BYTES {
+            if entries.len() as u64 != n * LOCK_ENTRY_BYTES as u64 {
                 return Err(WireError::BadLength {
                     kind,
-                    want: 1 + 8 + 4 + 4 + n * LOCK_ENTRY_BYTES,
+                    want: (n as usize)
+                        .saturating_mul(LOCK_ENTRY_BYTES)
+                        .saturating_add(1 + 8 + 4 + 4 + 4),
                     got: b.len(),
                 });
             }
-            Frame::Lock { gtid, tag, entries }
+            Frame::Lock {
+                gtid,
+                tag,
+                writes,
+                entries,
+            }
         }
         K_PREP => {
             need(kind, b, 1 + 8 + 4 + 1, true)?;
@@ -528,11 +546,12 @@ pub fn release(out: &mut Vec<u8>, gtid: u64) {
 }
 
 /// Appends a LOCK request's header; the caller appends `n` entries with
-/// [`lock_entry`].
-pub fn lock(out: &mut Vec<u8>, gtid: u64, tag: u32, n: u32) {
+/// [`lock_entry`]. `writes`: the WRITE / DELETE frames sent ahead of it.
+pub fn lock(out: &mut Vec<u8>, gtid: u64, tag: u32, writes: u32, n: u32) {
     out.push(K_LOCK);
     out.extend_from_slice(&gtid.to_le_bytes());
     out.extend_from_slice(&tag.to_le_bytes());
+    out.extend_from_slice(&writes.to_le_bytes());
     out.extend_from_slice(&n.to_le_bytes());
 }
 
@@ -694,13 +713,14 @@ mod tests {
             assert!(matches!(decode(&b).unwrap(), Frame::Reply { status: s, .. } if s == status));
         }
         b.clear();
-        lock(&mut b, 44, 6, 2);
+        lock(&mut b, 44, 6, 5, 2);
         lock_entry(&mut b, 1, 77);
         lock_entry(&mut b, 3, u64::MAX);
         match decode(&b).unwrap() {
             Frame::Lock {
                 gtid: 44,
                 tag: 6,
+                writes: 5,
                 entries,
             } => {
                 let got: Vec<_> = entries
@@ -715,6 +735,10 @@ mod tests {
             decode(&b[..b.len() - 1]),
             Err(WireError::BadLength { .. })
         ));
+        // A count of entries that the frame does not hold, however large.
+        let mut huge = b.clone();
+        huge[17..21].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(decode(&huge), Err(WireError::BadLength { .. })));
         b.clear();
         prep(&mut b, 42, 3, true);
         assert_eq!(

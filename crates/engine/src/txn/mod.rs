@@ -108,22 +108,44 @@
 //! | point miss (`get` of an absent key) | none | the hash stripe's version (an ordered table: an empty scan) |
 //! | `scan`, `scan_secondary` | shared, on each row returned | the range's entries (count and digest) |
 //! | read after [`Txn::read_committed`] | none | nothing |
+//! | new secondary entries (an `insert` into a table with secondary indexes, a change of an indexed column) | added once the row's write lock is held, before any branch prepares | nothing |
 //!
 //! A row's write lock is *pending* (`Access::lock_pending`, the one rule)
 //! when the row is in the write set (changed, inserted or deleted) and the
-//! transaction does not hold its exclusive lock. On one island, commit takes
-//! the pending locks, then validates, then installs and releases, so all
-//! locks are held at the validation. Across islands each branch does that at
-//! its own prepare, in parallel, and a read-only branch releases at its
-//! prepare: a lock taken at one branch's prepare could come after another
-//! branch released a lock or validated a scan or a miss (a check at one
-//! instant, which no lock holds on), and two-phase locking would break (two
-//! transactions each deleting its row if the other's is present both
-//! committed). So no branch takes a lock at prepare: the home's commit
-//! (`dist::Executor::commit_home`) takes the pending locks of its own island
-//! first, then those of other islands by a LOCK round (a request per island,
-//! answered once the owner holds them), and only then asks any branch to
-//! prepare.
+//! transaction does not hold its exclusive lock. A row *adds secondary
+//! entries* (`Txn::adds_secondary_entries`, the one rule for those) when it
+//! is inserted into a table with secondary indexes, or changed in an
+//! indexed column, and its table's keys are not fixed. On one island,
+//! commit takes the pending locks and adds the entries, then validates,
+//! then installs and releases, so at the validation all locks are held and
+//! every entry is in. Across islands each branch prepares on its own, in
+//! parallel, and at its prepare a branch validates its scans and misses (a
+//! check at one instant, which no lock holds on) and a read-only branch
+//! releases its locks. A lock taken at one branch's prepare could come
+//! after another branch released a lock or validated, and two-phase
+//! locking would break (two transactions each deleting its row if the
+//! other's is present both committed); an entry added at one branch's
+//! prepare could come after another branch validated a scan, or released a
+//! row that a second transaction then wrote, while that second transaction
+//! scanned the entry's group without it (each then missed the other's
+//! write: a cycle).
+//!
+//! So across islands the rule is: **every branch's write locks are held,
+//! and every new secondary entry of the transaction is in its island's
+//! index, before any branch validates or releases anything.** The home's
+//! commit (`dist::Executor::commit_home`) takes the pending locks of its own
+//! island and adds its own entries (`Txn::add_secondary_entries`), then
+//! runs a LOCK round over the other islands where a row's lock is pending
+//! or a row adds entries (`Txn::lock_round_islands`): the changes to that
+//! island's rows go out ahead of the request, and its owner takes the locks
+//! and adds the entries before it answers. Only then does the home ask any
+//! branch to prepare, and prepare finds both done. A distributed
+//! transaction with neither has no LOCK round (TPC-C's tables have fixed
+//! keys; the multisite microbenchmark has no secondary index). An abort
+//! from the LOCK round on (a conflict on another island, no answer in time,
+//! a branch that idles out or votes no) takes the entries out again, on
+//! every island that added them (`Txn::abort`); a branch accepts no change
+//! of its rows after it added their entries.
 //!
 //! Releases: a read-only branch releases at its prepare (it votes
 //! read-only), a writing one when it installs its writes (the home island's
@@ -131,9 +153,12 @@
 //! read-only transaction whose branches validate nothing and read only
 //! durable data releases them without a vote. [`Txn::prepare_remote`]
 //! prepares the remote branches first, each holding every lock (shared ones
-//! too) until the decision; the home branch, which may still take locks,
-//! prepares last. It is refused (a no-op) when a remote branch validates a
-//! scan or a miss, which would then be checked before the home's locks.
+//! too) until the decision and adding its entries at its prepare; the home
+//! branch, which may still take locks and add entries, prepares last. That
+//! keeps the rule only because no remote branch validates anything there:
+//! the early prepare is refused (a no-op) when a remote branch validates a
+//! scan or a miss, which would then be checked before the home's locks and
+//! entries; the home's own validation comes after every lock and entry.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -312,6 +337,10 @@ pub struct Txn {
     /// Some update moved a row to another secondary key, whose new entry
     /// commit added before validating (see [`Txn::index_secondary_early`]).
     has_moves: bool,
+    /// Commit step 2 ran ([`Txn::add_secondary_entries`]): the new
+    /// secondary entries of this island's rows are in, and the images they
+    /// were computed from must not change any more.
+    secondary_added: bool,
     /// With `read_committed`: the access entries before this one were read
     /// before the call, and are validated at commit.
     rc_from: u32,
@@ -352,6 +381,7 @@ impl Txn {
             read_committed: false,
             has_inserts: false,
             has_moves: false,
+            secondary_added: false,
             rc_from: 0,
             conflict: None,
             dist: None,
@@ -1125,20 +1155,11 @@ impl Txn {
             self.abort();
             return Err(Abort::Conflict(reason));
         }
-        let tables = &shared.catalog.tables;
-        let secondary_writes = self.acc.iter().any(|a| {
-            let t = &tables[a.table as usize];
-            a.island == LOCAL
-                && a.dirty
-                && a.kind != Kind::Delete
-                && !t.secondary.is_empty()
-                && !t.fixed_keys
-        });
         // 2. Make the new secondary entries visible, then validate: a scan
         // validated from here on meets them (see `index_secondary_early`).
-        if secondary_writes {
-            self.index_secondary_early();
-        }
+        // A distributed commit has done it already, before any branch
+        // prepared (see "Across islands" in the module documentation).
+        self.add_secondary_entries();
         // 3. Validate (under read committed, what was read before the call).
         if self.validate {
             if let Err(reason) = self.validate_all() {
@@ -1321,50 +1342,90 @@ impl Txn {
         })
     }
 
-    /// Commit step 2, with the write set locked and before validation: adds
-    /// the secondary-index entries of every inserted row, and of every
-    /// updated row whose indexed column changed, to tables whose keys are not
-    /// fixed. A scan of another transaction validated after this point meets
-    /// them, so a writer ordered before that scan (it validated first) is
-    /// never missed by it; until install they name a row this transaction
-    /// holds (locked under 2PL; under OCC an insert's slot is claimed and an
-    /// update's row version-locked), so a scan that meets one waits for it,
-    /// conflicts, or fails its validation. The entries they replace stay
-    /// until install; an abort removes the new ones
+    /// Commit step 2, once: with this island's write set locked and before
+    /// any validation, adds the new secondary entries of its rows
+    /// ([`Txn::index_secondary_early`]). On one island, commit calls it
+    /// between locking and validating; across islands, the home calls it
+    /// for its own island and each branch at the home's LOCK round, before
+    /// any branch is asked to prepare, and prepare finds it done. After it,
+    /// a change of this island's rows is refused ([`Txn::apply_write`]):
+    /// the entries stand for the images as they were.
+    pub(crate) fn add_secondary_entries(&mut self) {
+        if self.secondary_added {
+            return;
+        }
+        self.secondary_added = true;
+        self.index_secondary_early();
+    }
+
+    /// Whether commit must add secondary entries for row `a` of table `t`
+    /// (here or, for a copy, on the row's island): an insert into a table
+    /// with secondary indexes, or an update that changed an indexed column,
+    /// of a table whose keys are not fixed. The one rule for which rows
+    /// have entries to add before any validation.
+    fn adds_secondary_entries(&self, t: &Table, a: &Access) -> bool {
+        a.dirty
+            && a.kind != Kind::Delete
+            && !t.secondary.is_empty()
+            && !t.fixed_keys
+            && (a.kind == Kind::Insert || self.secondary_moved(t, a))
+    }
+
+    /// Whether the working image of row `a` of table `t` has another key
+    /// than the image as read in some secondary index of `t` (false if the
+    /// image as read was not kept).
+    fn secondary_moved(&self, t: &Table, a: &Access) -> bool {
+        let Some(old) = self.orig_image(t, a) else {
+            return false;
+        };
+        let new = self.image(t, a);
+        t.secondary
+            .iter()
+            .any(|(def, _)| (def.key)(&old) != (def.key)(&new))
+    }
+
+    /// Adds, with the write set locked and before validation, the
+    /// secondary-index entries of every row of this island for which
+    /// [`Txn::adds_secondary_entries`] holds: an inserted row's, and an
+    /// updated row's whose indexed column changed. A scan of another
+    /// transaction validated after this point meets them, so a writer
+    /// ordered before that scan (it validated first) is never missed by it;
+    /// until install they name a row this transaction holds (locked under
+    /// 2PL; under OCC an insert's slot is claimed and an update's row
+    /// version-locked), so a scan that meets one waits for it, conflicts,
+    /// or fails its validation. The entries they replace stay until
+    /// install; an abort removes the new ones
     /// ([`Txn::unindex_secondary_early`]).
     fn index_secondary_early(&mut self) {
         let tables = &self.island().catalog.tables;
+        let mut added = false;
         for i in 0..self.acc.len() {
-            let a = self.acc[i];
+            let a = &self.acc[i];
             let t = &tables[a.table as usize];
-            if a.island != LOCAL
-                || !a.dirty
-                || a.kind == Kind::Delete
-                || t.secondary.is_empty()
-                || t.fixed_keys
-            {
+            if a.island != LOCAL || !self.adds_secondary_entries(t, a) {
                 continue;
             }
+            let a = *a;
             let new = self.image(t, &a);
-            let mut added = false;
             if a.kind == Kind::Insert {
                 t.index_secondary(a.key, a.rid, &new);
-                added = true;
             } else if let Some(old) = self.orig_image(t, &a) {
                 for (def, idx) in &t.secondary {
                     let kn = (def.key)(&new);
                     if (def.key)(&old) != kn {
                         idx.insert(pair(kn, a.key), a.rid);
-                        added = true;
                     }
                 }
-                self.has_moves |= added;
+                self.has_moves = true;
             }
-            self.acc[i].indexed = added;
+            self.acc[i].indexed = true;
+            added = true;
         }
-        // The entries are stores that the validation's loads must not pass
-        // (the other side of a scanner's write lock and its rescan).
-        std::sync::atomic::fence(Ordering::SeqCst);
+        if added {
+            // The entries are stores that the validation's loads must not
+            // pass (the other side of a scanner's write lock and its rescan).
+            std::sync::atomic::fence(Ordering::SeqCst);
+        }
     }
 
     /// Abort: removes the entries [`Txn::index_secondary_early`] added.
@@ -1584,6 +1645,7 @@ impl Txn {
         self.scan_out.clear();
         self.has_inserts = false;
         self.has_moves = false;
+        self.secondary_added = false;
         if let Some(d) = &mut self.dist {
             d.reset();
         }
@@ -1845,23 +1907,7 @@ impl Txn {
         let tables = &self.island().catalog.tables;
         for a in &self.acc {
             let t = &tables[a.table as usize];
-            if a.island != LOCAL || !a.dirty || !t.fixed_keys || a.orig == u32::MAX {
-                continue;
-            }
-            let words = t.schema.row_words();
-            let (o, n) = (a.orig as usize, a.off as usize);
-            let old = RowRef {
-                words: &self.buf[o..o + words],
-                schema: &t.schema,
-            };
-            let new = RowRef {
-                words: &self.buf[n..n + words],
-                schema: &t.schema,
-            };
-            if t.secondary
-                .iter()
-                .any(|(def, _)| (def.key)(&old) != (def.key)(&new))
-            {
+            if a.island == LOCAL && a.dirty && t.fixed_keys && self.secondary_moved(t, a) {
                 return Err(fixed_keys_error(t, "a change of a secondary key"));
             }
         }

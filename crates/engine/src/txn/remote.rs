@@ -91,6 +91,9 @@ pub(crate) struct Dist {
     pub(crate) early: Early,
     /// Remote deletes shipped by the early prepare (a later one is refused).
     pub(crate) early_deletes: usize,
+    /// Islands whose changes went out with the LOCK round (ahead of its
+    /// LOCK frame): the prepare does not ship them again.
+    pub(crate) shipped: IslandSet,
     /// The executor's clock (µs) when the attempt began: no branch of it on
     /// another island began earlier.
     pub(crate) begin_us: u64,
@@ -115,6 +118,7 @@ impl Dist {
             remote_undurable: false,
             early: Early::Off,
             early_deletes: 0,
+            shipped: IslandSet::EMPTY,
             begin_us: 0,
         })
     }
@@ -130,6 +134,7 @@ impl Dist {
         self.remote_undurable = false;
         self.early = Early::Off;
         self.early_deletes = 0;
+        self.shipped = IslandSet::EMPTY;
     }
 }
 
@@ -468,7 +473,12 @@ impl Txn {
         kind: Kind,
         scan: bool,
     ) -> Result<Option<RowH>, Abort> {
-        let schema_words = self.island().catalog.table(table).schema.row_words();
+        let def = self.island().catalog.table(table);
+        let schema_words = def.schema.row_words();
+        // The image as read, for tables whose rows may move in a secondary
+        // index: whether a change moved one tells whether its island must
+        // add the new entries before any branch prepares (a LOCK round).
+        let keep_orig = kind == Kind::Read && !def.secondary.is_empty() && !def.fixed_keys;
         let bad = |why: String| Abort::Failed(Error::Protocol(why));
         let (status, t, row_bytes, n, rows) = match wire::decode(reply) {
             Ok(Frame::Reply {
@@ -514,6 +524,14 @@ impl Txn {
                         &mut self.buf[off as usize..off as usize + schema_words],
                         &rows[at + 8..at + 8 + row_bytes as usize],
                     );
+                    let orig = if keep_orig {
+                        let o = self.buf.len();
+                        let at = off as usize;
+                        self.buf.extend_from_within(at..at + schema_words);
+                        o as u32
+                    } else {
+                        u32::MAX
+                    };
                     self.push_access(Access {
                         table,
                         rid: REMOTE_RID,
@@ -527,7 +545,7 @@ impl Txn {
                         },
                         held,
                         off,
-                        orig: u32::MAX,
+                        orig,
                         indexed: false,
                     })
                 }
@@ -551,14 +569,19 @@ impl Txn {
             || !self.scans.is_empty()
     }
 
-    /// The other islands that hold rows whose write lock this transaction
-    /// has still to take there ([`Access::lock_pending`]: a row read without
-    /// it, then changed or deleted). Its two-phase commit must not start
-    /// before they are locked (see `dist::Executor::commit_home`).
-    pub(crate) fn pending_lock_islands(&self) -> IslandSet {
+    /// The other islands that a LOCK round must reach before this
+    /// transaction's two-phase commit starts (see
+    /// `dist::Executor::commit_home`): those that hold a row whose write
+    /// lock is still to be taken ([`Access::lock_pending`]: read without it,
+    /// then changed or deleted), or a row whose new secondary entries are
+    /// still to be added ([`Txn::adds_secondary_entries`]).
+    pub(crate) fn lock_round_islands(&self) -> IslandSet {
+        let tables = &self.island().catalog.tables;
         let mut s = IslandSet::EMPTY;
         for a in &self.acc {
-            if a.island != LOCAL && a.lock_pending() {
+            if a.island != LOCAL
+                && (a.lock_pending() || self.adds_secondary_entries(&tables[a.table as usize], a))
+            {
                 s.insert(a.island);
             }
         }
@@ -586,14 +609,22 @@ impl Txn {
     }
 
     /// Appends the LOCK request to `island` of a lock round: every row there
-    /// whose write lock is still pending.
-    pub(crate) fn encode_lock(&self, out: &mut Vec<u8>, island: u16, gtid: u64, tag: u32) {
+    /// whose write lock is still pending, after the `writes` WRITE / DELETE
+    /// frames that carried this transaction's changes there.
+    pub(crate) fn encode_lock(
+        &self,
+        out: &mut Vec<u8>,
+        island: u16,
+        gtid: u64,
+        tag: u32,
+        writes: u32,
+    ) {
         let pending = || {
             self.acc
                 .iter()
                 .filter(move |a| a.island == island && a.lock_pending())
         };
-        wire::lock(out, gtid, tag, pending().count() as u32);
+        wire::lock(out, gtid, tag, writes, pending().count() as u32);
         for a in pending() {
             wire::lock_entry(out, a.table, a.key);
         }
@@ -609,12 +640,15 @@ impl Txn {
         }
     }
 
-    /// Participant: a LOCK request. Takes the write lock of this branch's
+    /// Participant: a LOCK request, which comes after every change the home
+    /// made to this branch's rows. Takes the write lock of this branch's
     /// row `key` of `table` for each entry of `keys` (as encoded by
     /// [`wire::lock_entry`]): the home transaction changed or deleted rows
     /// it read without that lock, and wants them locked before it asks any
-    /// island to prepare. On `Err` nothing was released (the branch aborts
-    /// when the home says so).
+    /// island to prepare. Then adds the branch's new secondary entries
+    /// ([`Txn::add_secondary_entries`]), which must be in before any branch
+    /// prepares too. On `Err` nothing was released (the branch aborts when
+    /// the home says so).
     pub(crate) fn lock_rows(&mut self, keys: &[u8]) -> Result<(), Abort> {
         self.locks.clear();
         for e in keys.chunks_exact(wire::LOCK_ENTRY_BYTES) {
@@ -629,7 +663,9 @@ impl Txn {
                 self.locks.push(a.write_lock());
             }
         }
-        self.lock_listed().map_err(Abort::Conflict)
+        self.lock_listed().map_err(Abort::Conflict)?;
+        self.add_secondary_entries();
+        Ok(())
     }
 
     /// Whether the transaction changed anything, here or on another island.
@@ -692,9 +728,14 @@ impl Txn {
     }
 
     /// Participant: the home transaction changed row `key`; `row` is its new
-    /// image. False if the branch holds no such row or the image has the
-    /// wrong size (the branch then votes no).
+    /// image. False if the branch holds no such row, the image has the
+    /// wrong size, or the branch's secondary entries are in already (its
+    /// LOCK round: see [`Txn::add_secondary_entries`]); the branch then
+    /// votes no.
     pub(crate) fn apply_write(&mut self, table: TableId, key: u64, row: &[u8]) -> bool {
+        if self.secondary_added {
+            return false;
+        }
         let Some(h) = self.branch_entry(table, key) else {
             return false;
         };
@@ -707,8 +748,12 @@ impl Txn {
         true
     }
 
-    /// Participant: the home transaction deleted row `key`.
+    /// Participant: the home transaction deleted row `key`. False as for
+    /// [`Txn::apply_write`].
     pub(crate) fn apply_delete(&mut self, table: TableId, key: u64) -> bool {
+        if self.secondary_added {
+            return false;
+        }
         let Some(h) = self.branch_entry(table, key) else {
             return false;
         };
