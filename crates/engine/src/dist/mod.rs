@@ -472,6 +472,35 @@ struct Branch {
     applied: u32,
     /// A WRITE/DELETE could not be applied: the branch votes no.
     bad: bool,
+    /// The tag of the newest request (or LOCK) served. The home sends one at
+    /// a time, each with a newer tag, so a request whose tag is not newer is
+    /// a copy (a transport that duplicates) and is not served again: an
+    /// INSERT run twice would answer "present", for the branch's own row.
+    last_tag: u32,
+}
+
+impl Branch {
+    fn new(ctx: u32, expect: Option<(u32, bool)>) -> Branch {
+        Branch {
+            ctx,
+            expect,
+            applied: 0,
+            bad: false,
+            last_tag: 0,
+        }
+    }
+
+    /// Records `tag` as served; false if it is not newer than the last one
+    /// (same context bits; sequence numbers compared modulo their width).
+    fn serve_once(&mut self, tag: u32) -> bool {
+        let mask = (1u32 << crate::txn::TAG_SEQ_BITS) - 1;
+        let ahead = tag.wrapping_sub(self.last_tag) & mask;
+        if self.last_tag != 0 && (ahead == 0 || ahead > mask / 2) {
+            return false;
+        }
+        self.last_tag = tag;
+        true
+    }
 }
 
 /// A home transaction whose commit waits for its LOCK round (see
@@ -923,15 +952,9 @@ impl Executor {
             self.abort_home(c);
             return Err(Abort::Conflict(AbortReason::Remote));
         }
-        self.pool.branches.insert(
-            gtid,
-            Branch {
-                ctx: c,
-                expect: Some((0, false)),
-                applied: 0,
-                bad: false,
-            },
-        );
+        self.pool
+            .branches
+            .insert(gtid, Branch::new(c, Some((0, false))));
         Ok(())
     }
 
@@ -1599,6 +1622,15 @@ impl Executor {
                 writes,
                 entries,
             } => {
+                if self
+                    .pool
+                    .branches
+                    .get_mut(&gtid)
+                    .is_some_and(|b| !b.serve_once(tag))
+                {
+                    // A copy of a LOCK this branch has answered.
+                    return;
+                }
                 let status = if home_of(gtid) == from_island {
                     self.lock_branch(gtid, writes, entries)
                 } else {
@@ -1632,12 +1664,22 @@ impl Executor {
             | Frame::Scan { table, .. } => table,
             _ => unreachable!("serve is called for requests"),
         };
+        if self
+            .pool
+            .branches
+            .get_mut(&gtid)
+            .is_some_and(|b| !b.serve_once(tag))
+        {
+            // A copy of a request served already: its answer went out.
+            return;
+        }
         let c = match self.pool.branches.get(&gtid) {
             Some(b) if b.expect.is_none() => {
+                let c = b.ctx;
                 if self.part.on_branch_begin(gtid, now).is_err() {
                     return self.reply(from, tag, Status::Refused, table);
                 }
-                b.ctx
+                c
             }
             // Prepared or preparing: too late for more work.
             Some(_) => return self.reply(from, tag, Status::Refused, table),
@@ -1671,15 +1713,9 @@ impl Executor {
                     return self.reply(from, tag, Status::Refused, table);
                 };
                 self.pool.ctx(c).begin(false);
-                self.pool.branches.insert(
-                    gtid,
-                    Branch {
-                        ctx: c,
-                        expect: None,
-                        applied: 0,
-                        bad: false,
-                    },
-                );
+                let mut b = Branch::new(c, None);
+                b.serve_once(tag);
+                self.pool.branches.insert(gtid, b);
                 c
             }
         };
@@ -2003,15 +2039,7 @@ impl coord::Branches for Engine<'_> {
         tx.begin(false);
         match tx.restore_branch(d.tid, d.seq, &d.writes) {
             Ok(()) => {
-                ex.branches.insert(
-                    gtid,
-                    Branch {
-                        ctx: c,
-                        expect: Some((0, true)),
-                        applied: 0,
-                        bad: false,
-                    },
-                );
+                ex.branches.insert(gtid, Branch::new(c, Some((0, true))));
             }
             Err(e) => {
                 tx.abort();

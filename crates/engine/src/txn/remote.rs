@@ -123,6 +123,17 @@ impl Dist {
         })
     }
 
+    /// A fresh request tag: the context's id and the next sequence number,
+    /// never 0 (a tag of 0 means no request outstanding, and a branch that
+    /// has served none).
+    fn next_tag(&mut self) -> u32 {
+        self.req_seq = self.req_seq.wrapping_add(1);
+        if self.req_seq & TAG_SEQ_MASK == 0 {
+            self.req_seq = self.req_seq.wrapping_add(1);
+        }
+        self.tag_base | (self.req_seq & TAG_SEQ_MASK)
+    }
+
     pub(crate) fn reset(&mut self) {
         self.touched = IslandSet::EMPTY;
         // No request outstanding: a late reply to the previous attempt on
@@ -259,8 +270,7 @@ impl Txn {
             ))));
         }
         d.req.clear();
-        d.req_seq = d.req_seq.wrapping_add(1);
-        d.tag = d.tag_base | (d.req_seq & TAG_SEQ_MASK);
+        d.tag = d.next_tag();
         encode(&mut d.req, d.gtid, d.tag);
         if d.touched.contains(island) {
             // The branch there must still be the one the earlier requests
@@ -601,8 +611,7 @@ impl Txn {
             .dist
             .as_mut()
             .expect("a lock round without a distributed context");
-        d.req_seq = d.req_seq.wrapping_add(1);
-        d.tag = d.tag_base | (d.req_seq & TAG_SEQ_MASK);
+        d.tag = d.next_tag();
         d.req_ready = false;
         d.reply_ready = false;
         d.tag
