@@ -156,9 +156,20 @@ pub fn check(what: &str, seed: u64, done: &[Done], left: &HashMap<Tk, (u64, Stat
     for c in &report.cycle_reports {
         eprintln!("{c}");
     }
+    // Every committed transaction, in commit order, for a look at what the
+    // summary leaves out.
+    let dump = std::env::temp_dir().join(format!("islands-history-{seed}.txt"));
+    let mut text = String::new();
+    for d in done {
+        text.push_str(&format!("{d:?}\n"));
+    }
+    let dumped = match std::fs::write(&dump, text) {
+        Ok(()) => format!("every committed transaction is in {}", dump.display()),
+        Err(e) => format!("writing the history to {} failed: {e}", dump.display()),
+    };
     panic!(
         "history {what} is not serializable ({} cycles; replay the plans with \
-         ISLANDS_HISTORY_SEED={seed}); {} other problems: {:#?}",
+         ISLANDS_HISTORY_SEED={seed}; {dumped}); {} other problems: {:#?}",
         report.cycles,
         problems.len(),
         &problems[..problems.len().min(10)]
