@@ -185,14 +185,17 @@ fn checkpoints_by_time_are_taken_only_while_the_log_grows() {
         n += 1;
         std::thread::sleep(Duration::from_millis(5));
     }
-    // Idle: the log does not grow, so no checkpoint is due.
-    std::thread::sleep(Duration::from_millis(300));
+    // Idle: the log does not grow. The last checkpoint may have begun before
+    // the last writes, so one more may cover them (however late a loaded
+    // machine runs it); after that none is due. A checkpoint every period
+    // would take about eight in this time.
+    let stopped = island.checkpoint_stats().periodic;
+    std::thread::sleep(Duration::from_millis(1200));
     let idle = island.checkpoint_stats().periodic;
-    std::thread::sleep(Duration::from_millis(600));
-    assert_eq!(
-        island.checkpoint_stats().periodic,
-        idle,
-        "checkpoints of a log that did not grow"
+    assert!(
+        idle <= stopped + 1,
+        "{} checkpoints of a log that did not grow",
+        idle - stopped
     );
     drop(tx);
     island.shutdown();
