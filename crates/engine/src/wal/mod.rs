@@ -585,8 +585,10 @@ struct Shared {
     checkpoint_lock: Mutex<()>,
     stats: Stats,
     spare: Spare,
-    /// Holds the exclusive flock on `<dir>/LOCK` while the log is open.
-    _dir_lock: Option<std::fs::File>,
+    /// Holds the exclusive flock on `<dir>/LOCK` while the log is open;
+    /// [`Wal::shutdown`] closes it, so the directory is free once it returns
+    /// (whatever still holds the shared state).
+    dir_lock: Mutex<Option<std::fs::File>>,
 }
 
 impl Shared {
@@ -1163,7 +1165,7 @@ impl Wal {
             checkpoint_lock: Mutex::new(()),
             stats: Stats::default(),
             spare: Spare::default(),
-            _dir_lock: lock,
+            dir_lock: Mutex::new(lock),
         })
     }
 
@@ -1393,8 +1395,12 @@ impl Wal {
                 .remove(&self.shared.cfg.dir.join(SPARE_NAME));
         }
         self.shared.stopped.store(true, Ordering::Release);
-        let _g = self.shared.durable_lock.lock();
-        self.shared.durable_cv.notify_all();
+        {
+            let _g = self.shared.durable_lock.lock();
+            self.shared.durable_cv.notify_all();
+        }
+        // Nothing writes any more: another open may take the directory.
+        drop(self.shared.dir_lock.lock().take());
     }
 
     pub fn stats(&self) -> WalStats {
