@@ -32,7 +32,12 @@
 //! Requests carry the gtid of the distributed transaction (the participant
 //! keys its branch by it) and a `tag` that the reply echoes, so the home
 //! worker finds the waiting transaction and can tell a stale reply (from an
-//! earlier, aborted attempt) from the one it waits for. WRITE and DELETE ship
+//! earlier, aborted attempt) from the one it waits for. A home transaction
+//! has one request outstanding at a time, each with a newer tag than the
+//! last, so a branch serves a request (or LOCK) only if its tag is newer than
+//! the last it served: a copy from a transport that duplicates gets no
+//! second answer (a second INSERT would answer "present" for the branch's
+//! own row). WRITE and DELETE ship
 //! the home transaction's changes to remote rows ahead of the PrepareReq on
 //! the same channel (frames of one sender to one receiver stay in order).
 //! PREP precedes the PrepareReq: it says how many WRITE / DELETE frames the
