@@ -30,3 +30,9 @@ pub mod txn;
 pub mod wal;
 
 pub use error::{Abort, AbortReason, Error};
+
+/// The README's Rust example, compiled and run as a doctest, so that what a
+/// newcomer copies first keeps working.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExample;
