@@ -782,3 +782,15 @@ fn acknowledged_calls_survive_a_sigkill() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_bad_durability_is_named_once() {
+    let e = match Deployment::open(spec(1, "fsync", None), bank(), |_| Ok(())) {
+        Ok(_) => panic!("a deployment opened with durability 'fsync'"),
+        Err(e) => e.to_string(),
+    };
+    assert_eq!(
+        e,
+        "invalid configuration: unknown durability 'fsync': valid values are sync, async, off"
+    );
+}
