@@ -736,7 +736,10 @@ impl Executor {
         // `begin_us` (one clock for every island of the process: the
         // time-stamp counter only where it was checked to read the same on
         // every CPU, see `phases::clock`), so within half that time none can
-        // have idled out; after it, the votes say.
+        // have idled out; after it, the votes say. No remote branch
+        // validates anything; the home's own scans and misses are validated
+        // by the commit below, before the releases leave (with the next
+        // flush of the outbox), so no branch releases before that check.
         let young = || {
             self.fresh_now_us().saturating_sub(d.begin_us)
                 < self.cl.opts.timeouts.branch_idle_us / 2
