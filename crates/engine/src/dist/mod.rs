@@ -736,12 +736,15 @@ impl Executor {
         // `begin_us` (one clock for every island of the process: the
         // time-stamp counter only where it was checked to read the same on
         // every CPU, see `phases::clock`), so within half that time none can
-        // have idled out; after it, the votes say.
+        // have idled out; after it, the votes say. No remote branch
+        // validates anything; the home's own scans and misses are validated
+        // by the commit below, before the releases leave (with the next
+        // flush of the outbox), so no branch releases before that check.
         let young = || {
             self.fresh_now_us().saturating_sub(d.begin_us)
                 < self.cl.opts.timeouts.branch_idle_us / 2
         };
-        if !d.remote_validated && !d.remote_undurable && !tx.has_writes() && young() {
+        if d.validating.is_empty() && !d.remote_undurable && !tx.has_writes() && young() {
             for island in touched.iter() {
                 let to = self
                     .cl
@@ -801,19 +804,39 @@ impl Executor {
             !tx.has_pending_locks(),
             "a branch would take a lock at prepare"
         );
-        let touched = tx
+        let (touched, mut validating) = tx
             .dist
             .as_ref()
-            .map_or(coord::IslandSet::EMPTY, |d| d.touched);
+            .map_or((coord::IslandSet::EMPTY, coord::IslandSet::EMPTY), |d| {
+                (d.touched, d.validating)
+            });
+        let local = tx.has_local_part();
+        if local && tx.has_validated_reads() {
+            validating.insert(self.island);
+        }
+        // A branch validates its scans and misses at its prepare: a check at
+        // one instant, which must come before any branch releases a lock,
+        // or a writer could slip in between and restore what a scan saw
+        // (a cycle). Branches prepare in parallel, so a branch releases at
+        // its prepare (votes read-only) only when no other branch
+        // validates; otherwise it holds every lock until the decision.
+        let holds = |island: IslandId| {
+            let mut others = validating;
+            others.remove(island);
+            !others.is_empty()
+        };
+        let mut hold = coord::IslandSet::EMPTY;
+        for island in touched.iter().filter(|&i| holds(i)) {
+            hold.insert(island);
+        }
         let now = self.now_us();
-        self.ship_remote(c, false);
-        let tx = self.pool.ctx(c);
+        self.ship_remote(c, hold);
         let mut parts: Vec<IslandId> = touched.iter().collect();
-        if tx.has_local_part() {
-            self.home_branch(c, gtid, now)?;
+        if local {
+            self.home_branch(c, gtid, now, holds(self.island))?;
             parts.push(self.island);
         } else {
-            tx.abort();
+            self.pool.ctx(c).abort();
             self.pool.free_ctx(c);
         }
         let mut actions = std::mem::take(&mut self.actions);
@@ -947,21 +970,22 @@ impl Executor {
     /// Makes home context `c` the home island's own branch of `gtid` (its
     /// participant prepares it like any other). On `Err` (the participant's
     /// table is full) the transaction is aborted everywhere and `c` is free.
-    fn home_branch(&mut self, c: u32, gtid: Gtid, now: u64) -> Result<(), Abort> {
+    fn home_branch(&mut self, c: u32, gtid: Gtid, now: u64, hold: bool) -> Result<(), Abort> {
         if self.part.on_branch_begin(gtid, now).is_err() {
             self.abort_home(c);
             return Err(Abort::Conflict(AbortReason::Remote));
         }
         self.pool
             .branches
-            .insert(gtid, Branch::new(c, Some((0, false))));
+            .insert(gtid, Branch::new(c, Some((0, hold))));
         Ok(())
     }
 
     /// Sends the changes context `c` made to rows of other islands (those
     /// the LOCK round has not sent), then a PREP to every island it
-    /// touched, ahead of the PrepareReqs.
-    fn ship_remote(&mut self, c: u32, hold: bool) {
+    /// touched, ahead of the PrepareReqs; those to the islands in `hold`
+    /// ask the branch to hold its locks until the decision.
+    fn ship_remote(&mut self, c: u32, hold: coord::IslandSet) {
         let Some(d) = self.pool.ctx(c).dist.as_ref() else {
             return;
         };
@@ -972,7 +996,7 @@ impl Executor {
         for island in touched.iter() {
             let to = cl.endpoint(island, cl.branch_worker(island, gtid));
             push_frame_with(outbox.batch(&*cl.transport, to), |b| {
-                wire::prep(b, gtid, counts[island as usize], hold)
+                wire::prep(b, gtid, counts[island as usize], hold.contains(island))
             });
         }
     }
@@ -1014,7 +1038,7 @@ impl Executor {
         let d = tx.dist.as_mut().expect("distributed context");
         let (gtid, touched) = (d.gtid, d.touched);
         d.early = Early::Voting;
-        self.ship_remote(c, true);
+        self.ship_remote(c, touched);
         self.pool.ctx(c).mark_remote_shipped();
         let mut parts: Vec<IslandId> = touched.iter().collect();
         parts.push(self.island);
@@ -1099,7 +1123,7 @@ impl Executor {
         if tx.has_local_part() {
             // Prepared last: every other branch holds its locks until the
             // decision, so this one may take some at prepare, and release.
-            self.home_branch(c, gtid, now)?;
+            self.home_branch(c, gtid, now, false)?;
             self.local.push_back((home, Msg::PrepareReq { gtid }));
         } else {
             // Everything the branch could have read is in this island's log

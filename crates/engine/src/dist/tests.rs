@@ -2228,13 +2228,7 @@ where
     let mut ex0 = cl.executor(0, 0).unwrap();
     let mut ex1 = [cl.executor(1, 0).unwrap(), cl.executor(1, 1).unwrap()];
     let ct = ex0.begin_home(false).unwrap();
-    let gt = ex0.pool.ctx(ct).dist.as_ref().unwrap().gtid;
-    let [a, b] = &mut ex1;
-    let (ext, exu) = if cl.branch_worker(1, gt) == 0 {
-        (a, b)
-    } else {
-        (b, a)
-    };
+    let (ext, exu) = branch_and_other(cl, &mut ex1, &ex0, ct);
     // SAFETY: each context outlives its procedure, which runs to its end
     // before its executor touches the context again.
     let tx_t: &'static mut Txn = unsafe { &mut *ex0.ctx_ptr(ct) };
@@ -2250,6 +2244,23 @@ where
     let ru = run_until_decided(exu, &mut ex0, cu, u(tx_u), deadline);
     settle(&mut [&mut ex0, &mut *exu, &mut *ext], deadline);
     (committed(&ex0, &rt), committed(exu, &ru))
+}
+
+/// Of island 1's two executors `ex1`: the one whose worker holds the
+/// branch of home context `c` of `ex0`, and the other.
+fn branch_and_other<'a>(
+    cl: &Cluster,
+    ex1: &'a mut [Executor; 2],
+    ex0: &Executor,
+    c: u32,
+) -> (&'a mut Executor, &'a mut Executor) {
+    let gtid = ex0.pool.ctx(c).dist.as_ref().unwrap().gtid;
+    let [a, b] = ex1;
+    if cl.branch_worker(1, gtid) == 0 {
+        (a, b)
+    } else {
+        (b, a)
+    }
 }
 
 /// Runs `proc` on home context `c` of `ex` by hand (pumping `other` while
@@ -2820,4 +2831,80 @@ async fn set_item(tx: &mut Txn, k: u64, g: u64, pad: &[u8]) -> Result<(), Abort>
     r.set_u64(ITEM_GROUP, g);
     r.set_str(Col(1), pad);
     Ok(())
+}
+
+/// A scan validated at one branch's prepare is a check at one instant,
+/// which must come before any branch of the transaction releases a lock:
+/// otherwise a writer can slip in between and restore what the scan saw.
+/// T (home island 0) scans items 13 to 14 on island 1 (none). V, local to
+/// island 1, inserts item 13 and changes item 11. T reads item 11 (V's) and
+/// item 1 (island 0), and asks to commit; its home branch, read-only,
+/// prepares at once, while its branch on island 1 waits in its worker's
+/// mailbox. U, on island 1's other worker, changes item 1 and deletes item
+/// 13, and commits. T's branch on island 1 runs only then: items 13 to 14
+/// are empty again. T read V's item 11 (V → T), V's item 13 is what U
+/// deleted (V → U), and T read item 1 before U changed it (T → U): T saw
+/// item 13 absent after V inserted it and before U deleted it, which no
+/// serial order explains. Both must not commit.
+#[test]
+fn no_branch_releases_before_every_branch_has_validated() {
+    let (cl, islands) = open_items_cluster(&[1, 2], ClusterOptions::default());
+    let mut ex0 = cl.executor(0, 0).unwrap();
+    let mut ex1 = [cl.executor(1, 0).unwrap(), cl.executor(1, 1).unwrap()];
+    let t = ex0.begin_home(false).unwrap();
+    let (ext, exu) = branch_and_other(&cl, &mut ex1, &ex0, t);
+    // SAFETY: the context outlives T's procedure (run in two parts), which
+    // runs to its end before the executor touches the context again.
+    let tx_t: &mut Txn = unsafe { &mut *ex0.ctx_ptr(t) };
+    run_by_hand(&mut ex0, &mut [&mut *ext], t, async {
+        assert_eq!(
+            tx_t.scan(ITEMS, 13, 14, 10, false).await?,
+            0,
+            "no item 13 yet"
+        );
+        Ok(())
+    })
+    .unwrap();
+    let (v, tx_v) = home_context(exu);
+    run_by_hand(exu, &mut [], v, async {
+        set_item(tx_v, 11, 0, b"V").await?;
+        let h = tx_v.insert(ITEMS, 13).await?.expect("no item 13 yet");
+        tx_v.row_mut(h).set_u64(ITEM_GROUP, 0);
+        Ok(())
+    })
+    .unwrap();
+    assert!(matches!(exu.commit_home(v), Ok(HomeCommit::Local(_))));
+    let mut t_saw = Vec::new();
+    run_by_hand(&mut ex0, &mut [&mut *ext], t, async {
+        let h = tx_t.get(ITEMS, 11).await?.expect("item 11");
+        t_saw = tx_t.row(h).str(Col(1)).to_vec();
+        tx_t.get(ITEMS, 1).await?.expect("item 1");
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(t_saw, b"V", "T read V's item 11");
+    let rt = ex0.commit_home(t);
+    // The home branch prepares in this round; island 1's PrepareReq waits
+    // in the mailbox of T's branch's worker, which runs once U is decided.
+    ex0.pump().unwrap();
+    let (u, tx_u) = home_context(exu);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let u_proc = async {
+        set_item(tx_u, 1, 0, b"U").await?;
+        let h = tx_u.get_for_update(ITEMS, 13).await?.expect("V's item 13");
+        tx_u.delete(h).await
+    };
+    let ru = run_until_decided(exu, &mut ex0, u, u_proc, deadline);
+    settle(&mut [&mut ex0, &mut *exu, &mut *ext], deadline);
+    let (ct, cu) = (committed(&ex0, &rt), committed(exu, &ru));
+    assert!(
+        !(ct && cu),
+        "T (scanned items 13-14 empty, read V's item 11 and item 1) and U (changed item 1, \
+         deleted V's item 13) both committed: a cycle"
+    );
+    assert_eq!(
+        group_entries(&islands[1], 0).contains(&13),
+        !cu,
+        "item 13 is gone iff U committed"
+    );
 }

@@ -105,8 +105,8 @@
 //! | `insert` of a free key | exclusive, on the new slot before it is indexed | nothing |
 //! | `insert` of a key the transaction deleted | the deleted row becomes an update: its lock as read (pending if shared) | nothing |
 //! | `insert` of a committed key (answers `None`) | shared, on the row found | nothing |
-//! | point miss (`get` of an absent key) | none | the hash stripe's version (an ordered table: an empty scan) |
-//! | `scan`, `scan_secondary` | shared, on each row returned | the range's entries (count and digest) |
+//! | point miss (`get` of an absent key) | none | the hash stripe's version (an ordered table: an empty scan); every other branch holds its locks until the decision |
+//! | `scan`, `scan_secondary` | shared, on each row returned | the range's entries (count and digest); every other branch holds its locks until the decision |
 //! | read after [`Txn::read_committed`] | none | nothing |
 //! | new secondary entries (an `insert` into a table with secondary indexes, a change of an indexed column) | added once the row's write lock is held, before any branch prepares | nothing |
 //!
@@ -132,7 +132,8 @@
 //!
 //! So across islands the rule is: **every branch's write locks are held,
 //! and every new secondary entry of the transaction is in its island's
-//! index, before any branch validates or releases anything.** The home's
+//! index, before any branch validates or releases anything; and every
+//! branch has validated before any branch releases anything.** The home's
 //! commit (`dist::Executor::commit_home`) takes the pending locks of its own
 //! island and adds its own entries (`Txn::add_secondary_entries`), then
 //! runs a LOCK round over the other islands where a row's lock is pending
@@ -148,8 +149,14 @@
 //! of its rows after it added their entries.
 //!
 //! Releases: a read-only branch releases at its prepare (it votes
-//! read-only), a writing one when it installs its writes (the home island's
-//! own branch at the commit decision, the others at the CommitReq). A
+//! read-only) when no other branch of the transaction validates a scan or
+//! a miss at its prepare; otherwise it holds its locks until the decision
+//! (PREP with hold, set by `dist::Executor::start_commit`), because the
+//! branches prepare in parallel and a release before another branch's
+//! validation lets a writer slip in between and restore what that scan
+//! saw (a row inserted and deleted again: a cycle). A writing branch
+//! releases when it installs its writes (the home island's own branch at
+//! the commit decision, the others at the CommitReq). A
 //! read-only transaction whose branches validate nothing and read only
 //! durable data releases them without a vote. [`Txn::prepare_remote`]
 //! prepares the remote branches first, each holding every lock (shared ones

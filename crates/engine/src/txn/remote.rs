@@ -82,8 +82,9 @@ pub(crate) struct Dist {
     /// The reply payload, once it arrived.
     pub(crate) reply: Vec<u8>,
     pub(crate) reply_ready: bool,
-    /// Some remote branch validates reads at commit (misses, scans).
-    pub(crate) remote_validated: bool,
+    /// The islands whose branch validates reads (misses, scans) at its
+    /// prepare.
+    pub(crate) validating: IslandSet,
     /// Some remote branch read data its island had not made durable
     /// (`sync`) or written (`async`) yet: it must vote, which waits for that
     /// data, at commit.
@@ -114,7 +115,7 @@ impl Dist {
             req_ready: false,
             reply: Vec::with_capacity(1024),
             reply_ready: false,
-            remote_validated: false,
+            validating: IslandSet::EMPTY,
             remote_undurable: false,
             early: Early::Off,
             early_deletes: 0,
@@ -141,7 +142,7 @@ impl Dist {
         self.tag = 0;
         self.req_ready = false;
         self.reply_ready = false;
-        self.remote_validated = false;
+        self.validating = IslandSet::EMPTY;
         self.remote_undurable = false;
         self.early = Early::Off;
         self.early_deletes = 0;
@@ -212,7 +213,7 @@ impl Txn {
             // miss at prepare: with no lock on a range, validating it before
             // this island's part runs would let a phantom in between (then it
             // prepares at commit, with the rest).
-            Early::Off if d.touched.is_empty() || d.remote_validated => return Ok(()),
+            Early::Off if d.touched.is_empty() || !d.validating.is_empty() => return Ok(()),
             Early::Off => d.early = Early::Requested,
             Early::Failed => return Err(Abort::Conflict(AbortReason::Remote)),
             Early::Requested | Early::Voting => {}
@@ -508,7 +509,9 @@ impl Txn {
                 undurable,
             } => {
                 if let Some(d) = self.dist.as_mut() {
-                    d.remote_validated |= validated;
+                    if validated {
+                        d.validating.insert(island);
+                    }
                     d.remote_undurable |= undurable;
                 }
             }
