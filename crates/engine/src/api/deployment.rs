@@ -394,15 +394,15 @@ impl Deployment {
                 )));
             }
         }
-        let durability: Durability = opts
-            .spec
-            .durability
-            .parse()
-            .map_err(|e: crate::wal::WalError| match e {
-                // Said once: "invalid configuration: unknown durability ...".
-                crate::wal::WalError::Config(m) => Error::Config(m),
-                e => Error::Config(e.to_string()),
-            })?;
+        let durability: Durability =
+            opts.spec
+                .durability
+                .parse()
+                .map_err(|e: crate::wal::WalError| match e {
+                    // Said once: "invalid configuration: unknown durability ...".
+                    crate::wal::WalError::Config(m) => Error::Config(m),
+                    e => Error::Config(e.to_string()),
+                })?;
         let topology = match opts.topology.clone() {
             Some(t) => t,
             None => Topology::discover().map_err(|e| Error::Config(e.to_string()))?,

@@ -136,19 +136,57 @@ impl ClusterOptions {
     }
 }
 
-/// Counters of one cluster, summed over its workers.
+/// Counters of one cluster. The rare events are shared; those counted on
+/// every remote operation or distributed commit are per worker, each on its
+/// own cache line and written only by its worker, and summed when read.
 #[derive(Debug, Default)]
 pub struct ClusterStats {
     /// Frames or batches that failed to decode: counted, never executed.
     pub malformed: AtomicU64,
-    /// Committed transactions that ran two-phase commit.
-    pub distributed_commits: AtomicU64,
-    /// Remote operations served.
-    pub remote_ops: AtomicU64,
     pub protocol_violations: AtomicU64,
     /// Requests refused because they continue a branch that was aborted
     /// meanwhile (idle too long): their transactions abort and retry.
     pub lost_branches: AtomicU64,
+    /// By endpoint.
+    workers: Box<[crossbeam_utils::CachePadded<WorkerCounts>]>,
+}
+
+/// One worker's counts (see [`ClusterStats`]).
+#[derive(Debug, Default)]
+struct WorkerCounts {
+    distributed_commits: AtomicU64,
+    remote_ops: AtomicU64,
+}
+
+/// Adds one to a counter only its owner thread writes: a plain store, no
+/// atomic read-modify-write.
+fn bump(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+impl ClusterStats {
+    fn new(endpoints: usize) -> ClusterStats {
+        ClusterStats {
+            workers: (0..endpoints).map(|_| Default::default()).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Committed transactions that ran two-phase commit.
+    pub fn distributed_commits(&self) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| w.distributed_commits.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Remote operations served.
+    pub fn remote_ops(&self) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| w.remote_ops.load(Ordering::Relaxed))
+            .sum()
+    }
 }
 
 /// A deployment of islands in this process. See the module documentation.
@@ -266,7 +304,7 @@ impl Cluster {
             opts,
             clients: AtomicUsize::new(0),
             unsettled: AtomicUsize::new(0),
-            stats: ClusterStats::default(),
+            stats: ClusterStats::new(n as usize),
         }))
     }
 
@@ -759,10 +797,7 @@ impl Executor {
             let r = tx.commit();
             self.pool.free_ctx(c);
             if r.is_ok() {
-                self.cl
-                    .stats
-                    .distributed_commits
-                    .fetch_add(1, Ordering::Relaxed);
+                bump(&self.cl.stats.workers[self.me.0 as usize].distributed_commits);
             }
             return r.map(HomeCommit::Released);
         }
@@ -1470,10 +1505,7 @@ impl Executor {
                 }
                 Action::Outcome { gtid, committed } => {
                     if committed {
-                        self.cl
-                            .stats
-                            .distributed_commits
-                            .fetch_add(1, Ordering::Relaxed);
+                        bump(&self.cl.stats.workers[self.me.0 as usize].distributed_commits);
                     }
                     if !committed {
                         self.outcomes.push((gtid, None));
@@ -1743,7 +1775,7 @@ impl Executor {
                 c
             }
         };
-        self.cl.stats.remote_ops.fetch_add(1, Ordering::Relaxed);
+        bump(&self.cl.stats.workers[self.me.0 as usize].remote_ops);
         let tx = self.pool.ctx(c);
         let t = self.cl.islands[self.island as usize].catalog().table(table);
         let row_bytes = (t.schema.row_words() * 8) as u32;

@@ -196,7 +196,7 @@ where
     let s = &cl.stats;
     report.notes.push(format!(
         "islands: {} remote operations served, {} malformed frames rejected, {} protocol violations",
-        s.remote_ops.load(Ordering::Relaxed),
+        s.remote_ops(),
         s.malformed.load(Ordering::Relaxed),
         s.protocol_violations.load(Ordering::Relaxed)
     ));

@@ -421,12 +421,7 @@ fn malformed_batches_and_frames_are_counted_not_executed() {
             .load(std::sync::atomic::Ordering::Relaxed),
         3
     );
-    assert_eq!(
-        cl.stats
-            .remote_ops
-            .load(std::sync::atomic::Ordering::Relaxed),
-        0
-    );
+    assert_eq!(cl.stats.remote_ops(), 0);
     // The write for no branch changed nothing.
     let (balances, _) = contents(&islands, 10);
     assert!(balances.iter().all(|&b| b == INITIAL));
