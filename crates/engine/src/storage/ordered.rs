@@ -48,16 +48,22 @@ impl OrderedIndex {
         }
     }
 
+    /// The `Owned` variant's map.
+    ///
+    /// # Safety
+    /// The caller runs on the one thread that uses the index now (see the
+    /// `Sync` impl), and no reference from an earlier call is still in use:
+    /// each caller below drops it before it returns.
     #[allow(clippy::mut_from_ref)]
-    fn owned(m: &UnsafeCell<BTreeMap<u128, RowId>>) -> &mut BTreeMap<u128, RowId> {
-        // SAFETY: single-thread use, see the `Sync` impl above; no reference
-        // returned from here outlives the call that made it.
+    unsafe fn owned(m: &UnsafeCell<BTreeMap<u128, RowId>>) -> &mut BTreeMap<u128, RowId> {
+        // SAFETY: the caller's contract.
         unsafe { &mut *m.get() }
     }
 
     pub fn get(&self, k: u128) -> Option<RowId> {
         match self {
-            OrderedIndex::Owned(m) => Self::owned(m).get(&k).copied(),
+            // SAFETY: one thread uses the index; the reference ends here.
+            OrderedIndex::Owned(m) => unsafe { Self::owned(m) }.get(&k).copied(),
             OrderedIndex::Shared(m) => m.get(&k).map(|e| *e.value()),
         }
     }
@@ -65,7 +71,8 @@ impl OrderedIndex {
     /// Inserts unless present; returns the existing row id if the key was there.
     pub fn insert(&self, k: u128, rid: RowId) -> Option<RowId> {
         match self {
-            OrderedIndex::Owned(m) => match Self::owned(m).entry(k) {
+            // SAFETY: one thread uses the index; the reference ends here.
+            OrderedIndex::Owned(m) => match unsafe { Self::owned(m) }.entry(k) {
                 std::collections::btree_map::Entry::Occupied(e) => Some(*e.get()),
                 std::collections::btree_map::Entry::Vacant(v) => {
                     v.insert(rid);
@@ -82,13 +89,14 @@ impl OrderedIndex {
 
     pub fn remove(&self, k: u128) -> bool {
         match self {
-            OrderedIndex::Owned(m) => Self::owned(m).remove(&k).is_some(),
+            // SAFETY: one thread uses the index; the reference ends here.
+            OrderedIndex::Owned(m) => unsafe { Self::owned(m) }.remove(&k).is_some(),
             OrderedIndex::Shared(m) => m.remove(&k).is_some(),
         }
     }
 
     /// Calls `f(key, rid)` for entries in `[lo, hi]`, ascending or descending,
-    /// until `f` returns false.
+    /// until `f` returns false. `f` must not change this index.
     pub fn scan(&self, lo: u128, hi: u128, reverse: bool, mut f: impl FnMut(u128, RowId) -> bool) {
         if lo > hi {
             return;
@@ -96,7 +104,9 @@ impl OrderedIndex {
         let r = (Bound::Included(lo), Bound::Included(hi));
         match self {
             OrderedIndex::Owned(m) => {
-                let it = Self::owned(m).range(r);
+                // SAFETY: one thread uses the index; the iterator lives until the
+                // end of the scan, and `f` must not touch this index.
+                let it = unsafe { Self::owned(m) }.range(r);
                 if reverse {
                     for (k, v) in it.rev() {
                         if !f(*k, *v) {
@@ -132,7 +142,8 @@ impl OrderedIndex {
 
     pub fn len(&self) -> usize {
         match self {
-            OrderedIndex::Owned(m) => Self::owned(m).len(),
+            // SAFETY: one thread uses the index; the reference ends here.
+            OrderedIndex::Owned(m) => unsafe { Self::owned(m) }.len(),
             OrderedIndex::Shared(m) => m.len(),
         }
     }
