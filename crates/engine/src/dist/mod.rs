@@ -1678,13 +1678,7 @@ impl Executor {
                 writes,
                 entries,
             } => {
-                if self
-                    .pool
-                    .branches
-                    .get_mut(&gtid)
-                    .is_some_and(|b| !b.serve_once(tag))
-                {
-                    // A copy of a LOCK this branch has answered.
+                if self.pool.is_copy(gtid, tag) {
                     return;
                 }
                 let status = if home_of(gtid) == from_island {
@@ -1720,13 +1714,7 @@ impl Executor {
             | Frame::Scan { table, .. } => table,
             _ => unreachable!("serve is called for requests"),
         };
-        if self
-            .pool
-            .branches
-            .get_mut(&gtid)
-            .is_some_and(|b| !b.serve_once(tag))
-        {
-            // A copy of a request served already: its answer went out.
+        if self.pool.is_copy(gtid, tag) {
             return;
         }
         let c = match self.pool.branches.get(&gtid) {
@@ -1957,6 +1945,15 @@ impl Executor {
 }
 
 impl Pool {
+    /// Whether a request or LOCK with `tag` for the branch of `gtid` is a
+    /// copy of one the branch has served (and answered) already; if not,
+    /// the branch records it as served.
+    fn is_copy(&mut self, gtid: Gtid, tag: u32) -> bool {
+        self.branches
+            .get_mut(&gtid)
+            .is_some_and(|b| !b.serve_once(tag))
+    }
+
     /// The context `i`. The caller must not hold another reference to it.
     #[allow(clippy::mut_from_ref)]
     pub(crate) fn ctx(&self, i: u32) -> &mut Txn {
