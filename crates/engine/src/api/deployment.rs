@@ -572,6 +572,11 @@ impl Deployment {
         &self.plan
     }
 
+    /// The catalog it serves.
+    pub fn catalog(&self) -> &Catalog {
+        &self.inner.catalog
+    }
+
     /// Its islands.
     pub fn islands(&self) -> &[Island] {
         &self.islands
