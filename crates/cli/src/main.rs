@@ -3,6 +3,7 @@
 mod bench_cmd;
 mod calls_cmd;
 mod check_cmd;
+mod connect_cmd;
 mod exp;
 mod experiment_cmd;
 mod placement_cmd;

@@ -620,8 +620,30 @@ fn shutdown_answers_calls_in_flight_and_keeps_what_it_acknowledged() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A child server, killed if the test fails before it stops it.
+struct Served(Option<Child>);
+
+impl Served {
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("running")
+    }
+
+    fn take(mut self) -> Child {
+        self.0.take().expect("running")
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// `islands serve …` as a child, the address its ready line names, and the line.
-fn spawn_serve(args: &[&str]) -> (Child, SocketAddr, String) {
+fn spawn_serve(args: &[&str]) -> (Served, SocketAddr, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_islands"))
         .arg("serve")
         .args(args)
@@ -645,10 +667,11 @@ fn spawn_serve(args: &[&str]) -> (Child, SocketAddr, String) {
             let _ = child.stderr.take().unwrap().read_to_string(&mut err);
             panic!("no ready line: {line:?} {err}")
         });
-    (child, addr, line)
+    (Served(Some(child)), addr, line)
 }
 
-fn sigterm(child: &Child) {
+fn sigterm(child: &mut Served) {
+    let child = child.child();
     let ok = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -680,14 +703,14 @@ fn serve_recovers_acknowledged_calls_after_sigkill_and_stops_cleanly_on_sigterm(
             }));
         }
         tokio::time::sleep(Duration::from_millis(800)).await;
-        child.kill().unwrap(); // SIGKILL
+        child.child().kill().unwrap(); // SIGKILL
         let mut out = Vec::new();
         for t in tasks {
             out.push(t.await.unwrap());
         }
         out
     });
-    let _ = child.wait();
+    let _ = child.child().wait();
     assert!(acked.iter().sum::<i64>() > 8, "{acked:?}");
     // --init on what is now a non-empty directory is refused.
     let out = Command::new(env!("CARGO_BIN_EXE_islands"))
@@ -706,7 +729,7 @@ fn serve_recovers_acknowledged_calls_after_sigkill_and_stops_cleanly_on_sigterm(
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not empty"));
     // Restart without --init: every acknowledged call is there; at most the
     // one in flight at the kill is there too.
-    let (child, addr, ready) = spawn_serve(&["--data-dir", d]);
+    let (mut child, addr, ready) = spawn_serve(&["--data-dir", d]);
     assert!(!ready.contains(" 0 log records"), "{ready}");
     runtime().block_on(async {
         let c = connect(addr).await.unwrap();
@@ -724,15 +747,15 @@ fn serve_recovers_acknowledged_calls_after_sigkill_and_stops_cleanly_on_sigterm(
         }
     });
     // SIGTERM: exit 0 after a checkpoint; the next start replays no log.
-    sigterm(&child);
-    let out = child.wait_with_output().unwrap();
+    sigterm(&mut child);
+    let out = child.take().wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("stopped"), "{err}");
-    let (child, _, ready) = spawn_serve(&["--data-dir", d]);
+    let (mut child, _, ready) = spawn_serve(&["--data-dir", d]);
     assert!(ready.contains(" 0 log records"), "{ready}");
-    sigterm(&child);
-    let out = child.wait_with_output().unwrap();
+    sigterm(&mut child);
+    let out = child.take().wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -833,5 +856,42 @@ fn psql_and_pgbench_run_against_the_server() {
         assert!(processed > 0, "{text}");
     }
     let _ = std::fs::remove_file(&script);
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn bench_connect_drives_a_server_over_the_network() {
+    let server = start(Builtin::Tpcb { scale: 1 }, local());
+    let addr = server.local_addr().to_string();
+    for extra in [&[][..], &["-S"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_islands"))
+            .args(["bench", "--connect", &addr, "--connections", "4"])
+            .args(["--pipeline", "2", "--warmup", "0.1", "--duration", "0.5"])
+            .args(["tpcb", "--scale", "1"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("errors      none"), "{text}");
+        let committed: u64 = text
+            .split(" committed")
+            .next()
+            .and_then(|s| s.rsplit('(').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        assert!(committed > 0, "{text}");
+    }
+    // Without a server to drive, tpcb is refused with the reason.
+    let out = Command::new(env!("CARGO_BIN_EXE_islands"))
+        .args(["bench", "tpcb"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--connect"));
     server.shutdown().unwrap();
 }
