@@ -139,132 +139,114 @@ impl<'a> Lexer<'a> {
         let Some(c) = r.chars().next() else {
             return Ok(None);
         };
-        let tok =
-            if c.is_ascii_alphabetic() || c == '_' {
-                let n = r
-                    .find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_'))
-                    .unwrap_or(r.len());
-                self.at += n;
-                Tok::Word(r[..n].to_ascii_lowercase())
-            } else if c.is_ascii_digit()
-                || (c == '.' && r[1..].starts_with(|d: char| d.is_ascii_digit()))
-            {
-                let mut n = r
-                    .find(|ch: char| !(ch.is_ascii_digit() || ch == '.'))
-                    .unwrap_or(r.len());
-                // An exponent: e, an optional sign, digits.
-                let b = r.as_bytes();
-                if n < b.len() && (b[n] == b'e' || b[n] == b'E') {
-                    let mut m = n + 1;
-                    if m < b.len() && (b[m] == b'+' || b[m] == b'-') {
+        let tok = if c.is_ascii_alphabetic() || c == '_' {
+            let n = r
+                .find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_'))
+                .unwrap_or(r.len());
+            self.at += n;
+            Tok::Word(r[..n].to_ascii_lowercase())
+        } else if c.is_ascii_digit()
+            || (c == '.' && r[1..].starts_with(|d: char| d.is_ascii_digit()))
+        {
+            let mut n = r
+                .find(|ch: char| !(ch.is_ascii_digit() || ch == '.'))
+                .unwrap_or(r.len());
+            // An exponent: e, an optional sign, digits.
+            let b = r.as_bytes();
+            if n < b.len() && (b[n] == b'e' || b[n] == b'E') {
+                let mut m = n + 1;
+                if m < b.len() && (b[m] == b'+' || b[m] == b'-') {
+                    m += 1;
+                }
+                if m < b.len() && b[m].is_ascii_digit() {
+                    while m < b.len() && b[m].is_ascii_digit() {
                         m += 1;
                     }
-                    if m < b.len() && b[m].is_ascii_digit() {
-                        while m < b.len() && b[m].is_ascii_digit() {
-                            m += 1;
-                        }
-                        n = m;
-                    }
+                    n = m;
                 }
-                let text = &r[..n];
-                self.at += n;
-                if r[n..].starts_with(|ch: char| ch.is_ascii_alphabetic() || ch == '_') {
-                    return Err(syntax(format!(
-                        "trailing junk after numeric literal {text:?} at offset {start}"
-                    )));
-                }
-                if text.contains(['.', 'e', 'E']) {
-                    Tok::Float(text.parse().map_err(|_| {
+            }
+            let text = &r[..n];
+            self.at += n;
+            if r[n..].starts_with(|ch: char| ch.is_ascii_alphabetic() || ch == '_') {
+                return Err(syntax(format!(
+                    "trailing junk after numeric literal {text:?} at offset {start}"
+                )));
+            }
+            if text.contains(['.', 'e', 'E']) {
+                Tok::Float(
+                    text.parse().map_err(|_| {
                         syntax(format!("{text:?} at offset {start} is not a number"))
-                    })?)
-                } else {
-                    match text.parse::<i64>() {
-                        Ok(v) => Tok::Int(v),
-                        Err(_) if text == "9223372036854775808" => Tok::MinMagnitude,
-                        Err(_) => {
-                            return Err(SqlError {
-                                code: "22003",
-                                message: format!(
+                    })?,
+                )
+            } else {
+                match text.parse::<i64>() {
+                    Ok(v) => Tok::Int(v),
+                    Err(_) if text == "9223372036854775808" => Tok::MinMagnitude,
+                    Err(_) => {
+                        return Err(SqlError {
+                            code: "22003",
+                            message: format!(
                             "integer {text} at offset {start} is out of range for a 64-bit integer"
                         ),
-                            })
-                        }
+                        })
                     }
                 }
-            } else if c == '\'' {
-                let mut out = String::new();
-                let mut i = 1;
-                loop {
-                    match r[i..].find('\'') {
-                        None => {
-                            return Err(syntax(format!(
-                                "unterminated quoted string at offset {start}"
-                            )))
-                        }
-                        Some(q) => {
-                            out.push_str(&r[i..i + q]);
-                            i += q + 1;
-                            if r[i..].starts_with('\'') {
-                                out.push('\'');
-                                i += 1;
-                            } else {
-                                break;
-                            }
-                        }
-                    }
-                }
-                self.at += i;
-                Tok::Str(out)
-            } else if c == '"' {
-                let mut out = String::new();
-                let mut i = 1;
-                loop {
-                    match r[i..].find('"') {
-                        None => {
-                            return Err(syntax(format!(
-                                "unterminated quoted name at offset {start}"
-                            )))
-                        }
-                        Some(q) => {
-                            out.push_str(&r[i..i + q]);
-                            i += q + 1;
-                            if r[i..].starts_with('"') {
-                                out.push('"');
-                                i += 1;
-                            } else {
-                                break;
-                            }
-                        }
-                    }
-                }
-                self.at += i;
-                if out.is_empty() {
-                    return Err(syntax(format!("empty quoted name at offset {start}")));
-                }
-                Tok::Quoted(out)
-            } else if c == '$' {
-                let n = r[1..]
-                    .find(|ch: char| !ch.is_ascii_digit())
-                    .unwrap_or(r.len() - 1);
-                let digits = &r[1..1 + n];
-                self.at += 1 + n;
-                match digits.parse::<usize>() {
-                    Ok(p) if (1..=MAX_PARAM).contains(&p) => Tok::Param(p),
-                    _ => {
-                        return Err(syntax(format!(
+            }
+        } else if c == '\'' {
+            let (out, n) = quoted(r, '\'')
+                .ok_or_else(|| syntax(format!("unterminated quoted string at offset {start}")))?;
+            self.at += n;
+            Tok::Str(out)
+        } else if c == '"' {
+            let (out, n) = quoted(r, '"')
+                .ok_or_else(|| syntax(format!("unterminated quoted name at offset {start}")))?;
+            self.at += n;
+            if out.is_empty() {
+                return Err(syntax(format!("empty quoted name at offset {start}")));
+            }
+            Tok::Quoted(out)
+        } else if c == '$' {
+            let n = r[1..]
+                .find(|ch: char| !ch.is_ascii_digit())
+                .unwrap_or(r.len() - 1);
+            let digits = &r[1..1 + n];
+            self.at += 1 + n;
+            match digits.parse::<usize>() {
+                Ok(p) if (1..=MAX_PARAM).contains(&p) => Tok::Param(p),
+                _ => {
+                    return Err(syntax(format!(
                     "placeholder ${digits} at offset {start}: placeholders are $1 to ${MAX_PARAM}"
                 )))
-                    }
                 }
-            } else if "(),;[]*-.".contains(c) {
-                self.at += 1;
-                Tok::Sym(c)
-            } else {
-                return Err(syntax(format!(
-                    "unexpected character {c:?} at offset {start}"
-                )));
-            };
+            }
+        } else if "(),;[]*-.".contains(c) {
+            self.at += 1;
+            Tok::Sym(c)
+        } else {
+            return Err(syntax(format!(
+                "unexpected character {c:?} at offset {start}"
+            )));
+        };
         Ok(Some((start, tok)))
+    }
+}
+
+/// The text between the quote `q` that starts `r` and the quote that ends
+/// it (a doubled quote stands for one), and the bytes taken; `None` if it
+/// does not end.
+fn quoted(r: &str, q: char) -> Option<(String, usize)> {
+    let mut out = String::new();
+    let mut i = 1;
+    loop {
+        let at = r[i..].find(q)?;
+        out.push_str(&r[i..i + at]);
+        i += at + 1;
+        if r[i..].starts_with(q) {
+            out.push(q);
+            i += 1;
+        } else {
+            return Some((out, i));
+        }
     }
 }
 
