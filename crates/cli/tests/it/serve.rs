@@ -525,6 +525,21 @@ fn a_hundred_concurrent_connections_all_commit() {
             clients.push(t.await.unwrap());
         }
         assert_eq!(server.connections(), 100);
+        // The island's executors counted the 1000 commits, each publishing
+        // its count every 256 (2 executors: at most 2 × 255 behind).
+        let stats = clients[0].simple_query("SHOW stats").await.unwrap();
+        let island: i64 = stats
+            .iter()
+            .find_map(|m| match m {
+                SimpleQueryMessage::Row(r)
+                    if r.get(0) == Some("island-0") && r.get(1) == Some("committed") =>
+                {
+                    r.get(2).and_then(|v| v.parse().ok())
+                }
+                _ => None,
+            })
+            .expect("island-0 committed in SHOW stats");
+        assert!((1000 - 2 * 255..=1000).contains(&island), "{island}");
         for (k, c) in clients.iter().enumerate() {
             let b = c
                 .query_one("CALL tpcb_balance($1)", &[&(k as i64 + 1)])

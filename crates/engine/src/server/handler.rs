@@ -607,8 +607,10 @@ impl Handler {
                     "remote_ops",
                     cs.remote_ops.load(Ordering::Relaxed),
                 );
+                let committed = sh.client.committed_per_island();
                 for (i, island) in sh.islands.iter().enumerate() {
                     let scope = format!("island-{i}");
+                    push(&scope, "committed", committed.get(i).copied().unwrap_or(0));
                     if let Some(w) = island.wal() {
                         let st = w.stats();
                         push(&scope, "log_bytes", st.bytes_written);
