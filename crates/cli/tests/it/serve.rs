@@ -453,6 +453,43 @@ fn limits_refuse_connections_and_close_idle_ones() {
         let c = connect(addr).await.unwrap();
         assert_eq!(simple_one(&c, "CALL tpcb_balance(1)").await, "0");
     });
+    // A client that sends and never reads: once the server's answers fill
+    // the socket, its writes stall, and after the idle timeout the server
+    // closes the connection (the client's writes then fail) while others go on.
+    let mut stalled = Raw::connect(addr);
+    let writer = std::thread::spawn(move || {
+        let mut q = b"SHOW procedures\0".to_vec();
+        let mut m = vec![b'Q'];
+        m.extend_from_slice(&((q.len() + 4) as u32).to_be_bytes());
+        m.append(&mut q);
+        // Bounded writes: a write that times out (both sides' buffers full)
+        // is tried again; one that fails means the server closed.
+        stalled
+            .s
+            .set_write_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let t = Instant::now();
+        let mut at = 0;
+        while t.elapsed() < Duration::from_secs(30) {
+            match stalled.s.write(&m[at..]) {
+                Ok(n) => at = (at + n) % m.len(),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return Some(t.elapsed()),
+            }
+        }
+        None
+    });
+    let mut other = Raw::connect(addr);
+    assert!(errors(&other.query("CALL tpcb_balance(1)")).is_empty());
+    let closed = writer.join().unwrap();
+    assert!(
+        closed.is_some(),
+        "a client that never reads kept its connection for 30 s"
+    );
     // A non-loopback address without a password is refused.
     let db = open(conflicting(), None, None);
     let e = serve(

@@ -503,7 +503,7 @@ impl Conn {
                 _ => {}
             }
             let extended = msg.is_extended_query();
-            if let Err(e) = process_message(
+            let work = process_message(
                 msg,
                 &mut socket,
                 Arc::clone(&auth),
@@ -511,9 +511,19 @@ impl Conn {
                 Arc::clone(&self.extended),
                 Arc::clone(&noop),
                 Arc::clone(&noop),
-            )
-            .await
-            {
+            );
+            // A message whose answer cannot be written for the idle timeout
+            // (a client that stopped reading: the answers wait in a buffer
+            // of a few KiB, then in the socket's) closes the connection; a
+            // call in flight still finishes in the deployment.
+            let done = match idle {
+                Some(t) => tokio::time::timeout(t, work).await.ok(),
+                None => Some(work.await),
+            };
+            let Some(done) = done else {
+                return;
+            };
+            if let Err(e) = done {
                 let fatal = e.is_fatal();
                 if process_error(&mut socket, e, extended).await.is_err() || fatal {
                     return;
