@@ -164,6 +164,18 @@ struct Common {
     /// Do not pin worker threads to CPUs.
     #[arg(long, global = true)]
     no_pin: bool,
+    /// Drive a running `islands serve` at ADDR over the network instead of an
+    /// in-process deployment (ycsb or tpcb): PostgreSQL connections with prepared
+    /// statements. The deployment options do not apply; the password, if the server
+    /// has one, is read from ISLANDS_PASSWORD.
+    #[arg(long, global = true, value_name = "ADDR")]
+    connect: Option<std::net::SocketAddr>,
+    /// With --connect: client connections.
+    #[arg(long, global = true, default_value_t = 16)]
+    connections: usize,
+    /// With --connect: calls each connection keeps in flight (pipelined).
+    #[arg(long, global = true, default_value_t = 1)]
+    pipeline: usize,
     /// Progress display: auto (a bar on a terminal, plain lines otherwise), bar, plain, quiet.
     #[arg(long, global = true, default_value = "auto")]
     progress: String,
@@ -187,6 +199,10 @@ enum WorkloadCmd {
     /// transaction into a private table. No logical contention: what limits it is the log
     /// the clients share (one per island) and the engine itself (try --durability off).
     Inserts(InsertsArgs),
+    /// pgbench's TPC-B against `islands serve --init tpcb` (with --connect only):
+    /// `CALL tpcb(aid, tid, bid, delta)` with pgbench's random choices, or with
+    /// --select-only `CALL tpcb_balance(aid)` (pgbench -S).
+    Tpcb(TpcbArgs),
     /// The application API: the round trip of a blocking call on an idle deployment, then
     /// Silo's YCSB called from application threads with calls in flight, against the same
     /// transactions generated on the executors' threads (same plan, same cores, no_wait).
@@ -249,6 +265,16 @@ struct YcsbArgs {
     /// (they overlap the cache misses of multi-request transactions).
     #[arg(long)]
     no_prefetch: bool,
+}
+
+#[derive(Args, Clone)]
+struct TpcbArgs {
+    /// The server's scale (branches), as it was loaded with.
+    #[arg(long, default_value_t = 1)]
+    scale: u32,
+    /// Only read an account's balance (pgbench -S).
+    #[arg(long, short = 'S')]
+    select_only: bool,
 }
 
 #[derive(Args, Clone)]
@@ -329,6 +355,54 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
         refuse_unused_by_ipc(m)?;
         return crate::experiment_cmd::run_ipc(a, c.duration, c.warmup, c.json.as_deref())
             .map_err(Error::Config);
+    }
+    if let Some(addr) = c.connect {
+        let w = match &args.workload {
+            Some(WorkloadCmd::Tpcb(a)) => crate::connect_cmd::NetWorkload::Tpcb {
+                scale: a.scale,
+                select_only: a.select_only,
+            },
+            Some(WorkloadCmd::Ycsb(a)) => {
+                let p = YcsbConfig::preset(&a.preset)?;
+                if a.ops.unwrap_or(p.ops) != 1 {
+                    return Err(Error::Config(
+                        "--connect ycsb makes one request per call: --ops 1 (the silo preset)"
+                            .into(),
+                    ));
+                }
+                crate::connect_cmd::NetWorkload::Ycsb {
+                    rows: a.rows.unwrap_or(p.rows),
+                    read_pct: a.read_pct.unwrap_or(p.read_pct).min(100),
+                }
+            }
+            None => {
+                return Err(Error::Config(
+                    "--connect needs a workload: ycsb or tpcb".into(),
+                ))
+            }
+            Some(_) => {
+                return Err(Error::Config(
+                    "--connect drives ycsb or tpcb (what `islands serve --init` loads)".into(),
+                ))
+            }
+        };
+        return crate::connect_cmd::run(
+            crate::connect_cmd::NetRun {
+                addr,
+                connections: c.connections,
+                pipeline: c.pipeline,
+                warmup: secs("--warmup", c.warmup)?,
+                duration: secs("--duration", c.duration)?,
+                seed: c.seed,
+            },
+            w,
+        );
+    }
+    if let Some(WorkloadCmd::Tpcb(_)) = &args.workload {
+        return Err(Error::Config(
+            "bench tpcb runs against a server: give --connect ADDR (see `islands serve --init tpcb`)"
+                .into(),
+        ));
     }
     if let Some(WorkloadCmd::Calls(a)) = &args.workload {
         let shape = crate::calls_cmd::Shape {
@@ -837,7 +911,9 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
                 },
             )
         }
-        WorkloadCmd::Ipc(_) | WorkloadCmd::Calls(_) => unreachable!("handled at the top of run"),
+        WorkloadCmd::Ipc(_) | WorkloadCmd::Calls(_) | WorkloadCmd::Tpcb(_) => {
+            unreachable!("handled at the top of run")
+        }
     };
     if temp_log {
         if let Some(d) = &log_base {

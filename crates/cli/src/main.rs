@@ -3,9 +3,11 @@
 mod bench_cmd;
 mod calls_cmd;
 mod check_cmd;
+mod connect_cmd;
 mod exp;
 mod experiment_cmd;
 mod placement_cmd;
+mod serve_cmd;
 mod topology_cmd;
 mod tpcc_cmd;
 
@@ -30,6 +32,10 @@ enum Command {
     /// Run a benchmark (YCSB, the paper's microbenchmark, TPC-C, message round trips) and report throughput,
     /// latency percentiles, aborts by reason and CPU time.
     Bench(Box<bench_cmd::BenchArgs>),
+    /// Serve a deployment over the PostgreSQL wire protocol (psql, pgbench, drivers):
+    /// stored procedures of a built-in data set (tpcb, ycsb), loaded with --init into an
+    /// empty data directory and recovered from it on every later start.
+    Serve(Box<serve_cmd::ServeArgs>),
     /// Show the machine's topology: sockets, NUMA nodes, L3 domains, cores, CPUs.
     Topology(topology_cmd::TopologyArgs),
     /// Print what a deployment would do, without running it.
@@ -97,6 +103,7 @@ fn main() -> ExitCode {
             }
             r => r.map_err(|e| describe(&e)),
         },
+        Command::Serve(a) => serve_cmd::run(a).map_err(|e| describe(&e)),
         Command::Topology(a) => topology_cmd::run_topology(a),
         Command::Plan(a) => topology_cmd::run_plan(a),
         Command::Experiment(a) => experiment_cmd::run_experiment(a),

@@ -14,6 +14,9 @@
 //! - [`deploy`]: deployments: how many islands, which cores, which sites each holds.
 //! - [`island`]: one island: tables + scheme + log + workers.
 //! - [`bench`]: the closed-loop driver, statistics, reports.
+//! - [`api`]: the application API: a catalog of stored procedures, a deployment, clients.
+//! - `server` (cargo feature `server`, on by default): a deployment served over the
+//!   PostgreSQL wire protocol.
 
 pub mod api;
 pub mod bench;
@@ -23,6 +26,8 @@ pub mod deploy;
 pub mod dist;
 pub mod error;
 pub mod island;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod storage;
 pub mod topology;
 pub mod transport;

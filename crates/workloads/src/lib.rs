@@ -8,6 +8,7 @@
 
 pub mod inserts;
 pub mod micro;
+pub mod served;
 pub mod spec;
 pub mod tpcc;
 pub mod ycsb;

@@ -8,4 +8,5 @@ mod durability;
 mod experiments;
 mod multisite;
 mod placement;
+mod serve;
 mod tpcc_crash;

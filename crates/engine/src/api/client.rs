@@ -109,6 +109,14 @@ impl Client {
         }
     }
 
+    /// Transactions committed by each island's executors since the
+    /// deployment opened: the calls whose home it is. Each executor
+    /// publishes its count every `PUBLISH_EVERY` (256) commits and when it
+    /// stops, so a figure may lag by that much per executor.
+    pub fn committed_per_island(&self) -> Vec<u64> {
+        self.inner.committed_per_island()
+    }
+
     /// Looks the procedure up, checks the arguments and picks the executor.
     /// The returned call's reply sender is a placeholder.
     fn prepare(&self, name: &str, args: Vec<Value>) -> Result<(Call, usize), CallError> {

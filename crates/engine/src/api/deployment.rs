@@ -15,6 +15,7 @@ use super::value::{Args, Row, Value};
 use super::CallError;
 use crate::bench::driver::{Outcome, Workload};
 use crate::bench::rng::FastRng;
+use crate::bench::stats::ProgressCounter;
 use crate::cc::CcKind;
 use crate::deploy::{self, DeploySpec, IslandId, Plan};
 use crate::dist::run::ClusterWorker;
@@ -201,6 +202,8 @@ pub(crate) struct Inner {
     /// Why the deployment stopped, if it failed.
     pub(crate) failure: Mutex<Option<String>>,
     max_attempts: u32,
+    /// Each executor's published commit count (in mailbox order).
+    pub(crate) committed: Vec<Arc<ProgressCounter>>,
 }
 
 impl Inner {
@@ -210,6 +213,14 @@ impl Inner {
             Some(cause) => CallError::Stopped(cause.clone()),
             None => CallError::ShutDown,
         }
+    }
+
+    /// Each island's executors' published commit counts, summed.
+    pub(crate) fn committed_per_island(&self) -> Vec<u64> {
+        self.first
+            .windows(2)
+            .map(|w| self.committed[w[0]..w[1]].iter().map(|c| c.load()).sum())
+            .collect()
     }
 
     /// Drops every queued call (their callers hear [`Inner::closed_error`]).
@@ -523,6 +534,7 @@ impl Deployment {
             open: AtomicBool::new(true),
             failure: Mutex::new(None),
             max_attempts: opts.max_attempts,
+            committed: (0..total).map(|_| ProgressCounter::new()).collect(),
         });
         let mut cws = Vec::with_capacity(total);
         for (i, ip) in plan.islands().iter().enumerate() {
@@ -538,9 +550,10 @@ impl Deployment {
         let phase = Arc::new(AtomicU8::new(crate::bench::driver::MEASURE));
         let calls = Arc::new(Calls(Arc::clone(&inner)));
         let started = Arc::clone(&inner);
-        let executors = crate::dist::run::serve(&cluster, &cws, calls, &phase, move |w| {
-            let _ = started.mailboxes[w].thread.set(std::thread::current());
-        })?;
+        let executors =
+            crate::dist::run::serve(&cluster, &cws, calls, &phase, &inner.committed, move |w| {
+                let _ = started.mailboxes[w].thread.set(std::thread::current());
+            })?;
         let watcher = {
             let (islands, phase, inner) = (islands.clone(), Arc::clone(&phase), Arc::clone(&inner));
             std::thread::Builder::new()
@@ -576,6 +589,11 @@ impl Deployment {
         &self.plan
     }
 
+    /// The catalog it serves.
+    pub fn catalog(&self) -> &Catalog {
+        &self.inner.catalog
+    }
+
     /// Its islands.
     pub fn islands(&self) -> &[Island] {
         &self.islands
@@ -584,6 +602,11 @@ impl Deployment {
     /// What opening each island recovered from its log.
     pub fn recovered(&self) -> &[RecoveryReport] {
         &self.recovered
+    }
+
+    /// See [`Client::committed_per_island`](super::Client::committed_per_island).
+    pub fn committed_per_island(&self) -> Vec<u64> {
+        self.inner.committed_per_island()
     }
 
     /// The cluster its executors run on.

@@ -11,6 +11,8 @@ pub enum Type {
     Float,
     /// A UTF-8 string.
     Str,
+    /// An array of signed 64-bit integers (a batch of keys).
+    Ints,
 }
 
 impl fmt::Display for Type {
@@ -19,6 +21,7 @@ impl fmt::Display for Type {
             Type::Int => "int",
             Type::Float => "float",
             Type::Str => "string",
+            Type::Ints => "int[]",
         })
     }
 }
@@ -30,6 +33,7 @@ pub enum Value {
     Int(i64),
     Float(f64),
     Str(String),
+    Ints(Vec<i64>),
 }
 
 impl Value {
@@ -40,6 +44,7 @@ impl Value {
             Value::Int(_) => Some(Type::Int),
             Value::Float(_) => Some(Type::Float),
             Value::Str(_) => Some(Type::Str),
+            Value::Ints(_) => Some(Type::Ints),
         }
     }
 
@@ -63,6 +68,13 @@ impl Value {
             _ => None,
         }
     }
+
+    pub fn as_ints(&self) -> Option<&[i64]> {
+        match self {
+            Value::Ints(v) => Some(v),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for Value {
@@ -72,6 +84,7 @@ impl fmt::Display for Value {
             Value::Int(v) => write!(f, "{v}"),
             Value::Float(v) => write!(f, "{v}"),
             Value::Str(v) => write!(f, "{v:?}"),
+            Value::Ints(v) => write!(f, "{v:?}"),
         }
     }
 }
@@ -91,6 +104,12 @@ impl From<f64> for Value {
 impl From<&str> for Value {
     fn from(v: &str) -> Value {
         Value::Str(v.to_string())
+    }
+}
+
+impl From<Vec<i64>> for Value {
+    fn from(v: Vec<i64>) -> Value {
+        Value::Ints(v)
     }
 }
 
@@ -137,6 +156,13 @@ impl Args {
         self.0[i]
             .as_float()
             .unwrap_or_else(|| panic!("argument {i} is {:?}, not a float", self.0[i].type_of()))
+    }
+
+    /// Argument `i`, declared [`Type::Ints`] (panics as [`Args::int`]).
+    pub fn ints(&self, i: usize) -> &[i64] {
+        self.0[i]
+            .as_ints()
+            .unwrap_or_else(|| panic!("argument {i} is {:?}, not an int[]", self.0[i].type_of()))
     }
 
     /// Argument `i`, declared [`Type::Str`] (panics as [`Args::int`]).

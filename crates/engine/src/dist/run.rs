@@ -880,12 +880,15 @@ where
 /// `on_start` with its worker index before it serves. At `STOP` the workers
 /// finish what they hold and leave together; a worker that fails sets
 /// `FAILED`, and every worker leaves at once. The workers' `limit`s are
-/// ignored. Returns the threads, each answering its worker's error.
+/// ignored. Worker `i` publishes its commit count to `counters[i]` (every
+/// `PUBLISH_EVERY` commits, and when it leaves). Returns the threads, each
+/// answering its worker's error.
 pub fn serve<W: Workload + 'static>(
     cl: &Arc<Cluster>,
     workers: &[ClusterWorker],
     workload: Arc<W>,
     phase: &Arc<AtomicU8>,
+    counters: &[Arc<ProgressCounter>],
     on_start: impl Fn(usize) + Send + Sync + 'static,
 ) -> Result<Vec<std::thread::JoinHandle<Result<(), Error>>>, Error>
 where
@@ -900,13 +903,21 @@ where
     // Committed transactions each worker may keep waiting for their log
     // batch (`sync`) before it waits for the log writer.
     let window = 4096;
+    if counters.len() != workers.len() {
+        return Err(Error::Config(format!(
+            "{} progress counters for {} workers",
+            counters.len(),
+            workers.len()
+        )));
+    }
     let on_start = Arc::new(on_start);
     let mut handles = Vec::with_capacity(workers.len());
     for ((i, w), ex) in workers.iter().enumerate().zip(executors) {
-        let (workload, ph, on_start) = (
+        let (workload, ph, on_start, counter) = (
             Arc::clone(&workload),
             Arc::clone(phase),
             Arc::clone(&on_start),
+            Arc::clone(&counters[i]),
         );
         let w = *w;
         let spawned = std::thread::Builder::new()
@@ -919,7 +930,6 @@ where
                     let _ = crate::bench::driver::pin_to(c);
                 }
                 on_start(i);
-                let counter = ProgressCounter::new();
                 let seed = worker_seed(0, i);
                 let (_, r) = cluster_worker(ex, &*workload, i, seed, phase, &counter, None, window);
                 if r.is_err() {

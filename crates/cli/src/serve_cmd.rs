@@ -1,0 +1,333 @@
+//! `islands serve`: open a deployment from a data directory and serve it
+//! over the PostgreSQL wire protocol until SIGINT or SIGTERM.
+//!
+//! The data directory holds the islands' logs and checkpoints
+//! (`island-<i>/`) and `served.toml`, which names the built-in data set
+//! and its size. `--init` writes that file into an empty directory before
+//! anything else, so every later start (`islands serve` without `--init`,
+//! after a clean stop or a SIGKILL) opens the same catalog and recovers the
+//! logs; an island whose log holds nothing (a start killed during the
+//! load) is loaded again.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use islands::api::{Deployment, Options};
+use islands::deploy::{DeploySpec, Islands, Placement};
+use islands::server::{serve, ServerOptions};
+use islands::Error;
+use islands_workloads::served::Builtin;
+
+#[derive(Args, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on. Any address but a loopback one requires a password
+    /// (--password-file or ISLANDS_PASSWORD).
+    #[arg(long, default_value = islands::server::DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// The data directory: the islands' logs and checkpoints, and served.toml (which
+    /// built-in data set it holds). Default: ./islands-data, or log_dir in --config.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Load a built-in data set into an empty data directory first: tpcb (pgbench's
+    /// TPC-B, --scale) or ycsb (--rows). A directory that is not empty is refused.
+    /// Without --init, the server recovers what the directory holds.
+    #[arg(long, value_name = "WORKLOAD")]
+    init: Option<String>,
+    /// tpcb: branches (100,000 accounts and 10 tellers each), as pgbench -i --scale.
+    #[arg(long)]
+    scale: Option<u32>,
+    /// ycsb: rows of the table.
+    #[arg(long)]
+    rows: Option<u64>,
+    /// Islands: `1` (the default), `per-socket`, `per-l3`, `per-core`, a number N, or
+    /// CPU lists `0-5;6-11` (see `islands plan`).
+    #[arg(long, allow_negative_numbers = true)]
+    islands: Option<String>,
+    /// Placement of the islands on the cores: grouped (the default), spread, os.
+    #[arg(long)]
+    placement: Option<String>,
+    /// Worker (executor) threads per island, 1 to 1024 (default: one per core).
+    #[arg(long)]
+    workers_per_island: Option<u32>,
+    /// Durability: sync (the default: a commit is acknowledged after its log's
+    /// fdatasync), async (acknowledged before: a crash may lose it), off (no log:
+    /// nothing survives a restart).
+    #[arg(long)]
+    durability: Option<String>,
+    /// A TOML deployment file, as `islands plan --config` reads it. Options given on
+    /// the command line override it.
+    #[arg(long, value_name = "FILE.toml")]
+    config: Option<PathBuf>,
+    /// Connections served at once.
+    #[arg(long, default_value_t = 256)]
+    max_connections: usize,
+    /// The largest message a client may send, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_message_bytes: usize,
+    /// Seconds a connection may stay idle before it is closed (0: no limit).
+    #[arg(long, default_value_t = 3600)]
+    idle_timeout_s: u64,
+    /// A file holding the password clients must give (SCRAM-SHA-256); the
+    /// ISLANDS_PASSWORD environment variable is read when it is not given. Never
+    /// on the command line.
+    #[arg(long)]
+    password_file: Option<PathBuf>,
+    /// Do not pin executor threads to CPUs.
+    #[arg(long)]
+    no_pin: bool,
+}
+
+/// The file naming the data set a data directory holds.
+const MARKER: &str = "served.toml";
+
+/// What `served.toml` says.
+fn write_marker(dir: &Path, b: &Builtin) -> Result<(), Error> {
+    let text = match b {
+        Builtin::Tpcb { scale } => format!("workload = \"tpcb\"\nscale = {scale}\n"),
+        Builtin::Ycsb { rows } => format!("workload = \"ycsb\"\nrows = {rows}\n"),
+    };
+    let tmp = dir.join(format!("{MARKER}.tmp"));
+    let io = |e: std::io::Error| Error::Io(format!("{}: {e}", tmp.display()));
+    let mut f = std::fs::File::create(&tmp).map_err(io)?;
+    f.write_all(text.as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, dir.join(MARKER)).map_err(io)?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::Io(format!("{}: {e}", dir.display())))
+}
+
+fn read_marker(dir: &Path) -> Result<Option<Builtin>, Error> {
+    let path = dir.join(MARKER);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::Io(format!("{}: {e}", path.display()))),
+    };
+    let bad = |why: String| Error::Config(format!("{}: {why}", path.display()));
+    let v: toml::Table = text.parse().map_err(|e| bad(format!("{e}")))?;
+    let int = |k: &str| {
+        v.get(k)
+            .and_then(|x| x.as_integer())
+            .ok_or_else(|| bad(format!("no integer {k}")))
+    };
+    let b = match v.get("workload").and_then(|w| w.as_str()) {
+        Some("tpcb") => Builtin::Tpcb {
+            scale: u32::try_from(int("scale")?).map_err(|_| bad("scale out of range".into()))?,
+        },
+        Some("ycsb") => Builtin::Ycsb {
+            rows: u64::try_from(int("rows")?).map_err(|_| bad("rows out of range".into()))?,
+        },
+        w => return Err(bad(format!("unknown workload {w:?} (tpcb or ycsb)"))),
+    };
+    b.check()?;
+    Ok(Some(b))
+}
+
+/// The built-in data set `--init` names, with its size.
+fn init_builtin(a: &ServeArgs, name: &str) -> Result<Builtin, Error> {
+    let b = match name {
+        "tpcb" => {
+            if a.rows.is_some() {
+                return Err(Error::Config("--rows is for --init ycsb".into()));
+            }
+            Builtin::Tpcb {
+                scale: a.scale.unwrap_or(1),
+            }
+        }
+        "ycsb" => {
+            if a.scale.is_some() {
+                return Err(Error::Config("--scale is for --init tpcb".into()));
+            }
+            Builtin::Ycsb {
+                rows: a.rows.unwrap_or(1_000_000),
+            }
+        }
+        "tpcc" => {
+            return Err(Error::Config(
+                "--init tpcc: TPC-C's procedures are not served yet (tpcb or ycsb)".into(),
+            ))
+        }
+        other => {
+            return Err(Error::Config(format!(
+                "--init {other}: the built-in data sets are tpcb and ycsb"
+            )))
+        }
+    };
+    b.check()?;
+    Ok(b)
+}
+
+fn is_empty_dir(dir: &Path) -> Result<bool, Error> {
+    match std::fs::read_dir(dir) {
+        Ok(mut it) => Ok(it.next().is_none()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
+        Err(e) => Err(Error::Io(format!("{}: {e}", dir.display()))),
+    }
+}
+
+fn password(a: &ServeArgs) -> Result<Option<String>, Error> {
+    let pw = match &a.password_file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| Error::Config(format!("--password-file {}: {e}", p.display())))?,
+        ),
+        None => std::env::var("ISLANDS_PASSWORD").ok(),
+    };
+    // A file's final newline is not part of the password.
+    Ok(pw.map(|p| p.trim_end_matches(['\n', '\r']).to_string()))
+}
+
+pub fn run(a: &ServeArgs) -> Result<(), Error> {
+    let (file, named) = match &a.config {
+        Some(p) => {
+            let (s, n) = DeploySpec::from_toml_file_named(p)?;
+            (Some(s), n)
+        }
+        None => (None, Default::default()),
+    };
+    let islands = match (&a.islands, &file) {
+        (Some(l), _) => Islands::parse(l)?,
+        (None, Some(f)) => f.islands.clone(),
+        (None, None) => Islands::Count(1),
+    };
+    let mut spec = DeploySpec::new(islands);
+    if let Some(f) = &file {
+        spec.placement = f.placement;
+        spec.sites = f.sites;
+        spec.workers_per_island = f.workers_per_island;
+        spec.checkpoint_every_mb = f.checkpoint_every_mb;
+        spec.checkpoint_every = f.checkpoint_every;
+        if named.durability {
+            spec.durability = f.durability.clone();
+        }
+        if named.log_dir {
+            spec.log_dir = f.log_dir.clone();
+        }
+        if f.cc.as_deref().is_some_and(|cc| cc != "no_wait") {
+            return Err(Error::Config(format!(
+                "{}: cc {}: the server's executors run no_wait (leave cc out)",
+                a.config.as_ref().expect("a file").display(),
+                f.cc.as_deref().unwrap_or_default()
+            )));
+        }
+    }
+    if let Some(p) = &a.placement {
+        spec.placement = p.parse::<Placement>()?;
+    }
+    if let Some(w) = a.workers_per_island {
+        if w == 0 || w > 1024 {
+            return Err(Error::Config(format!(
+                "--workers-per-island {w} is outside 1..=1024"
+            )));
+        }
+        spec.workers_per_island = Some(w);
+    }
+    if let Some(d) = &a.durability {
+        d.parse::<islands::wal::Durability>()
+            .map_err(|e| Error::Config(format!("--durability: {e}")))?;
+        spec.durability = d.clone();
+    }
+    if let Some(d) = &a.data_dir {
+        spec.log_dir = d.clone();
+    }
+    let dir = spec.log_dir.clone();
+
+    let builtin = match &a.init {
+        Some(name) => {
+            let b = init_builtin(a, name)?;
+            if !is_empty_dir(&dir)? {
+                return Err(Error::Config(format!(
+                    "--init {name}: the data directory {} is not empty; --init loads a new \
+                     database into an empty directory only (leave --init out to serve what it \
+                     holds, or give another --data-dir)",
+                    dir.display()
+                )));
+            }
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
+            write_marker(&dir, &b)?;
+            b
+        }
+        None => {
+            if a.scale.is_some() || a.rows.is_some() {
+                return Err(Error::Config(
+                    "--scale and --rows size a new data set: they go with --init".into(),
+                ));
+            }
+            match read_marker(&dir)? {
+                Some(b) => b,
+                None if is_empty_dir(&dir)? => {
+                    return Err(Error::Config(format!(
+                        "the data directory {} holds no database: start with --init tpcb --scale N \
+                         or --init ycsb --rows N to load one",
+                        dir.display()
+                    )))
+                }
+                None => {
+                    return Err(Error::Config(format!(
+                        "the data directory {} has no {MARKER}: it was not made by `islands serve \
+                         --init`",
+                        dir.display()
+                    )))
+                }
+            }
+        }
+    };
+    let idle = (a.idle_timeout_s > 0).then(|| Duration::from_secs(a.idle_timeout_s));
+    let sopts = ServerOptions {
+        listen: a.listen,
+        max_connections: a.max_connections,
+        max_message_bytes: a.max_message_bytes,
+        idle_timeout: idle,
+        password: password(a)?,
+        ..ServerOptions::default()
+    };
+    if !sopts.listen.ip().is_loopback() && sopts.password.is_none() {
+        return Err(Error::Config(format!(
+            "--listen {}: a non-loopback address requires a password (--password-file FILE or \
+             the ISLANDS_PASSWORD environment variable)",
+            sopts.listen
+        )));
+    }
+    // Signals are caught from here on: a stop during the load waits for it.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    ctrlc::set_handler(move || {
+        let _ = tx.send(());
+    })
+    .map_err(|e| Error::Config(format!("cannot handle SIGINT/SIGTERM: {e}")))?;
+
+    let mut opts = Options::new(spec.clone());
+    opts.pin = !a.no_pin;
+    let t = std::time::Instant::now();
+    let db = Deployment::open(opts, builtin.catalog(), |load| builtin.load(load))?;
+    let recovered: u64 = db.recovered().iter().map(|r| r.checkpoint_rows).sum();
+    let logged: u64 = db.recovered().iter().map(|r| r.log_records).sum();
+    let summary = db.plan().summary();
+    let server = serve(db, sopts)?;
+    let size = match builtin {
+        Builtin::Tpcb { scale } => format!("tpcb scale {scale}"),
+        Builtin::Ycsb { rows } => format!("ycsb {rows} rows"),
+    };
+    let how = if recovered + logged > 0 {
+        format!("recovered {recovered} checkpointed rows and {logged} log records")
+    } else {
+        "loaded".to_string()
+    };
+    println!(
+        "islands serve: ready on {} ({size}; {summary}; durability {}; data {}; {how} in {:.1} s)",
+        server.local_addr(),
+        spec.durability,
+        dir.display(),
+        t.elapsed().as_secs_f64()
+    );
+    let _ = std::io::stdout().flush();
+    let _ = rx.recv();
+    eprintln!("islands serve: stopping (finishing calls in flight, then a checkpoint)");
+    server.shutdown()?;
+    eprintln!("islands serve: stopped");
+    Ok(())
+}

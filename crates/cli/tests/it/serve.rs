@@ -1,0 +1,949 @@
+//! `islands serve` and `islands::server`: PostgreSQL clients call the
+//! built-in procedures over the simple and the extended protocol; errors
+//! come with their SQLSTATEs and leave the connection usable where
+//! PostgreSQL's would be; limits close what they should; a shutdown
+//! answers the calls in flight; a SIGKILLed server recovers every
+//! acknowledged call.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use islands::api::{Catalog, Deployment, Options, Partition, ProcDef, Type, Value};
+use islands::deploy::{DeploySpec, Islands};
+use islands::server::{serve, Server, ServerOptions};
+use islands::storage::{ColType, PrimaryKind, TableDef};
+use islands::{Abort, AbortReason};
+use islands_workloads::served::Builtin;
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn spec(dir: Option<&Path>) -> DeploySpec {
+    let mut s = DeploySpec::new(Islands::Count(1));
+    s.workers_per_island = Some(2);
+    match dir {
+        Some(d) => {
+            s.durability = "sync".into();
+            s.log_dir = d.to_path_buf();
+        }
+        None => s.durability = "off".into(),
+    }
+    s
+}
+
+fn open(catalog: Catalog, b: Option<Builtin>, dir: Option<&Path>) -> Deployment {
+    let mut o = Options::new(spec(dir));
+    o.pin = false;
+    Deployment::open(o, catalog, move |l| match b {
+        Some(b) => b.load(l),
+        None => Ok(()),
+    })
+    .unwrap()
+}
+
+fn start(b: Builtin, opts: ServerOptions) -> Server {
+    let db = open(b.catalog(), Some(b), None);
+    serve(db, opts).unwrap()
+}
+
+fn local() -> ServerOptions {
+    ServerOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..ServerOptions::default()
+    }
+}
+
+async fn connect(addr: SocketAddr) -> Result<Client, tokio_postgres::Error> {
+    let (client, conn) = tokio_postgres::connect(
+        &format!(
+            "host={} port={} user=tester dbname=islands connect_timeout=5",
+            addr.ip(),
+            addr.port()
+        ),
+        NoTls,
+    )
+    .await?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+fn code(e: &tokio_postgres::Error) -> String {
+    e.as_db_error()
+        .map(|d| d.code().code().to_string())
+        .unwrap_or_else(|| format!("no SQLSTATE: {e}"))
+}
+
+/// The single value of a one-row, one-column simple query.
+async fn simple_one(c: &Client, sql: &str) -> String {
+    let msgs = c.simple_query(sql).await.unwrap();
+    let rows: Vec<_> = msgs
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap_or("NULL").to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rows.len(), 1, "{sql}: {rows:?}");
+    rows[0].clone()
+}
+
+#[test]
+fn tpcb_procedures_answer_over_both_protocols() {
+    let server = start(Builtin::Tpcb { scale: 2 }, local());
+    let addr = server.local_addr();
+    runtime().block_on(async {
+        let c = connect(addr).await.unwrap();
+        // Simple protocol, literals; the CALL form returns abalance.
+        assert_eq!(simple_one(&c, "CALL tpcb(7, 3, 1, 100)").await, "100");
+        // Several statements in one query, with driver chatter around.
+        let msgs = c
+            .simple_query("BEGIN; CALL tpcb(7, 3, 1, -30); COMMIT; SET x = 'y'")
+            .await
+            .unwrap();
+        let tags: Vec<u64> = msgs
+            .iter()
+            .filter_map(|m| match m {
+                SimpleQueryMessage::CommandComplete(n) => Some(*n),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tags.len(), 4, "{tags:?}");
+        assert_eq!(simple_one(&c, "SELECT * FROM tpcb_balance(7)").await, "70");
+        // Extended protocol: prepared, binary int8 parameters and results.
+        let st = c.prepare("CALL tpcb($1, $2, $3, $4)").await.unwrap();
+        assert_eq!(st.params().len(), 4);
+        assert_eq!(st.columns()[0].name(), "abalance");
+        let rows = c.query(&st, &[&7i64, &11i64, &2i64, &5i64]).await.unwrap();
+        assert_eq!(rows[0].get::<_, i64>(0), 75);
+        let bal = c
+            .query_one("SELECT * FROM tpcb_balance($1)", &[&7i64])
+            .await
+            .unwrap();
+        assert_eq!(bal.get::<_, i64>("abalance"), 75);
+        // A teller's and a branch's balances moved by the same deltas: the
+        // history keeps one row per call (SHOW stats counts the commits).
+        let stats = c.simple_query("SHOW stats").await.unwrap();
+        let committed = stats.iter().any(|m| match m {
+            SimpleQueryMessage::Row(r) => {
+                r.get(0) == Some("tpcb") && r.get(1) == Some("committed") && r.get(2) == Some("3")
+            }
+            _ => false,
+        });
+        assert!(committed, "SHOW stats should count 3 tpcb commits");
+        let procs = c.simple_query("SHOW procedures").await.unwrap();
+        assert!(procs.iter().any(|m| matches!(m,
+            SimpleQueryMessage::Row(r) if r.get(0) == Some("tpcb")
+                && r.get(1) == Some("aid int8, tid int8, bid int8, delta int8"))));
+        let islands = c.simple_query("SHOW islands").await.unwrap();
+        assert!(islands.iter().any(|m| matches!(m,
+            SimpleQueryMessage::Row(r) if r.get(0) == Some("0") && r.get(3) == Some("2"))));
+    });
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn ycsb_procedures_answer_with_arrays_of_keys() {
+    let server = start(Builtin::Ycsb { rows: 1000 }, local());
+    let addr = server.local_addr();
+    runtime().block_on(async {
+        let c = connect(addr).await.unwrap();
+        assert_eq!(simple_one(&c, "CALL ycsb_read(42)").await, "42");
+        c.execute("CALL ycsb_update($1, $2)", &[&42i64, &1000i64])
+            .await
+            .unwrap();
+        assert_eq!(simple_one(&c, "SELECT * FROM ycsb_read(42)").await, "1000");
+        let r = c.query_one("CALL ycsb_rmw($1)", &[&42i64]).await.unwrap();
+        assert_eq!(r.get::<_, i64>("f0"), 1001);
+        // A binary int8[] parameter: one row per key, in the order given.
+        let keys: Vec<i64> = vec![5, 42, 999, 0];
+        let rows = c
+            .query("SELECT * FROM ycsb_multi_read($1)", &[&keys])
+            .await
+            .unwrap();
+        let got: Vec<(i64, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        assert_eq!(got, vec![(5, 5), (42, 1001), (999, 999), (0, 0)]);
+        // The same with an ARRAY literal over the simple protocol.
+        let msgs = c
+            .simple_query("CALL ycsb_multi_read(ARRAY[7, 8])")
+            .await
+            .unwrap();
+        let n = msgs
+            .iter()
+            .filter(|m| matches!(m, SimpleQueryMessage::Row(_)))
+            .count();
+        assert_eq!(n, 2);
+        // A key that does not exist: the procedure's rollback, P0001.
+        let e = c
+            .query("SELECT * FROM ycsb_multi_read($1)", &[&vec![1i64, 5000]])
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "P0001");
+        assert_eq!(e.as_db_error().unwrap().message(), "missing key");
+    });
+    server.shutdown().unwrap();
+}
+
+/// A catalog whose procedure `conflict` always aborts on a conflict.
+fn conflicting() -> Catalog {
+    let mut c = Catalog::new();
+    c.table(
+        TableDef::new("t", &[("v", ColType::I64)], 16, PrimaryKind::Hash),
+        Partition::BySite(|_| 0),
+    );
+    c.procedure(
+        ProcDef::new("conflict", |_, _, _| {
+            Box::pin(async { Err(Abort::Conflict(AbortReason::LockConflict)) })
+        })
+        .param("x", Type::Int),
+    )
+    .unwrap();
+    c.procedure(
+        ProcDef::new("echo", |_, a, out| {
+            Box::pin(async move {
+                out.push(vec![
+                    a.get(0).clone(),
+                    a.get(1).clone(),
+                    Value::Str(a.str(2).to_string()),
+                ]);
+                Ok(())
+            })
+        })
+        .param("i", Type::Int)
+        .param("f", Type::Float)
+        .param("s", Type::Str)
+        .column("i", Type::Int)
+        .column("f", Type::Float)
+        .column("s", Type::Str),
+    )
+    .unwrap();
+    c
+}
+
+#[test]
+fn errors_carry_their_sqlstates_and_the_connection_goes_on() {
+    let db = open(conflicting(), None, None);
+    let server = serve(db, local()).unwrap();
+    let addr = server.local_addr();
+    runtime().block_on(async {
+        let c = connect(addr).await.unwrap();
+        let cases: &[(&str, &str)] = &[
+            ("CALL conflict(1)", "40001"),
+            ("CALL nothing(1)", "42883"),
+            ("CALL echo(1)", "42804"),
+            ("CALL echo('a', 1.5, 'x')", "42804"),
+            ("CALL echo(1, 2", "42601"),
+            ("DELETE FROM t", "0A000"),
+            ("SELECT 1", "42601"),
+            ("SHOW tables", "0A000"),
+        ];
+        for (sql, want) in cases {
+            let e = c.simple_query(sql).await.unwrap_err();
+            assert_eq!(code(&e), *want, "{sql}: {e}");
+            // The same over the extended protocol (Parse or Execute fails).
+            let e = c.query(*sql, &[]).await.unwrap_err();
+            assert_eq!(code(&e), *want, "{sql} (extended): {e}");
+            // The connection is still usable.
+            assert_eq!(simple_one(&c, "CALL echo(1, 2, 'ok')").await, "1");
+        }
+        // A float parameter takes an integer literal; strings escape quotes.
+        let r = c.query_one("CALL echo(-3, 2, 'it''s')", &[]).await.unwrap();
+        assert_eq!(r.get::<_, f64>(1), 2.0);
+        assert_eq!(r.get::<_, &str>(2), "it's");
+        // Text and binary parameters of all three types.
+        let r = c
+            .query_one("CALL echo($1, $2, $3)", &[&5i64, &0.25f64, &"é"])
+            .await
+            .unwrap();
+        assert_eq!(
+            (r.get::<_, i64>(0), r.get::<_, f64>(1), r.get::<_, &str>(2)),
+            (5, 0.25, "é")
+        );
+        // A null argument is a wrong argument.
+        let e = c
+            .query("CALL echo($1, 1, 'x')", &[&None::<i64>])
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "42804");
+        // An empty query is answered as PostgreSQL answers it (EmptyQueryResponse,
+        // which tokio-postgres reports as a command of 0 rows).
+        let msgs = c.simple_query("  ;  ").await.unwrap();
+        assert!(
+            matches!(msgs[..], [SimpleQueryMessage::CommandComplete(0)]),
+            "{msgs:?}"
+        );
+    });
+    server.shutdown().unwrap();
+}
+
+/// A raw protocol connection, for what a driver never sends.
+struct Raw {
+    s: TcpStream,
+}
+
+impl Raw {
+    fn connect(addr: SocketAddr) -> Raw {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut r = Raw { s };
+        let mut body = Vec::new();
+        body.extend_from_slice(&196608u32.to_be_bytes());
+        for kv in ["user", "raw", "database", "islands"] {
+            body.extend_from_slice(kv.as_bytes());
+            body.push(0);
+        }
+        body.push(0);
+        let mut m = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+        m.extend(body);
+        r.s.write_all(&m).unwrap();
+        r.until_ready();
+        r
+    }
+
+    fn send(&mut self, ty: u8, body: &[u8]) {
+        let mut m = vec![ty];
+        m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        m.extend_from_slice(body);
+        self.s.write_all(&m).unwrap();
+    }
+
+    /// Messages up to ReadyForQuery (or the end of the stream): their types
+    /// and, for errors, the SQLSTATE.
+    fn until_ready(&mut self) -> Vec<(u8, String)> {
+        let mut out = Vec::new();
+        loop {
+            let mut h = [0u8; 5];
+            if self.s.read_exact(&mut h).is_err() {
+                out.push((b'!', "closed".into()));
+                return out;
+            }
+            let len = u32::from_be_bytes(h[1..5].try_into().unwrap()) as usize;
+            let mut body = vec![0u8; len - 4];
+            self.s.read_exact(&mut body).unwrap();
+            let mut code = String::new();
+            if h[0] == b'E' {
+                for f in body.split(|b| *b == 0) {
+                    if f.first() == Some(&b'C') {
+                        code = String::from_utf8_lossy(&f[1..]).into();
+                    }
+                }
+            }
+            out.push((h[0], code));
+            if h[0] == b'Z' {
+                return out;
+            }
+        }
+    }
+
+    fn query(&mut self, sql: &str) -> Vec<(u8, String)> {
+        let mut b = sql.as_bytes().to_vec();
+        b.push(0);
+        self.send(b'Q', &b);
+        self.until_ready()
+    }
+}
+
+fn errors(msgs: &[(u8, String)]) -> Vec<&str> {
+    msgs.iter()
+        .filter(|(t, _)| *t == b'E')
+        .map(|(_, c)| c.as_str())
+        .collect()
+}
+
+#[test]
+fn bad_protocol_input_is_answered_never_panics_the_server() {
+    let opts = ServerOptions {
+        max_message_bytes: 64 * 1024,
+        ..local()
+    };
+    let server = start(Builtin::Tpcb { scale: 1 }, opts);
+    let addr = server.local_addr();
+    // A parameter of the wrong binary length: 22P03, then Sync, and the
+    // connection goes on.
+    let mut r = Raw::connect(addr);
+    let mut parse = b"\0CALL tpcb_balance($1)\0".to_vec();
+    parse.extend_from_slice(&1u16.to_be_bytes());
+    parse.extend_from_slice(&20u32.to_be_bytes()); // int8
+    r.send(b'P', &parse);
+    let mut bind = b"\0\0".to_vec();
+    bind.extend_from_slice(&1u16.to_be_bytes());
+    bind.extend_from_slice(&1u16.to_be_bytes()); // binary
+    bind.extend_from_slice(&1u16.to_be_bytes());
+    bind.extend_from_slice(&3u32.to_be_bytes());
+    bind.extend_from_slice(&[0, 0, 1]);
+    bind.extend_from_slice(&0u16.to_be_bytes());
+    r.send(b'B', &bind);
+    r.send(b'E', b"\0\0\0\0\0");
+    r.send(b'S', b"");
+    let msgs = r.until_ready();
+    assert_eq!(errors(&msgs), vec!["22P03"], "{msgs:?}");
+    // Format codes that do not match the parameters.
+    let mut bind = b"\0\0".to_vec();
+    bind.extend_from_slice(&2u16.to_be_bytes());
+    bind.extend_from_slice(&[0, 1, 0, 1]);
+    bind.extend_from_slice(&1u16.to_be_bytes());
+    bind.extend_from_slice(&1u32.to_be_bytes());
+    bind.extend_from_slice(b"1");
+    bind.extend_from_slice(&0u16.to_be_bytes());
+    r.send(b'P', &parse);
+    r.send(b'B', &bind);
+    r.send(b'E', b"\0\0\0\0\0");
+    r.send(b'S', b"");
+    let msgs = r.until_ready();
+    assert!(!errors(&msgs).is_empty(), "{msgs:?}");
+    let msgs = r.query("SELECT * FROM tpcb_balance(1)");
+    assert!(
+        errors(&msgs).is_empty() && msgs.iter().any(|m| m.0 == b'D'),
+        "{msgs:?}"
+    );
+    // An empty query.
+    let msgs = r.query("");
+    assert!(msgs.iter().any(|m| m.0 == b'I'), "{msgs:?}");
+    // A message over the limit: 54000 and the connection is closed, before
+    // the server reads (or buffers) its body.
+    let mut big = vec![b'Q'];
+    big.extend_from_slice(&(1u32 << 30).to_be_bytes());
+    r.s.write_all(&big).unwrap();
+    let msgs = r.until_ready();
+    assert_eq!(errors(&msgs), vec!["54000"], "{msgs:?}");
+    assert_eq!(msgs.last().unwrap().0, b'!');
+    // A message of an unknown type: a protocol violation, closed.
+    let mut r = Raw::connect(addr);
+    r.send(b'y', b"junk");
+    let msgs = r.until_ready();
+    assert_eq!(errors(&msgs), vec!["08P01"], "{msgs:?}");
+    // Garbage in place of a startup message: closed, and the server goes on.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&[0, 0, 0, 9, 1, 2, 3, 4, 5]).unwrap();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let mut r = Raw::connect(addr);
+    assert!(errors(&r.query("CALL tpcb_balance(2)")).is_empty());
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn limits_refuse_connections_and_close_idle_ones() {
+    let opts = ServerOptions {
+        max_connections: 2,
+        idle_timeout: Some(Duration::from_millis(600)),
+        ..local()
+    };
+    let server = start(Builtin::Tpcb { scale: 1 }, opts);
+    let addr = server.local_addr();
+    runtime().block_on(async {
+        let a = connect(addr).await.unwrap();
+        let _b = connect(addr).await.unwrap();
+        let e = connect(addr).await.unwrap_err();
+        assert_eq!(code(&e), "53300");
+        assert_eq!(simple_one(&a, "CALL tpcb_balance(1)").await, "0");
+        // Idle past the timeout: closed (the next query fails).
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(a.simple_query("CALL tpcb_balance(1)").await.is_err());
+        // Both slots are free again.
+        let c = connect(addr).await.unwrap();
+        assert_eq!(simple_one(&c, "CALL tpcb_balance(1)").await, "0");
+    });
+    // A client that sends and never reads: once the server's answers fill
+    // the socket, its writes stall, and after the idle timeout the server
+    // closes the connection (the client's writes then fail) while others go on.
+    let mut stalled = Raw::connect(addr);
+    let writer = std::thread::spawn(move || {
+        let mut q = b"SHOW procedures\0".to_vec();
+        let mut m = vec![b'Q'];
+        m.extend_from_slice(&((q.len() + 4) as u32).to_be_bytes());
+        m.append(&mut q);
+        // Bounded writes: a write that times out (both sides' buffers full)
+        // is tried again; one that fails means the server closed.
+        stalled
+            .s
+            .set_write_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let t = Instant::now();
+        let mut at = 0;
+        while t.elapsed() < Duration::from_secs(30) {
+            match stalled.s.write(&m[at..]) {
+                Ok(n) => at = (at + n) % m.len(),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return Some(t.elapsed()),
+            }
+        }
+        None
+    });
+    let mut other = Raw::connect(addr);
+    assert!(errors(&other.query("CALL tpcb_balance(1)")).is_empty());
+    let closed = writer.join().unwrap();
+    assert!(
+        closed.is_some(),
+        "a client that never reads kept its connection for 30 s"
+    );
+    // A non-loopback address without a password is refused.
+    let db = open(conflicting(), None, None);
+    let e = serve(
+        db,
+        ServerOptions {
+            listen: "0.0.0.0:0".parse().unwrap(),
+            ..ServerOptions::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("requires a password"), "{e}");
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn a_password_is_required_when_one_is_set() {
+    let opts = ServerOptions {
+        password: Some("s3cret".into()),
+        ..local()
+    };
+    let server = start(Builtin::Tpcb { scale: 1 }, opts);
+    let addr = server.local_addr();
+    runtime().block_on(async {
+        let url = |pw: &str| {
+            format!(
+                "host=127.0.0.1 port={} user=u dbname=d password={pw}",
+                addr.port()
+            )
+        };
+        let e = tokio_postgres::connect(&url("wrong"), NoTls)
+            .await
+            .err()
+            .expect("a wrong password is refused");
+        assert_eq!(code(&e), "28P01");
+        let (c, conn) = tokio_postgres::connect(&url("s3cret"), NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        assert_eq!(simple_one(&c, "CALL tpcb_balance(3)").await, "0");
+    });
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn a_hundred_concurrent_connections_all_commit() {
+    let opts = ServerOptions {
+        max_connections: 128,
+        ..local()
+    };
+    let server = start(Builtin::Tpcb { scale: 2 }, opts);
+    let addr = server.local_addr();
+    const CALLS: i64 = 10;
+    runtime().block_on(async {
+        let mut tasks = Vec::new();
+        for k in 0..100i64 {
+            tasks.push(tokio::spawn(async move {
+                let c = connect(addr).await.unwrap();
+                let st = c.prepare("CALL tpcb($1, $2, $3, 1)").await.unwrap();
+                // Account k+1, a teller and branch of either branch: some
+                // calls are distributed, all conflict on two branch rows.
+                for i in 0..CALLS {
+                    let (tid, bid) = (1 + (k + i) % 20, 1 + (k + i) % 2);
+                    c.query(&st, &[&(k + 1), &tid, &bid]).await.unwrap();
+                }
+                c
+            }));
+        }
+        let mut clients = Vec::new();
+        for t in tasks {
+            clients.push(t.await.unwrap());
+        }
+        assert_eq!(server.connections(), 100);
+        // The island's executors counted the 1000 commits, each publishing
+        // its count every 256 (2 executors: at most 2 × 255 behind).
+        let stats = clients[0].simple_query("SHOW stats").await.unwrap();
+        let island: i64 = stats
+            .iter()
+            .find_map(|m| match m {
+                SimpleQueryMessage::Row(r)
+                    if r.get(0) == Some("island-0") && r.get(1) == Some("committed") =>
+                {
+                    r.get(2).and_then(|v| v.parse().ok())
+                }
+                _ => None,
+            })
+            .expect("island-0 committed in SHOW stats");
+        assert!((1000 - 2 * 255..=1000).contains(&island), "{island}");
+        for (k, c) in clients.iter().enumerate() {
+            let b = c
+                .query_one("CALL tpcb_balance($1)", &[&(k as i64 + 1)])
+                .await
+                .unwrap();
+            assert_eq!(b.get::<_, i64>(0), CALLS);
+        }
+    });
+    server.shutdown().unwrap();
+}
+
+fn temp(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("islands-serve-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn shutdown_answers_calls_in_flight_and_keeps_what_it_acknowledged() {
+    let dir = temp("shutdown");
+    let b = Builtin::Ycsb { rows: 4096 };
+    let server = serve(open(b.catalog(), Some(b), Some(&dir)), local()).unwrap();
+    let addr = server.local_addr();
+    let rt = runtime();
+    let acked = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for k in 0..16i64 {
+            tasks.push(tokio::spawn(async move {
+                let c = Arc::new(connect(addr).await.unwrap());
+                let st = c.prepare("CALL ycsb_update($1, $2)").await.unwrap();
+                let mut acked = Vec::new();
+                // Calls pipelined four at a time, each on its own key.
+                let mut v = 1i64;
+                let outcome = 'run: loop {
+                    let mut futs = Vec::new();
+                    for j in 0..4i64 {
+                        let key = k * 256 + (v + j) % 256;
+                        let (c, st) = (Arc::clone(&c), st.clone());
+                        let val = 1_000_000 + v + j;
+                        futs.push(async move { (key, val, c.execute(&st, &[&key, &val]).await) });
+                    }
+                    for (key, val, r) in futures::future::join_all(futs).await {
+                        match r {
+                            Ok(_) => acked.push((key, val)),
+                            Err(e) => break 'run code(&e),
+                        }
+                    }
+                    v += 4;
+                };
+                (acked, outcome)
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let t = Instant::now();
+        let stopper = std::thread::spawn(move || server.shutdown());
+        let mut all = Vec::new();
+        for t in tasks {
+            let (acked, end) = tokio::time::timeout(Duration::from_secs(20), t)
+                .await
+                .unwrap()
+                .unwrap();
+            // Each client hears 57P01, or that its connection closed.
+            assert!(
+                end == "57P01" || end.contains("closed"),
+                "a call in flight ended with {end}"
+            );
+            all.extend(acked);
+        }
+        stopper.join().unwrap().unwrap();
+        assert!(t.elapsed() < Duration::from_secs(20));
+        all
+    });
+    assert!(
+        acked.len() > 16,
+        "only {} calls were acknowledged",
+        acked.len()
+    );
+    // Reopened, every acknowledged update is there (the last per key wins:
+    // a key's calls ran one after another).
+    let mut last = std::collections::HashMap::new();
+    for (k, v) in acked {
+        let e = last.entry(k).or_insert(v);
+        *e = (*e).max(v);
+    }
+    let db = open(b.catalog(), Some(b), Some(&dir));
+    let c = db.client();
+    for (k, v) in last {
+        let rows = c.call("ycsb_read", &[Value::Int(k)]).unwrap();
+        let got = rows[0][0].as_int().unwrap();
+        assert!(got >= v, "key {k}: acknowledged {v}, recovered {got}");
+    }
+    db.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A child server, killed if the test fails before it stops it.
+struct Served(Option<Child>);
+
+impl Served {
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("running")
+    }
+
+    fn take(mut self) -> Child {
+        self.0.take().expect("running")
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `islands serve …` as a child, the address its ready line names, and the line.
+fn spawn_serve(args: &[&str]) -> (Served, SocketAddr, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_islands"))
+        .arg("serve")
+        .args(args)
+        .args(["--listen", "127.0.0.1:0", "--no-pin"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("ready on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| {
+            let _ = child.kill();
+            let mut err = String::new();
+            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+            panic!("no ready line: {line:?} {err}")
+        });
+    (Served(Some(child)), addr, line)
+}
+
+fn sigterm(child: &mut Served) {
+    let child = child.child();
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+#[test]
+fn serve_recovers_acknowledged_calls_after_sigkill_and_stops_cleanly_on_sigterm() {
+    let dir = temp("kill");
+    let d = dir.to_str().unwrap();
+    let (mut child, addr, _) = spawn_serve(&["--init", "tpcb", "--scale", "1", "--data-dir", d]);
+    // 8 clients, each on its own account, delta 1 per call.
+    let acked: Vec<i64> = runtime().block_on(async {
+        let mut tasks = Vec::new();
+        for k in 1..=8i64 {
+            tasks.push(tokio::spawn(async move {
+                let c = connect(addr).await.unwrap();
+                let mut n = 0i64;
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_secs(30) {
+                    let tid = 1 + k % 10;
+                    match c.execute("CALL tpcb($1, $2, 1, 1)", &[&k, &tid]).await {
+                        Ok(_) => n += 1,
+                        Err(_) => break,
+                    }
+                }
+                n
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        child.child().kill().unwrap(); // SIGKILL
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    let _ = child.child().wait();
+    assert!(acked.iter().sum::<i64>() > 8, "{acked:?}");
+    // --init on what is now a non-empty directory is refused.
+    let out = Command::new(env!("CARGO_BIN_EXE_islands"))
+        .args([
+            "serve",
+            "--init",
+            "tpcb",
+            "--data-dir",
+            d,
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not empty"));
+    // Restart without --init: every acknowledged call is there; at most the
+    // one in flight at the kill is there too.
+    let (mut child, addr, ready) = spawn_serve(&["--data-dir", d]);
+    assert!(!ready.contains(" 0 log records"), "{ready}");
+    runtime().block_on(async {
+        let c = connect(addr).await.unwrap();
+        for (i, n) in acked.iter().enumerate() {
+            let k = i as i64 + 1;
+            let b: i64 = c
+                .query_one("CALL tpcb_balance($1)", &[&k])
+                .await
+                .unwrap()
+                .get(0);
+            assert!(
+                b == *n || b == *n + 1,
+                "account {k}: {n} calls acknowledged, balance {b}"
+            );
+        }
+    });
+    // SIGTERM: exit 0 after a checkpoint; the next start replays no log.
+    sigterm(&mut child);
+    let out = child.take().wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("stopped"), "{err}");
+    let (mut child, _, ready) = spawn_serve(&["--data-dir", d]);
+    assert!(ready.contains(" 0 log records"), "{ready}");
+    sigterm(&mut child);
+    let out = child.take().wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn serve_refuses_what_it_cannot_serve() {
+    let dir = temp("refuse");
+    let d = dir.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_islands"))
+            .arg("serve")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (c, e) = run(&["--data-dir", d, "--listen", "127.0.0.1:0"]);
+    assert_eq!(c, Some(2));
+    assert!(
+        e.contains("holds no database") && e.contains("--init"),
+        "{e}"
+    );
+    let (c, e) = run(&["--init", "tpcb", "--data-dir", d, "--listen", "0.0.0.0:0"]);
+    assert_eq!(c, Some(2));
+    assert!(e.contains("requires a password"), "{e}");
+    let (c, e) = run(&["--init", "nope", "--data-dir", d]);
+    assert_eq!(c, Some(2));
+    assert!(e.contains("tpcb and ycsb"), "{e}");
+    let (c, e) = run(&["--init", "tpcb", "--scale", "0", "--data-dir", d]);
+    assert_eq!(c, Some(2));
+    assert!(e.contains("outside"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn on_path(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn psql_and_pgbench_run_against_the_server() {
+    if !on_path("psql") || !on_path("pgbench") {
+        println!(
+            "SKIPPED psql_and_pgbench_run_against_the_server: psql or pgbench is not on PATH \
+             (apt-get install postgresql-client)"
+        );
+        return;
+    }
+    let server = start(Builtin::Tpcb { scale: 1 }, local());
+    let port = server.local_addr().port().to_string();
+    let out = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &port, "-U", "x", "-d", "x", "-At"])
+        .args(["-c", "CALL tpcb(1, 1, 1, 42)"])
+        .env("PGCONNECT_TIMEOUT", "5")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
+    let script = temp("pgbench.sql");
+    std::fs::write(
+        &script,
+        "\\set aid random(1, 100000)\n\\set tid random(1, 10)\n\\set delta random(-5000, 5000)\n\
+         CALL tpcb(:aid, :tid, 1, :delta);\n",
+    )
+    .unwrap();
+    for mode in ["simple", "prepared"] {
+        let out = Command::new("pgbench")
+            .args(["-h", "127.0.0.1", "-p", &port, "-U", "x", "-n", "-T", "5"])
+            .args(["-c", "8", "-j", "2", "-M", mode, "-f"])
+            .arg(&script)
+            .arg("x")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("number of failed transactions: 0 (0.000%)"),
+            "{text}"
+        );
+        let processed = text
+            .lines()
+            .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        assert!(processed > 0, "{text}");
+    }
+    let _ = std::fs::remove_file(&script);
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn bench_connect_drives_a_server_over_the_network() {
+    let server = start(Builtin::Tpcb { scale: 1 }, local());
+    let addr = server.local_addr().to_string();
+    for extra in [&[][..], &["-S"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_islands"))
+            .args(["bench", "--connect", &addr, "--connections", "4"])
+            .args(["--pipeline", "2", "--warmup", "0.1", "--duration", "0.5"])
+            .args(["tpcb", "--scale", "1"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("errors      none"), "{text}");
+        let committed: u64 = text
+            .split(" committed")
+            .next()
+            .and_then(|s| s.rsplit('(').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        assert!(committed > 0, "{text}");
+    }
+    // Without a server to drive, tpcb is refused with the reason.
+    let out = Command::new(env!("CARGO_BIN_EXE_islands"))
+        .args(["bench", "tpcb"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--connect"));
+    server.shutdown().unwrap();
+}

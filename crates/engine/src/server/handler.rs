@@ -1,0 +1,814 @@
+//! The protocol handlers: a statement (simple or extended query protocol)
+//! becomes a procedure call through the [`Client`], a `SHOW`, or a no-op,
+//! and its answer becomes rows or an error with a SQLSTATE.
+
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::{stream, Sink};
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, Type as PgType};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::data::DataRow;
+use pgwire::messages::PgWireBackendMessage;
+
+use super::sql::{self, Arg, Show, Stmt};
+use crate::api::{CallError, Client, Home, ProcDef, Row, Type, Value};
+use crate::deploy::Plan;
+use crate::dist::Cluster;
+use crate::island::Island;
+
+/// Counters of one procedure's calls through the server. Only the server's
+/// own thread writes them.
+#[derive(Default)]
+pub(crate) struct ProcCounters {
+    committed: AtomicU64,
+    serialization: AtomicU64,
+    rollbacks: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// What the handlers read: the deployment's client and what `SHOW` reports.
+pub(crate) struct Shared {
+    pub(crate) client: Client,
+    pub(crate) procs: Vec<ProcDef>,
+    pub(crate) plan: Plan,
+    pub(crate) islands: Vec<Island>,
+    pub(crate) cluster: Arc<Cluster>,
+    pub(crate) counters: Vec<ProcCounters>,
+    /// Connections open now, accepted in all, refused (too many).
+    pub(crate) open: AtomicU64,
+    pub(crate) accepted: AtomicU64,
+    pub(crate) refused: AtomicU64,
+}
+
+impl Shared {
+    fn lookup(&self, name: &str) -> Option<usize> {
+        self.procs.iter().position(|p| p.name() == name)
+    }
+}
+
+/// A statement prepared by Parse: the procedure a call names is resolved
+/// then (an unknown one is an error at once, as PostgreSQL's is).
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    stmt: Stmt,
+    proc: Option<usize>,
+}
+
+pub(crate) fn user_error(code: &str, message: impl Into<String>) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".to_owned(),
+        code.to_owned(),
+        message.into(),
+    )))
+}
+
+pub(crate) fn fatal_info(code: &str, message: impl Into<String>) -> ErrorInfo {
+    ErrorInfo::new("FATAL".to_owned(), code.to_owned(), message.into())
+}
+
+/// The SQLSTATE and severity of a failed call.
+fn call_error(e: CallError) -> PgWireError {
+    let (code, fatal) = match &e {
+        CallError::UnknownProcedure(_) => ("42883", false),
+        CallError::BadArguments { .. } => ("42804", false),
+        CallError::Rollback { .. } => ("P0001", false),
+        CallError::Serialization { .. } => ("40001", false),
+        CallError::Panicked { .. } | CallError::Failed { .. } => ("XX000", false),
+        CallError::ShutDown => ("57P01", true),
+        CallError::Stopped(_) => ("58030", true),
+    };
+    let message = match e {
+        // A user abort's message is the procedure's own words.
+        CallError::Rollback { why, .. } => why,
+        CallError::ShutDown => "terminating connection: the server is shutting down".into(),
+        e => e.to_string(),
+    };
+    if fatal {
+        PgWireError::UserError(Box::new(fatal_info(code, message)))
+    } else {
+        user_error(code, message)
+    }
+}
+
+fn pg_type(t: Type) -> PgType {
+    match t {
+        Type::Int => PgType::INT8,
+        Type::Float => PgType::FLOAT8,
+        Type::Str => PgType::TEXT,
+        Type::Ints => PgType::INT8_ARRAY,
+    }
+}
+
+/// The format of field `i` under `f`; a list of codes of the wrong length
+/// is the client's error, not a panic.
+fn format_of(f: &Format, i: usize) -> PgWireResult<FieldFormat> {
+    match f {
+        Format::Individual(codes) => match codes.get(i) {
+            Some(c) => Ok(FieldFormat::from(*c)),
+            None => Err(user_error(
+                "08P01",
+                format!(
+                    "{} format code(s) given for field {} and more",
+                    codes.len(),
+                    i + 1
+                ),
+            )),
+        },
+        f => Ok(f.format_for(i)),
+    }
+}
+
+fn fields(cols: &[(String, PgType)], format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
+    cols.iter()
+        .enumerate()
+        .map(|(i, (name, t))| {
+            let fmt = match format {
+                Some(f) => format_of(f, i)?,
+                None => FieldFormat::Text,
+            };
+            Ok(FieldInfo::new(name.clone(), None, None, t.clone(), fmt))
+        })
+        .collect()
+}
+
+fn text(s: &str) -> (String, PgType) {
+    (s.to_string(), PgType::TEXT)
+}
+
+fn int(s: &str) -> (String, PgType) {
+    (s.to_string(), PgType::INT8)
+}
+
+impl Show {
+    fn columns(self) -> Vec<(String, PgType)> {
+        match self {
+            Show::Procedures => vec![
+                text("name"),
+                text("parameters"),
+                text("columns"),
+                text("home"),
+            ],
+            Show::Islands => vec![
+                int("island"),
+                text("cpus"),
+                int("cores"),
+                int("workers"),
+                text("sites"),
+                int("numa_node"),
+                text("durability"),
+                text("log_dir"),
+            ],
+            Show::Stats => vec![text("scope"), text("counter"), int("value")],
+        }
+    }
+}
+
+/// The columns a statement answers with (none: a command tag only).
+fn columns(sh: &Shared, p: &Prepared) -> Vec<(String, PgType)> {
+    match (&p.stmt, p.proc) {
+        (Stmt::Call { .. }, Some(i)) => sh.procs[i]
+            .columns()
+            .iter()
+            .map(|(n, t)| (n.clone(), pg_type(*t)))
+            .collect(),
+        (Stmt::Show(s), _) => s.columns(),
+        _ => Vec::new(),
+    }
+}
+
+/// The type each placeholder stands for: the parameter it is passed as
+/// (an element of an `ARRAY[…]` is an int8); text for one not used.
+fn param_types(sh: &Shared, p: &Prepared) -> Vec<PgType> {
+    let mut out = vec![PgType::TEXT; p.stmt.params()];
+    if let (Stmt::Call { args, .. }, Some(i)) = (&p.stmt, p.proc) {
+        for (arg, (_, t)) in args.iter().zip(sh.procs[i].params()) {
+            match arg {
+                Arg::Param(n) => out[n - 1] = pg_type(*t),
+                Arg::Array(items) => {
+                    for a in items {
+                        if let Arg::Param(n) = a {
+                            out[n - 1] = PgType::INT8;
+                        }
+                    }
+                }
+                Arg::Lit(_) => {}
+            }
+        }
+    }
+    out
+}
+
+/// Resolves a parsed statement: the procedure of a call must exist and
+/// take as many arguments as given.
+fn prepare(sh: &Shared, stmt: Stmt) -> PgWireResult<Prepared> {
+    let proc = match &stmt {
+        Stmt::Call { proc, args } => {
+            let Some(i) = sh.lookup(proc) else {
+                let names: Vec<&str> = sh.procs.iter().map(|p| p.name()).collect();
+                return Err(user_error(
+                    "42883",
+                    format!(
+                        "no procedure named {proc:?}; this server has: {} (SHOW procedures lists their parameters)",
+                        names.join(", ")
+                    ),
+                ));
+            };
+            let def = &sh.procs[i];
+            if def.params().len() != args.len() {
+                return Err(user_error(
+                    "42804",
+                    format!(
+                        "{} argument(s) given, {} takes {}",
+                        args.len(),
+                        def.signature(),
+                        def.params().len()
+                    ),
+                ));
+            }
+            Some(i)
+        }
+        _ => None,
+    };
+    Ok(Prepared { stmt, proc })
+}
+
+/// Decodes placeholder `i` (0-based) sent as `bytes` in `format`, of the
+/// client's declared type or else `expected`.
+fn decode_param(
+    i: usize,
+    bytes: Option<&Bytes>,
+    binary: bool,
+    declared: Option<&PgType>,
+    expected: &PgType,
+) -> PgWireResult<Value> {
+    let Some(b) = bytes else {
+        return Ok(Value::Null);
+    };
+    let n = i + 1;
+    let bad_len = |t: &PgType| {
+        user_error(
+            "22P03",
+            format!(
+                "parameter ${n}: {} byte(s) is not a binary {}",
+                b.len(),
+                t.name()
+            ),
+        )
+    };
+    if binary {
+        let t = declared
+            .filter(|t| **t != PgType::UNKNOWN)
+            .unwrap_or(expected);
+        let fixed = |len: usize| -> PgWireResult<&[u8]> {
+            if b.len() == len {
+                Ok(&b[..])
+            } else {
+                Err(bad_len(t))
+            }
+        };
+        return Ok(match *t {
+            PgType::INT8 => Value::Int(i64::from_be_bytes(fixed(8)?.try_into().expect("8"))),
+            PgType::INT4 => Value::Int(i32::from_be_bytes(fixed(4)?.try_into().expect("4")).into()),
+            PgType::INT2 => Value::Int(i16::from_be_bytes(fixed(2)?.try_into().expect("2")).into()),
+            PgType::BOOL => Value::Int(i64::from(fixed(1)?[0] != 0)),
+            PgType::FLOAT8 => Value::Float(f64::from_be_bytes(fixed(8)?.try_into().expect("8"))),
+            PgType::FLOAT4 => {
+                Value::Float(f32::from_be_bytes(fixed(4)?.try_into().expect("4")).into())
+            }
+            PgType::TEXT | PgType::VARCHAR | PgType::BPCHAR | PgType::NAME | PgType::UNKNOWN => {
+                Value::Str(String::from_utf8(b.to_vec()).map_err(|_| {
+                    user_error("22021", format!("parameter ${n} is not valid UTF-8"))
+                })?)
+            }
+            PgType::INT8_ARRAY | PgType::INT4_ARRAY => {
+                Value::Ints(decode_int_array(b).map_err(|why| {
+                    user_error("22P03", format!("parameter ${n}: binary int array: {why}"))
+                })?)
+            }
+            ref t => {
+                return Err(user_error(
+                    "42804",
+                    format!(
+                        "parameter ${n} is sent as {}; this server takes int2/4/8, float4/8, bool, text and int8[]",
+                        t.name()
+                    ),
+                ))
+            }
+        });
+    }
+    let s = std::str::from_utf8(b)
+        .map_err(|_| user_error("22021", format!("parameter ${n} is not valid UTF-8")))?;
+    let invalid = |what: &str| {
+        user_error(
+            "22P02",
+            format!("parameter ${n}: invalid input syntax for {what}: {s:?}"),
+        )
+    };
+    Ok(match *expected {
+        PgType::INT8 => Value::Int(s.trim().parse().map_err(|_| invalid("int8"))?),
+        PgType::FLOAT8 => Value::Float(s.trim().parse().map_err(|_| invalid("float8"))?),
+        PgType::INT8_ARRAY => {
+            let inner = s
+                .trim()
+                .strip_prefix('{')
+                .and_then(|r| r.strip_suffix('}'))
+                .ok_or_else(|| invalid("int8[] (write {1,2,3})"))?;
+            let mut v = Vec::new();
+            if !inner.trim().is_empty() {
+                for item in inner.split(',') {
+                    v.push(item.trim().parse().map_err(|_| invalid("int8[]"))?);
+                }
+            }
+            Value::Ints(v)
+        }
+        _ => Value::Str(s.to_string()),
+    })
+}
+
+/// PostgreSQL's binary array: dimensions, a null flag, the element type,
+/// per dimension its length and lower bound, then each element as a length
+/// and its bytes. One dimension (or none: empty) of int4 or int8, no nulls.
+fn decode_int_array(b: &[u8]) -> Result<Vec<i64>, String> {
+    let word = |at: usize| -> Result<i32, String> {
+        b.get(at..at + 4)
+            .map(|w| i32::from_be_bytes(w.try_into().expect("4")))
+            .ok_or_else(|| format!("truncated at byte {at} of {}", b.len()))
+    };
+    let ndim = word(0)?;
+    let elem = word(8)? as u32;
+    if ndim == 0 {
+        return Ok(Vec::new());
+    }
+    if ndim != 1 {
+        return Err(format!("{ndim} dimensions; one is supported"));
+    }
+    let width = match elem {
+        20 => 8,
+        23 => 4,
+        o => return Err(format!("element type oid {o}; int4 or int8 expected")),
+    };
+    let len = word(12)?;
+    if len < 0 || len as usize > b.len() / 4 {
+        return Err(format!("{len} elements do not fit in {} bytes", b.len()));
+    }
+    let mut at = 20;
+    let mut out = Vec::with_capacity(len as usize);
+    for _ in 0..len {
+        let l = word(at)?;
+        if l == -1 {
+            return Err("a null element; keys are not nullable".into());
+        }
+        if l != width {
+            return Err(format!("an element of {l} bytes, expected {width}"));
+        }
+        at += 4;
+        let e = b.get(at..at + width as usize).ok_or("truncated element")?;
+        out.push(if width == 8 {
+            i64::from_be_bytes(e.try_into().expect("8"))
+        } else {
+            i32::from_be_bytes(e.try_into().expect("4")).into()
+        });
+        at += width as usize;
+    }
+    if at != b.len() {
+        return Err(format!("{} trailing byte(s)", b.len() - at));
+    }
+    Ok(out)
+}
+
+/// The arguments of a call: literals as written (an integer passed as a
+/// float parameter becomes a float), placeholders from `params`.
+fn bind_args(def: &ProcDef, args: &[Arg], params: &[Value]) -> PgWireResult<Vec<Value>> {
+    let param = |n: usize| -> PgWireResult<Value> {
+        params.get(n - 1).cloned().ok_or_else(|| {
+            user_error(
+                "08P01",
+                format!(
+                    "the statement uses ${n}, and {} parameter(s) were bound",
+                    params.len()
+                ),
+            )
+        })
+    };
+    args.iter()
+        .zip(def.params())
+        .map(|(a, (_, t))| {
+            let v = match a {
+                Arg::Lit(v) => v.clone(),
+                Arg::Param(n) => param(*n)?,
+                Arg::Array(items) => {
+                    let mut keys = Vec::with_capacity(items.len());
+                    for it in items {
+                        let v = match it {
+                            Arg::Param(n) => param(*n)?,
+                            Arg::Lit(v) => v.clone(),
+                            Arg::Array(_) => Value::Null,
+                        };
+                        match v {
+                            Value::Int(k) => keys.push(k),
+                            v => {
+                                return Err(user_error(
+                                    "42804",
+                                    format!("an ARRAY element is {v}; elements are integers"),
+                                ))
+                            }
+                        }
+                    }
+                    Value::Ints(keys)
+                }
+            };
+            Ok(match (v, t) {
+                (Value::Int(i), Type::Float) => Value::Float(i as f64),
+                (v, _) => v,
+            })
+        })
+        .collect()
+}
+
+fn encode_rows(schema: &Arc<Vec<FieldInfo>>, rows: Vec<Row>) -> Vec<PgWireResult<DataRow>> {
+    let mut enc = DataRowEncoder::new(Arc::clone(schema));
+    rows.into_iter()
+        .map(|row| {
+            for v in row {
+                match v {
+                    Value::Null => enc.encode_field(&None::<i64>)?,
+                    Value::Int(i) => enc.encode_field(&i)?,
+                    Value::Float(f) => enc.encode_field(&f)?,
+                    Value::Str(s) => enc.encode_field(&s)?,
+                    Value::Ints(v) => enc.encode_field(&v)?,
+                }
+            }
+            Ok(enc.take_row())
+        })
+        .collect()
+}
+
+fn rows_response(
+    cols: &[(String, PgType)],
+    format: Option<&Format>,
+    tag: &str,
+    rows: Vec<Row>,
+) -> PgWireResult<Response> {
+    let schema = Arc::new(fields(cols, format)?);
+    let data = encode_rows(&schema, rows);
+    let mut r = QueryResponse::new(schema, stream::iter(data));
+    r.set_command_tag(tag);
+    Ok(Response::Query(r))
+}
+
+/// The server's handlers (one for all connections).
+pub(crate) struct Handler {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Handler {
+    /// Runs one statement; `params` are its decoded placeholders.
+    async fn run(
+        &self,
+        p: &Prepared,
+        params: &[Value],
+        format: Option<&Format>,
+    ) -> PgWireResult<Response> {
+        let sh = &*self.shared;
+        match &p.stmt {
+            Stmt::NoOp(tag) => Ok(Response::Execution(Tag::new(tag))),
+            Stmt::Show(s) => rows_response(&s.columns(), format, "SHOW", self.show(*s)),
+            Stmt::Call { proc, args } => {
+                let i = p.proc.expect("a prepared call has its procedure");
+                let def = &sh.procs[i];
+                let values = bind_args(def, args, params)?;
+                let counters = &sh.counters[i];
+                let r = sh.client.call_async(proc, values).await;
+                let rows = match r {
+                    Ok(rows) => {
+                        counters.committed.fetch_add(1, Ordering::Relaxed);
+                        rows
+                    }
+                    Err(e) => {
+                        match &e {
+                            CallError::Serialization { .. } => &counters.serialization,
+                            CallError::Rollback { .. } => &counters.rollbacks,
+                            _ => &counters.errors,
+                        }
+                        .fetch_add(1, Ordering::Relaxed);
+                        return Err(call_error(e));
+                    }
+                };
+                if def.columns().is_empty() {
+                    return Ok(Response::Execution(Tag::new("CALL")));
+                }
+                rows_response(&columns(sh, p), format, "CALL", rows)
+            }
+        }
+    }
+
+    fn show(&self, s: Show) -> Vec<Row> {
+        let sh = &*self.shared;
+        let str = |s: String| Value::Str(s);
+        match s {
+            Show::Procedures => sh
+                .procs
+                .iter()
+                .map(|p| {
+                    let list = |v: &[(String, Type)]| {
+                        v.iter()
+                            .map(|(n, t)| format!("{n} {}", pg_type(*t).name()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    };
+                    let home = match p.home() {
+                        Home::Any => "any island".to_string(),
+                        Home::Key { param, .. } => {
+                            format!("the island of {}", p.params()[param].0)
+                        }
+                    };
+                    vec![
+                        str(p.name().to_string()),
+                        str(list(p.params())),
+                        str(list(p.columns())),
+                        str(home),
+                    ]
+                })
+                .collect(),
+            Show::Islands => sh
+                .plan
+                .islands()
+                .iter()
+                .map(|ip| {
+                    let cpus = if ip.worker_cpus.is_empty() {
+                        "not pinned".to_string()
+                    } else {
+                        let v: Vec<String> = ip.worker_cpus.iter().map(|c| c.to_string()).collect();
+                        v.join(",")
+                    };
+                    vec![
+                        Value::Int(ip.id.0 as i64),
+                        str(cpus),
+                        Value::Int(ip.cores as i64),
+                        Value::Int(ip.workers as i64),
+                        str(format!("{}..{}", ip.sites.start, ip.sites.end)),
+                        ip.numa_node.map_or(Value::Null, |n| Value::Int(n as i64)),
+                        str(ip.durability.clone()),
+                        str(ip.log_dir.display().to_string()),
+                    ]
+                })
+                .collect(),
+            Show::Stats => {
+                let mut rows = Vec::new();
+                let mut push = |scope: &str, counter: &str, v: u64| {
+                    rows.push(vec![
+                        str(scope.to_string()),
+                        str(counter.to_string()),
+                        Value::Int(v as i64),
+                    ])
+                };
+                push(
+                    "server",
+                    "connections_open",
+                    sh.open.load(Ordering::Relaxed),
+                );
+                push(
+                    "server",
+                    "connections_accepted",
+                    sh.accepted.load(Ordering::Relaxed),
+                );
+                push(
+                    "server",
+                    "connections_refused",
+                    sh.refused.load(Ordering::Relaxed),
+                );
+                for (p, c) in sh.procs.iter().zip(&sh.counters) {
+                    push(p.name(), "committed", c.committed.load(Ordering::Relaxed));
+                    push(
+                        p.name(),
+                        "serialization_failures",
+                        c.serialization.load(Ordering::Relaxed),
+                    );
+                    push(p.name(), "rollbacks", c.rollbacks.load(Ordering::Relaxed));
+                    push(p.name(), "errors", c.errors.load(Ordering::Relaxed));
+                }
+                let cs = &sh.cluster.stats;
+                push(
+                    "deployment",
+                    "distributed_commits",
+                    cs.distributed_commits.load(Ordering::Relaxed),
+                );
+                push(
+                    "deployment",
+                    "remote_ops",
+                    cs.remote_ops.load(Ordering::Relaxed),
+                );
+                let committed = sh.client.committed_per_island();
+                for (i, island) in sh.islands.iter().enumerate() {
+                    let scope = format!("island-{i}");
+                    push(&scope, "committed", committed.get(i).copied().unwrap_or(0));
+                    if let Some(w) = island.wal() {
+                        let st = w.stats();
+                        push(&scope, "log_bytes", st.bytes_written);
+                        push(&scope, "log_batches", st.batches_written);
+                        push(&scope, "log_syncs", st.syncs);
+                    }
+                    push(&scope, "checkpoints", island.checkpoint_stats().taken);
+                }
+                rows
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Handler {
+    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let stmts = sql::parse(query).map_err(|e| user_error(e.code, e.message))?;
+        let mut out = Vec::with_capacity(stmts.len());
+        for stmt in stmts {
+            let r = match prepare(&self.shared, stmt) {
+                Ok(p) => self.run(&p, &[], None).await,
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(r) => out.push(r),
+                // A fatal error closes the connection: it goes alone.
+                Err(e) if e.is_fatal() => return Err(e),
+                Err(PgWireError::UserError(info)) => {
+                    // Like PostgreSQL, the statements after a failed one do not run.
+                    out.push(Response::Error(info));
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if out.is_empty() {
+            out.push(Response::EmptyQuery);
+        }
+        Ok(out)
+    }
+}
+
+/// Parses statements for the extended protocol.
+pub(crate) struct Parser {
+    pub(crate) shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl QueryParser for Parser {
+    type Statement = Arc<Prepared>;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<PgType>],
+    ) -> PgWireResult<Option<Arc<Prepared>>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        match sql::parse_one(sql).map_err(|e| user_error(e.code, e.message))? {
+            None => Ok(None),
+            Some(stmt) => Ok(Some(Arc::new(prepare(&self.shared, stmt)?))),
+        }
+    }
+
+    fn get_parameter_types(&self, stmt: &Arc<Prepared>) -> PgWireResult<Vec<PgType>> {
+        Ok(param_types(&self.shared, stmt))
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Arc<Prepared>,
+        column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        fields(&columns(&self.shared, stmt), column_format)
+    }
+}
+
+/// The extended protocol's handler: a [`Handler`] and its parser.
+pub(crate) struct Extended {
+    pub(crate) handler: Arc<Handler>,
+    pub(crate) parser: Arc<Parser>,
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Extended {
+    type Statement = Arc<Prepared>;
+    type QueryParser = Parser;
+
+    fn query_parser(&self) -> Arc<Parser> {
+        Arc::clone(&self.parser)
+    }
+
+    async fn do_query<C>(
+        &self,
+        _client: &mut C,
+        portal: &Portal<Arc<Prepared>>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let stored: &StoredStatement<Arc<Prepared>> = &portal.statement;
+        let p = &*stored.statement;
+        let expected = param_types(&self.handler.shared, p);
+        if portal.parameters.len() != expected.len() {
+            return Err(user_error(
+                "08P01",
+                format!(
+                    "bind message supplies {} parameter(s), the statement takes {}",
+                    portal.parameters.len(),
+                    expected.len()
+                ),
+            ));
+        }
+        let mut params = Vec::with_capacity(expected.len());
+        for (i, (bytes, want)) in portal.parameters.iter().zip(&expected).enumerate() {
+            let binary = format_of(&portal.parameter_format, i)? == FieldFormat::Binary;
+            let declared = stored.parameter_types.get(i).and_then(|t| t.as_ref());
+            params.push(decode_param(i, bytes.as_ref(), binary, declared, want)?);
+        }
+        self.handler
+            .run(p, &params, Some(&portal.result_column_format))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_int_arrays_decode_and_bad_ones_are_refused() {
+        let mut b = Vec::new();
+        for w in [1i32, 0, 20, 3, 1] {
+            b.extend_from_slice(&w.to_be_bytes());
+        }
+        for k in [5i64, -1, 7] {
+            b.extend_from_slice(&8i32.to_be_bytes());
+            b.extend_from_slice(&k.to_be_bytes());
+        }
+        assert_eq!(decode_int_array(&b).unwrap(), vec![5, -1, 7]);
+        for cut in 0..b.len() {
+            assert!(decode_int_array(&b[..cut]).is_err() || cut < 12);
+        }
+        let mut huge = b.clone();
+        huge[12..16].copy_from_slice(&i32::MAX.to_be_bytes());
+        assert!(decode_int_array(&huge).is_err());
+        let mut trailing = b.clone();
+        trailing.push(0);
+        assert!(decode_int_array(&trailing).is_err());
+    }
+
+    #[test]
+    fn params_decode_by_format_and_type() {
+        let b = |v: &[u8]| Some(Bytes::copy_from_slice(v));
+        let int8 = &PgType::INT8;
+        assert_eq!(
+            decode_param(0, b(&7i64.to_be_bytes()).as_ref(), true, None, int8).unwrap(),
+            Value::Int(7)
+        );
+        assert_eq!(
+            decode_param(
+                0,
+                b(&7i32.to_be_bytes()).as_ref(),
+                true,
+                Some(&PgType::INT4),
+                int8
+            )
+            .unwrap(),
+            Value::Int(7)
+        );
+        let e = decode_param(0, b(&[1, 2, 3]).as_ref(), true, None, int8).unwrap_err();
+        assert!(matches!(e, PgWireError::UserError(i) if i.code == "22P03"));
+        assert_eq!(
+            decode_param(0, b(b" 42 ").as_ref(), false, None, int8).unwrap(),
+            Value::Int(42)
+        );
+        let e = decode_param(0, b(b"4x").as_ref(), false, None, int8).unwrap_err();
+        assert!(matches!(e, PgWireError::UserError(i) if i.code == "22P02"));
+        assert_eq!(
+            decode_param(0, b(b"{1, 2}").as_ref(), false, None, &PgType::INT8_ARRAY).unwrap(),
+            Value::Ints(vec![1, 2])
+        );
+        assert_eq!(
+            decode_param(0, None, false, None, int8).unwrap(),
+            Value::Null
+        );
+    }
+}

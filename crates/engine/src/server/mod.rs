@@ -1,0 +1,695 @@
+//! Serving a deployment over the PostgreSQL wire protocol (v3): `psql`,
+//! `pgbench` and PostgreSQL drivers call its stored procedures.
+//!
+//! [`serve`] takes an open [`Deployment`] and listens on a TCP address. One
+//! server thread runs a single-threaded tokio runtime: it accepts
+//! connections and speaks the protocol (the `pgwire` crate) for all of
+//! them; each call goes to the deployment's executors through
+//! [`Client::call_async`](crate::api::Client::call_async), so the server
+//! thread never runs a transaction and never blocks on one.
+//!
+//! What a connection may send is in [`sql`]: `CALL name(…)` or
+//! `SELECT * FROM name(…)` (one procedure call, one transaction), `SHOW
+//! procedures | islands | stats`, and `BEGIN`/`COMMIT`/`ROLLBACK`/`SET`,
+//! which are accepted and do nothing. The simple and the extended query
+//! protocol both work, with `$n` placeholders in text or binary format.
+//!
+//! Errors carry SQLSTATEs drivers know: a conflict that outlasted the
+//! retries `40001`, a procedure's own rollback `P0001` (its message), an
+//! unknown procedure `42883`, wrong arguments `42804`, a syntax error
+//! `42601`, a statement of SQL this server does not run `0A000`, too many
+//! connections `53300`, shutting down `57P01`, an idle connection closed
+//! `57P05`, a message over the size limit `54000`. After an ERROR the
+//! connection goes on; after a FATAL one it is closed.
+//!
+//! [`Server::shutdown`] stops accepting, lets every connection finish the
+//! message it is processing (a call in flight gets its answer), answers
+//! the next one with `57P01` and closes it, then checkpoints every island
+//! and shuts the deployment down (its logs flushed).
+
+mod handler;
+pub mod sql;
+
+use std::io;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::{SinkExt, StreamExt};
+use pgwire::api::auth::noop::NoopStartupHandler;
+use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::{
+    AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+};
+use pgwire::api::{ClientInfo, DefaultClient, NoopHandler, PgWireConnectionState};
+use pgwire::error::{ErrorInfo, PgWireResult};
+use pgwire::messages::response::{GssEncResponse, SslResponse};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage, SslNegotiationMetaMessage};
+use pgwire::tokio::server::{process_error, process_message, PgWireMessageServerCodec};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_util::codec::Framed;
+
+use self::handler::{fatal_info, Extended, Handler, Parser, ProcCounters, Shared};
+use crate::api::Deployment;
+use crate::Error;
+
+/// How the server listens and what it allows.
+#[derive(Clone)]
+pub struct ServerOptions {
+    /// The address to listen on. Any address other than a loopback one
+    /// requires [`ServerOptions::password`].
+    pub listen: SocketAddr,
+    /// Connections served at once; one more is answered `53300` and closed.
+    pub max_connections: usize,
+    /// The largest message a client may send, in bytes (its 4-byte length
+    /// field included); a larger one is answered `54000` and the
+    /// connection closed.
+    pub max_message_bytes: usize,
+    /// A connection that sends nothing for this long is answered `57P05`
+    /// and closed; `None`: never.
+    pub idle_timeout: Option<Duration>,
+    /// The password every client must give (SCRAM-SHA-256); `None`: no
+    /// authentication, allowed on loopback addresses only.
+    pub password: Option<String>,
+    /// On shutdown, how long connections may take to finish what they are
+    /// doing before they are dropped.
+    pub shutdown_grace: Duration,
+}
+
+impl std::fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field("listen", &self.listen)
+            .field("max_connections", &self.max_connections)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("password", &self.password.as_ref().map(|_| "<set>"))
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish()
+    }
+}
+
+/// The default address: PostgreSQL's port plus one, on loopback.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:5433";
+
+impl Default for ServerOptions {
+    fn default() -> ServerOptions {
+        ServerOptions {
+            listen: DEFAULT_LISTEN.parse().expect("a valid address"),
+            max_connections: 256,
+            max_message_bytes: 1 << 20,
+            idle_timeout: Some(Duration::from_secs(3600)),
+            password: None,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A running server. [`Server::shutdown`] (or dropping it) stops it and
+/// the deployment it serves.
+pub struct Server {
+    addr: SocketAddr,
+    deployment: Option<Deployment>,
+    stop: watch::Sender<bool>,
+    thread: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("addr", &self.addr).finish()
+    }
+}
+
+/// Iterations of SCRAM's key derivation (PostgreSQL's default).
+const SCRAM_ITERATIONS: usize = 4096;
+
+/// Answers every login with the one password, salted once at start.
+#[derive(Debug)]
+struct OnePassword {
+    salt: Vec<u8>,
+    salted: Vec<u8>,
+}
+
+#[async_trait]
+impl AuthSource for OnePassword {
+    async fn get_password(&self, _login: &LoginInfo) -> PgWireResult<Password> {
+        Ok(Password::new(Some(self.salt.clone()), self.salted.clone()))
+    }
+}
+
+/// No authentication (loopback only).
+struct NoAuth;
+
+impl NoopStartupHandler for NoAuth {}
+
+/// Starts serving `deployment` as `opts` say: binds the address (an error
+/// if it cannot), then returns while a server thread accepts connections.
+pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Error> {
+    if opts.max_connections == 0 || opts.max_message_bytes < 1024 {
+        return Err(Error::Config(
+            "the server needs max_connections >= 1 and max_message_bytes >= 1024".into(),
+        ));
+    }
+    if !opts.listen.ip().is_loopback() && opts.password.is_none() {
+        return Err(Error::Config(format!(
+            "listening on {} (not a loopback address) requires a password: give one in a file \
+             (--password-file) or the ISLANDS_PASSWORD environment variable",
+            opts.listen
+        )));
+    }
+    if opts.password.as_deref() == Some("") {
+        return Err(Error::Config("the password is empty".into()));
+    }
+    let listener = StdListener::bind(opts.listen)
+        .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", opts.listen)))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", opts.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", opts.listen)))?;
+    let procs = deployment.catalog().procedures().to_vec();
+    let shared = Arc::new(Shared {
+        client: deployment.client(),
+        counters: procs.iter().map(|_| ProcCounters::default()).collect(),
+        procs,
+        plan: deployment.plan().clone(),
+        islands: deployment.islands().to_vec(),
+        cluster: Arc::clone(deployment.cluster()),
+        open: AtomicU64::new(0),
+        accepted: AtomicU64::new(0),
+        refused: AtomicU64::new(0),
+    });
+    let (stop, stop_rx) = watch::channel(false);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Config(format!("cannot start the server's runtime: {e}")))?;
+    let thread = {
+        let shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("islands-server".into())
+            .spawn(move || {
+                runtime.block_on(accept_loop(listener, shared, opts, stop_rx));
+            })
+            .map_err(|e| Error::Config(format!("cannot start the server thread: {e}")))?
+    };
+    Ok(Server {
+        addr,
+        deployment: Some(deployment),
+        stop,
+        thread: Some(thread),
+        shared,
+    })
+}
+
+impl Server {
+    /// The address it listens on (with the port the system chose for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Connections open now.
+    pub fn connections(&self) -> u64 {
+        self.shared.open.load(Ordering::Relaxed)
+    }
+
+    /// Stops accepting; lets each connection finish the message it is
+    /// processing (calls in flight are answered), answers its next one
+    /// with `57P01` and closes it (waiting at most the shutdown grace);
+    /// writes a checkpoint of every island with a log; shuts the
+    /// deployment down (its logs flushed). Returns the first error.
+    pub fn shutdown(mut self) -> Result<(), Error> {
+        self.stop_all()
+    }
+
+    fn stop_all(&mut self) -> Result<(), Error> {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.thread.take() {
+            t.join()
+                .map_err(|_| Error::Config("the server thread panicked".into()))?;
+        }
+        let Some(deployment) = self.deployment.take() else {
+            return Ok(());
+        };
+        let mut first = None;
+        for island in deployment.islands() {
+            if island.wal().is_some() {
+                if let Err(e) = island.checkpoint() {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        let shut = deployment.shutdown();
+        match first {
+            Some(e) => Err(e),
+            None => shut,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.stop_all();
+    }
+}
+
+/// Accepts connections until told to stop, then waits (at most the grace)
+/// for the open ones to close.
+async fn accept_loop(
+    listener: StdListener,
+    shared: Arc<Shared>,
+    opts: ServerOptions,
+    mut stop: watch::Receiver<bool>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("islands server: cannot listen: {e}");
+            return;
+        }
+    };
+    let opts = Arc::new(opts);
+    let handler = Arc::new(Handler {
+        shared: Arc::clone(&shared),
+    });
+    let extended = Arc::new(Extended {
+        handler: Arc::clone(&handler),
+        parser: Arc::new(Parser {
+            shared: Arc::clone(&shared),
+        }),
+    });
+    let scram = opts.password.as_ref().map(|pw| {
+        let salt: Vec<u8> = (0..16).map(|_| rand::random::<u8>()).collect();
+        let salted = gen_salted_password(pw, &salt, SCRAM_ITERATIONS);
+        let mut auth = ScramAuth::new(Arc::new(OnePassword { salt, salted }));
+        auth.set_iterations(SCRAM_ITERATIONS);
+        Arc::new(
+            SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default()))
+                .with_scram(auth),
+        )
+    });
+    let noauth = Arc::new(NoAuth);
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.changed() => break,
+            a = listener.accept() => a,
+            // Reap finished connections as they go.
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(a) => a,
+            // Out of file descriptors and the like: back off, go on.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let refuse = if shared.open.load(Ordering::Relaxed) >= opts.max_connections as u64 {
+            shared.refused.fetch_add(1, Ordering::Relaxed);
+            Some(fatal_info(
+                "53300",
+                format!(
+                    "sorry, too many clients already: this server serves at most {} connections",
+                    opts.max_connections
+                ),
+            ))
+        } else {
+            shared.open.fetch_add(1, Ordering::Relaxed);
+            shared.accepted.fetch_add(1, Ordering::Relaxed);
+            None
+        };
+        let counted = refuse.is_none();
+        let conn = Conn {
+            opts: Arc::clone(&opts),
+            handler: Arc::clone(&handler),
+            extended: Arc::clone(&extended),
+            stop: stop.clone(),
+            refuse,
+        };
+        let shared = Arc::clone(&shared);
+        match &scram {
+            Some(a) => {
+                let a = Arc::clone(a);
+                tasks.spawn(async move {
+                    conn.run(tcp, peer, a).await;
+                    if counted {
+                        shared.open.fetch_sub(1, Ordering::Relaxed);
+                    }
+                })
+            }
+            None => {
+                let a = Arc::clone(&noauth);
+                tasks.spawn(async move {
+                    conn.run(tcp, peer, a).await;
+                    if counted {
+                        shared.open.fetch_sub(1, Ordering::Relaxed);
+                    }
+                })
+            }
+        };
+    }
+    drop(listener);
+    let grace = opts.shutdown_grace;
+    let _ = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+    tasks.abort_all();
+}
+
+/// One connection's settings and handlers.
+struct Conn {
+    opts: Arc<ServerOptions>,
+    handler: Arc<Handler>,
+    extended: Arc<Extended>,
+    stop: watch::Receiver<bool>,
+    /// Answer its startup with this error and close (too many connections).
+    refuse: Option<ErrorInfo>,
+}
+
+type Socket = Framed<Limited, PgWireMessageServerCodec<Arc<handler::Prepared>>>;
+
+/// Sends a FATAL error; the caller closes the connection.
+async fn send_fatal(socket: &mut Socket, info: ErrorInfo) {
+    let _ = socket
+        .send(PgWireBackendMessage::ErrorResponse(info.into()))
+        .await;
+    let _ = socket.close().await;
+}
+
+impl Conn {
+    async fn run<A: StartupHandler>(mut self, tcp: TcpStream, peer: SocketAddr, auth: Arc<A>) {
+        let _ = tcp.set_nodelay(true);
+        let limited = Limited {
+            io: tcp,
+            limit: FrameLimit::new(self.opts.max_message_bytes),
+        };
+        let mut socket: Socket = Framed::new(
+            limited,
+            PgWireMessageServerCodec::new(DefaultClient::new(peer, false)),
+        );
+        let noop = Arc::new(NoopHandler);
+        loop {
+            if *self.stop.borrow() {
+                send_fatal(
+                    &mut socket,
+                    fatal_info(
+                        "57P01",
+                        "terminating connection: the server is shutting down",
+                    ),
+                )
+                .await;
+                return;
+            }
+            let idle = self.opts.idle_timeout;
+            let next = async {
+                match idle {
+                    Some(t) => tokio::time::timeout(t, socket.next()).await.ok(),
+                    None => Some(socket.next().await),
+                }
+            };
+            let msg = tokio::select! {
+                biased;
+                _ = self.stop.changed() => continue,
+                m = next => m,
+            };
+            let msg = match msg {
+                None => {
+                    let secs = idle.map_or(0, |t| t.as_secs());
+                    send_fatal(
+                        &mut socket,
+                        fatal_info(
+                            "57P05",
+                            format!(
+                                "terminating connection: idle for longer than the server's idle timeout ({secs} s)"
+                            ),
+                        ),
+                    )
+                    .await;
+                    return;
+                }
+                Some(None) => return,
+                Some(Some(Ok(m))) => m,
+                Some(Some(Err(e))) => {
+                    let info = match socket.get_ref().limit.too_large {
+                        Some(len) => fatal_info(
+                            "54000",
+                            format!(
+                                "a message of {len} bytes is larger than the server's limit of {} bytes",
+                                self.opts.max_message_bytes
+                            ),
+                        ),
+                        None => fatal_info("08P01", format!("invalid message: {e}")),
+                    };
+                    send_fatal(&mut socket, info).await;
+                    return;
+                }
+            };
+            if let PgWireConnectionState::AwaitingSslRequest = socket.state() {
+                match msg {
+                    PgWireFrontendMessage::SslNegotiation(
+                        SslNegotiationMetaMessage::PostgresSsl(_),
+                    ) => {
+                        // No TLS: the client goes on in plain text or gives up.
+                        if socket
+                            .send(PgWireBackendMessage::SslResponse(SslResponse::Refuse))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                        continue;
+                    }
+                    PgWireFrontendMessage::SslNegotiation(
+                        SslNegotiationMetaMessage::PostgresGss(_),
+                    ) => {
+                        if socket
+                            .send(PgWireBackendMessage::GssEncResponse(GssEncResponse::Refuse))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                        continue;
+                    }
+                    PgWireFrontendMessage::SslNegotiation(SslNegotiationMetaMessage::None) => {
+                        // Not consumed: the startup message is read next.
+                        socket.set_state(PgWireConnectionState::AwaitingStartup);
+                        continue;
+                    }
+                    // A cancel request (not supported) or anything else.
+                    _ => return,
+                }
+            }
+            match &msg {
+                PgWireFrontendMessage::Terminate(_) | PgWireFrontendMessage::CancelRequest(_) => {
+                    return
+                }
+                PgWireFrontendMessage::Startup(_) => {
+                    if let Some(info) = self.refuse.take() {
+                        send_fatal(&mut socket, info).await;
+                        return;
+                    }
+                }
+                _ => {}
+            }
+            let extended = msg.is_extended_query();
+            let work = process_message(
+                msg,
+                &mut socket,
+                Arc::clone(&auth),
+                Arc::clone(&self.handler),
+                Arc::clone(&self.extended),
+                Arc::clone(&noop),
+                Arc::clone(&noop),
+            );
+            // A message whose answer cannot be written for the idle timeout
+            // (a client that stopped reading: the answers wait in a buffer
+            // of a few KiB, then in the socket's) closes the connection; a
+            // call in flight still finishes in the deployment.
+            let done = match idle {
+                Some(t) => tokio::time::timeout(t, work).await.ok(),
+                None => Some(work.await),
+            };
+            let Some(done) = done else {
+                return;
+            };
+            if let Err(e) = done {
+                let fatal = e.is_fatal();
+                if process_error(&mut socket, e, extended).await.is_err() || fatal {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Tracks the frontend's message framing as bytes arrive, so that a
+/// message longer than the limit is refused when its length is read,
+/// before its body is buffered. The first messages (SSL and GSS requests,
+/// then the startup message) have no type byte; every later one has.
+struct FrameLimit {
+    max: usize,
+    typed: bool,
+    header: [u8; 8],
+    have: usize,
+    /// Body bytes of the current message still to pass.
+    body_left: usize,
+    /// The length of a message over the limit, once seen.
+    too_large: Option<usize>,
+}
+
+/// The request codes of SSLRequest and GSSENCRequest: another untyped
+/// message follows them.
+const SSL_REQUEST: u32 = 80_877_103;
+const GSS_REQUEST: u32 = 80_877_104;
+
+impl FrameLimit {
+    fn new(max: usize) -> FrameLimit {
+        FrameLimit {
+            max,
+            typed: false,
+            header: [0; 8],
+            have: 0,
+            body_left: 0,
+            too_large: None,
+        }
+    }
+
+    /// Accounts for `data`, just read; `Err` with the length of a message
+    /// over the limit.
+    fn feed(&mut self, mut data: &[u8]) -> Result<(), usize> {
+        while !data.is_empty() {
+            if self.body_left > 0 {
+                let n = self.body_left.min(data.len());
+                self.body_left -= n;
+                data = &data[n..];
+                continue;
+            }
+            let need = if self.typed { 5 } else { 8 };
+            let n = (need - self.have).min(data.len());
+            self.header[self.have..self.have + n].copy_from_slice(&data[..n]);
+            self.have += n;
+            data = &data[n..];
+            if self.have < need {
+                return Ok(());
+            }
+            self.have = 0;
+            let at = if self.typed { 1 } else { 0 };
+            let len = u32::from_be_bytes(self.header[at..at + 4].try_into().expect("4")) as usize;
+            if len > self.max {
+                self.too_large = Some(len);
+                return Err(len);
+            }
+            if self.typed {
+                self.body_left = len.saturating_sub(4);
+            } else {
+                let code = u32::from_be_bytes(self.header[4..8].try_into().expect("4"));
+                if code != SSL_REQUEST && code != GSS_REQUEST {
+                    self.typed = true;
+                }
+                self.body_left = len.saturating_sub(8);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A TCP stream whose reads go through a [`FrameLimit`].
+struct Limited {
+    io: TcpStream,
+    limit: FrameLimit,
+}
+
+impl AsyncRead for Limited {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if let Some(len) = this.limit.too_large {
+            return Poll::Ready(Err(too_large(len)));
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let fresh = &buf.filled()[before..];
+                match this.limit.feed(fresh) {
+                    Ok(()) => Poll::Ready(Ok(())),
+                    Err(len) => {
+                        buf.set_filled(before);
+                        Poll::Ready(Err(too_large(len)))
+                    }
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+fn too_large(len: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("a message of {len} bytes is over the limit"),
+    )
+}
+
+impl AsyncWrite for Limited {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FrameLimit;
+
+    fn typed(ty: u8, len: u32) -> Vec<u8> {
+        let mut v = vec![ty];
+        v.extend_from_slice(&len.to_be_bytes());
+        v.resize(1 + len as usize, 0);
+        v
+    }
+
+    #[test]
+    fn frame_limit_follows_messages_split_anywhere() {
+        let mut stream = Vec::new();
+        stream.extend_from_slice(&8u32.to_be_bytes());
+        stream.extend_from_slice(&super::SSL_REQUEST.to_be_bytes());
+        stream.extend_from_slice(&12u32.to_be_bytes());
+        stream.extend_from_slice(&196608u32.to_be_bytes());
+        stream.extend_from_slice(&[0, 0, 0, 0]);
+        stream.extend(typed(b'Q', 900));
+        stream.extend(typed(b'S', 4));
+        for chunk in [1, 3, 7, 64, 4096] {
+            let mut l = FrameLimit::new(1000);
+            for c in stream.chunks(chunk) {
+                l.feed(c).unwrap();
+            }
+            assert!(l.typed && l.body_left == 0 && l.have == 0, "chunk {chunk}");
+            assert_eq!(l.feed(&typed(b'Q', 1001)[..5]), Err(1001));
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! Built-in data sets and stored procedures for `islands serve`, as
+//! application catalogs ([`islands::api::Catalog`]).
+//!
+//! - `tpcb`: pgbench's TPC-B. `scale` branches, 10 tellers and 100,000
+//!   accounts per branch (ids from 1, as pgbench numbers them), a history
+//!   table. Every table is partitioned by branch (a site per branch), so a
+//!   transaction whose account lies in another branch than the one it
+//!   names is distributed, as in pgbench's script. Procedures:
+//!   `tpcb(aid, tid, bid, delta)` (update the account, read its balance,
+//!   update the teller and the branch, insert a history row; returns
+//!   `abalance`) and `tpcb_balance(aid)` (pgbench `-S`'s select).
+//! - `ycsb`: one table of `rows` rows keyed `0..rows` (the layout of
+//!   [`crate::ycsb`]: a counter `f0`, a check word, a payload). Procedures:
+//!   `ycsb_read(key)`, `ycsb_update(key, value)` (writes `f0`),
+//!   `ycsb_rmw(key)` (reads `f0` and writes it plus one) and
+//!   `ycsb_multi_read(keys int8[])` (one row per key, in the order given).
+//!
+//! Invariants the procedures keep: in `tpcb` the sum of account balances
+//! equals the sum of teller balances and of branch balances, and each
+//! branch's `hist_seq` counts its history rows (which are keyed by branch
+//! and that sequence); in `ycsb` every row's check word is
+//! [`crate::row_check`] of its key and `f0`.
+
+use islands::api::{Catalog, Load, Partition, ProcDef, Type, Value};
+use islands::storage::{Col, ColType, PrimaryKind, TableDef, TableId};
+use islands::{Abort, Error};
+
+/// Accounts and tellers per branch, as pgbench has them.
+pub const ACCOUNTS_PER_BRANCH: u64 = 100_000;
+pub const TELLERS_PER_BRANCH: u64 = 10;
+
+const BRANCHES: TableId = 0;
+const TELLERS: TableId = 1;
+const ACCOUNTS: TableId = 2;
+const HISTORY: TableId = 3;
+const BALANCE: Col = Col(0);
+/// A branch's count of history rows (the last one's sequence number).
+const HIST_SEQ: Col = Col(1);
+
+/// Sites over which YCSB's keys are spread (`key % YCSB_SITES`).
+const YCSB_SITES: u64 = 256;
+const F0: Col = Col(0);
+const CHECK: Col = Col(1);
+const PAYLOAD: Col = Col(2);
+
+/// A built-in data set with its procedures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Builtin {
+    Tpcb { scale: u32 },
+    Ycsb { rows: u64 },
+}
+
+// The branch (0-based site) of each table's key.
+fn branch_site(bid: u64) -> u32 {
+    bid.saturating_sub(1) as u32
+}
+fn teller_site(tid: u64) -> u32 {
+    (tid.saturating_sub(1) / TELLERS_PER_BRANCH) as u32
+}
+fn account_site(aid: u64) -> u32 {
+    (aid.saturating_sub(1) / ACCOUNTS_PER_BRANCH) as u32
+}
+/// History rows are keyed `bid << 32 | seq`.
+fn history_site(key: u64) -> u32 {
+    branch_site(key >> 32)
+}
+fn ycsb_site(key: u64) -> u32 {
+    (key % YCSB_SITES) as u32
+}
+
+/// Most history rows a deployment holds (memory is taken as rows come).
+const HISTORY_ROWS: u64 = 1 << 28;
+
+impl Builtin {
+    /// Its name, as `--init` takes it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Builtin::Tpcb { .. } => "tpcb",
+            Builtin::Ycsb { .. } => "ycsb",
+        }
+    }
+
+    /// Checks the size parameter.
+    pub fn check(&self) -> Result<(), Error> {
+        match *self {
+            Builtin::Tpcb { scale } if !(1..=10_000).contains(&scale) => Err(Error::Config(
+                format!("tpcb: --scale {scale} is outside 1..=10000"),
+            )),
+            Builtin::Ycsb { rows } if !(1..=1 << 32).contains(&rows) => Err(Error::Config(
+                format!("ycsb: --rows {rows} is outside 1..=2^32"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Its tables and procedures.
+    pub fn catalog(&self) -> Catalog {
+        match *self {
+            Builtin::Tpcb { scale } => tpcb_catalog(scale),
+            Builtin::Ycsb { rows } => ycsb_catalog(rows),
+        }
+    }
+
+    /// Loads its rows into `load`'s island (only the rows it holds).
+    pub fn load(&self, load: &mut Load<'_>) -> Result<(), Error> {
+        match *self {
+            Builtin::Tpcb { scale } => {
+                let s = scale as u64;
+                for bid in 1..=s {
+                    if load.owns(BRANCHES, bid) {
+                        load.put(BRANCHES, bid, |r| {
+                            r.set_i64(BALANCE, 0);
+                            r.set_u64(HIST_SEQ, 0);
+                        })?;
+                    }
+                }
+                for tid in 1..=s * TELLERS_PER_BRANCH {
+                    if load.owns(TELLERS, tid) {
+                        load.put(TELLERS, tid, |r| r.set_i64(BALANCE, 0))?;
+                    }
+                }
+                for aid in 1..=s * ACCOUNTS_PER_BRANCH {
+                    if load.owns(ACCOUNTS, aid) {
+                        load.put(ACCOUNTS, aid, |r| r.set_i64(BALANCE, 0))?;
+                    }
+                }
+                Ok(())
+            }
+            Builtin::Ycsb { rows } => {
+                let payload = vec![b'x'; 84];
+                for k in 0..rows {
+                    if load.owns(0, k) {
+                        load.put(0, k, |r| {
+                            r.set_u64(F0, k);
+                            r.set_u64(CHECK, crate::row_check(k, k));
+                            r.set_str(PAYLOAD, &payload);
+                        })?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn tpcb_catalog(scale: u32) -> Catalog {
+    let s = scale as u64;
+    let mut c = Catalog::new();
+    let b = c.table(
+        TableDef::new(
+            "pgbench_branches",
+            &[("bbalance", ColType::I64), ("hist_seq", ColType::U64)],
+            s,
+            PrimaryKind::Hash,
+        ),
+        Partition::BySite(branch_site),
+    );
+    let t = c.table(
+        TableDef::new(
+            "pgbench_tellers",
+            &[("tbalance", ColType::I64)],
+            s * TELLERS_PER_BRANCH,
+            PrimaryKind::Hash,
+        ),
+        Partition::BySite(teller_site),
+    );
+    let a = c.table(
+        TableDef::new(
+            "pgbench_accounts",
+            &[("abalance", ColType::I64)],
+            s * ACCOUNTS_PER_BRANCH,
+            PrimaryKind::Hash,
+        ),
+        Partition::BySite(account_site),
+    );
+    let h = c.table(
+        TableDef::new(
+            "pgbench_history",
+            &[
+                ("tid", ColType::I64),
+                ("bid", ColType::I64),
+                ("aid", ColType::I64),
+                ("delta", ColType::I64),
+            ],
+            HISTORY_ROWS,
+            // Its index grows with its rows (a hash index is made whole).
+            PrimaryKind::Ordered,
+        ),
+        Partition::BySite(history_site),
+    );
+    debug_assert_eq!((b, t, a, h), (BRANCHES, TELLERS, ACCOUNTS, HISTORY));
+    c.procedure(
+        ProcDef::new("tpcb", |tx, args, out| {
+            Box::pin(async move {
+                let (aid, tid, bid, delta) = (args.int(0), args.int(1), args.int(2), args.int(3));
+                let key =
+                    |v: i64, what: &'static str| u64::try_from(v).map_err(|_| Abort::User(what));
+                let ah = tx
+                    .get_for_update(ACCOUNTS, key(aid, "no such account")?)
+                    .await?
+                    .ok_or(Abort::User("no such account"))?;
+                let abalance = tx.row(ah).i64(BALANCE).wrapping_add(delta);
+                tx.row_mut(ah).set_i64(BALANCE, abalance);
+                let th = tx
+                    .get_for_update(TELLERS, key(tid, "no such teller")?)
+                    .await?
+                    .ok_or(Abort::User("no such teller"))?;
+                let tb = tx.row(th).i64(BALANCE).wrapping_add(delta);
+                tx.row_mut(th).set_i64(BALANCE, tb);
+                let bkey = key(bid, "no such branch")?;
+                let bh = tx
+                    .get_for_update(BRANCHES, bkey)
+                    .await?
+                    .ok_or(Abort::User("no such branch"))?;
+                let bb = tx.row(bh).i64(BALANCE).wrapping_add(delta);
+                let seq = tx.row(bh).u64(HIST_SEQ) + 1;
+                let mut row = tx.row_mut(bh);
+                row.set_i64(BALANCE, bb);
+                row.set_u64(HIST_SEQ, seq);
+                let hh = tx
+                    .insert(HISTORY, bkey << 32 | seq)
+                    .await?
+                    .ok_or(Abort::User("history row exists"))?;
+                let mut row = tx.row_mut(hh);
+                row.set_i64(Col(0), tid);
+                row.set_i64(Col(1), bid);
+                row.set_i64(Col(2), aid);
+                row.set_i64(Col(3), delta);
+                out.push(vec![Value::Int(abalance)]);
+                Ok(())
+            })
+        })
+        .param("aid", Type::Int)
+        .param("tid", Type::Int)
+        .param("bid", Type::Int)
+        .param("delta", Type::Int)
+        .column("abalance", Type::Int)
+        .home_by(2, BRANCHES),
+    )
+    .expect("a fresh catalog");
+    c.procedure(
+        ProcDef::new("tpcb_balance", |tx, args, out| {
+            Box::pin(async move {
+                let aid = u64::try_from(args.int(0)).map_err(|_| Abort::User("no such account"))?;
+                let h = tx
+                    .get(ACCOUNTS, aid)
+                    .await?
+                    .ok_or(Abort::User("no such account"))?;
+                out.push(vec![Value::Int(tx.row(h).i64(BALANCE))]);
+                Ok(())
+            })
+        })
+        .param("aid", Type::Int)
+        .column("abalance", Type::Int)
+        .home_by(0, ACCOUNTS),
+    )
+    .expect("a fresh catalog");
+    c
+}
+
+fn ycsb_catalog(rows: u64) -> Catalog {
+    let mut c = Catalog::new();
+    let cfg = crate::ycsb::YcsbConfig {
+        rows,
+        ..crate::ycsb::YcsbConfig::silo()
+    };
+    let t = c.table(
+        crate::ycsb::tables(&cfg, rows).remove(0),
+        Partition::BySite(ycsb_site),
+    );
+    debug_assert_eq!(t, 0);
+    let key = |v: i64| u64::try_from(v).map_err(|_| Abort::User("missing key"));
+    c.procedure(
+        ProcDef::new("ycsb_read", move |tx, a, out| {
+            Box::pin(async move {
+                let h = tx
+                    .get(0, key(a.int(0))?)
+                    .await?
+                    .ok_or(Abort::User("missing key"))?;
+                out.push(vec![Value::Int(tx.row(h).u64(F0) as i64)]);
+                Ok(())
+            })
+        })
+        .param("key", Type::Int)
+        .column("f0", Type::Int)
+        .home_by(0, 0),
+    )
+    .expect("a fresh catalog");
+    c.procedure(
+        ProcDef::new("ycsb_update", move |tx, a, _| {
+            Box::pin(async move {
+                let k = key(a.int(0))?;
+                let v = a.int(1) as u64;
+                let h = tx
+                    .get_for_update(0, k)
+                    .await?
+                    .ok_or(Abort::User("missing key"))?;
+                let mut row = tx.row_mut(h);
+                row.set_u64(F0, v);
+                row.set_u64(CHECK, crate::row_check(k, v));
+                Ok(())
+            })
+        })
+        .param("key", Type::Int)
+        .param("value", Type::Int)
+        .home_by(0, 0),
+    )
+    .expect("a fresh catalog");
+    c.procedure(
+        ProcDef::new("ycsb_rmw", move |tx, a, out| {
+            Box::pin(async move {
+                let k = key(a.int(0))?;
+                let h = tx
+                    .get_for_update(0, k)
+                    .await?
+                    .ok_or(Abort::User("missing key"))?;
+                let v = tx.row(h).u64(F0).wrapping_add(1);
+                let mut row = tx.row_mut(h);
+                row.set_u64(F0, v);
+                row.set_u64(CHECK, crate::row_check(k, v));
+                out.push(vec![Value::Int(v as i64)]);
+                Ok(())
+            })
+        })
+        .param("key", Type::Int)
+        .column("f0", Type::Int)
+        .home_by(0, 0),
+    )
+    .expect("a fresh catalog");
+    c.procedure(
+        ProcDef::new("ycsb_multi_read", move |tx, a, out| {
+            Box::pin(async move {
+                let keys = a.ints(0);
+                if keys.len() > crate::ycsb::MAX_OPS {
+                    return Err(Abort::User("ycsb_multi_read takes at most 64 keys"));
+                }
+                for &k in keys {
+                    let h = tx
+                        .get(0, key(k)?)
+                        .await?
+                        .ok_or(Abort::User("missing key"))?;
+                    out.push(vec![Value::Int(k), Value::Int(tx.row(h).u64(F0) as i64)]);
+                }
+                Ok(())
+            })
+        })
+        .param("keys", Type::Ints)
+        .column("key", Type::Int)
+        .column("f0", Type::Int),
+    )
+    .expect("a fresh catalog");
+    c
+}
