@@ -600,13 +600,9 @@ impl Handler {
                 push(
                     "deployment",
                     "distributed_commits",
-                    cs.distributed_commits.load(Ordering::Relaxed),
+                    cs.distributed_commits(),
                 );
-                push(
-                    "deployment",
-                    "remote_ops",
-                    cs.remote_ops.load(Ordering::Relaxed),
-                );
+                push("deployment", "remote_ops", cs.remote_ops());
                 let committed = sh.client.committed_per_island();
                 for (i, island) in sh.islands.iter().enumerate() {
                     let scope = format!("island-{i}");
