@@ -207,15 +207,34 @@ impl Workload for Ycsb {
                 tx.prefetch(TABLE, key, Prefetch::Row);
             }
         }
+        // The body of [`op`], written out: awaiting `op` per request nests a
+        // future in the loop's and cost about 10% of DBx1000's throughput
+        // (measured against this form, same binary otherwise).
         for &(key, write) in ops {
-            op(tx, key, write).await?;
+            if write {
+                let h = tx
+                    .get_for_update(TABLE, key)
+                    .await?
+                    .ok_or(Abort::User("missing key"))?;
+                let v = tx.row(h).u64(F0).wrapping_add(1);
+                let mut row = tx.row_mut(h);
+                row.set_u64(F0, v);
+                row.set_u64(CHECK, crate::row_check(key, v));
+            } else {
+                let h = tx
+                    .get(TABLE, key)
+                    .await?
+                    .ok_or(Abort::User("missing key"))?;
+                std::hint::black_box(tx.row(h).u64(F0));
+            }
         }
         Ok(())
     }
 }
 
 /// One YCSB request: read row `key`, or read it for update and bump its
-/// counter (keeping its check word).
+/// counter (keeping its check word). [`Ycsb::run`] writes the same body out
+/// in its loop; change both together.
 pub async fn op(tx: &mut Txn, key: u64, write: bool) -> Result<(), Abort> {
     if write {
         let h = tx
