@@ -267,8 +267,8 @@ fn cross_island_histories_over_a_faulty_transport_are_serializable() {
 /// Every operation over a lossy transport, with timeouts that fire all the
 /// time. A copy of an INSERT served twice in one branch answered "present"
 /// for the branch's own row, and a zeroed row committed (see
-/// `dist::tests::a_copy_of_a_request_is_served_once`); this run found it
-/// about once in forty.
+/// `dist::tests::a_copy_of_a_request_is_served_once`); this run is the one
+/// that exposes such timeout paths.
 #[test]
 fn cross_island_histories_over_a_faulty_transport_with_timeouts_are_serializable() {
     let s = Setup {
