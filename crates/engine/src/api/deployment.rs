@@ -325,11 +325,11 @@ impl Workload for Calls {
         let _ = reply.send(r);
     }
 
-    fn max_attempts(&self) -> Option<u32> {
+    fn max_attempts(&self, _: &CallReq) -> Option<u32> {
         Some(self.0.max_attempts)
     }
 
-    fn isolates_failures(&self) -> bool {
+    fn isolates_failures(&self, _: &CallReq) -> bool {
         true
     }
 

@@ -440,6 +440,19 @@ impl Txn {
         }
     }
 
+    /// Starts the retry of an attempt whose timestamp was `ts` (from
+    /// [`Txn::timestamp`], possibly on another context): it keeps its
+    /// wait-die age. A `ts` of 0 takes a new one.
+    pub(crate) fn begin_at(&mut self, ts: u64) {
+        self.meta.ts = ts;
+        self.begin(true);
+    }
+
+    /// The wait-die timestamp of the current (or last) attempt.
+    pub(crate) fn timestamp(&self) -> u64 {
+        self.meta.ts
+    }
+
     /// The transaction's entry for a row, if it has one. A short access set is
     /// searched linearly; past [`SMALL_ACCESS_SET`] entries a hash map (kept
     /// from then on, cleared but not freed between transactions) answers, so
