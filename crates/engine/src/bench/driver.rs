@@ -102,6 +102,122 @@ pub trait Workload: Send + Sync {
     }
 }
 
+/// Requests from two sources on every executor: `first` is asked for one
+/// before `second` (calls submitted from outside, which come and go, before a
+/// generator, which always has one). Each request keeps its source's
+/// procedures, hooks and policies; the transaction types are `first`'s, then
+/// `second`'s.
+pub struct Both<A, B> {
+    first: A,
+    second: B,
+    /// `first`'s number of transaction types.
+    offset: usize,
+}
+
+/// A request of [`Both`]: one buffer per source, so that a worker whose
+/// requests alternate between them reuses both.
+#[derive(Default)]
+pub struct BothReq<A, B> {
+    first: A,
+    second: B,
+    /// The request is `second`'s.
+    of_second: bool,
+}
+
+impl<A: Workload, B: Workload> Both<A, B> {
+    pub fn new(first: A, second: B) -> Both<A, B> {
+        let offset = first.types().len();
+        Both {
+            first,
+            second,
+            offset,
+        }
+    }
+
+    pub fn first(&self) -> &A {
+        &self.first
+    }
+
+    pub fn second(&self) -> &B {
+        &self.second
+    }
+}
+
+impl<A: Workload, B: Workload> Workload for Both<A, B> {
+    type Req = BothReq<A::Req, B::Req>;
+
+    fn types(&self) -> Vec<&'static str> {
+        let mut t = self.first.types();
+        t.extend(self.second.types());
+        t
+    }
+
+    fn next(&self, worker: usize, rng: &mut FastRng, req: &mut Self::Req) -> usize {
+        match self.poll_next(worker, rng, req) {
+            Some(ty) => ty,
+            None => {
+                req.of_second = true;
+                self.offset + self.second.next(worker, rng, &mut req.second)
+            }
+        }
+    }
+
+    fn poll_next(&self, worker: usize, rng: &mut FastRng, req: &mut Self::Req) -> Option<usize> {
+        if let Some(ty) = self.first.poll_next(worker, rng, &mut req.first) {
+            req.of_second = false;
+            return Some(ty);
+        }
+        let ty = self.second.poll_next(worker, rng, &mut req.second)?;
+        req.of_second = true;
+        Some(self.offset + ty)
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a Self::Req) -> Result<(), Abort> {
+        if req.of_second {
+            self.second.run(tx, &req.second).await
+        } else {
+            self.first.run(tx, &req.first).await
+        }
+    }
+
+    fn committed(&self, worker: usize, req: &Self::Req) {
+        if req.of_second {
+            self.second.committed(worker, &req.second)
+        } else {
+            self.first.committed(worker, &req.first)
+        }
+    }
+
+    fn finished(&self, worker: usize, req: &mut Self::Req, outcome: Outcome) {
+        if req.of_second {
+            self.second.finished(worker, &mut req.second, outcome)
+        } else {
+            self.first.finished(worker, &mut req.first, outcome)
+        }
+    }
+
+    fn max_attempts(&self, req: &Self::Req) -> Option<u32> {
+        if req.of_second {
+            self.second.max_attempts(&req.second)
+        } else {
+            self.first.max_attempts(&req.first)
+        }
+    }
+
+    fn isolates_failures(&self, req: &Self::Req) -> bool {
+        if req.of_second {
+            self.second.isolates_failures(&req.second)
+        } else {
+            self.first.isolates_failures(&req.first)
+        }
+    }
+
+    fn idle(&self, worker: usize) {
+        self.first.idle(worker);
+        self.second.idle(worker);
+    }
+}
+
 /// How a request ended, as [`Workload::finished`] hears it.
 #[derive(Debug)]
 pub enum Outcome {
