@@ -375,7 +375,21 @@ where
             "the measured phase must be longer than zero".into(),
         ));
     }
-    let mut per_island = vec![0usize; islands.len()];
+    let (cws, per_island) = cluster_workers(workers, islands.len());
+    let opts = ClusterOptions {
+        inflight: LOCAL_PER_ROUND,
+        commit_window: 0,
+        ..Default::default()
+    };
+    let cl = Cluster::local(islands.to_vec(), per_island, opts)?;
+    run_cluster(&cl, &cws, workload, cfg)
+}
+
+/// The executors of `workers` (placed on `islands` islands), numbered
+/// within each island in the order given, with no transaction limit; and
+/// how many each island has.
+pub fn cluster_workers(workers: &[WorkerSpec], islands: usize) -> (Vec<ClusterWorker>, Vec<usize>) {
+    let mut per_island = vec![0usize; islands];
     let mut cws = Vec::with_capacity(workers.len());
     for w in workers {
         cws.push(ClusterWorker {
@@ -386,13 +400,7 @@ where
         });
         per_island[w.island] += 1;
     }
-    let opts = ClusterOptions {
-        inflight: LOCAL_PER_ROUND,
-        commit_window: 0,
-        ..Default::default()
-    };
-    let cl = Cluster::local(islands.to_vec(), per_island, opts)?;
-    run_cluster(&cl, &cws, workload, cfg)
+    (cws, per_island)
 }
 
 /// One worker thread's work: given the run's phase and its progress counter,
