@@ -45,6 +45,17 @@
 //! participant's prepare without a global lock point is not serializable
 //! across islands (write skew between two islands), and `none` cannot hold a
 //! branch while other transactions run.
+//!
+//! Branches that idle: a participant aborts a branch that waits longer than
+//! `branch_idle_us` for more work, and its locks go with it. The home
+//! transaction can then no longer commit (its next request, LOCK or prepare
+//! there is refused), but a procedure that read there and went on elsewhere
+//! may have seen a state that no serial order shows, and may end on it (a
+//! user abort, a failure). So an attempt older than half the idle timeout
+//! asks its branches before its outcome counts: a read-only commit asks for
+//! votes instead of releasing ([`Executor::commit_home`]), and any other
+//! ending is reported only once every branch confirmed it still held
+//! ([`Executor::end_home`]); otherwise the attempt is retried.
 
 pub mod fault;
 #[cfg(test)]
@@ -422,6 +433,7 @@ impl Cluster {
             last_tick: 0,
             woken: Vec::new(),
             outcomes: Vec::new(),
+            confirmed: Vec::new(),
             reported: Vec::new(),
             flush_due: false,
             early: Vec::new(),
@@ -552,6 +564,9 @@ struct Locking {
     waiting: coord::IslandSet,
     /// The protocol clock when the round began.
     since_us: u64,
+    /// A round of [`Executor::end_home`]: it asks only whether every branch
+    /// still holds, and aborts the transaction either way.
+    confirm: bool,
 }
 
 /// How a home transaction's commit went.
@@ -623,6 +638,13 @@ pub struct Executor {
     /// the client's slot is free for the next transaction while the decision
     /// waits for its group commit, as a local commit's does.
     pub outcomes: Vec<(Gtid, Option<BatchSeq>)>,
+    /// Ends of home transactions whose procedure stopped without asking to
+    /// commit, once [`Executor::end_home`] has asked their branches: `(gtid,
+    /// true)` every branch held its locks throughout, so the procedure's own
+    /// ending (a user abort, a failure) stands; `(gtid, false)` one did not,
+    /// so what it read may be no one view and the attempt is to be retried.
+    /// The transaction is aborted everywhere either way.
+    pub confirmed: Vec<(Gtid, bool)>,
     /// Commits already reported at their decision (see `outcomes`).
     reported: Vec<Gtid>,
     flush_due: bool,
@@ -778,11 +800,11 @@ impl Executor {
         // validates anything; the home's own scans and misses are validated
         // by the commit below, before the releases leave (with the next
         // flush of the outbox), so no branch releases before that check.
-        let young = || {
-            self.fresh_now_us().saturating_sub(d.begin_us)
-                < self.cl.opts.timeouts.branch_idle_us / 2
-        };
-        if d.validating.is_empty() && !d.remote_undurable && !tx.has_writes() && young() {
+        if d.validating.is_empty()
+            && !d.remote_undurable
+            && !tx.has_writes()
+            && self.no_branch_idled_out(d.begin_us)
+        {
             for island in touched.iter() {
                 let to = self
                     .cl
@@ -917,6 +939,7 @@ impl Executor {
             tag,
             waiting: islands,
             since_us: self.now_us(),
+            confirm: false,
         });
     }
 
@@ -935,7 +958,12 @@ impl Executor {
         if !done {
             return;
         }
-        self.locking.swap_remove(i);
+        let l = self.locking.swap_remove(i);
+        if l.confirm {
+            self.abort_home(c);
+            self.confirmed.push((gtid, true));
+            return;
+        }
         if let Some(d) = self.pool.ctx(c).dist.as_mut() {
             d.tag = 0;
         }
@@ -949,7 +977,11 @@ impl Executor {
     fn fail_locking(&mut self, i: usize) {
         let l = self.locking.swap_remove(i);
         self.abort_home(l.ctx);
-        self.outcomes.push((l.gtid, None));
+        if l.confirm {
+            self.confirmed.push((l.gtid, false));
+        } else {
+            self.outcomes.push((l.gtid, None));
+        }
     }
 
     /// Fails the LOCK rounds that have waited longer than the operation
@@ -1212,6 +1244,67 @@ impl Executor {
         }
         tx.abort();
         self.pool.free_ctx(c);
+    }
+
+    /// Whether no branch of a transaction begun at `begin_us` (the protocol
+    /// clock) can have been aborted for idling yet: it is younger than half
+    /// the idle timeout (see `commit_home` on the clock this relies on).
+    fn no_branch_idled_out(&self, begin_us: u64) -> bool {
+        self.fresh_now_us().saturating_sub(begin_us) < self.cl.opts.timeouts.branch_idle_us / 2
+    }
+
+    /// The procedure of home context `c` stopped without asking to commit (a
+    /// user abort, a failure, a panic): aborts the transaction everywhere,
+    /// at once or after a confirmation, and frees `c`.
+    ///
+    /// Its ending tells the caller something only if what the procedure read
+    /// was one view. A participant aborts a branch that idles for
+    /// `branch_idle_us`, and its read locks go with it; a procedure that read
+    /// on that island and went on elsewhere may have seen a state that no
+    /// serial order shows (a torn total), and stopped because of it. Nothing
+    /// it did commits, but its "insufficient funds" would be a lie.
+    ///
+    /// So an attempt on one island, younger than half the idle timeout, or
+    /// whose remote branches prepared early (each held its locks from its
+    /// yes vote on) is aborted at once: `None`, report the ending. Any other
+    /// asks every island it touched whether its branch still holds (a LOCK
+    /// round with no rows: a branch that idled out is gone, and refuses) and
+    /// returns `Some(gtid)`; the answer arrives in [`Executor::confirmed`].
+    pub fn end_home(&mut self, c: u32) -> Option<Gtid> {
+        let tx = self.pool.ctx(c);
+        let Some(d) = tx.dist.as_ref() else {
+            self.abort_home(c);
+            return None;
+        };
+        let (gtid, touched, early) = (d.gtid, d.touched, d.early);
+        if touched.is_empty() || early == Early::Prepared || self.no_branch_idled_out(d.begin_us) {
+            self.abort_home(c);
+            return None;
+        }
+        if matches!(early, Early::Voting | Early::Failed) {
+            // A branch asked to prepare refuses a LOCK: whether each held
+            // cannot be asked before the votes are in. Retry instead.
+            self.abort_home(c);
+            self.confirmed.push((gtid, false));
+            return Some(gtid);
+        }
+        let tag = tx.begin_lock_round();
+        let cl = &self.cl;
+        for island in touched.iter() {
+            let to = cl.endpoint(island, cl.branch_worker(island, gtid));
+            push_frame_with(self.outbox.batch(&*cl.transport, to), |b| {
+                wire::lock(b, gtid, tag, 0, 0)
+            });
+        }
+        self.locking.push(Locking {
+            gtid,
+            ctx: c,
+            tag,
+            waiting: touched,
+            since_us: self.now_us(),
+            confirm: true,
+        });
+        Some(gtid)
     }
 
     /// One round of the worker's service loop: receives every batch waiting

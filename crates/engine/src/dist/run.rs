@@ -345,6 +345,9 @@ where
     // Commits in flight by gtid, aborted transactions waiting for their
     // retry, and request boxes to give a slot whose request was parked.
     let mut parked: super::GtidMap<Parked<W::Req>> = super::GtidMap::default();
+    // How the procedures of parked transactions ended, where that waits for
+    // their branches' confirmation (`Executor::end_home`).
+    let mut endings: super::GtidMap<Outcome> = super::GtidMap::default();
     let mut retries: Vec<Retry<W::Req>> = Vec::new();
     let mut spare: Vec<Box<W::Req>> = Vec::new();
     // The slot polling each context (contexts are numbered densely).
@@ -418,6 +421,38 @@ where
                 } else {
                     stats.record_abort(AbortReason::Remote);
                     let r = AbortReason::Remote;
+                    if retry_or_give_up(
+                        workload,
+                        w,
+                        p,
+                        r,
+                        now,
+                        &clock,
+                        None,
+                        &mut retries,
+                        &mut spare,
+                    ) {
+                        finished += 1;
+                    }
+                }
+            }
+            for (g, held) in ex.confirmed.drain(..) {
+                progressed = true;
+                let (Some(mut p), Some(ending)) = (parked.remove(&g), endings.remove(&g)) else {
+                    continue;
+                };
+                if held {
+                    if matches!(ending, Outcome::UserAbort(_)) {
+                        stats.record_user_abort(p.ty);
+                    }
+                    workload.finished(w, &mut p.req, ending);
+                    spare.push(p.req);
+                    finished += 1;
+                } else {
+                    // What it read may be no one view: its ending stands
+                    // for nothing, and the attempt is retried.
+                    let r = AbortReason::Remote;
+                    stats.record_abort(r);
                     if retry_or_give_up(
                         workload,
                         w,
@@ -537,11 +572,16 @@ where
                         Err(panic) => {
                             let msg = panic_message(&*panic);
                             s.fut = None;
-                            ex.abort_home(s.ctx);
                             if !workload.isolates_failures() {
+                                ex.abort_home(s.ctx);
                                 return Err(Error::Config(format!(
                                     "a stored procedure panicked: {msg}"
                                 )));
+                            }
+                            if let Some(g) = ex.end_home(s.ctx) {
+                                parked.insert(g, s.park(&mut spare));
+                                endings.insert(g, Outcome::Panicked(msg));
+                                continue;
                             }
                             workload.finished(w, &mut s.req, Outcome::Panicked(msg));
                             finished += 1;
@@ -566,6 +606,30 @@ where
                             s.fut = None;
                             let r = match r {
                                 Ok(()) => ex.commit_home(s.ctx),
+                                // A procedure's own ending is reported once
+                                // its branches confirm what it read was one
+                                // view (`Executor::end_home`).
+                                Err(Abort::User(why)) => match ex.end_home(s.ctx) {
+                                    Some(g) => {
+                                        parked.insert(g, s.park(&mut spare));
+                                        endings.insert(g, Outcome::UserAbort(why));
+                                        continue;
+                                    }
+                                    None => Err(Abort::User(why)),
+                                },
+                                Err(Abort::Failed(e))
+                                    if workload.isolates_failures()
+                                        && !matches!(e, Error::LogFailed(_)) =>
+                                {
+                                    match ex.end_home(s.ctx) {
+                                        Some(g) => {
+                                            parked.insert(g, s.park(&mut spare));
+                                            endings.insert(g, Outcome::Failed(e));
+                                            continue;
+                                        }
+                                        None => Err(Abort::Failed(e)),
+                                    }
+                                }
                                 Err(e) => {
                                     ex.abort_home(s.ctx);
                                     Err(e)
