@@ -706,7 +706,7 @@ impl Executor {
     /// another island (whose branch hears of the abort by a message that a
     /// retry must not overtake). Valid until `c` is taken again.
     pub(crate) fn conflict_of(&self, c: u32) -> Option<(LockWait, bool)> {
-        let tx = self.pool.ctx(c);
+        let tx = self.pool.ctx_ref(c);
         let touched = tx.dist.as_ref().is_some_and(|d| !d.touched.is_empty());
         tx.conflict_row().map(|w| (w, touched))
     }
@@ -803,7 +803,7 @@ impl Executor {
         if d.validating.is_empty()
             && !d.remote_undurable
             && !tx.has_writes()
-            && self.no_branch_idled_out(d.begin_us)
+            && no_branch_idled_out(self.ticks_per_us, &self.cl.opts.timeouts, d.begin_us)
         {
             for island in touched.iter() {
                 let to = self
@@ -1186,7 +1186,7 @@ impl Executor {
             self.pool.free_ctx(c);
             return Err(Abort::Conflict(AbortReason::Remote));
         }
-        let now = self.now_us();
+        let now = self.now;
         if tx.has_local_part() {
             // Prepared last: every other branch holds its locks until the
             // decision, so this one may take some at prepare, and release.
@@ -1246,13 +1246,6 @@ impl Executor {
         self.pool.free_ctx(c);
     }
 
-    /// Whether no branch of a transaction begun at `begin_us` (the protocol
-    /// clock) can have been aborted for idling yet: it is younger than half
-    /// the idle timeout (see `commit_home` on the clock this relies on).
-    fn no_branch_idled_out(&self, begin_us: u64) -> bool {
-        self.fresh_now_us().saturating_sub(begin_us) < self.cl.opts.timeouts.branch_idle_us / 2
-    }
-
     /// The procedure of home context `c` stopped without asking to commit (a
     /// user abort, a failure, a panic): aborts the transaction everywhere,
     /// at once or after a confirmation, and frees `c`.
@@ -1277,7 +1270,10 @@ impl Executor {
             return None;
         };
         let (gtid, touched, early) = (d.gtid, d.touched, d.early);
-        if touched.is_empty() || early == Early::Prepared || self.no_branch_idled_out(d.begin_us) {
+        if touched.is_empty()
+            || early == Early::Prepared
+            || no_branch_idled_out(self.ticks_per_us, &self.cl.opts.timeouts, d.begin_us)
+        {
             self.abort_home(c);
             return None;
         }
@@ -2047,12 +2043,20 @@ impl Pool {
             .is_some_and(|b| !b.serve_once(tag))
     }
 
-    /// The context `i`. The caller must not hold another reference to it.
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) fn ctx(&self, i: u32) -> &mut Txn {
-        // SAFETY: see `ctxs`; contexts live until the executor drops.
-        let p: *mut Txn = self.ctxs[i as usize];
-        unsafe { &mut *p }
+    /// The context `i`. Through `&mut self` the pool lends one context at a
+    /// time; the only other reference to a context is the `&mut Txn` of its
+    /// suspended procedure ([`Pool::ctx_ptr`]), which is never polled while
+    /// the executor runs, so the two are never used at once.
+    pub(crate) fn ctx(&mut self, i: u32) -> &mut Txn {
+        // SAFETY: allocated in `alloc_ctx`, freed only when the pool drops;
+        // unaliased while used, as above.
+        unsafe { &mut *self.ctxs[i as usize] }
+    }
+
+    /// The context `i`, to read (as [`Pool::ctx`], shared).
+    pub(crate) fn ctx_ref(&self, i: u32) -> &Txn {
+        // SAFETY: as in `ctx`.
+        unsafe { &*self.ctxs[i as usize] }
     }
 
     /// A raw pointer to context `i`, for a stored procedure's future.
@@ -2091,6 +2095,14 @@ impl Pool {
 /// (`async`) yet. A remote branch that read such data must vote, which waits
 /// for it, rather than be released. Without a log (`off`) nothing survives a
 /// crash, and nothing is waited for.
+/// Whether no branch of a transaction begun at `begin_us` (the protocol
+/// clock, `ticks_per_us` ticks of [`phases::ticks`] each) can have been
+/// aborted for idling yet: it is younger than half the idle timeout (see
+/// `Executor::commit_home` on the clock this relies on).
+fn no_branch_idled_out(ticks_per_us: u64, t: &Timeouts, begin_us: u64) -> bool {
+    (phases::ticks() / ticks_per_us).saturating_sub(begin_us) < t.branch_idle_us / 2
+}
+
 fn undurable_reads(shared: &crate::island::Shared) -> bool {
     shared.append_seq.load(Ordering::Acquire) > shared.durable_seq()
 }

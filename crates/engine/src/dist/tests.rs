@@ -2464,7 +2464,7 @@ fn branch_and_other<'a>(
     ex0: &Executor,
     c: u32,
 ) -> (&'a mut Executor, &'a mut Executor) {
-    let gtid = ex0.pool.ctx(c).dist.as_ref().unwrap().gtid;
+    let gtid = ex0.pool.ctx_ref(c).dist.as_ref().unwrap().gtid;
     let [a, b] = ex1;
     if cl.branch_worker(1, gtid) == 0 {
         (a, b)
