@@ -22,6 +22,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::Ordering;
 
+use crate::storage::sole::SoleUser;
 use crate::storage::{make_word, RowId, Table, LOCKED, PRESENT};
 use crate::AbortReason;
 
@@ -51,14 +52,16 @@ impl CcKind {
     /// words then need no atomic read-modify-write (see [`TwoPl`]).
     pub fn build(self, concurrent: bool) -> Box<dyn ConcurrencyControl> {
         match self {
-            CcKind::None => Box::new(NoCc),
+            CcKind::None => Box::new(NoCc::default()),
             CcKind::NoWait => Box::new(TwoPl {
                 wait_die: false,
                 concurrent,
+                sole: SoleUser::default(),
             }),
             CcKind::WaitDie => Box::new(TwoPl {
                 wait_die: true,
                 concurrent,
+                sole: SoleUser::default(),
             }),
             CcKind::Occ => Box::new(Occ),
         }
@@ -187,7 +190,11 @@ pub struct WriteLock {
 }
 
 /// A single-worker island: nothing to lock, nothing can change under the worker.
-pub struct NoCc;
+#[derive(Default)]
+pub struct NoCc {
+    /// Checks (in debug builds) that one thread at a time installs rows.
+    sole: SoleUser,
+}
 
 impl ConcurrencyControl for NoCc {
     fn kind(&self) -> CcKind {
@@ -239,6 +246,9 @@ impl ConcurrencyControl for NoCc {
     fn install(&self, t: &Table, rid: RowId, new_tid: u64, image: Option<&[u64]>, _: Held) {
         // Plain stores only; the lock bit marks the copy for concurrent
         // checkpoint readers (a seqlock), it excludes no writer.
+        let _in = self
+            .sole
+            .enter("the rows of a `none` island (plain stores)");
         publish(t, rid, new_tid, image, true);
     }
 

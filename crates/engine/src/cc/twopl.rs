@@ -24,8 +24,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{backoff, publish, CcKind, ConcurrencyControl, Held, Observed, TxnMeta, WriteLock};
+use crate::storage::sole::SoleUser;
 use crate::storage::{RowId, Table, PRESENT};
 use crate::AbortReason;
+
+/// What a [`SoleUser`] check of the lock words names.
+const PLAIN: &str = "the lock words of a single-worker island (plain stores)";
 
 const EXCL: u64 = 1 << 63;
 const ONE_SHARED: u64 = 1 << 48;
@@ -37,6 +41,9 @@ pub struct TwoPl {
     /// More than one thread runs transactions on the island (see the module
     /// documentation).
     pub concurrent: bool,
+    /// Without `concurrent`, checks (in debug builds) that the plain stores
+    /// to lock words come from one thread at a time.
+    pub sole: SoleUser,
 }
 
 #[inline]
@@ -96,6 +103,7 @@ impl TwoPl {
             l.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         } else {
+            let _in = self.sole.enter(PLAIN);
             l.store(new, Ordering::Relaxed);
             true
         }
@@ -141,6 +149,7 @@ impl TwoPl {
                         w - ONE_SHARED
                     };
                     if !self.concurrent {
+                        let _in = self.sole.enter(PLAIN);
                         l.store(new, Ordering::Release);
                         return;
                     }

@@ -54,6 +54,17 @@
 //! branch while other transactions run. A cluster without a router runs one
 //! transaction at a time per worker, from begin to commit, so every scheme
 //! serves there (`wait_die` waits only for other workers).
+//!
+//! Branches that idle: a participant aborts a branch that waits longer than
+//! `branch_idle_us` for more work, and its locks go with it. The home
+//! transaction can then no longer commit (its next request, LOCK or prepare
+//! there is refused), but a procedure that read there and went on elsewhere
+//! may have seen a state that no serial order shows, and may end on it (a
+//! user abort, a failure). So an attempt older than half the idle timeout
+//! asks its branches before its outcome counts: a read-only commit asks for
+//! votes instead of releasing ([`Executor::commit_home`]), and any other
+//! ending is reported only once every branch confirmed it still held
+//! ([`Executor::end_home`]); otherwise the attempt is retried.
 
 pub mod fault;
 #[cfg(test)]
@@ -475,6 +486,7 @@ impl Cluster {
             last_tick: 0,
             woken: Vec::new(),
             outcomes: Vec::new(),
+            confirmed: Vec::new(),
             reported: Vec::new(),
             flush_due: false,
             early: Vec::new(),
@@ -618,6 +630,9 @@ struct Locking {
     waiting: coord::IslandSet,
     /// The protocol clock when the round began.
     since_us: u64,
+    /// A round of [`Executor::end_home`]: it asks only whether every branch
+    /// still holds, and aborts the transaction either way.
+    confirm: bool,
 }
 
 /// How a home transaction's commit went.
@@ -689,6 +704,13 @@ pub struct Executor {
     /// the client's slot is free for the next transaction while the decision
     /// waits for its group commit, as a local commit's does.
     pub outcomes: Vec<(Gtid, Option<BatchSeq>)>,
+    /// Ends of home transactions whose procedure stopped without asking to
+    /// commit, once [`Executor::end_home`] has asked their branches: `(gtid,
+    /// true)` every branch held its locks throughout, so the procedure's own
+    /// ending (a user abort, a failure) stands; `(gtid, false)` one did not,
+    /// so what it read may be no one view and the attempt is to be retried.
+    /// The transaction is aborted everywhere either way.
+    pub confirmed: Vec<(Gtid, bool)>,
     /// Commits already reported at their decision (see `outcomes`).
     reported: Vec<Gtid>,
     flush_due: bool,
@@ -757,7 +779,7 @@ impl Executor {
     /// another island (whose branch hears of the abort by a message that a
     /// retry must not overtake). Valid until `c` is taken again.
     pub(crate) fn conflict_of(&self, c: u32) -> Option<(LockWait, bool)> {
-        let tx = self.pool.ctx(c);
+        let tx = self.pool.ctx_ref(c);
         let touched = tx.dist.as_ref().is_some_and(|d| !d.touched.is_empty());
         tx.conflict_row().map(|w| (w, touched))
     }
@@ -817,14 +839,12 @@ impl Executor {
     /// The timestamp of the attempt last begun on context `c`. Valid until
     /// `c` is taken again.
     pub(crate) fn timestamp_of(&self, c: u32) -> u64 {
-        self.pool.ctx(c).timestamp()
+        self.pool.ctx_ref(c).timestamp()
     }
 
-    /// Context `c`, for a stored procedure polled while the caller holds the
-    /// executor: the caller must not begin, commit or abort `c` (nor pump)
-    /// while the reference lives.
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) fn home_ctx(&self, c: u32) -> &mut Txn {
+    /// Home context `c`, lent for a procedure polled to completion while
+    /// the borrow lasts (the inline attempts of `run`).
+    pub(crate) fn home_ctx(&mut self, c: u32) -> &mut Txn {
         self.pool.ctx(c)
     }
 
@@ -885,11 +905,11 @@ impl Executor {
         // validates anything; the home's own scans and misses are validated
         // by the commit below, before the releases leave (with the next
         // flush of the outbox), so no branch releases before that check.
-        let young = || {
-            self.fresh_now_us().saturating_sub(d.begin_us)
-                < self.cl.opts.timeouts.branch_idle_us / 2
-        };
-        if d.validating.is_empty() && !d.remote_undurable && !tx.has_writes() && young() {
+        if d.validating.is_empty()
+            && !d.remote_undurable
+            && !tx.has_writes()
+            && no_branch_idled_out(self.ticks_per_us, &self.cl.opts.timeouts, d.begin_us)
+        {
             for island in touched.iter() {
                 let to = self
                     .cl
@@ -1024,6 +1044,7 @@ impl Executor {
             tag,
             waiting: islands,
             since_us: self.now_us(),
+            confirm: false,
         });
     }
 
@@ -1042,7 +1063,12 @@ impl Executor {
         if !done {
             return;
         }
-        self.locking.swap_remove(i);
+        let l = self.locking.swap_remove(i);
+        if l.confirm {
+            self.abort_home(c);
+            self.confirmed.push((gtid, true));
+            return;
+        }
         if let Some(d) = self.pool.ctx(c).dist.as_mut() {
             d.tag = 0;
         }
@@ -1056,7 +1082,11 @@ impl Executor {
     fn fail_locking(&mut self, i: usize) {
         let l = self.locking.swap_remove(i);
         self.abort_home(l.ctx);
-        self.outcomes.push((l.gtid, None));
+        if l.confirm {
+            self.confirmed.push((l.gtid, false));
+        } else {
+            self.outcomes.push((l.gtid, None));
+        }
     }
 
     /// Fails the LOCK rounds that have waited longer than the operation
@@ -1261,7 +1291,7 @@ impl Executor {
             self.pool.free_ctx(c);
             return Err(Abort::Conflict(AbortReason::Remote));
         }
-        let now = self.now_us();
+        let now = self.now;
         if tx.has_local_part() {
             // Prepared last: every other branch holds its locks until the
             // decision, so this one may take some at prepare, and release.
@@ -1319,6 +1349,63 @@ impl Executor {
         }
         tx.abort();
         self.pool.free_ctx(c);
+    }
+
+    /// The procedure of home context `c` stopped without asking to commit (a
+    /// user abort, a failure, a panic): aborts the transaction everywhere,
+    /// at once or after a confirmation, and frees `c`.
+    ///
+    /// Its ending tells the caller something only if what the procedure read
+    /// was one view. A participant aborts a branch that idles for
+    /// `branch_idle_us`, and its read locks go with it; a procedure that read
+    /// on that island and went on elsewhere may have seen a state that no
+    /// serial order shows (a torn total), and stopped because of it. Nothing
+    /// it did commits, but its "insufficient funds" would be a lie.
+    ///
+    /// So an attempt on one island, younger than half the idle timeout, or
+    /// whose remote branches prepared early (each held its locks from its
+    /// yes vote on) is aborted at once: `None`, report the ending. Any other
+    /// asks every island it touched whether its branch still holds (a LOCK
+    /// round with no rows: a branch that idled out is gone, and refuses) and
+    /// returns `Some(gtid)`; the answer arrives in [`Executor::confirmed`].
+    pub fn end_home(&mut self, c: u32) -> Option<Gtid> {
+        let tx = self.pool.ctx(c);
+        let Some(d) = tx.dist.as_ref() else {
+            self.abort_home(c);
+            return None;
+        };
+        let (gtid, touched, early) = (d.gtid, d.touched, d.early);
+        if touched.is_empty()
+            || early == Early::Prepared
+            || no_branch_idled_out(self.ticks_per_us, &self.cl.opts.timeouts, d.begin_us)
+        {
+            self.abort_home(c);
+            return None;
+        }
+        if matches!(early, Early::Voting | Early::Failed) {
+            // A branch asked to prepare refuses a LOCK: whether each held
+            // cannot be asked before the votes are in. Retry instead.
+            self.abort_home(c);
+            self.confirmed.push((gtid, false));
+            return Some(gtid);
+        }
+        let tag = tx.begin_lock_round();
+        let cl = &self.cl;
+        for island in touched.iter() {
+            let to = cl.endpoint(island, cl.branch_worker(island, gtid));
+            push_frame_with(self.outbox.batch(&*cl.transport, to), |b| {
+                wire::lock(b, gtid, tag, 0, 0)
+            });
+        }
+        self.locking.push(Locking {
+            gtid,
+            ctx: c,
+            tag,
+            waiting: touched,
+            since_us: self.now_us(),
+            confirm: true,
+        });
+        Some(gtid)
     }
 
     /// One round of the worker's service loop: receives every batch waiting
@@ -2061,12 +2148,20 @@ impl Pool {
             .is_some_and(|b| !b.serve_once(tag))
     }
 
-    /// The context `i`. The caller must not hold another reference to it.
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) fn ctx(&self, i: u32) -> &mut Txn {
-        // SAFETY: see `ctxs`; contexts live until the executor drops.
-        let p: *mut Txn = self.ctxs[i as usize];
-        unsafe { &mut *p }
+    /// The context `i`. Through `&mut self` the pool lends one context at a
+    /// time; the only other reference to a context is the `&mut Txn` of its
+    /// suspended procedure ([`Pool::ctx_ptr`]), which is never polled while
+    /// the executor runs, so the two are never used at once.
+    pub(crate) fn ctx(&mut self, i: u32) -> &mut Txn {
+        // SAFETY: allocated in `alloc_ctx`, freed only when the pool drops;
+        // unaliased while used, as above.
+        unsafe { &mut *self.ctxs[i as usize] }
+    }
+
+    /// The context `i`, to read (as [`Pool::ctx`], shared).
+    pub(crate) fn ctx_ref(&self, i: u32) -> &Txn {
+        // SAFETY: as in `ctx`.
+        unsafe { &*self.ctxs[i as usize] }
     }
 
     /// A raw pointer to context `i`, for a stored procedure's future.
@@ -2105,6 +2200,14 @@ impl Pool {
 /// (`async`) yet. A remote branch that read such data must vote, which waits
 /// for it, rather than be released. Without a log (`off`) nothing survives a
 /// crash, and nothing is waited for.
+/// Whether no branch of a transaction begun at `begin_us` (the protocol
+/// clock, `ticks_per_us` ticks of [`phases::ticks`] each) can have been
+/// aborted for idling yet: it is younger than half the idle timeout (see
+/// `Executor::commit_home` on the clock this relies on).
+fn no_branch_idled_out(ticks_per_us: u64, t: &Timeouts, begin_us: u64) -> bool {
+    (phases::ticks() / ticks_per_us).saturating_sub(begin_us) < t.branch_idle_us / 2
+}
+
 fn undurable_reads(shared: &crate::island::Shared) -> bool {
     shared.append_seq.load(Ordering::Acquire) > shared.durable_seq()
 }

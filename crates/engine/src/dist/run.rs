@@ -309,8 +309,11 @@ struct Worker<'a, W: Workload> {
     stats: WorkerStats,
     /// Committed transactions waiting for their log batch (`sync`), oldest first.
     pending: VecDeque<Pending<W::Req>>,
-    /// Distributed commits in flight, by gtid.
+    /// Distributed commits in flight, and transactions whose ending waits
+    /// for its confirmation, by gtid.
     parked: GtidMap<Parked<W::Req>>,
+    /// The endings that wait for a confirmation ([`Worker::ended`]).
+    endings: GtidMap<Outcome>,
     retries: Vec<Retry<W::Req>>,
     /// Request boxes to give a slot (or the inline lane) whose request went
     /// to `pending`, `parked` or `retries`.
@@ -418,43 +421,96 @@ impl<W: Workload> Worker<'_, W> {
         self.retries.push(p.back_off(now, &self.clock, conflict));
     }
 
-    /// The procedure of a request panicked (its transaction is aborted):
-    /// the request fails, or the run does if the workload does not isolate
-    /// failures.
+    /// The procedure of a request panicked: the request fails (once its
+    /// branches confirm, see [`Worker::ended`]), or the run does if the
+    /// workload does not isolate failures. The transaction is aborted.
     fn panicked(
         &mut self,
-        req: &mut W::Req,
+        ex: &mut Executor,
+        c: u32,
+        at: Attempt,
+        req: &mut Box<W::Req>,
         panic: Box<dyn std::any::Any + Send>,
     ) -> Result<(), Error> {
         let msg = panic_message(&*panic);
         if !self.workload.isolates_failures(req) {
+            ex.abort_home(c);
             return Err(Error::Config(format!("a stored procedure panicked: {msg}")));
         }
-        self.workload.finished(self.w, req, Outcome::Panicked(msg));
-        self.finished += 1;
+        self.ended(ex, c, Outcome::Panicked(msg), at, req);
         Ok(())
     }
 
+    /// The procedure on context `c` stopped without asking to commit (a user
+    /// abort, an isolated failure, a panic): the transaction is aborted, and
+    /// `ending` reaches the workload once every branch it touched confirms
+    /// that it held ([`Executor::end_home`]; at once when none needs asking).
+    fn ended(
+        &mut self,
+        ex: &mut Executor,
+        c: u32,
+        ending: Outcome,
+        mut at: Attempt,
+        req: &mut Box<W::Req>,
+    ) {
+        if at.ts == 0 {
+            at.ts = ex.timestamp_of(c);
+        }
+        match ex.end_home(c) {
+            Some(g) => {
+                let req = self.take_req(req);
+                self.parked.insert(g, Parked { req, at });
+                self.endings.insert(g, ending);
+            }
+            None => self.report_ending(ending, at.ty, req),
+        }
+    }
+
+    /// Tells the workload how a request ended without committing.
+    fn report_ending(&mut self, ending: Outcome, ty: usize, req: &mut W::Req) {
+        if matches!(ending, Outcome::UserAbort(_)) {
+            self.stats.record_user_abort(ty);
+        }
+        self.workload.finished(self.w, req, ending);
+        self.finished += 1;
+    }
+
     /// What follows an attempt on context `c` whose procedure is done:
-    /// `r` is its commit (or the procedure's abort). `req` is the request;
-    /// when it must be kept (a commit waiting for its batch or its 2PC, a
-    /// retry), a spare box takes its place.
+    /// `done` is how it ended. A commit is asked for, or the transaction is
+    /// aborted. `req` is the request; when it must be kept (a commit waiting
+    /// for its batch or its 2PC, a retry, an ending waiting for its
+    /// confirmation), a spare box takes its place.
     fn settle(
         &mut self,
-        ex: &Executor,
+        ex: &mut Executor,
         c: u32,
-        r: Result<HomeCommit, Abort>,
+        done: Result<(), Abort>,
         mut at: Attempt,
         req: &mut Box<W::Req>,
         now: u64,
     ) -> Result<(), Error> {
-        // A transaction kept for later keeps its first attempt's age (the
-        // context is not taken again before this returns).
-        let keep_age = |at: &mut Attempt| {
-            if at.ts == 0 {
-                at.ts = ex.timestamp_of(c);
+        let r = match done {
+            Ok(()) => ex.commit_home(c),
+            Err(Abort::User(why)) => {
+                self.ended(ex, c, Outcome::UserAbort(why), at, req);
+                return Ok(());
+            }
+            Err(Abort::Failed(e))
+                if self.workload.isolates_failures(req) && !matches!(e, Error::LogFailed(_)) =>
+            {
+                self.ended(ex, c, Outcome::Failed(e), at, req);
+                return Ok(());
+            }
+            Err(e) => {
+                ex.abort_home(c);
+                Err(e)
             }
         };
+        // A transaction kept for later keeps its first attempt's age (the
+        // context is not taken again before this returns).
+        if at.ts == 0 && !matches!(r, Ok(HomeCommit::Local(_) | HomeCommit::Released(_))) {
+            at.ts = ex.timestamp_of(c);
+        }
         match r {
             Ok(HomeCommit::Local(done)) => {
                 self.since_flush += done.logged as usize;
@@ -466,7 +522,6 @@ impl<W: Workload> Worker<'_, W> {
                 self.committed(done.ack, at, req, None);
             }
             Ok(HomeCommit::Distributed(g)) => {
-                keep_age(&mut at);
                 let req = self.take_req(req);
                 self.parked.insert(g, Parked { req, at });
             }
@@ -477,24 +532,37 @@ impl<W: Workload> Worker<'_, W> {
                 let conflict = (reason == AbortReason::LockConflict)
                     .then(|| ex.conflict_of(c))
                     .flatten();
-                keep_age(&mut at);
                 let req = self.take_req(req);
                 self.aborted(Parked { req, at }, reason, now, conflict);
             }
-            Err(Abort::User(why)) => {
-                self.stats.record_user_abort(at.ty);
-                self.workload.finished(self.w, req, Outcome::UserAbort(why));
-                self.finished += 1;
-            }
+            Err(Abort::User(why)) => self.report_ending(Outcome::UserAbort(why), at.ty, req),
             Err(Abort::Failed(e))
                 if self.workload.isolates_failures(req) && !matches!(e, Error::LogFailed(_)) =>
             {
-                self.workload.finished(self.w, req, Outcome::Failed(e));
-                self.finished += 1;
+                self.report_ending(Outcome::Failed(e), at.ty, req)
             }
             Err(Abort::Failed(e)) => return Err(e),
         }
         Ok(())
+    }
+
+    /// Endings whose confirmation arrived this round ([`Worker::ended`]):
+    /// they stand if every branch held, and the attempt is retried if one
+    /// did not (what it read may be no one view).
+    fn on_confirmed(&mut self, ex: &mut Executor, now: u64) {
+        for (g, held) in ex.confirmed.drain(..) {
+            let (Some(mut p), Some(ending)) = (self.parked.remove(&g), self.endings.remove(&g))
+            else {
+                continue;
+            };
+            if held {
+                self.report_ending(ending, p.at.ty, &mut p.req);
+                self.spare.push(p.req);
+            } else {
+                self.stats.record_abort(AbortReason::Remote);
+                self.aborted(p, AbortReason::Remote, now, None);
+            }
+        }
     }
 
     /// The outcomes of distributed commits that arrived this round.
@@ -580,12 +648,8 @@ impl<W: Workload> Worker<'_, W> {
             phases::switch(Phase::Execution);
             let polled = poll_inline(self.workload, ex.home_ctx(c), &**cur);
             phases::switch(Phase::Management);
-            let r = match polled {
-                Ok(Poll::Ready(Ok(()))) => ex.commit_home(c),
-                Ok(Poll::Ready(Err(e))) => {
-                    ex.abort_home(c);
-                    Err(e)
-                }
+            match polled {
+                Ok(Poll::Ready(done)) => self.settle(ex, c, done, at, cur, now)?,
                 Ok(Poll::Pending) => {
                     ex.abort_home(c);
                     return Err(Error::Config(
@@ -594,13 +658,8 @@ impl<W: Workload> Worker<'_, W> {
                             .into(),
                     ));
                 }
-                Err(panic) => {
-                    ex.abort_home(c);
-                    self.panicked(cur, panic)?;
-                    continue;
-                }
-            };
-            self.settle(ex, c, r, at, cur, now)?;
+                Err(panic) => self.panicked(ex, c, at, cur, panic)?,
+            }
         }
         Ok((ran, false))
     }
@@ -697,6 +756,7 @@ where
         stats: WorkerStats::new(),
         pending: VecDeque::new(),
         parked: GtidMap::default(),
+        endings: GtidMap::default(),
         retries: Vec::new(),
         spare: Vec::new(),
         finished: 0,
@@ -769,7 +829,9 @@ where
                         }
                     }
                 }
+                progressed |= !ex.confirmed.is_empty();
                 wk.on_outcomes(&mut ex, now);
+                wk.on_confirmed(&mut ex, now);
             }
             let may_start = !wk.stopping && limit.is_none_or(|l| wk.finished < l);
             if wk.stopping {
@@ -873,9 +935,8 @@ where
                         match polled {
                             Err(panic) => {
                                 s.fut = None;
-                                ex.abort_home(s.ctx);
                                 s.state = St::Free;
-                                wk.panicked(&mut s.req, panic)?;
+                                wk.panicked(&mut ex, s.ctx, s.at, &mut s.req, panic)?;
                             }
                             Ok(Poll::Pending) => {
                                 let Some(sent) = ex.send_request(s.ctx) else {
@@ -890,17 +951,10 @@ where
                                     s.since = now;
                                 }
                             }
-                            Ok(Poll::Ready(r)) => {
+                            Ok(Poll::Ready(done)) => {
                                 s.fut = None;
-                                let r = match r {
-                                    Ok(()) => ex.commit_home(s.ctx),
-                                    Err(e) => {
-                                        ex.abort_home(s.ctx);
-                                        Err(e)
-                                    }
-                                };
                                 s.state = St::Free;
-                                wk.settle(&ex, s.ctx, r, s.at, &mut s.req, now)?;
+                                wk.settle(&mut ex, s.ctx, done, s.at, &mut s.req, now)?;
                             }
                         }
                         phases::switch(Phase::Communication);

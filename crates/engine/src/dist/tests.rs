@@ -1831,6 +1831,221 @@ fn a_read_only_commit_asks_for_votes_once_a_branch_may_have_idled_out() {
     assert_eq!((balances[2], balances[9]), (INITIAL + 100, INITIAL - 100));
 }
 
+/// A procedure's own ending rests on what it read, so it reaches the caller
+/// only if that was one view. Audit g (home island 0) reads account 9 on
+/// island 1, its branch idles out there, h moves 100 from account 9 to
+/// account 2 (island 0), and g reads account 2: 1000 + 1100, a torn total,
+/// and g rolls itself back for it. Before, its "torn total" was reported as
+/// g's outcome. Now the executor asks island 1 whether g's branch still
+/// holds; it does not, so the attempt is to be retried instead.
+#[test]
+fn a_user_abort_after_a_branch_idled_out_is_retried_not_reported() {
+    let (cl, islands, mut home, mut part) = two_islands_idling_out_after_2ms();
+    home.pump().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: the context outlives each procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: *mut Txn = home.ctx_ptr(c);
+    let seen = std::cell::RefCell::new(Vec::new());
+    let read = |key: u64| async move {
+        // SAFETY: as above; one procedure at a time uses the context.
+        let tx = unsafe { &mut *tx };
+        let h = tx
+            .get(ACCOUNTS, key)
+            .await?
+            .ok_or(Abort::User("no account"))?;
+        Ok::<i64, Abort>(tx.row(h).i64(BAL))
+    };
+    run_by_hand(&mut home, &mut [&mut part], c, async {
+        let v = read(9).await?;
+        seen.borrow_mut().push(v);
+        Ok(())
+    })
+    .unwrap();
+    wait_until_branches_idle_out(&mut part, deadline);
+    let c2 = part.begin_home(false).unwrap();
+    // SAFETY: as above.
+    let tx2: &mut Txn = unsafe { &mut *part.ctx_ptr(c2) };
+    run_by_hand(
+        &mut part,
+        &mut [&mut home],
+        c2,
+        move_money(tx2, &[(9, -100), (2, 100)]),
+    )
+    .unwrap();
+    assert!(matches!(
+        part.commit_home(c2),
+        Ok(HomeCommit::Distributed(_))
+    ));
+    settle(&mut [&mut home, &mut part], deadline);
+    let ending = run_by_hand(&mut home, &mut [&mut part], c, async {
+        let v = read(2).await?;
+        seen.borrow_mut().push(v);
+        if seen.borrow().iter().sum::<i64>() != 2 * INITIAL {
+            return Err(Abort::User("torn total"));
+        }
+        Ok(())
+    });
+    assert!(
+        matches!(ending, Err(Abort::User("torn total"))),
+        "{ending:?}"
+    );
+    let g = home
+        .end_home(c)
+        .expect("an attempt older than half the idle timeout asks its branches");
+    settle(&mut [&mut home, &mut part], deadline);
+    assert_eq!(
+        home.confirmed,
+        [(g, false)],
+        "island 1 no longer holds g's branch: g's ending must not be reported"
+    );
+    drop((home, part));
+    drop(cl);
+    let (balances, _) = contents(&islands, 10);
+    assert_eq!((balances[2], balances[9]), (INITIAL + 100, INITIAL - 100));
+}
+
+/// The other side: an attempt older than half the idle timeout whose branch
+/// still holds has its ending confirmed, and nothing it did stays.
+#[test]
+fn a_user_abort_whose_branches_held_is_confirmed() {
+    let opts = ClusterOptions {
+        timeouts: coord::Timeouts {
+            branch_idle_us: 60_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (cl, islands) = open_cluster(2, 10, opts);
+    let mut home = cl.executor(0, 0).unwrap();
+    let mut part = cl.executor(1, 0).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    home.pump().unwrap();
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: the context outlives the procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
+    let ending = run_by_hand(&mut home, &mut [&mut part], c, async move {
+        move_money(&mut *tx, &[(9, -100), (2, 100)]).await?;
+        // Past half the idle timeout, well before all of it.
+        std::thread::sleep(Duration::from_millis(35));
+        Err(Abort::User("changed its mind"))
+    });
+    assert!(matches!(ending, Err(Abort::User(_))), "{ending:?}");
+    let g = home.end_home(c).expect("an old attempt asks its branches");
+    settle(&mut [&mut home, &mut part], deadline);
+    assert_eq!(home.confirmed, [(g, true)], "island 1 held g's branch");
+    assert_eq!(part.branches_in_flight(), 0, "and aborted it since");
+    drop((home, part));
+    drop(cl);
+    let (balances, _) = contents(&islands, 10);
+    assert_eq!((balances[2], balances[9]), (INITIAL, INITIAL));
+}
+
+/// Audits that roll themselves back when the total they saw is wrong, read
+/// island 1's accounts first and, on a first attempt, dawdle (3 ms, twice
+/// the idle timeout below) before they read the others: an audit of another
+/// home then sees its branch on island 1 idle out, transfers move money
+/// through island 1's accounts, and the total it reads is torn. No caller
+/// may hear of that; the attempt is retried instead.
+struct TornAudits {
+    bank: Arc<Bank>,
+    first: Vec<u64>,
+    rest: Vec<u64>,
+    reported: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Default)]
+struct TornReq {
+    audit: bool,
+    t: Transfer,
+    attempts: std::cell::Cell<u32>,
+}
+
+impl TornAudits {
+    async fn sum(tx: &mut Txn, keys: &[u64]) -> Result<i64, Abort> {
+        tx.get_many(ACCOUNTS, keys, false).await?;
+        Ok((0..keys.len())
+            .filter_map(|i| tx.many_row(i))
+            .map(|h| tx.row(h).i64(BAL))
+            .sum())
+    }
+}
+
+impl Workload for TornAudits {
+    type Req = TornReq;
+
+    fn types(&self) -> Vec<&'static str> {
+        vec!["transfer", "audit"]
+    }
+
+    fn next(&self, worker: usize, rng: &mut FastRng, req: &mut TornReq) -> usize {
+        req.audit = rng.percent(25);
+        req.attempts.set(0);
+        self.bank.next(worker, rng, &mut req.t);
+        usize::from(req.audit)
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a TornReq) -> Result<(), Abort> {
+        if !req.audit {
+            return self.bank.run(tx, &req.t).await;
+        }
+        let attempt = req.attempts.get();
+        req.attempts.set(attempt + 1);
+        let mut total = Self::sum(tx, &self.first).await?;
+        if attempt == 0 {
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        total += Self::sum(tx, &self.rest).await?;
+        if total != INITIAL * (self.first.len() + self.rest.len()) as i64 {
+            return Err(Abort::User("torn total"));
+        }
+        Ok(())
+    }
+
+    fn finished(&self, _w: usize, _req: &mut TornReq, outcome: crate::bench::driver::Outcome) {
+        if matches!(
+            outcome,
+            crate::bench::driver::Outcome::UserAbort("torn total")
+        ) {
+            self.reported.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[test]
+fn no_caller_hears_of_a_torn_total_when_branches_idle_out() {
+    let opts = ClusterOptions {
+        inflight: 4,
+        op_timeout: Duration::from_micros(300),
+        timeouts: coord::Timeouts {
+            prepare_us: 400,
+            commit_retry_us: 300,
+            decision_retry_us: 500,
+            branch_idle_us: 1_500,
+        },
+        ..Default::default()
+    };
+    let (cl, islands) = open_cluster(3, 60, opts);
+    let w = Arc::new(TornAudits {
+        bank: bank(60),
+        first: (20..40).collect(),
+        rest: (0..20).chain(40..60).collect(),
+        reported: Default::default(),
+    });
+    let stats = run_to_completion(&cl, &clients(3, 400), Arc::clone(&w), 13).expect("run");
+    let audits: u64 = stats.iter().map(|s| s.commits[1]).sum();
+    assert!(audits > 10, "audits committed: {audits}");
+    assert_eq!(
+        w.reported.load(Ordering::Relaxed),
+        0,
+        "a caller heard of a torn total"
+    );
+    let (balances, _) = contents(&islands, 60);
+    assert_eq!(balances.iter().sum::<i64>(), INITIAL * 60);
+}
+
 /// Runs, on `home`'s clock just read (so the attempt is young), a home
 /// transaction that reads `account` on `part`'s island, and asks to commit it.
 fn read_on_a_fresh_clock(
@@ -2337,7 +2552,7 @@ fn branch_and_other<'a>(
     ex0: &Executor,
     c: u32,
 ) -> (&'a mut Executor, &'a mut Executor) {
-    let gtid = ex0.pool.ctx(c).dist.as_ref().unwrap().gtid;
+    let gtid = ex0.pool.ctx_ref(c).dist.as_ref().unwrap().gtid;
     let [a, b] = ex1;
     if cl.branch_worker(1, gtid) == 0 {
         (a, b)

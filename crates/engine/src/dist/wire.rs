@@ -60,7 +60,9 @@
 //! its own locks or validated its reads (two-phase locking, and no scan
 //! validated before an entry of a writer it follows). It always continues
 //! a branch: a participant that holds none refuses it. PREP's `writes`
-//! counts the changes shipped ahead of a LOCK too.
+//! counts the changes shipped ahead of a LOCK too. A LOCK with no rows and
+//! no changes asks only whether the branch still holds (see
+//! `Executor::end_home`).
 //!
 //! Decoding checks every length and value and never panics: a malformed frame
 //! is an error the receiver counts and does not execute.

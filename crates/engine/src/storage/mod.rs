@@ -15,6 +15,7 @@ pub mod hash;
 mod mem;
 pub mod ordered;
 pub mod schema;
+pub mod sole;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

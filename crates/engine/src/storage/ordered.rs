@@ -17,12 +17,17 @@ use std::ops::Bound;
 use crossbeam_skiplist::SkipMap;
 
 use super::arena::RowId;
+use super::sole::SoleUser;
+
+/// What a [`SoleUser`] check of the owned map names.
+const OWNED: &str = "an owned ordered index (a single-worker island's)";
 
 // One index per table, built once: its size does not matter, and boxing the
 // skip list would add a pointer chase to every shared-index operation.
 #[allow(clippy::large_enum_variant)]
 pub enum OrderedIndex {
-    Owned(UnsafeCell<BTreeMap<u128, RowId>>),
+    /// The map, and the check that one thread at a time uses it.
+    Owned(UnsafeCell<BTreeMap<u128, RowId>>, SoleUser),
     Shared(SkipMap<u128, RowId>),
 }
 
@@ -44,7 +49,7 @@ impl OrderedIndex {
         if concurrent {
             OrderedIndex::Shared(SkipMap::new())
         } else {
-            OrderedIndex::Owned(UnsafeCell::new(BTreeMap::new()))
+            OrderedIndex::Owned(UnsafeCell::new(BTreeMap::new()), SoleUser::default())
         }
     }
 
@@ -52,8 +57,9 @@ impl OrderedIndex {
     ///
     /// # Safety
     /// The caller runs on the one thread that uses the index now (see the
-    /// `Sync` impl), and no reference from an earlier call is still in use:
-    /// each caller below drops it before it returns.
+    /// `Sync` impl; each caller enters the index's [`SoleUser`], which checks
+    /// it in debug builds), and no reference from an earlier call is still
+    /// in use: each caller below drops it before it returns.
     #[allow(clippy::mut_from_ref)]
     unsafe fn owned(m: &UnsafeCell<BTreeMap<u128, RowId>>) -> &mut BTreeMap<u128, RowId> {
         // SAFETY: the caller's contract.
@@ -63,7 +69,10 @@ impl OrderedIndex {
     pub fn get(&self, k: u128) -> Option<RowId> {
         match self {
             // SAFETY: one thread uses the index; the reference ends here.
-            OrderedIndex::Owned(m) => unsafe { Self::owned(m) }.get(&k).copied(),
+            OrderedIndex::Owned(m, u) => {
+                let _in = u.enter(OWNED);
+                unsafe { Self::owned(m) }.get(&k).copied()
+            }
             OrderedIndex::Shared(m) => m.get(&k).map(|e| *e.value()),
         }
     }
@@ -72,13 +81,16 @@ impl OrderedIndex {
     pub fn insert(&self, k: u128, rid: RowId) -> Option<RowId> {
         match self {
             // SAFETY: one thread uses the index; the reference ends here.
-            OrderedIndex::Owned(m) => match unsafe { Self::owned(m) }.entry(k) {
-                std::collections::btree_map::Entry::Occupied(e) => Some(*e.get()),
-                std::collections::btree_map::Entry::Vacant(v) => {
-                    v.insert(rid);
-                    None
+            OrderedIndex::Owned(m, u) => {
+                let _in = u.enter(OWNED);
+                match unsafe { Self::owned(m) }.entry(k) {
+                    std::collections::btree_map::Entry::Occupied(e) => Some(*e.get()),
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        v.insert(rid);
+                        None
+                    }
                 }
-            },
+            }
             OrderedIndex::Shared(m) => {
                 let e = m.get_or_insert(k, rid);
                 let existing = *e.value();
@@ -90,7 +102,10 @@ impl OrderedIndex {
     pub fn remove(&self, k: u128) -> bool {
         match self {
             // SAFETY: one thread uses the index; the reference ends here.
-            OrderedIndex::Owned(m) => unsafe { Self::owned(m) }.remove(&k).is_some(),
+            OrderedIndex::Owned(m, u) => {
+                let _in = u.enter(OWNED);
+                unsafe { Self::owned(m) }.remove(&k).is_some()
+            }
             OrderedIndex::Shared(m) => m.remove(&k).is_some(),
         }
     }
@@ -103,7 +118,8 @@ impl OrderedIndex {
         }
         let r = (Bound::Included(lo), Bound::Included(hi));
         match self {
-            OrderedIndex::Owned(m) => {
+            OrderedIndex::Owned(m, u) => {
+                let _in = u.enter(OWNED);
                 // SAFETY: one thread uses the index; the iterator lives until the
                 // end of the scan, and `f` must not touch this index.
                 let it = unsafe { Self::owned(m) }.range(r);
@@ -143,7 +159,10 @@ impl OrderedIndex {
     pub fn len(&self) -> usize {
         match self {
             // SAFETY: one thread uses the index; the reference ends here.
-            OrderedIndex::Owned(m) => unsafe { Self::owned(m) }.len(),
+            OrderedIndex::Owned(m, u) => {
+                let _in = u.enter(OWNED);
+                unsafe { Self::owned(m) }.len()
+            }
             OrderedIndex::Shared(m) => m.len(),
         }
     }
