@@ -352,8 +352,8 @@ pub struct Txn {
     /// before the call, and are validated at commit.
     rc_from: u32,
     /// The row whose lock this attempt ran into (a local read that
-    /// conflicted), kept after the abort: the driver retries once that row
-    /// is free ([`Txn::conflict_row`]).
+    /// conflicted), kept after the abort: the executor loop retries once
+    /// that row is free ([`Txn::conflict_row`]).
     conflict: Option<LockWait>,
     /// Set when the transaction runs under a distributed executor: routing and
     /// the state of its remote operations (see `remote.rs`).
@@ -1683,8 +1683,8 @@ impl Txn {
     }
 
     /// Blocks until batch `seq` is durable (`sync`) or written (`async`).
-    /// For callers that acknowledge one transaction at a time; the benchmark
-    /// driver polls [`Txn::durable_batch`] instead and never blocks.
+    /// For callers that acknowledge one transaction at a time; the executor
+    /// loop polls the island's durable batch instead and never blocks.
     pub fn wait_durable(&self, seq: BatchSeq) -> Result<(), Error> {
         match &self.shared.wal {
             Some(w) => w.wait_durable(seq).map_err(Error::from),
@@ -1724,7 +1724,8 @@ impl Txn {
 
     /// Runs a stored procedure to completion on this worker, retrying conflicts
     /// (with back-off) up to `max_retries` times. A convenience for tests,
-    /// examples and loaders; the benchmark driver has its own loop.
+    /// examples and loaders; everything else runs in the executor loop
+    /// (`dist::run`).
     pub fn execute<T>(
         &mut self,
         max_retries: u32,
