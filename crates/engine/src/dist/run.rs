@@ -972,12 +972,14 @@ where
             let idle_client = busy == 0 && (wk.stopping || !may_start);
             if idle_client && !client_done && (wk.pending.is_empty() || wk.stopping) {
                 client_done = true;
-                if !messages {
-                    // Nobody waits for it: what is pending is acknowledged
-                    // on the way out.
-                    return Ok(());
+                if messages {
+                    cl.clients.fetch_sub(1, Ordering::AcqRel);
                 }
-                cl.clients.fetch_sub(1, Ordering::AcqRel);
+            }
+            if client_done && !messages {
+                // Nobody waits for it: what is pending is acknowledged on the
+                // way out.
+                return Ok(());
             }
             // Leave once every worker has been settled (no client work, no
             // 2PC state, nothing received) for `linger`. Settled alone is not

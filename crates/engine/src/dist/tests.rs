@@ -533,6 +533,38 @@ fn every_scheme_serves_islands_whose_transactions_keep_to_their_own_rows() {
     }
 }
 
+#[test]
+fn a_worker_with_nothing_to_run_leaves_a_cluster_without_a_router() {
+    let mut cfg = IslandConfig::new(CcKind::Occ, 2);
+    cfg.name = "island-0".into();
+    let (island, _) = Island::open(cfg, &tables(20)).unwrap();
+    let mut l = island.loader().unwrap();
+    for k in 0..20 {
+        l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
+    }
+    drop(l);
+    let cl = Cluster::local(vec![island], vec![2], ClusterOptions::default()).unwrap();
+    let workers = [Some(50), Some(0)].map(|limit| ClusterWorker {
+        island: 0,
+        worker: limit.map_or(0, |l: u64| usize::from(l == 0)),
+        cpu: None,
+        limit,
+    });
+    let wl = Arc::new(IslandBank {
+        per_island: 20,
+        workers_per_island: 2,
+        requests: Default::default(),
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(run_to_completion(&cl, &workers, wl, 1).map(|s| s[0].total_commits()));
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the run ends once its one client is done");
+    assert_eq!(r.unwrap(), 50);
+}
+
 /// Transfers and audits: an audit reads every account of every island in one
 /// transaction (a read-only distributed transaction, committed with one-way
 /// releases when nothing is synced) and must see the exact total.
