@@ -16,7 +16,7 @@ use islands::dist::{Cluster, ClusterOptions, RangeRouter};
 use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
 use islands::storage::TableDef;
 use islands::topology::memory;
-use islands::topology::{CpuId, Topology};
+use islands::topology::{allowed_cpus, pin_to, CpuId, Topology};
 use islands::txn::Router;
 use islands::wal::{CappedDevice, Durability};
 use islands::Error;
@@ -535,7 +535,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
                 "--workers sizes a single island; with several islands use --workers-per-island"
                     .into(),
             )),
-            (None, None) if single => Some(driver::allowed_cpus().len().max(1) as u32),
+            (None, None) if single => Some(allowed_cpus().len().max(1) as u32),
             (None, None) => None,
         };
     spec.cc = c.cc.clone();
@@ -1066,7 +1066,7 @@ fn execute<W: Workload + 'static>(
                 let cpu = if dcfg.pin { first_cpu[i] } else { None };
                 scope.spawn(move || {
                     if let Some(c) = cpu {
-                        let _ = driver::pin_to(c);
+                        let _ = pin_to(c);
                     }
                     load(i, island)?;
                     if island.wal().is_some() {

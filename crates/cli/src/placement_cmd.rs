@@ -35,7 +35,7 @@ use islands::bench::progress::DisplayMode;
 use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, IslandPlan, Islands, Placement, Plan};
 use islands::island::{Island, IslandConfig};
-use islands::topology::{CpuId, CpuSet, Topology};
+use islands::topology::{pin_to, CpuId, CpuSet, Topology};
 use islands_workloads::micro::{self, Micro, MicroConfig};
 use serde::Serialize;
 
@@ -353,7 +353,7 @@ pub fn run_experiment(
     let load_cpu = grouped.island().worker_cpu(0);
     let loaded_on_cpu = std::thread::scope(|s| {
         s.spawn(|| -> Result<Option<CpuId>, String> {
-            let pinned = load_cpu.filter(|&c| driver::pin_to(c as usize).is_ok());
+            let pinned = load_cpu.filter(|&c| pin_to(c as usize).is_ok());
             micro::load(&island, &base, 0..cfg.rows, true).map_err(message)?;
             Ok(pinned)
         })

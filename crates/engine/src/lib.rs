@@ -4,6 +4,8 @@
 //! write-ahead log, its own worker threads pinned to a group of cores. This crate
 //! is the engine. Its modules follow the data path of a transaction:
 //!
+//! - [`phases`]: per-thread clocks of where a worker's time goes, and the executors'
+//!   protocol clock; the hot path calls it, so it depends on nothing above the machine.
 //! - [`topology`]: the machine as a tree (sockets, L3 domains, cores) and described topologies.
 //! - [`storage`]: tables with a fixed schema, row arenas, hash / ordered / secondary indexes.
 //! - [`cc`]: concurrency control, one scheme chosen when the island opens.
@@ -26,6 +28,7 @@ pub mod deploy;
 pub mod dist;
 pub mod error;
 pub mod island;
+pub mod phases;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod storage;

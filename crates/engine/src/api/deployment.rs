@@ -482,7 +482,7 @@ impl Deployment {
                     scope.spawn(move || -> Result<(), Error> {
                         if let Some(c) = cpu {
                             // Pinning can fail in a restricted container; loading goes on.
-                            let _ = crate::bench::driver::pin_to(c as usize);
+                            let _ = crate::topology::pin_to(c as usize);
                         }
                         let mut l = Load {
                             island: i,

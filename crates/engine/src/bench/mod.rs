@@ -19,7 +19,6 @@ pub mod cpu;
 pub mod driver;
 pub mod fmt;
 pub mod ipc;
-pub mod phases;
 pub mod progress;
 pub mod report;
 pub mod rng;

@@ -174,9 +174,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use crate::bench::phases::{self, Phase};
 use crate::cc::{CcKind, Held, Observed, TxnMeta, WriteLock};
 use crate::island::Shared;
+use crate::phases::{self, Phase};
 use crate::storage::hash::HashIndex;
 use crate::storage::ordered::{key_of, pair};
 use crate::storage::{
