@@ -10,6 +10,7 @@
 //! - [`storage`]: tables with a fixed schema, row arenas, hash / ordered / secondary indexes.
 //! - [`cc`]: concurrency control, one scheme chosen when the island opens.
 //! - [`txn`]: the transaction handle stored procedures run against.
+//! - [`proc`]: what procedures and their request generators draw on: random numbers, Zipf.
 //! - [`transport`]: how islands exchange messages: batched frames over bounded mailboxes.
 //! - [`wal`]: the island's write-ahead log, group commit, checkpoints, recovery.
 //! - [`coord`]: two-phase commit: coordinator and participant state machines, presumed abort.
@@ -29,6 +30,7 @@ pub mod dist;
 pub mod error;
 pub mod island;
 pub mod phases;
+pub mod proc;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod storage;

@@ -51,9 +51,9 @@ use crate::bench::driver::{
     STOP, WARMUP,
 };
 use crate::bench::report::Report;
-use crate::bench::rng::FastRng;
 use crate::bench::stats::{ProgressCounter, WorkerStats};
 use crate::phases::{self, Phase};
+use crate::proc::rng::FastRng;
 use crate::txn::LockWait;
 use crate::wal::{BatchSeq, Durability};
 use crate::{Abort, AbortReason, Error};

@@ -21,7 +21,7 @@ pub mod txns;
 use std::collections::BTreeMap;
 
 use islands::bench::driver::Workload;
-use islands::bench::rng::FastRng;
+use islands::proc::rng::FastRng;
 use islands::txn::Txn;
 use islands::{Abort, Error};
 
