@@ -281,9 +281,7 @@ fn generated(cfg: &YcsbConfig, shape: &Shape, plan: &deploy::Plan) -> Result<f64
         commit_window: 64,
         ..Default::default()
     };
-    let site_island: Vec<u16> = (0..SITES)
-        .map(|s| plan.island_of_site(s).0 as u16)
-        .collect();
+    let site_island: Vec<u16> = (0..SITES).map(|s| plan.island_of_site(s)).collect();
     let mut opened = Vec::new();
     let mut workers = Vec::new();
     let mut cws = Vec::new();

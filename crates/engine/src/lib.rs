@@ -8,6 +8,7 @@
 //!   protocol clock; the hot path calls it, so it depends on nothing above the machine.
 //! - [`topology`]: the machine as a tree (sockets, L3 domains, cores) and described topologies.
 //! - [`storage`]: tables with a fixed schema, row arenas, hash / ordered / secondary indexes.
+//! - [`route`]: island numbers, and which island holds a key.
 //! - [`cc`]: concurrency control, one scheme chosen when the island opens.
 //! - [`txn`]: the transaction handle stored procedures run against.
 //! - [`proc`]: what procedures and their request generators draw on: random numbers, Zipf.
@@ -31,6 +32,7 @@ pub mod error;
 pub mod island;
 pub mod phases;
 pub mod proc;
+pub mod route;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod storage;

@@ -61,11 +61,12 @@ use std::time::Duration;
 
 use crate::cc::CcKind;
 use crate::coord::{
-    self, home_of, Action, Coordinator, Gtid, IslandId, LogRec, LogToken, Msg, Participant,
-    Timeouts, Vote, GTID_SEQ_BITS,
+    self, home_of, Action, Coordinator, Gtid, LogRec, LogToken, Msg, Participant, Timeouts, Vote,
+    GTID_SEQ_BITS,
 };
 use crate::island::{InDoubt, Island, RecoveryReport};
 use crate::phases;
+use crate::route::IslandId;
 use crate::transport::{frames, push_frame, push_frame_with, Endpoint, InProc, Outbox, Transport};
 use crate::txn::{Dist, Early, LockWait, Router, Txn};
 use crate::wal::BatchSeq;

@@ -177,6 +177,7 @@ use std::task::{Context, Poll, Waker};
 use crate::cc::{CcKind, Held, Observed, TxnMeta, WriteLock};
 use crate::island::Shared;
 use crate::phases::{self, Phase};
+use crate::route::IslandId;
 use crate::storage::hash::HashIndex;
 use crate::storage::ordered::{key_of, pair};
 use crate::storage::{
@@ -194,7 +195,7 @@ pub use remote::Router;
 pub(crate) use remote::{Dist, Early, TAG_SEQ_BITS};
 
 /// `Access::island` of a row of this island.
-pub(crate) const LOCAL: u16 = u16::MAX;
+pub(crate) const LOCAL: IslandId = IslandId::MAX;
 /// `Access::rid` of a remote row's copy: no local row id ever equals it.
 pub(crate) const REMOTE_RID: RowId = RowId::MAX;
 
@@ -219,7 +220,7 @@ struct Access {
     key: u64,
     /// [`LOCAL`], or the island that holds the row (a copy of a remote row:
     /// `rid` is [`REMOTE_RID`], and the owner holds the lock).
-    island: u16,
+    island: IslandId,
     kind: Kind,
     /// The image was changed (updates and inserts).
     dirty: bool,
@@ -328,7 +329,7 @@ pub struct Txn {
     many_keys: Vec<u64>,
     /// The island of each key of the last `get_many` (`LOCAL` for this one):
     /// routed once, not once per pass (the router is a dynamic call).
-    many_route: Vec<u16>,
+    many_route: Vec<IslandId>,
     acc_index: HashMap<(TableId, RowId), u32, foldhash::fast::FixedState>,
     locks: Vec<WriteLock>,
     caches: Vec<RowCache>,

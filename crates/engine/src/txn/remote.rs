@@ -22,6 +22,7 @@ use super::{Access, Kind, RowH, Txn, LOCAL, REMOTE_RID};
 use crate::cc::{Held, Observed};
 use crate::coord::IslandSet;
 use crate::dist::wire::{self, Frame, Status};
+use crate::route::IslandId;
 use crate::storage::{SecondaryId, TableId};
 use crate::wal::WriteEntry;
 use crate::{Abort, AbortReason, Error};
@@ -30,12 +31,17 @@ use crate::{Abort, AbortReason, Error};
 pub trait Router: Send + Sync {
     /// The island holding `key` of `table`, or `None` when every island has
     /// the row (a replicated table such as TPC-C's ITEM).
-    fn island_of(&self, table: TableId, key: u64) -> Option<u16>;
+    fn island_of(&self, table: TableId, key: u64) -> Option<IslandId>;
 
     /// The island holding the rows of secondary key `skey` of `index`; `None`
     /// means every island (scanned locally). The default says `None`: a
     /// router of a partitioned table with secondary scans must override it.
-    fn island_of_secondary(&self, table: TableId, index: SecondaryId, skey: u64) -> Option<u16> {
+    fn island_of_secondary(
+        &self,
+        table: TableId,
+        index: SecondaryId,
+        skey: u64,
+    ) -> Option<IslandId> {
         let _ = (table, index, skey);
         None
     }
@@ -65,7 +71,7 @@ const TAG_SEQ_MASK: u32 = (1 << TAG_SEQ_BITS) - 1;
 pub(crate) struct Dist {
     pub(crate) router: Arc<dyn Router>,
     /// This island.
-    pub(crate) island: u16,
+    pub(crate) island: IslandId,
     /// The current attempt's global id (set by the executor at begin).
     pub(crate) gtid: u64,
     /// The tag of the outstanding request, echoed by its reply: tells it from
@@ -77,7 +83,7 @@ pub(crate) struct Dist {
     pub(crate) touched: IslandSet,
     /// A request payload waiting for the executor to send it to `req_to`.
     pub(crate) req: Vec<u8>,
-    pub(crate) req_to: u16,
+    pub(crate) req_to: IslandId,
     pub(crate) req_ready: bool,
     /// The reply payload, once it arrived.
     pub(crate) reply: Vec<u8>,
@@ -101,7 +107,7 @@ pub(crate) struct Dist {
 }
 
 impl Dist {
-    pub(crate) fn new(router: Arc<dyn Router>, island: u16, tag_base: u32) -> Box<Dist> {
+    pub(crate) fn new(router: Arc<dyn Router>, island: IslandId, tag_base: u32) -> Box<Dist> {
         Box::new(Dist {
             router,
             island,
@@ -154,7 +160,7 @@ impl Txn {
     /// The other island that holds `key`, if the transaction is distributed
     /// and the key is not here.
     #[inline]
-    pub(super) fn route(&self, table: TableId, key: u64) -> Option<u16> {
+    pub(super) fn route(&self, table: TableId, key: u64) -> Option<IslandId> {
         let d = self.dist.as_deref()?;
         let i = d.router.island_of(table, key)?;
         (i != d.island).then_some(i)
@@ -166,14 +172,14 @@ impl Txn {
         table: TableId,
         idx: SecondaryId,
         skey: u64,
-    ) -> Option<u16> {
+    ) -> Option<IslandId> {
         let d = self.dist.as_deref()?;
         let i = d.router.island_of_secondary(table, idx, skey)?;
         (i != d.island).then_some(i)
     }
 
     /// The access entry of a remote row, if the transaction has one.
-    fn find_remote(&self, island: u16, table: TableId, key: u64) -> Option<RowH> {
+    fn find_remote(&self, island: IslandId, table: TableId, key: u64) -> Option<RowH> {
         self.acc
             .iter()
             .rposition(|a| a.island == island && a.key == key && a.table == table)
@@ -257,7 +263,7 @@ impl Txn {
     /// Queues a request for the executor and waits for its reply.
     async fn request(
         &mut self,
-        island: u16,
+        island: IslandId,
         encode: impl FnOnce(&mut Vec<u8>, u64, u32),
     ) -> Result<(), Abort> {
         let d = self
@@ -295,7 +301,7 @@ impl Txn {
 
     pub(super) async fn remote_point(
         &mut self,
-        island: u16,
+        island: IslandId,
         table: TableId,
         key: u64,
         for_update: bool,
@@ -336,7 +342,7 @@ impl Txn {
         &mut self,
         table: TableId,
         keys: &[u64],
-        route: &[u16],
+        route: &[IslandId],
         for_update: bool,
     ) -> Result<(), Abort> {
         if keys.len() > 1 {
@@ -406,7 +412,7 @@ impl Txn {
 
     pub(super) async fn remote_insert(
         &mut self,
-        island: u16,
+        island: IslandId,
         table: TableId,
         key: u64,
     ) -> Result<Option<RowH>, Abort> {
@@ -433,7 +439,7 @@ impl Txn {
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn remote_scan(
         &mut self,
-        island: u16,
+        island: IslandId,
         table: TableId,
         sec: Option<SecondaryId>,
         lo: u128,
@@ -457,7 +463,7 @@ impl Txn {
     /// returned (`None`: no such row).
     fn absorb(
         &mut self,
-        island: u16,
+        island: IslandId,
         table: TableId,
         held: Held,
         kind: Kind,
@@ -478,7 +484,7 @@ impl Txn {
     fn absorb_rows(
         &mut self,
         reply: &[u8],
-        island: u16,
+        island: IslandId,
         table: TableId,
         held: Held,
         kind: Kind,
@@ -626,7 +632,7 @@ impl Txn {
     pub(crate) fn encode_lock(
         &self,
         out: &mut Vec<u8>,
-        island: u16,
+        island: IslandId,
         gtid: u64,
         tag: u32,
         writes: u32,
@@ -644,7 +650,7 @@ impl Txn {
 
     /// `island` answered the lock round: it holds every row of this
     /// transaction that it was asked for under its write lock.
-    pub(crate) fn locked_on(&mut self, island: u16) {
+    pub(crate) fn locked_on(&mut self, island: IslandId) {
         for a in self.acc.iter_mut() {
             if a.island == island && a.lock_pending() {
                 a.held = Held::Exclusive;
