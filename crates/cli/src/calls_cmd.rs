@@ -26,9 +26,9 @@ use islands::dist::run::{run_cluster, ClusterWorker};
 use islands::dist::{Cluster, ClusterOptions};
 use islands::island::{Island, IslandConfig};
 use islands::proc::rng::FastRng;
+use islands::route::Router;
 use islands::storage::{Col, TableId};
 use islands::topology::Topology;
-use islands::txn::Router;
 use islands::{Abort, Error};
 use islands_workloads::ycsb::{self, Ycsb, YcsbConfig};
 

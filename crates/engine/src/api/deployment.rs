@@ -21,10 +21,10 @@ use crate::dist::run::ClusterWorker;
 use crate::dist::{Cluster, ClusterOptions};
 use crate::island::{Island, IslandConfig, RecoveryReport};
 use crate::proc::rng::FastRng;
-use crate::route::IslandId;
+use crate::route::{IslandId, Router};
 use crate::storage::{RowMut, TableId};
 use crate::topology::Topology;
-use crate::txn::{Router, Txn};
+use crate::txn::Txn;
 use crate::wal::Durability;
 use crate::{Abort, Error};
 

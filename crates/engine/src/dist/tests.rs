@@ -9,6 +9,7 @@ use super::*;
 use crate::bench::driver::Workload;
 use crate::island::IslandConfig;
 use crate::proc::rng::FastRng;
+use crate::route::RangeRouter;
 use crate::storage::{Col, ColType, PrimaryKind, TableDef};
 use crate::txn::Txn;
 

@@ -191,7 +191,6 @@ mod remote;
 pub(crate) mod sched;
 #[cfg(test)]
 mod tests;
-pub use remote::Router;
 pub(crate) use remote::{Dist, Early, TAG_SEQ_BITS};
 
 /// `Access::island` of a row of this island.

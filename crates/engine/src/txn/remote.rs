@@ -22,30 +22,10 @@ use super::{Access, Kind, RowH, Txn, LOCAL, REMOTE_RID};
 use crate::cc::{Held, Observed};
 use crate::coord::IslandSet;
 use crate::dist::wire::{self, Frame, Status};
-use crate::route::IslandId;
+use crate::route::{IslandId, Router};
 use crate::storage::{SecondaryId, TableId};
 use crate::wal::WriteEntry;
 use crate::{Abort, AbortReason, Error};
-
-/// Where rows live: the deployment's partitioning, as the engine needs it.
-pub trait Router: Send + Sync {
-    /// The island holding `key` of `table`, or `None` when every island has
-    /// the row (a replicated table such as TPC-C's ITEM).
-    fn island_of(&self, table: TableId, key: u64) -> Option<IslandId>;
-
-    /// The island holding the rows of secondary key `skey` of `index`; `None`
-    /// means every island (scanned locally). The default says `None`: a
-    /// router of a partitioned table with secondary scans must override it.
-    fn island_of_secondary(
-        &self,
-        table: TableId,
-        index: SecondaryId,
-        skey: u64,
-    ) -> Option<IslandId> {
-        let _ = (table, index, skey);
-        None
-    }
-}
 
 /// Where an early prepare of a transaction's remote branches stands (see
 /// [`Txn::prepare_remote`]).

@@ -508,7 +508,7 @@ impl TpccRouter {
     }
 }
 
-impl islands::txn::Router for TpccRouter {
+impl islands::route::Router for TpccRouter {
     fn island_of(&self, table: u16, key: u64) -> Option<u16> {
         use schema::*;
         let w = match table {

@@ -18,7 +18,8 @@ use islands::dist::run::{run_to_completion, ClusterWorker};
 use islands::dist::{Cluster, ClusterOptions};
 use islands::island::{Island, IslandConfig};
 use islands::proc::rng::FastRng;
-use islands::txn::{Router, Txn};
+use islands::route::Router;
+use islands::txn::Txn;
 use islands::wal::Durability;
 use islands::Abort;
 
