@@ -18,7 +18,8 @@
 use std::sync::Arc;
 use std::task::Poll;
 
-use super::{Access, Kind, RowH, Txn, LOCAL, REMOTE_RID};
+use super::access::{Access, Kind};
+use super::{RowH, Txn, LOCAL, REMOTE_RID};
 use crate::cc::{Held, Observed};
 use crate::coord::IslandSet;
 use crate::dist::wire::{self, Frame, Status};
