@@ -39,7 +39,7 @@ use islands::topology::{pin_to, CpuId, CpuSet, Topology};
 use islands_workloads::micro::{self, Micro, MicroConfig};
 use serde::Serialize;
 
-use crate::experiment_cmd::{list, seconds, write_file};
+use crate::args::{list, seconds, write_file};
 
 /// Runs the microbenchmark on one island with its workers placed spread,
 /// grouped and by the OS.
