@@ -174,7 +174,8 @@ impl Txn {
         key: u64,
         for_update: bool,
     ) -> Result<Option<RowH>, Abort> {
-        let t = self.island().catalog.table(table);
+        // SAFETY: used only in this method (see `Txn::island`).
+        let t = unsafe { self.island() }.catalog.table(table);
         let mut rid = t.lookup(key);
         // A miss on a hash table is validated through its key's stripe
         // version, which must be read *before* the lookup that finds the key
@@ -384,7 +385,8 @@ impl Txn {
     }
 
     pub(crate) fn insert_local(&mut self, table: TableId, key: u64) -> Result<Option<RowH>, Abort> {
-        let shared = self.island();
+        // SAFETY: used only in this method (see `Txn::island`).
+        let shared = unsafe { self.island() };
         let t = shared.catalog.table(table);
         if t.fixed_keys {
             return Err(fixed_keys_error(t, "an insert"));
@@ -458,7 +460,7 @@ impl Txn {
 
     /// Deletes a row the transaction has read (or inserted).
     pub async fn delete(&mut self, h: RowH) -> Result<(), Abort> {
-        let t = self.island().catalog.table(self.acc[h.0 as usize].table);
+        let t = self.shared.catalog.table(self.acc[h.0 as usize].table);
         if t.fixed_keys {
             return Err(fixed_keys_error(t, "a delete"));
         }

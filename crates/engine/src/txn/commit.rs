@@ -45,7 +45,8 @@ impl Txn {
         let tid = tid.inspect_err(|_| {
             phases::switch(prev);
         })?;
-        let shared = self.island();
+        // SAFETY: used only in this method (see `Txn::island`).
+        let shared = unsafe { self.island() };
         // 5. Log, before installing: see `island::Shared::log`.
         let logged = writes && shared.wal.is_some();
         let mut ack = 0;
@@ -83,7 +84,8 @@ impl Txn {
     /// Commit steps 1–4: locks the write set, adds new secondary entries, validates, picks the tid. On
     /// failure everything is released and the reason returned.
     pub(super) fn lock_and_validate(&mut self, writes: bool) -> Result<u64, Abort> {
-        let shared = self.island();
+        // SAFETY: used only in this method (see `Txn::island`).
+        let shared = unsafe { self.island() };
         if writes {
             if let Some(e) = shared.log_failure() {
                 self.abort();
@@ -152,7 +154,7 @@ impl Txn {
         if self.locks.is_empty() {
             return Ok(());
         }
-        let shared = self.island();
+        let shared = &*self.shared;
         // The scheme may reorder `locks`; map results back by (table, rid).
         let r = shared
             .cc
@@ -170,7 +172,7 @@ impl Txn {
     /// row this transaction read is free while one of its writes (or index
     /// changes) is still to come.
     fn install(&mut self, tid: u64) {
-        let shared = self.island();
+        let shared = &*self.shared;
         let cc = &*shared.cc;
         let tables = &shared.catalog.tables;
         for a in &self.acc {
@@ -294,7 +296,7 @@ impl Txn {
     /// install; an abort removes the new ones
     /// ([`Txn::unindex_secondary_early`]).
     fn index_secondary_early(&mut self) {
-        let tables = &self.island().catalog.tables;
+        let tables = &self.shared.catalog.tables;
         let mut added = false;
         for i in 0..self.acc.len() {
             let a = &self.acc[i];
@@ -327,7 +329,7 @@ impl Txn {
 
     /// Abort: removes the entries [`Txn::index_secondary_early`] added.
     fn unindex_secondary_early(&mut self) {
-        let tables = &self.island().catalog.tables;
+        let tables = &self.shared.catalog.tables;
         for a in &self.acc {
             if !a.indexed {
                 continue;
@@ -369,7 +371,8 @@ impl Txn {
             debug_assert!(false, "commit of an unprepared branch");
             return;
         };
-        let shared = self.island();
+        // SAFETY: used only in this method (see `Txn::island`).
+        let shared = unsafe { self.island() };
         let flag = &shared.committing[self.worker as usize];
         flag.store(flag.load(Ordering::Relaxed) + 1, Ordering::Release);
         if pin != 0 {
@@ -436,7 +439,8 @@ impl Txn {
 
     /// Aborts: releases everything and forgets the transaction's writes.
     pub fn abort(&mut self) {
-        let shared = self.island();
+        // SAFETY: used only in this method (see `Txn::island`).
+        let shared = unsafe { self.island() };
         if let Some((_, pin)) = self.prepared.take() {
             if pin != 0 {
                 shared.log.lock().unpin(pin);
@@ -493,7 +497,7 @@ impl Txn {
     }
 
     fn fixed_key_change(&self) -> Result<(), Abort> {
-        let tables = &self.island().catalog.tables;
+        let tables = &self.shared.catalog.tables;
         for a in &self.acc {
             let t = &tables[a.table as usize];
             if a.island == LOCAL && a.dirty && t.fixed_keys && self.secondary_moved(t, a) {

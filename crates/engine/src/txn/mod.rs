@@ -331,15 +331,26 @@ impl Txn {
         }
     }
 
-    /// The island's shared state, borrowed apart from `self` so a method can
-    /// hold it while it changes the transaction's own fields. Cloning the
-    /// `Arc` instead would be two atomic read-modify-writes on a cache line
-    /// every worker of the island shares, on every commit.
+    /// The island's shared state, borrowed apart from `self`, so that a
+    /// method can hold it while it changes the transaction's own fields or
+    /// calls its `&mut self` methods. Cloning the `Arc` instead would be two
+    /// atomic read-modify-writes on a cache line every worker of the island
+    /// shares, on every commit; where a borrow of `self.shared` does not get
+    /// in the way, use that.
+    ///
+    /// # Safety
+    ///
+    /// The caller chooses the lifetime `'a`, and it must not outlive the
+    /// `Txn`: the reference is used only inside the body of the method that
+    /// took it from `self` (it is not returned, stored, or moved into
+    /// anything that outlives that call), and that body neither drops the
+    /// `Txn` nor replaces it (`mem::swap`, `mem::replace`). `self.shared` is
+    /// private, set once in [`Txn::new`] and never assigned again, so the
+    /// `Shared` it points to then lives at least as long as the reference.
     #[inline]
-    fn island<'a>(&self) -> &'a Shared {
-        // SAFETY: `self.shared` is an `Arc` held for the Txn's whole life and
-        // never replaced, so the `Shared` outlives the Txn; every caller keeps
-        // the reference local to one method call on `self`.
+    unsafe fn island<'a>(&self) -> &'a Shared {
+        // SAFETY: the `Arc` keeps the `Shared` alive while the Txn lives; the
+        // caller keeps the reference within that (see # Safety above).
         unsafe { &*Arc::as_ptr(&self.shared) }
     }
 

@@ -14,7 +14,7 @@ use crate::{Abort, Error};
 impl Txn {
     /// Appends the transaction's local writes to an open commit or prepare record.
     pub(super) fn log_writes(&self, log: &mut crate::wal::LogBuffer) {
-        let tables = &self.island().catalog.tables;
+        let tables = &self.shared.catalog.tables;
         for a in &self.acc {
             if a.island != LOCAL {
                 continue;
@@ -39,7 +39,7 @@ impl Txn {
     /// The batch stays pinned against checkpoint truncation until the branch
     /// is decided.
     pub(crate) fn log_prepare(&mut self, gtid: u64) -> BatchSeq {
-        let shared = self.island();
+        let shared = &*self.shared;
         let Some((tid, _)) = self.prepared else {
             debug_assert!(false, "log_prepare of an unprepared branch");
             return 0;

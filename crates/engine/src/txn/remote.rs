@@ -329,7 +329,7 @@ impl Txn {
         if keys.len() > 1 {
             // Overlap the cache misses of the local keys: index slots first,
             // then rows (see `Table::prefetch`).
-            let t = self.island().catalog.table(table);
+            let t = self.shared.catalog.table(table);
             for (&k, &i) in keys.iter().zip(route) {
                 if i == LOCAL {
                     t.prefetch(k, crate::storage::Prefetch::Index);
@@ -398,7 +398,7 @@ impl Txn {
         key: u64,
     ) -> Result<Option<RowH>, Abort> {
         if let Some(h) = self.find_remote(island, table, key) {
-            let words = self.island().catalog.table(table).schema.row_words();
+            let words = self.shared.catalog.table(table).schema.row_words();
             let a = &mut self.acc[h.0 as usize];
             if a.kind != Kind::Delete {
                 return Ok(None);
@@ -471,7 +471,7 @@ impl Txn {
         kind: Kind,
         scan: bool,
     ) -> Result<Option<RowH>, Abort> {
-        let def = self.island().catalog.table(table);
+        let def = self.shared.catalog.table(table);
         let schema_words = def.schema.row_words();
         // The image as read, for tables whose rows may move in a secondary
         // index: whether a change moved one tells whether its island must
@@ -576,7 +576,7 @@ impl Txn {
     /// then changed or deleted), or a row whose new secondary entries are
     /// still to be added ([`Txn::adds_secondary_entries`]).
     pub(crate) fn lock_round_islands(&self) -> IslandSet {
-        let tables = &self.island().catalog.tables;
+        let tables = &self.shared.catalog.tables;
         let mut s = IslandSet::EMPTY;
         for a in &self.acc {
             if a.island != LOCAL
@@ -683,7 +683,7 @@ impl Txn {
         &self,
         mut f: impl FnMut(u16, TableId, u64, Option<&[u8]>),
     ) {
-        let tables = &self.island().catalog.tables;
+        let tables = &self.shared.catalog.tables;
         for a in &self.acc {
             if a.island == LOCAL {
                 continue;
@@ -712,7 +712,7 @@ impl Txn {
 
     /// Participant: the entry this branch holds for `key`.
     fn branch_entry(&self, table: TableId, key: u64) -> Option<RowH> {
-        let t = self.island().catalog.tables.get(table as usize)?;
+        let t = self.shared.catalog.tables.get(table as usize)?;
         if let Some(rid) = t.lookup(key) {
             if let Some(h) = self.find(table, rid) {
                 if self.acc[h.0 as usize].key == key {
@@ -738,7 +738,7 @@ impl Txn {
         let Some(h) = self.branch_entry(table, key) else {
             return false;
         };
-        let words = self.island().catalog.table(table).schema.row_words();
+        let words = self.shared.catalog.table(table).schema.row_words();
         if row.len() != words * 8 || self.acc[h.0 as usize].kind == Kind::Delete {
             return false;
         }
@@ -817,7 +817,7 @@ impl Txn {
         }
         self.lock_and_validate(true)?;
         if pin != 0 {
-            self.island().log.lock().pin(pin);
+            self.shared.log.lock().pin(pin);
         }
         self.prepared = Some((tid, pin));
         Ok(())

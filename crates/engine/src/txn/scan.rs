@@ -97,7 +97,8 @@ impl Txn {
         limit: usize,
         reverse: bool,
     ) -> Result<usize, Abort> {
-        let shared = self.island();
+        // SAFETY: used only in this method (see `Txn::island`).
+        let shared = unsafe { self.island() };
         let t = shared.catalog.table(table);
         let idx = match sec {
             Some(s) => &t.secondary[s.0 as usize].1,
@@ -231,7 +232,7 @@ impl Txn {
         };
         let exhausted = true;
         // A table whose key set is fixed has no phantoms to validate against.
-        if self.validate && !self.read_committed && !self.island().catalog.table(table).fixed_keys {
+        if self.validate && !self.read_committed && !self.shared.catalog.table(table).fixed_keys {
             self.scans.push(Scan {
                 table,
                 secondary: sec,
