@@ -4,9 +4,9 @@
 //! write-ahead log, its own worker threads pinned to a group of cores. This crate
 //! is the engine. Its modules follow the data path of a transaction:
 //!
+//! - [`topology`]: the machine as a tree (sockets, L3 domains, cores) and described topologies.
 //! - [`phases`]: per-thread clocks of where a worker's time goes, and the executors'
 //!   protocol clock; the hot path calls it, so it depends on nothing above the machine.
-//! - [`topology`]: the machine as a tree (sockets, L3 domains, cores) and described topologies.
 //! - [`storage`]: tables with a fixed schema, row arenas, hash / ordered / secondary indexes.
 //! - [`route`]: island numbers, and which island holds a key.
 //! - [`cc`]: concurrency control, one scheme chosen when the island opens.
@@ -17,6 +17,8 @@
 //! - [`coord`]: two-phase commit: coordinator and participant state machines, presumed abort.
 //! - [`deploy`]: deployments: how many islands, which cores, which sites each holds.
 //! - [`island`]: one island: tables + scheme + log + workers.
+//! - [`dist`]: the executor: the islands of a deployment running in this process, one
+//!   executor per worker thread, remote operations and two-phase commit over messages.
 //! - [`bench`]: the closed-loop driver, statistics, reports.
 //! - [`api`]: the application API: a catalog of stored procedures, a deployment, clients.
 //! - `server` (cargo feature `server`, on by default): a deployment served over the
