@@ -10,14 +10,14 @@ use islands::bench::ipc;
 use islands::bench::progress::DisplayMode;
 use islands::bench::report::HostProbe;
 use islands::cc::CcKind;
-use islands::deploy::{self, DeploySpec, EvenSplit, IslandId, Islands, Placement, Plan};
+use islands::deploy::{self, DeploySpec, EvenSplit, Islands, Placement, Plan};
 use islands::dist::run::{run_cluster, ClusterWorker};
-use islands::dist::{Cluster, ClusterOptions, RangeRouter};
+use islands::dist::{Cluster, ClusterOptions};
 use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
+use islands::route::{IslandId, RangeRouter, Router};
 use islands::storage::TableDef;
 use islands::topology::memory;
-use islands::topology::{CpuId, Topology};
-use islands::txn::Router;
+use islands::topology::{allowed_cpus, pin_to, CpuId, Topology};
 use islands::wal::{CappedDevice, Durability};
 use islands::Error;
 use islands_workloads::inserts::{self, Inserts, InsertsConfig};
@@ -535,7 +535,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
                 "--workers sizes a single island; with several islands use --workers-per-island"
                     .into(),
             )),
-            (None, None) if single => Some(driver::allowed_cpus().len().max(1) as u32),
+            (None, None) if single => Some(allowed_cpus().len().max(1) as u32),
             (None, None) => None,
         };
     spec.cc = c.cc.clone();
@@ -584,8 +584,8 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
     let mut configs: Vec<IslandConfig> = Vec::new();
     for ip in plan.islands() {
         let mut cfg = IslandConfig::new(ip.cc.parse().map_err(Error::Config)?, ip.workers as usize);
-        cfg.name = format!("island-{}", ip.id.0);
-        cfg.island_id = ip.id.0;
+        cfg.name = format!("island-{}", ip.id);
+        cfg.island_id = u32::from(ip.id);
         cfg.islands = plan.islands().len() as u32;
         cfg.deployment = Some(deployment);
         cfg.durability = durability;
@@ -725,7 +725,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
                 format!("micro ({})", if m.update { "update" } else { "read-only" });
             dcfg.parameters = m.parameters();
             for (i, cfg) in configs.iter_mut().enumerate() {
-                let s = plan.sites_of(IslandId(i as u32));
+                let s = plan.sites_of(i as IslandId);
                 cfg.workload = WorkloadSpec::Micro {
                     rows: m.rows,
                     row_bytes: m.row_bytes,
@@ -738,13 +738,13 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
             let mut homes = Vec::new();
             let mut next = vec![0u32; n_islands];
             for w in &workers {
-                let sites = plan.sites_of(IslandId(w.island as u32));
+                let sites = plan.sites_of(w.island as IslandId);
                 let n = sites.end - sites.start;
                 homes.push((sites.start + next[w.island] % n) as u64);
                 next[w.island] += 1;
             }
             let keys_of = |i: usize| {
-                let s = plan.sites_of(IslandId(i as u32));
+                let s = plan.sites_of(i as IslandId);
                 m.keys_of_sites(s.start as u64..s.end as u64)
             };
             let w = Micro::new(m.clone(), homes)?;
@@ -823,13 +823,13 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
             let mut homes = Vec::new();
             let mut next = vec![0u32; n_islands];
             for w in &workers {
-                let sites = plan.sites_of(IslandId(w.island as u32));
+                let sites = plan.sites_of(w.island as IslandId);
                 let n = sites.end - sites.start;
                 homes.push(sites.start + next[w.island] % n + 1);
                 next[w.island] += 1;
             }
             let wh_of = |i: usize| {
-                let s = plan.sites_of(IslandId(i as u32));
+                let s = plan.sites_of(i as IslandId);
                 s.start + 1..s.end + 1
             };
             let w = Tpcc::new(t.clone(), homes)?;
@@ -1066,7 +1066,7 @@ fn execute<W: Workload + 'static>(
                 let cpu = if dcfg.pin { first_cpu[i] } else { None };
                 scope.spawn(move || {
                     if let Some(c) = cpu {
-                        let _ = driver::pin_to(c);
+                        let _ = pin_to(c);
                     }
                     load(i, island)?;
                     if island.wal().is_some() {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use islands::bench::rng::FastRng;
+use islands::proc::rng::FastRng;
 use islands::Error;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;

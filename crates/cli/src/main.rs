@@ -1,5 +1,6 @@
 //! `islands`: the command-line tool of the islands OLTP engine.
 
+mod args;
 mod bench_cmd;
 mod calls_cmd;
 mod check_cmd;
@@ -7,6 +8,7 @@ mod connect_cmd;
 mod exp;
 mod experiment_cmd;
 mod placement_cmd;
+mod recovery;
 mod serve_cmd;
 mod topology_cmd;
 mod tpcc_cmd;

@@ -14,10 +14,10 @@
 use std::collections::BTreeMap;
 
 use islands::bench::driver::Workload;
-use islands::bench::rng::FastRng;
-use islands::bench::zipf::Zipf;
 use islands::deploy::EvenSplit;
 use islands::island::Island;
+use islands::proc::rng::FastRng;
+use islands::proc::zipf::Zipf;
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::txn::Txn;
 use islands::{Abort, Error};

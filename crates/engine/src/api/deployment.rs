@@ -14,16 +14,17 @@ use super::catalog::{Catalog, Home, Partition, ProcDef};
 use super::value::{Args, Row, Value};
 use super::CallError;
 use crate::bench::driver::{Outcome, Workload};
-use crate::bench::rng::FastRng;
 use crate::bench::stats::ProgressCounter;
 use crate::cc::CcKind;
-use crate::deploy::{self, DeploySpec, IslandId, Plan};
+use crate::deploy::{self, DeploySpec, Plan};
 use crate::dist::run::ClusterWorker;
 use crate::dist::{Cluster, ClusterOptions};
 use crate::island::{Island, IslandConfig, RecoveryReport};
+use crate::proc::rng::FastRng;
+use crate::route::{IslandId, Router};
 use crate::storage::{RowMut, TableId};
 use crate::topology::Topology;
-use crate::txn::{Router, Txn};
+use crate::txn::Txn;
 use crate::wal::Durability;
 use crate::{Abort, Error};
 
@@ -140,11 +141,11 @@ impl Load<'_> {
 pub(crate) struct SiteRouter {
     partitions: Vec<Partition>,
     /// The island of each site.
-    site_island: Vec<u16>,
+    site_island: Vec<IslandId>,
 }
 
 impl Router for SiteRouter {
-    fn island_of(&self, table: TableId, key: u64) -> Option<u16> {
+    fn island_of(&self, table: TableId, key: u64) -> Option<IslandId> {
         match self.partitions.get(table as usize)? {
             Partition::BySite(site) => {
                 let s = site(key) as usize % self.site_island.len();
@@ -459,9 +460,9 @@ impl Deployment {
             }
             opened.push(Island::open(cfg, &catalog.tables)?);
         }
-        let mut site_island = vec![0u16; plan.sites() as usize];
+        let mut site_island: Vec<IslandId> = vec![0; plan.sites() as usize];
         for (s, island) in site_island.iter_mut().enumerate() {
-            *island = plan.island_of_site(s as u32).0 as u16;
+            *island = plan.island_of_site(s as u32);
         }
         let router = SiteRouter {
             partitions: catalog.partitions.clone(),
@@ -482,11 +483,11 @@ impl Deployment {
                     scope.spawn(move || -> Result<(), Error> {
                         if let Some(c) = cpu {
                             // Pinning can fail in a restricted container; loading goes on.
-                            let _ = crate::bench::driver::pin_to(c as usize);
+                            let _ = crate::topology::pin_to(c as usize);
                         }
                         let mut l = Load {
                             island: i,
-                            sites: plan.sites_of(IslandId(i as u32)),
+                            sites: plan.sites_of(i as IslandId),
                             loader: island.loader()?,
                             router,
                             catalog,

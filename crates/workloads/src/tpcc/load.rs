@@ -11,8 +11,8 @@
 
 use std::ops::Range;
 
-use islands::bench::rng::FastRng;
 use islands::island::{Island, Loader};
+use islands::proc::rng::FastRng;
 use islands::storage::RowMut;
 use islands::Error;
 

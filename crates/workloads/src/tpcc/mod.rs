@@ -21,7 +21,7 @@ pub mod txns;
 use std::collections::BTreeMap;
 
 use islands::bench::driver::Workload;
-use islands::bench::rng::FastRng;
+use islands::proc::rng::FastRng;
 use islands::txn::Txn;
 use islands::{Abort, Error};
 
@@ -508,7 +508,7 @@ impl TpccRouter {
     }
 }
 
-impl islands::txn::Router for TpccRouter {
+impl islands::route::Router for TpccRouter {
     fn island_of(&self, table: u16, key: u64) -> Option<u16> {
         use schema::*;
         let w = match table {
