@@ -11,7 +11,7 @@ use islands::bench::progress::DisplayMode;
 use islands::bench::report::HostProbe;
 use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, EvenSplit, Islands, Placement, Plan};
-use islands::dist::run::{run_cluster, ClusterWorker};
+use islands::dist::run::run_cluster;
 use islands::dist::{Cluster, ClusterOptions};
 use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
 use islands::route::{IslandId, RangeRouter, Router};
@@ -1122,17 +1122,7 @@ fn run_loaded<W: Workload + 'static>(
         None => driver::run_islands(&islands, workers, Arc::new(workload), dcfg),
         Some((router, opts)) => {
             let (inflight, commits) = (opts.inflight, opts.commit_window);
-            let mut per_island = vec![0usize; islands.len()];
-            let mut cws = Vec::with_capacity(workers.len());
-            for w in workers {
-                cws.push(ClusterWorker {
-                    island: w.island,
-                    worker: per_island[w.island],
-                    cpu: w.cpu,
-                    limit: None,
-                });
-                per_island[w.island] += 1;
-            }
+            let (cws, per_island) = driver::cluster_workers(workers, islands.len());
             let cl = Cluster::new(opened, per_island, router, opts)?;
             let note = format!(
                 "{inflight} transactions executing and up to {commits} more committing per worker; multi-island transactions commit with two-phase commit (presumed abort)"

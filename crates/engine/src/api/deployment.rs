@@ -13,7 +13,7 @@ use crossbeam_utils::CachePadded;
 use super::catalog::{Catalog, Home, Partition, ProcDef};
 use super::value::{Args, Row, Value};
 use super::CallError;
-use crate::bench::driver::{Outcome, Workload};
+use crate::bench::driver::{Both, Outcome, Workload};
 use crate::bench::stats::ProgressCounter;
 use crate::cc::CcKind;
 use crate::deploy::{self, DeploySpec, Plan};
@@ -326,11 +326,11 @@ impl Workload for Calls {
         let _ = reply.send(r);
     }
 
-    fn max_attempts(&self) -> Option<u32> {
+    fn max_attempts(&self, _: &CallReq) -> Option<u32> {
         Some(self.0.max_attempts)
     }
 
-    fn isolates_failures(&self) -> bool {
+    fn isolates_failures(&self, _: &CallReq) -> bool {
         true
     }
 
@@ -382,6 +382,36 @@ impl Deployment {
         opts: Options,
         catalog: Catalog,
         load: impl Fn(&mut Load<'_>) -> Result<(), Error> + Sync,
+    ) -> Result<Deployment, Error> {
+        Deployment::start(opts, catalog, load, |calls| calls)
+    }
+
+    /// [`Deployment::open`], with a second source of work on every executor:
+    /// the requests `generator` makes on the executor's own thread, as a
+    /// benchmark's are made ([`Workload::poll_next`], with the executor's
+    /// index: island after island, its workers in order). An executor takes
+    /// a queued call first, then a generated request; both run in its one
+    /// loop and commit alike. For a deployment served under a background
+    /// load, or to measure calls beside generated requests on the same
+    /// executors. The generator's procedures reach the catalog's tables by
+    /// their ids; it runs until the deployment shuts down or it has no
+    /// request left to make.
+    pub fn open_generating<G: Workload + 'static>(
+        opts: Options,
+        catalog: Catalog,
+        load: impl Fn(&mut Load<'_>) -> Result<(), Error> + Sync,
+        generator: G,
+    ) -> Result<Deployment, Error> {
+        Deployment::start(opts, catalog, load, move |calls| {
+            Both::new(calls, generator)
+        })
+    }
+
+    fn start<W: Workload + 'static>(
+        opts: Options,
+        catalog: Catalog,
+        load: impl Fn(&mut Load<'_>) -> Result<(), Error> + Sync,
+        workload: impl FnOnce(Calls) -> W,
     ) -> Result<Deployment, Error> {
         if catalog.tables.is_empty() {
             return Err(Error::Config("the catalog has no tables".into()));
@@ -549,7 +579,7 @@ impl Deployment {
             }
         }
         let phase = Arc::new(AtomicU8::new(crate::bench::driver::MEASURE));
-        let calls = Arc::new(Calls(Arc::clone(&inner)));
+        let calls = Arc::new(workload(Calls(Arc::clone(&inner))));
         let started = Arc::clone(&inner);
         let executors =
             crate::dist::run::serve(&cluster, &cws, calls, &phase, &inner.committed, move |w| {

@@ -12,11 +12,13 @@
 //! answered once its commit is acknowledged under the deployment's
 //! durability mode (`sync`: after the fdatasync of its log batch).
 //!
-//! The executor threads run the same loop as the benchmark's generated
-//! requests (`dist::run`): a worker interleaves several transactions, and
-//! every island runs `no_wait` two-phase locking. A transaction that aborts
-//! on a conflict is retried inside the engine with back-off; the caller
-//! sees [`CallError::Serialization`] only after `Options::max_attempts`.
+//! The executor threads run the engine's one executor loop (`dist::run`),
+//! the same that runs a benchmark's generated requests;
+//! [`Deployment::open_generating`] gives them both sources at once. On
+//! several islands a worker interleaves several transactions, and every
+//! island runs `no_wait` two-phase locking. A transaction that aborts on a
+//! conflict is retried inside the engine with back-off; the caller sees
+//! [`CallError::Serialization`] only after `Options::max_attempts`.
 //!
 //! ```no_run
 //! use islands::api::{Catalog, Client, Deployment, Options, Partition, ProcDef, Type, Value};

@@ -1,19 +1,15 @@
-//! The closed-loop benchmark driver.
+//! The benchmark driver: runs a [`Workload`] for a warm-up and a measured
+//! phase and reports what the measured phase did.
 //!
-//! Each worker thread owns one transaction context and generates its own
-//! requests: it runs a transaction, retries it with back-off while it aborts on
-//! a conflict, and goes on to the next one. After a warm-up the statistics are
-//! reset and the measured phase runs for a fixed time.
-//!
-//! Durability is pipelined, as a server with many clients per worker would do
-//! it: a committed transaction's redo record sits in the island's log buffer,
-//! a worker hands the buffer to the log writer every 64 of its commits or
-//! 100 µs, and the transaction is *acknowledged* (counted, its latency taken)
-//! only once its batch is durable in `sync` mode. A read-only transaction
-//! waits too, for the batch of the newest record it could have read from. A worker keeps at most `inflight`
-//! transactions waiting for their flush; the worker never blocks on a flush
-//! unless that window is full. In `async` mode a commit is acknowledged at
-//! once; with durability `off` nothing is logged.
+//! The workers are executors of a [`crate::dist::Cluster`] and run its one
+//! loop ([`crate::dist::run`]): each generates its own requests on its own
+//! thread, runs them, retries what aborts on a conflict, and acknowledges a
+//! commit once its log batch is durable (`sync`), keeping at most `inflight`
+//! commits waiting. [`run`] and [`run_islands`] run islands whose
+//! transactions never cross ([`crate::dist::Cluster::local`]);
+//! [`crate::dist::run::run_cluster`] runs a cluster that routes keys across
+//! islands. After the warm-up the statistics are reset and the measured
+//! phase runs for a fixed time.
 //!
 //! A failure stops the whole run: a worker that fails sets the run's phase
 //! to `FAILED`, and the main thread, which looks for a failed log every
@@ -22,7 +18,7 @@
 //! the figures up to then. No worker waits for a log that will not become
 //! durable again.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -32,12 +28,14 @@ use super::cpu::CpuTime;
 use super::progress::{DisplayMode, ProgressDisplay};
 use super::report::{LogReport, Machine, Report, RunInfo};
 use super::stats::{ProgressCounter, TxnTypes, WorkerStats};
+use crate::dist::run::{run_cluster, ClusterWorker};
+use crate::dist::{Cluster, ClusterOptions};
 use crate::island::Island;
-use crate::phases::{self, Phase};
+
 use crate::proc::rng::FastRng;
 pub use crate::topology::{allowed_cpus, pin_to};
-use crate::txn::{backoff_retry, poll_local, Txn};
-use crate::wal::{BatchSeq, Durability};
+use crate::txn::Txn;
+use crate::wal::Durability;
 use crate::{Abort, Error};
 
 /// A workload the driver can run: it makes requests and executes them.
@@ -69,7 +67,7 @@ pub trait Workload: Send + Sync {
     /// The next request of worker `worker`, if there is one to start now:
     /// calls submitted from outside come and go, while a benchmark's
     /// generator always has one. The default asks [`Workload::next`].
-    /// Only the executor loop of a [`crate::dist::Cluster`] asks this.
+    /// The executor loop asks this, not [`Workload::next`].
     fn poll_next(&self, worker: usize, rng: &mut FastRng, req: &mut Self::Req) -> Option<usize> {
         Some(self.next(worker, rng, req))
     }
@@ -77,23 +75,24 @@ pub trait Workload: Send + Sync {
     /// The request's outcome is final: its commit is acknowledged (durable
     /// in `sync` mode), the procedure rolled it back, it was retried
     /// [`Workload::max_attempts`] times, or its procedure panicked. Called
-    /// once per request, by the cluster's executor loop; the default does
-    /// nothing.
+    /// once per request, by the executor loop; the default does nothing.
     fn finished(&self, worker: usize, req: &mut Self::Req, outcome: Outcome) {
         let _ = (worker, req, outcome);
     }
 
-    /// Attempts after which a request that keeps aborting on conflicts is
+    /// Attempts after which `req`, if it keeps aborting on conflicts, is
     /// given up ([`Outcome::GaveUp`]); `None` (the default) retries for ever.
-    fn max_attempts(&self) -> Option<u32> {
+    fn max_attempts(&self, req: &Self::Req) -> Option<u32> {
+        let _ = req;
         None
     }
 
-    /// Whether a procedure that panics or fails with an error only fails its
-    /// request ([`Outcome::Panicked`], [`Outcome::Failed`]) and the executor
-    /// goes on; otherwise (the default) either stops the run. A failed log
-    /// stops the run whatever this says.
-    fn isolates_failures(&self) -> bool {
+    /// Whether `req`'s procedure, if it panics or fails with an error, only
+    /// fails its request ([`Outcome::Panicked`], [`Outcome::Failed`]) and the
+    /// executor goes on; otherwise (the default) either stops the run. A
+    /// failed log stops the run whatever this says.
+    fn isolates_failures(&self, req: &Self::Req) -> bool {
+        let _ = req;
         false
     }
 
@@ -102,6 +101,122 @@ pub trait Workload: Send + Sync {
     /// sleep here a while; the default returns at once.
     fn idle(&self, worker: usize) {
         let _ = worker;
+    }
+}
+
+/// Requests from two sources on every executor: `first` is asked for one
+/// before `second` (calls submitted from outside, which come and go, before a
+/// generator, which always has one). Each request keeps its source's
+/// procedures, hooks and policies; the transaction types are `first`'s, then
+/// `second`'s.
+pub struct Both<A, B> {
+    first: A,
+    second: B,
+    /// `first`'s number of transaction types.
+    offset: usize,
+}
+
+/// A request of [`Both`]: one buffer per source, so that a worker whose
+/// requests alternate between them reuses both.
+#[derive(Default)]
+pub struct BothReq<A, B> {
+    first: A,
+    second: B,
+    /// The request is `second`'s.
+    of_second: bool,
+}
+
+impl<A: Workload, B: Workload> Both<A, B> {
+    pub fn new(first: A, second: B) -> Both<A, B> {
+        let offset = first.types().len();
+        Both {
+            first,
+            second,
+            offset,
+        }
+    }
+
+    pub fn first(&self) -> &A {
+        &self.first
+    }
+
+    pub fn second(&self) -> &B {
+        &self.second
+    }
+}
+
+impl<A: Workload, B: Workload> Workload for Both<A, B> {
+    type Req = BothReq<A::Req, B::Req>;
+
+    fn types(&self) -> Vec<&'static str> {
+        let mut t = self.first.types();
+        t.extend(self.second.types());
+        t
+    }
+
+    fn next(&self, worker: usize, rng: &mut FastRng, req: &mut Self::Req) -> usize {
+        match self.poll_next(worker, rng, req) {
+            Some(ty) => ty,
+            None => {
+                req.of_second = true;
+                self.offset + self.second.next(worker, rng, &mut req.second)
+            }
+        }
+    }
+
+    fn poll_next(&self, worker: usize, rng: &mut FastRng, req: &mut Self::Req) -> Option<usize> {
+        if let Some(ty) = self.first.poll_next(worker, rng, &mut req.first) {
+            req.of_second = false;
+            return Some(ty);
+        }
+        let ty = self.second.poll_next(worker, rng, &mut req.second)?;
+        req.of_second = true;
+        Some(self.offset + ty)
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a Self::Req) -> Result<(), Abort> {
+        if req.of_second {
+            self.second.run(tx, &req.second).await
+        } else {
+            self.first.run(tx, &req.first).await
+        }
+    }
+
+    fn committed(&self, worker: usize, req: &Self::Req) {
+        if req.of_second {
+            self.second.committed(worker, &req.second)
+        } else {
+            self.first.committed(worker, &req.first)
+        }
+    }
+
+    fn finished(&self, worker: usize, req: &mut Self::Req, outcome: Outcome) {
+        if req.of_second {
+            self.second.finished(worker, &mut req.second, outcome)
+        } else {
+            self.first.finished(worker, &mut req.first, outcome)
+        }
+    }
+
+    fn max_attempts(&self, req: &Self::Req) -> Option<u32> {
+        if req.of_second {
+            self.second.max_attempts(&req.second)
+        } else {
+            self.first.max_attempts(&req.first)
+        }
+    }
+
+    fn isolates_failures(&self, req: &Self::Req) -> bool {
+        if req.of_second {
+            self.second.isolates_failures(&req.second)
+        } else {
+            self.first.isolates_failures(&req.first)
+        }
+    }
+
+    fn idle(&self, worker: usize) {
+        self.first.idle(worker);
+        self.second.idle(worker);
     }
 }
 
@@ -129,7 +244,8 @@ pub struct DriverConfig {
     pub workers: usize,
     pub warmup: Duration,
     pub measure: Duration,
-    /// Transactions a worker may keep waiting for their log flush (`sync`).
+    /// Transactions a worker may keep waiting for their log flush (`sync`):
+    /// its acknowledgement window.
     pub inflight: usize,
     pub seed: u64,
     pub display: DisplayMode,
@@ -190,7 +306,10 @@ pub fn run<W: Workload + 'static>(
     island: &Island,
     workload: Arc<W>,
     cfg: &DriverConfig,
-) -> Result<Report, Error> {
+) -> Result<Report, Error>
+where
+    W::Req: 'static,
+{
     let cpus = allowed_cpus();
     let workers: Vec<WorkerSpec> = (0..cfg.workers)
         .map(|w| WorkerSpec {
@@ -208,16 +327,24 @@ pub struct WorkerSpec {
     pub cpu: Option<usize>,
 }
 
+/// Attempts a worker of [`run_islands`] runs per round of its loop before it
+/// looks at the log, its acknowledgements and the run's phase again.
+const LOCAL_PER_ROUND: usize = 8;
+
 /// Runs `workload` with the given workers spread over several islands of one
-/// process (each worker runs transactions on its own island) and reports the
-/// measured phase of all of them together. `cfg.workers` and `cfg.pin` are
-/// ignored: `workers` says it all.
+/// process (each worker runs transactions on its own island, which no
+/// transaction leaves: [`Cluster::local`]) and reports the measured phase of
+/// all of them together. `cfg.workers` and `cfg.pin` are ignored: `workers`
+/// says it all.
 pub fn run_islands<W: Workload + 'static>(
     islands: &[Island],
     workers: &[WorkerSpec],
     workload: Arc<W>,
     cfg: &DriverConfig,
-) -> Result<Report, Error> {
+) -> Result<Report, Error>
+where
+    W::Req: 'static,
+{
     if workers.is_empty() {
         return Err(Error::Config("the driver needs at least one worker".into()));
     }
@@ -232,21 +359,32 @@ pub fn run_islands<W: Workload + 'static>(
             "the measured phase must be longer than zero".into(),
         ));
     }
-    let mut bodies: Vec<WorkerBody> = Vec::with_capacity(workers.len());
-    for (w, spec) in workers.iter().enumerate() {
-        let island = &islands[spec.island];
-        let durability = island.config().durability;
-        let tx = island.worker()?;
-        let workload = Arc::clone(&workload);
-        let seed = worker_seed(cfg.seed, w);
-        let inflight = cfg.inflight.max(1);
-        bodies.push(Box::new(move |phase, counter| {
-            worker_loop(
-                tx, &*workload, w, seed, phase, counter, durability, inflight,
-            )
-        }));
+    let (cws, per_island) = cluster_workers(workers, islands.len());
+    let opts = ClusterOptions {
+        inflight: LOCAL_PER_ROUND,
+        commit_window: 0,
+        ..Default::default()
+    };
+    let cl = Cluster::local(islands.to_vec(), per_island, opts)?;
+    run_cluster(&cl, &cws, workload, cfg)
+}
+
+/// The executors of `workers` (placed on `islands` islands), numbered
+/// within each island in the order given, with no transaction limit; and
+/// how many each island has.
+pub fn cluster_workers(workers: &[WorkerSpec], islands: usize) -> (Vec<ClusterWorker>, Vec<usize>) {
+    let mut per_island = vec![0usize; islands];
+    let mut cws = Vec::with_capacity(workers.len());
+    for w in workers {
+        cws.push(ClusterWorker {
+            island: w.island,
+            worker: per_island[w.island],
+            cpu: w.cpu,
+            limit: None,
+        });
+        per_island[w.island] += 1;
     }
-    run_threads(islands, workers, bodies, &workload.types(), cfg)
+    (cws, per_island)
 }
 
 /// One worker thread's work: given the run's phase and its progress counter,
@@ -501,143 +639,4 @@ pub(crate) fn run_threads(
         });
     }
     Ok(report)
-}
-
-/// A committed transaction waiting for its log batch.
-struct Pending {
-    ack: BatchSeq,
-    start: Instant,
-    ty: usize,
-}
-
-#[allow(clippy::too_many_arguments)]
-fn worker_loop<W: Workload>(
-    mut tx: Txn,
-    workload: &W,
-    w: usize,
-    seed: u64,
-    phase: &AtomicU8,
-    counter: &ProgressCounter,
-    durability: Durability,
-    inflight: usize,
-) -> (WorkerStats, Result<(), Error>) {
-    let mut stats = WorkerStats::new();
-    let mut rng = FastRng::new(seed);
-    let mut req = W::Req::default();
-    let mut pending: VecDeque<Pending> = VecDeque::with_capacity(inflight);
-    let mut since_flush = 0usize;
-    let mut last_flush = Instant::now();
-    let mut my_phase = WARMUP;
-    let logging = durability != Durability::Off;
-    let wait_ack = durability == Durability::Sync;
-    let result = (|| -> Result<(), Error> {
-        loop {
-            let p = phase.load(Ordering::Relaxed);
-            if p != my_phase {
-                if p >= STOP {
-                    return Ok(());
-                }
-                stats.reset();
-                phases::take();
-                my_phase = p;
-            }
-            phases::switch(Phase::Management);
-            let ty = workload.next(w, &mut rng, &mut req);
-            let start = Instant::now();
-            let mut attempt = 0u32;
-            let committed = loop {
-                tx.begin(attempt > 0);
-                phases::switch(Phase::Execution);
-                let r = poll_local(workload.run(&mut tx, &req));
-                phases::switch(Phase::Management);
-                let r = r.and_then(|()| tx.commit());
-                match r {
-                    Ok(c) => break Some(c),
-                    Err(Abort::Conflict(reason)) => {
-                        // commit() already released everything; a failed procedure has not.
-                        tx.abort();
-                        stats.record_abort(reason);
-                        stats.record_retry();
-                        attempt += 1;
-                        backoff_retry(attempt);
-                        if phase.load(Ordering::Relaxed) >= STOP {
-                            break None;
-                        }
-                    }
-                    Err(Abort::User(_)) => {
-                        tx.abort();
-                        stats.record_user_abort(ty);
-                        break None;
-                    }
-                    Err(Abort::Failed(e)) => {
-                        tx.abort();
-                        return Err(e);
-                    }
-                }
-            };
-            let now = Instant::now();
-            if let Some(c) = committed {
-                workload.committed(w, &req);
-                since_flush += c.logged as usize;
-                if wait_ack && c.ack > tx.durable_batch() {
-                    pending.push_back(Pending {
-                        ack: c.ack,
-                        start,
-                        ty,
-                    });
-                } else {
-                    stats.record_commit(ty, (now - start).as_nanos() as u64);
-                    stats.maybe_publish(counter);
-                }
-            }
-            if logging {
-                let due = if wait_ack {
-                    !pending.is_empty()
-                        && (since_flush >= FLUSH_EVERY
-                            || now - last_flush >= FLUSH_AFTER
-                            || pending.len() >= inflight)
-                } else {
-                    tx.log_pending_bytes() > (64 << 10)
-                        || since_flush > 0 && now - last_flush >= ASYNC_FLUSH_AFTER
-                };
-                if due {
-                    phases::switch(Phase::Logging);
-                    tx.flush_log()?;
-                    phases::switch(Phase::Management);
-                    since_flush = 0;
-                    last_flush = now;
-                }
-            }
-            if !pending.is_empty() {
-                let mut durable = tx.durable_batch();
-                while pending.len() >= inflight && pending.front().is_some_and(|p| p.ack > durable)
-                {
-                    // The window is full: wait for the log writer.
-                    if phase.load(Ordering::Relaxed) >= STOP {
-                        break;
-                    }
-                    if let Some(e) = tx.log_failure() {
-                        return Err(e);
-                    }
-                    phases::switch(Phase::Idle);
-                    std::thread::yield_now();
-                    phases::switch(Phase::Management);
-                    durable = tx.durable_batch();
-                }
-                while let Some(p) = pending.front() {
-                    if p.ack > durable {
-                        break;
-                    }
-                    stats.record_commit(p.ty, (now - p.start).as_nanos() as u64);
-                    pending.pop_front();
-                }
-                stats.maybe_publish(counter);
-            }
-        }
-    })();
-    stats.phase_ticks = phases::take();
-    // Hand the rest to the log so nothing committed waits for another worker.
-    let _ = tx.flush_log();
-    stats.publish(counter);
-    (stats, result)
 }

@@ -7,7 +7,14 @@
 //! [`Coordinator`] and [`Participant`] for the transactions that land on this
 //! worker, and an outbox with one batch per destination.
 //!
-//! A worker never blocks on another island. Its loop (see [`run`]) polls the
+//! Every worker thread, whether it runs a benchmark's generated requests or
+//! the application API's calls, runs the one executor loop of [`run`]. A
+//! cluster whose transactions never cross islands (one island, or
+//! [`Cluster::local`]) has no router: its contexts route nothing, its
+//! executors exchange no messages, and the loop runs each procedure to
+//! completion on its first poll.
+//!
+//! A worker never blocks on another island. Its loop polls the
 //! stored procedures of several home transactions; one that touches a key of
 //! another island suspends (its request goes out in the next batch) and the
 //! worker goes on with the others, and with the requests that other islands'
@@ -44,7 +51,9 @@
 //! distributed deadlock). OCC cannot serve as is: validating reads at each
 //! participant's prepare without a global lock point is not serializable
 //! across islands (write skew between two islands), and `none` cannot hold a
-//! branch while other transactions run.
+//! branch while other transactions run. A cluster without a router runs one
+//! transaction at a time per worker, from begin to commit, so every scheme
+//! serves there (`wait_die` waits only for other workers).
 //!
 //! Branches that idle: a participant aborts a branch that waits longer than
 //! `branch_idle_us` for more work, and its locks go with it. The home
@@ -205,13 +214,19 @@ pub struct Cluster {
     workers: Vec<usize>,
     base: Vec<u32>,
     transport: Arc<dyn Transport>,
-    router: Arc<dyn Router>,
+    /// `None`: no transaction crosses islands (one island, or islands whose
+    /// transactions each touch only their own rows). Contexts then carry no
+    /// routing state and no executor sends a message (see [`Executor::messages`]).
+    router: Option<Arc<dyn Router>>,
     recovered: Vec<RecoveryReport>,
+    /// Executors take their share of `recovered` when they start (see
+    /// [`Cluster::executor`]); a [`Cluster::local`] made without reports does not.
+    recovers: bool,
     opts: ClusterOptions,
     /// Workers still running client transactions: the others keep serving.
     clients: AtomicUsize,
     /// Workers of the run that still hold or expect something (see
-    /// `run::cluster_worker`'s exit): a worker leaves only when every worker
+    /// `run::executor_loop`'s exit): a worker leaves only when every worker
     /// has been settled for a while, since a settled worker's peer may still
     /// resend it a commit whose acknowledgement was lost.
     unsettled: AtomicUsize,
@@ -230,19 +245,51 @@ pub struct Cluster {
 impl Cluster {
     /// A cluster over islands opened with their recovery reports (in-doubt
     /// branches are resolved by the executors), `workers[i]` worker threads
-    /// on island `i`.
+    /// on island `i`, `router` saying which island holds a key. A cluster of
+    /// one island has nowhere to route to and keeps no router.
     pub fn new(
         islands: Vec<(Island, RecoveryReport)>,
         workers: Vec<usize>,
         router: Arc<dyn Router>,
         opts: ClusterOptions,
     ) -> Result<Arc<Cluster>, Error> {
+        let router = (islands.len() > 1).then_some(router);
+        Cluster::build(islands, workers, router, true, opts)
+    }
+
+    /// A cluster whose transactions never cross islands: one island, or
+    /// several whose workloads each keep to their own island's rows (a key
+    /// of another island is simply not found here). Its executors never
+    /// message each other, so every concurrency control scheme serves, and
+    /// an island may have no workers. The islands' recovery is left as
+    /// their opening made it: branches in doubt stay pinned in their logs
+    /// for a cluster that routes across islands to resolve.
+    pub fn local(
+        islands: Vec<Island>,
+        workers: Vec<usize>,
+        opts: ClusterOptions,
+    ) -> Result<Arc<Cluster>, Error> {
+        let islands = islands
+            .into_iter()
+            .map(|i| (i, RecoveryReport::default()))
+            .collect();
+        Cluster::build(islands, workers, None, false, opts)
+    }
+
+    fn build(
+        islands: Vec<(Island, RecoveryReport)>,
+        workers: Vec<usize>,
+        router: Option<Arc<dyn Router>>,
+        recovers: bool,
+        opts: ClusterOptions,
+    ) -> Result<Arc<Cluster>, Error> {
+        let routes = router.is_some();
         if islands.is_empty() || islands.len() != workers.len() {
             return Err(Error::Config(
                 "a cluster needs one worker count per island".into(),
             ));
         }
-        if islands.len() > coord::MAX_ISLANDS {
+        if routes && islands.len() > coord::MAX_ISLANDS {
             return Err(Error::Config(format!(
                 "{} islands: at most {} can run two-phase commit together",
                 islands.len(),
@@ -265,13 +312,13 @@ impl Cluster {
         let mut n = 0u32;
         for (i, ((island, _), &w)) in islands.iter().zip(&workers).enumerate() {
             let cfg = island.config();
-            if w == 0 || w > MAX_WORKERS_PER_ISLAND || w > cfg.workers {
+            if (w == 0 && routes) || w > MAX_WORKERS_PER_ISLAND || w > cfg.workers {
                 return Err(Error::Config(format!(
                     "island {i}: {w} workers (the island was opened for {}, at most {MAX_WORKERS_PER_ISLAND})",
                     cfg.workers
                 )));
             }
-            if islands.len() > 1 && cfg.cc != CcKind::NoWait {
+            if routes && cfg.cc != CcKind::NoWait {
                 return Err(Error::Config(format!(
                     "island {i} runs '{}': islands that take part in distributed transactions run no_wait \
                      (a worker interleaves transactions, so it cannot wait for a lock; OCC validation at \
@@ -279,7 +326,7 @@ impl Cluster {
                     cfg.cc
                 )));
             }
-            if islands.len() > 1 && cfg.contexts < opts.contexts_needed(w) {
+            if routes && cfg.contexts < opts.contexts_needed(w) {
                 return Err(Error::Config(format!(
                     "island {i} was opened with {} extra transaction contexts; its executors need {}",
                     cfg.contexts,
@@ -311,6 +358,7 @@ impl Cluster {
             transport,
             router,
             recovered,
+            recovers,
             opts,
             clients: AtomicUsize::new(0),
             unsettled: AtomicUsize::new(0),
@@ -328,6 +376,11 @@ impl Cluster {
 
     pub fn options(&self) -> &ClusterOptions {
         &self.opts
+    }
+
+    /// Whether transactions may cross islands here (see [`Cluster::local`]).
+    pub fn routes(&self) -> bool {
+        self.router.is_some()
     }
 
     fn endpoint(&self, island: IslandId, worker: usize) -> Endpoint {
@@ -438,6 +491,19 @@ impl Cluster {
             early: Vec::new(),
             locking: Vec::new(),
         };
+        if self.router.is_none() {
+            // Its one context, taken now so that an island without a free
+            // worker slot is refused before the run rather than stalling it.
+            let c = ex.pool.alloc_ctx().ok_or_else(|| {
+                Error::Config(format!(
+                    "island {island} has no free worker slot for worker {worker}'s executor"
+                ))
+            })?;
+            ex.pool.free_ctx(c);
+        }
+        if !self.recovers {
+            return Ok(ex);
+        }
         ex.recover()?;
         let base = self.base[island] as usize;
         let mine = &self.recovered_worker[base..base + self.workers[island]];
@@ -688,6 +754,13 @@ impl Executor {
         &self.cl
     }
 
+    /// Whether this executor exchanges messages with others: its cluster
+    /// routes keys across islands. When it does not, no procedure can
+    /// suspend (every row it reaches is local) and there is nothing to pump.
+    pub fn messages(&self) -> bool {
+        self.cl.routes()
+    }
+
     /// The protocol clock, read once per round of [`Executor::pump`]: the
     /// state machines' timeouts are milliseconds, and a clock read per
     /// message was a tenth of a worker's time.
@@ -728,17 +801,50 @@ impl Executor {
     }
 
     /// Takes a context for a new home transaction (attempt): `None` when all
-    /// are busy. `retry` keeps the previous attempt's wait-die age.
+    /// are busy. `retry` keeps the context's previous wait-die age.
     pub fn begin_home(&mut self, retry: bool) -> Option<u32> {
         let c = self.pool.alloc_ctx()?;
+        self.pool.ctx(c).begin(retry);
+        self.start_home(c);
+        Some(c)
+    }
+
+    /// [`Executor::begin_home`] for the retry of an attempt whose timestamp
+    /// was `ts` ([`Executor::timestamp_of`]): under wait-die a retried
+    /// transaction keeps its age, so it eventually wins, whichever context
+    /// it runs on.
+    pub(crate) fn begin_retry(&mut self, ts: u64) -> Option<u32> {
+        let c = self.pool.alloc_ctx()?;
+        self.pool.ctx(c).begin_at(ts);
+        self.start_home(c);
+        Some(c)
+    }
+
+    /// Names the transaction just begun on `c`, if it may cross islands.
+    #[inline]
+    fn start_home(&mut self, c: u32) {
+        if self.cl.router.is_none() {
+            return;
+        }
         let gtid = self.new_gtid();
-        let tx = self.pool.ctx(c);
-        tx.begin(retry);
-        let d = tx.dist.as_mut().expect("executor contexts are distributed");
+        let now = self.now;
+        let d = self.pool.ctx(c).dist.as_mut();
+        let d = d.expect("contexts of a routing cluster are distributed");
         d.gtid = gtid;
         d.reset();
-        d.begin_us = self.now;
-        Some(c)
+        d.begin_us = now;
+    }
+
+    /// The timestamp of the attempt last begun on context `c`. Valid until
+    /// `c` is taken again.
+    pub(crate) fn timestamp_of(&self, c: u32) -> u64 {
+        self.pool.ctx_ref(c).timestamp()
+    }
+
+    /// Home context `c`, lent for a procedure polled to completion while
+    /// the borrow lasts (the inline attempts of `run`).
+    pub(crate) fn home_ctx(&mut self, c: u32) -> &mut Txn {
+        self.pool.ctx(c)
     }
 
     /// After a poll returned `Pending`: sends the request the procedure
@@ -775,12 +881,11 @@ impl Executor {
             return Err(e);
         }
         let tx = self.pool.ctx(c);
-        let d = tx.dist.as_ref().expect("distributed context");
-        if d.touched.is_empty() {
+        let Some(d) = tx.dist.as_ref().filter(|d| !d.touched.is_empty()) else {
             let r = tx.commit();
             self.pool.free_ctx(c);
             return r.map(HomeCommit::Local);
-        }
+        };
         let gtid = d.gtid;
         let touched = d.touched;
         if d.early == Early::Prepared {
@@ -2073,11 +2178,11 @@ impl Pool {
         let island = &self.cl.islands[self.island as usize];
         let mut tx = island.worker().ok()?;
         let id = self.ctxs.len() as u32;
-        tx.dist = Some(Dist::new(
-            Arc::clone(&self.cl.router),
-            self.island,
-            id << crate::txn::TAG_SEQ_BITS,
-        ));
+        tx.dist = self
+            .cl
+            .router
+            .as_ref()
+            .map(|r| Dist::new(Arc::clone(r), self.island, id << crate::txn::TAG_SEQ_BITS));
         self.ctxs.push(Box::into_raw(Box::new(tx)));
         Some(id)
     }

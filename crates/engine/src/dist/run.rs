@@ -1,50 +1,86 @@
-//! The benchmark driver's worker loop for a [`Cluster`]: each worker thread
-//! keeps several home transactions in flight on its [`Executor`] and serves
-//! the other islands' requests between polls.
+//! The executor loop: what every worker thread of a [`Cluster`] runs, for a
+//! benchmark and for the application API alike. A single island, or several
+//! whose transactions never cross ([`Cluster::local`]), is a cluster too:
+//! there is no other loop.
 //!
-//! A stored procedure is a future borrowing its transaction context and its
-//! request; the slot that owns the future also owns the request (boxed, so it
-//! never moves) and the executor owns the context (never freed while the
-//! future lives). That is why the futures are stored with a `'static`
-//! lifetime: every future is dropped before its slot, and slots before the
-//! executor, which this module guarantees by construction (see
-//! `Slot::start` and the end of [`cluster_worker`]).
+//! Work comes from the [`Workload`] through [`Workload::poll_next`]: requests
+//! that a benchmark generates on the executor's own thread (the paper's
+//! "clients on the island", measured without a cross-thread hop), or calls
+//! that applications submit through [`crate::api::Client`], popped from the
+//! executor's bounded queue. A round takes what other executors sent (only
+//! when the cluster routes keys across islands), starts and polls
+//! transactions, hands the island's log buffer over when it is due,
+//! acknowledges the commits whose batch is durable, and checks whether the
+//! run is over.
 //!
-//! Each attempt allocates one boxed future (its size is the procedure's, a
-//! few hundred bytes): the one allocation on the path, kept because the
-//! future's type is the workload's and slots are generic over it only
-//! through `dyn`.
+//! An attempt runs in one of two ways, fixed per executor:
 //!
-//! A slot polls only an executing attempt. A transaction whose procedure is
-//! done and whose two-phase commit is under way leaves its slot to the next
-//! one (up to [`super::ClusterOptions::commit_window`] such commits per
-//! worker): with a log, the commit waits for its participants' forced
-//! prepares, a group commit each, and a slot held across that wait either
-//! idles the worker or needs a deep window of executing transactions, whose
-//! rows go cold and whose locks collide (micro update, 100% multisite, sync:
-//! 1.21-1.89 times the throughput of 128 slots held through the commit).
+//! - *Inline*, when the executor exchanges no messages
+//!   ([`Executor::messages`]): every row a procedure can reach is local, so it
+//!   completes on its first poll. The loop polls it on its own stack and
+//!   commits it at once, attempt after attempt (up to
+//!   [`super::ClusterOptions::inflight`] per round): no future is stored and
+//!   nothing is allocated per transaction. A procedure that suspends anyway
+//!   waits for something no executor delivers, and fails the run.
+//! - *In slots*, when it does: each worker keeps several home transactions in
+//!   flight and serves the other islands' requests between polls. A stored
+//!   procedure is then a future borrowing its transaction context and its
+//!   request; the slot that owns the future also owns the request (boxed, so
+//!   it never moves) and the executor owns the context (never freed while the
+//!   future lives). That is why the futures are stored with a `'static`
+//!   lifetime: every future is dropped before its slot, and slots before the
+//!   executor, which this module guarantees by construction (see
+//!   `start_attempt` and the end of `executor_loop`). Each attempt allocates
+//!   its boxed future, because its type is the workload's and slots hold it
+//!   only through `dyn`.
 //!
-//! An aborted transaction also leaves its slot, and waits before it retries.
-//! If it ran into a local row's lock, it retries as soon as that row would
-//! let it pass ([`crate::txn::LockWait`]); the worker checks the lock words of
-//! the waiting transactions when a slot is free. Otherwise (a remote refusal,
-//! a 2PC abort) it backs off 20 µs, doubling per attempt up to about 5 ms.
+//!   A slot polls only an executing attempt. A transaction whose procedure is
+//!   done and whose two-phase commit is under way leaves its slot to the next
+//!   one (up to [`super::ClusterOptions::commit_window`] such commits per
+//!   worker): with a log, the commit waits for its participants' forced
+//!   prepares, a group commit each, and a slot held across that wait either
+//!   idles the worker or needs a deep window of executing transactions, whose
+//!   rows go cold and whose locks collide.
 //!
-//! At the end of a run a worker finishes what it holds and leaves once every
-//! worker has settled. When the run fails instead (a worker's error, a dead
-//! log: the driver's `FAILED` phase) it leaves at once: its peers may be
-//! gone, so settling could wait for ever. Branches and decisions in flight
-//! stay as the logs have them, for the next recovery to resolve.
+//! Durability is pipelined, as a server with many clients per worker would do
+//! it: a committed transaction's redo record sits in the island's log buffer,
+//! a worker hands the buffer to the log writer every [`FLUSH_EVERY`] of its
+//! commits or [`FLUSH_AFTER`] (`sync`; [`ASYNC_FLUSH_AFTER`] in `async`
+//! mode), and a transaction is *acknowledged* (counted, its latency taken,
+//! [`Workload::finished`] told) only once its batch is durable in `sync` mode.
+//! A read-only transaction waits too, for the batch of the newest record it
+//! could have read from. A worker keeps at most its acknowledgement window
+//! (`--inflight`) of commits waiting, and starts no transaction while it is
+//! full. In `async` mode a commit is acknowledged at once; with durability
+//! `off` nothing is logged.
+//!
+//! An aborted attempt leaves its slot (or the inline lane) and waits before it
+//! retries; the worker goes on with other requests meanwhile. If it ran into a
+//! local row's lock, it retries as soon as that row would let it pass
+//! ([`crate::txn::LockWait`]), checked when the worker looks for work.
+//! Otherwise (a validation failure, a remote refusal, a 2PC abort) it backs
+//! off 20 µs, doubling per attempt up to about 5 ms. A retry keeps its first
+//! attempt's start (its latency covers every attempt) and its wait-die age.
+//!
+//! At the end of a run (`STOP`) a worker starts nothing new, drops the
+//! retries it holds, and finishes what is in flight; what is acknowledged
+//! after the end is not counted, since the measured phase is over. A worker
+//! that exchanges messages leaves once every worker has settled (a settled
+//! worker may still owe a peer an answer); one that does not leaves at once.
+//! When the run fails instead (a worker's error, a dead log: the driver's
+//! `FAILED` phase) it leaves at once: its peers may be gone, so settling could
+//! wait for ever. Branches and decisions in flight stay as the logs have them,
+//! for the next recovery to resolve.
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use super::{Cluster, Executor, HomeCommit};
+use super::{Cluster, Executor, GtidMap, HomeCommit};
 use crate::bench::driver::{
     log_failure, run_threads, watch_until, worker_seed, DriverConfig, FailOnPanic, Outcome,
     WorkerBody, WorkerSpec, Workload, ASYNC_FLUSH_AFTER, FAILED, FLUSH_AFTER, FLUSH_EVERY, MEASURE,
@@ -52,9 +88,10 @@ use crate::bench::driver::{
 };
 use crate::bench::report::Report;
 use crate::bench::stats::{ProgressCounter, WorkerStats};
+use crate::island::Island;
 use crate::phases::{self, Phase};
 use crate::proc::rng::FastRng;
-use crate::txn::LockWait;
+use crate::txn::{LockWait, Txn};
 use crate::wal::{BatchSeq, Durability};
 use crate::{Abort, AbortReason, Error};
 
@@ -69,6 +106,18 @@ enum St {
     Waiting,
 }
 
+/// What a request's attempts share.
+#[derive(Clone, Copy, Debug, Default)]
+struct Attempt {
+    ty: usize,
+    /// Clock reading ([`Clock`]) of its first attempt.
+    start: u64,
+    /// Attempts that aborted before this one.
+    attempt: u32,
+    /// The wait-die timestamp of its first attempt (0: not begun yet).
+    ts: u64,
+}
+
 /// An executing attempt: a slot polls its procedure.
 struct Slot<R> {
     fut: Option<Proc>,
@@ -78,26 +127,9 @@ struct Slot<R> {
     /// transaction context was free when it came).
     loaded: bool,
     ctx: u32,
-    ty: usize,
-    /// Clock readings ([`Clock`]).
-    start: u64,
+    at: Attempt,
+    /// Clock reading when its wait for a remote reply began.
     since: u64,
-    attempt: u32,
-}
-
-impl<R: Default> Slot<R> {
-    /// Takes the slot's transaction out (its procedure is done or dropped)
-    /// and frees the slot; its request box is replaced by a spare one.
-    fn park(&mut self, spare: &mut Vec<Box<R>>) -> Parked<R> {
-        self.state = St::Free;
-        let req = spare.pop().unwrap_or_default();
-        Parked {
-            req: std::mem::replace(&mut self.req, req),
-            ty: self.ty,
-            start: self.start,
-            attempt: self.attempt,
-        }
-    }
 }
 
 /// A transaction out of its slot: its two-phase commit is under way
@@ -106,10 +138,7 @@ impl<R: Default> Slot<R> {
 /// one back from the next transaction.
 struct Parked<R> {
     req: Box<R>,
-    ty: usize,
-    /// Clock reading of its first attempt.
-    start: u64,
-    attempt: u32,
+    at: Attempt,
 }
 
 /// An aborted transaction waiting to be retried.
@@ -127,8 +156,8 @@ impl<R> Parked<R> {
     /// it ran into, if any, and whether it had touched another island (see
     /// [`Executor::conflict_of`]).
     fn back_off(mut self, now: u64, clock: &Clock, conflict: Option<(LockWait, bool)>) -> Retry<R> {
-        self.attempt += 1;
-        let blind = clock.ticks(backoff(self.attempt));
+        self.at.attempt += 1;
+        let blind = clock.ticks(backoff(self.at.attempt));
         let (due, watch) = match conflict {
             None => (now + blind, None),
             // An AbortReq to a branch on another worker may still be on its
@@ -145,6 +174,14 @@ impl<R> Parked<R> {
             watch,
         }
     }
+}
+
+/// A committed transaction waiting for its log batch.
+struct Pending<R> {
+    ack: BatchSeq,
+    start: u64,
+    ty: usize,
+    req: Box<R>,
 }
 
 /// Where and how much one worker of a cluster runs.
@@ -189,58 +226,20 @@ where
             cpu: w.cpu,
         });
         bodies.push(Box::new(move |phase, counter| {
-            cluster_worker(ex, &*workload, i, seed, phase, counter, limit, window)
+            executor_loop(ex, &*workload, i, seed, phase, counter, limit, window)
         }));
     }
     let mut report = run_threads(cl.islands(), &specs, bodies, &workload.types(), cfg)?;
-    let s = &cl.stats;
-    report.notes.push(format!(
-        "islands: {} remote operations served, {} malformed frames rejected, {} protocol violations",
-        s.remote_ops(),
-        s.malformed.load(Ordering::Relaxed),
-        s.protocol_violations.load(Ordering::Relaxed)
-    ));
-    Ok(report)
-}
-
-/// A committed transaction waiting for its log batch.
-struct Pending<R> {
-    ack: BatchSeq,
-    start: u64,
-    ty: usize,
-    req: Box<R>,
-}
-
-/// An aborted attempt: retried after a back-off, or given up when the
-/// workload bounds its attempts. Returns whether it was given up.
-#[allow(clippy::too_many_arguments)]
-fn retry_or_give_up<W: Workload>(
-    workload: &W,
-    w: usize,
-    p: Parked<W::Req>,
-    reason: AbortReason,
-    now: u64,
-    clock: &Clock,
-    conflict: Option<(LockWait, bool)>,
-    retries: &mut Vec<Retry<W::Req>>,
-    spare: &mut Vec<Box<W::Req>>,
-) -> bool {
-    let attempts = p.attempt + 1;
-    if workload.max_attempts().is_some_and(|m| attempts >= m) {
-        let mut req = p.req;
-        workload.finished(
-            w,
-            &mut req,
-            Outcome::GaveUp {
-                attempts,
-                last: reason,
-            },
-        );
-        spare.push(req);
-        return true;
+    if cl.routes() {
+        let s = &cl.stats;
+        report.notes.push(format!(
+            "islands: {} remote operations served, {} malformed frames rejected, {} protocol violations",
+            s.remote_ops(),
+            s.malformed.load(Ordering::Relaxed),
+            s.protocol_violations.load(Ordering::Relaxed)
+        ));
     }
-    retries.push(p.back_off(now, clock, conflict));
-    false
+    Ok(report)
 }
 
 /// The message of a caught panic.
@@ -251,10 +250,9 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".into())
 }
 
-/// The worker loop's clock: [`phases::ticks`], read once per round. A
-/// monotonic-clock read and the `timespec` arithmetic on it (per slot per
-/// round) showed as 15% of a worker's samples under perf in the multisite
-/// microbenchmark; without perf the counter gained 1-4% in interleaved runs.
+/// The worker loop's clock: [`phases::ticks`], read once per round (and per
+/// inline attempt). A monotonic-clock read and the `timespec` arithmetic on
+/// it, per slot per round, cost far more than the counter.
 struct Clock {
     per_us: f64,
 }
@@ -285,8 +283,7 @@ impl Clock {
 /// before it yields its core each round: a few microseconds, longer than a
 /// round trip to a running peer. Workers that share cores (more workers than
 /// cores, or other processes) must yield, or a peer that would answer waits
-/// for the spinner's time slice; the fault-injecting tests (3 islands on 2
-/// cores, 5 ms timeouts) then aborted nearly every attempt on timeouts.
+/// for the spinner's time slice.
 const IDLE_SPINS: u32 = 256;
 
 /// Exponential back-off after an abort, without blocking the worker. It
@@ -298,14 +295,440 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 /// An attempt that aborted on a local row's lock retries as soon as that row
-/// is free; this is only the fallback if it looks locked for longer. Blind
-/// backoffs of 20, 40, 80 µs … retried several times into a lock held across
-/// a forced 2PC record (a millisecond), each retry a wasted attempt, and the
-/// last one overshot the release by up to its own length.
+/// is free; this is only the fallback if it looks locked for longer (a lock
+/// held across a forced 2PC record is held for a millisecond or more).
 const WATCH_FALLBACK: Duration = Duration::from_millis(2);
 
+/// A worker's state between rounds, apart from its executor and its slots.
+struct Worker<'a, W: Workload> {
+    workload: &'a W,
+    /// The worker's index in its run (the workload's `worker` argument).
+    w: usize,
+    island: Island,
+    clock: Clock,
+    stats: WorkerStats,
+    /// Committed transactions waiting for their log batch (`sync`), oldest first.
+    pending: VecDeque<Pending<W::Req>>,
+    /// Distributed commits in flight, and transactions whose ending waits
+    /// for its confirmation, by gtid.
+    parked: GtidMap<Parked<W::Req>>,
+    /// The endings that wait for a confirmation ([`Worker::ended`]).
+    endings: GtidMap<Outcome>,
+    retries: Vec<Retry<W::Req>>,
+    /// Request boxes to give a slot (or the inline lane) whose request went
+    /// to `pending`, `parked` or `retries`.
+    spare: Vec<Box<W::Req>>,
+    /// Requests finished: committed, rolled back, given up or failed.
+    finished: u64,
+    /// Logged commits since this worker last handed the log buffer over.
+    since_flush: usize,
+    last_flush: u64,
+    /// [`FLUSH_AFTER`] and [`ASYNC_FLUSH_AFTER`] in clock ticks.
+    flush_after: u64,
+    async_flush_after: u64,
+    logging: bool,
+    wait_ack: bool,
+    /// The run is over: start nothing, count nothing more.
+    stopping: bool,
+    /// Transactions a worker keeps begun and not finished (executing,
+    /// committing, or waiting for a retry).
+    window: usize,
+    /// Commits a worker keeps waiting for their log batch.
+    ack_window: usize,
+    limit: Option<u64>,
+}
+
+impl<W: Workload> Worker<'_, W> {
+    /// Whether another transaction may begin while `active` are begun.
+    #[inline]
+    fn room(&self, active: usize) -> bool {
+        active < self.window
+            && self.pending.len() < self.ack_window
+            && self
+                .limit
+                .is_none_or(|l| self.finished + (active as u64) < l)
+    }
+
+    /// A spare request box, for `req`'s place when `req` goes elsewhere.
+    #[inline]
+    fn take_req(&mut self, req: &mut Box<W::Req>) -> Box<W::Req> {
+        let spare = self.spare.pop().unwrap_or_default();
+        std::mem::replace(req, spare)
+    }
+
+    /// The index of a retry that may run now: its watched row is free, or
+    /// its time is up.
+    fn due_retry(&self, ex: &Executor, now: u64) -> Option<usize> {
+        self.retries.iter().position(|r| {
+            now >= r.due
+                || r.watch
+                    .is_some_and(|(w, from)| now >= from && !ex.still_locked(w))
+        })
+    }
+
+    /// A transaction committed (or its commit was decided): it counts once
+    /// its batch `ack` is durable (`sync`), now otherwise. `end` is the
+    /// clock reading its latency ends at (`None`: read the clock now).
+    fn committed(&mut self, ack: BatchSeq, at: Attempt, req: &mut Box<W::Req>, end: Option<u64>) {
+        self.workload.committed(self.w, req);
+        self.finished += 1;
+        if self.wait_ack && ack > self.island.durable_batch() {
+            let req = self.take_req(req);
+            self.pending.push_back(Pending {
+                ack,
+                start: at.start,
+                ty: at.ty,
+                req,
+            });
+            return;
+        }
+        if !self.stopping {
+            let end = end.unwrap_or_else(|| self.clock.now());
+            self.stats
+                .record_commit(at.ty, self.clock.ns(end.saturating_sub(at.start)));
+        }
+        self.workload.finished(self.w, req, Outcome::Committed);
+    }
+
+    /// An attempt aborted: it is retried after a back-off, or given up when
+    /// the workload bounds its attempts.
+    fn aborted(
+        &mut self,
+        p: Parked<W::Req>,
+        reason: AbortReason,
+        now: u64,
+        conflict: Option<(LockWait, bool)>,
+    ) {
+        let attempts = p.at.attempt + 1;
+        if self
+            .workload
+            .max_attempts(&p.req)
+            .is_some_and(|m| attempts >= m)
+        {
+            let mut req = p.req;
+            self.workload.finished(
+                self.w,
+                &mut req,
+                Outcome::GaveUp {
+                    attempts,
+                    last: reason,
+                },
+            );
+            self.spare.push(req);
+            self.finished += 1;
+            return;
+        }
+        self.retries.push(p.back_off(now, &self.clock, conflict));
+    }
+
+    /// The procedure of a request panicked: the request fails (once its
+    /// branches confirm, see [`Worker::ended`]), or the run does if the
+    /// workload does not isolate failures. The transaction is aborted.
+    fn panicked(
+        &mut self,
+        ex: &mut Executor,
+        c: u32,
+        at: Attempt,
+        req: &mut Box<W::Req>,
+        panic: Box<dyn std::any::Any + Send>,
+    ) -> Result<(), Error> {
+        let msg = panic_message(&*panic);
+        if !self.workload.isolates_failures(req) {
+            ex.abort_home(c);
+            return Err(Error::Config(format!("a stored procedure panicked: {msg}")));
+        }
+        self.ended(ex, c, Outcome::Panicked(msg), at, req);
+        Ok(())
+    }
+
+    /// The procedure on context `c` stopped without asking to commit (a user
+    /// abort, an isolated failure, a panic): the transaction is aborted, and
+    /// `ending` reaches the workload once every branch it touched confirms
+    /// that it held ([`Executor::end_home`]; at once when none needs asking).
+    fn ended(
+        &mut self,
+        ex: &mut Executor,
+        c: u32,
+        ending: Outcome,
+        mut at: Attempt,
+        req: &mut Box<W::Req>,
+    ) {
+        if at.ts == 0 {
+            at.ts = ex.timestamp_of(c);
+        }
+        match ex.end_home(c) {
+            Some(g) => {
+                let req = self.take_req(req);
+                self.parked.insert(g, Parked { req, at });
+                self.endings.insert(g, ending);
+            }
+            None => self.report_ending(ending, at.ty, req),
+        }
+    }
+
+    /// Tells the workload how a request ended without committing.
+    fn report_ending(&mut self, ending: Outcome, ty: usize, req: &mut W::Req) {
+        if matches!(ending, Outcome::UserAbort(_)) {
+            self.stats.record_user_abort(ty);
+        }
+        self.workload.finished(self.w, req, ending);
+        self.finished += 1;
+    }
+
+    /// What follows an attempt on context `c` whose procedure is done:
+    /// `done` is how it ended. A commit is asked for, or the transaction is
+    /// aborted. `req` is the request; when it must be kept (a commit waiting
+    /// for its batch or its 2PC, a retry, an ending waiting for its
+    /// confirmation), a spare box takes its place.
+    fn settle(
+        &mut self,
+        ex: &mut Executor,
+        c: u32,
+        done: Result<(), Abort>,
+        mut at: Attempt,
+        req: &mut Box<W::Req>,
+        now: u64,
+    ) -> Result<(), Error> {
+        let r = match done {
+            Ok(()) => ex.commit_home(c),
+            Err(Abort::User(why)) => {
+                self.ended(ex, c, Outcome::UserAbort(why), at, req);
+                return Ok(());
+            }
+            Err(Abort::Failed(e))
+                if self.workload.isolates_failures(req) && !matches!(e, Error::LogFailed(_)) =>
+            {
+                self.ended(ex, c, Outcome::Failed(e), at, req);
+                return Ok(());
+            }
+            Err(e) => {
+                ex.abort_home(c);
+                Err(e)
+            }
+        };
+        // A transaction kept for later keeps its first attempt's age (the
+        // context is not taken again before this returns).
+        if at.ts == 0 && !matches!(r, Ok(HomeCommit::Local(_) | HomeCommit::Released(_))) {
+            at.ts = ex.timestamp_of(c);
+        }
+        match r {
+            Ok(HomeCommit::Local(done)) => {
+                self.since_flush += done.logged as usize;
+                self.committed(done.ack, at, req, None);
+            }
+            Ok(HomeCommit::Released(done)) => {
+                self.stats.distributed += 1;
+                self.since_flush += done.logged as usize;
+                self.committed(done.ack, at, req, None);
+            }
+            Ok(HomeCommit::Distributed(g)) => {
+                let req = self.take_req(req);
+                self.parked.insert(g, Parked { req, at });
+            }
+            Err(Abort::Conflict(reason)) => {
+                self.stats.record_abort(reason);
+                // The context is free but not yet taken again: its conflict
+                // is this attempt's.
+                let conflict = (reason == AbortReason::LockConflict)
+                    .then(|| ex.conflict_of(c))
+                    .flatten();
+                let req = self.take_req(req);
+                self.aborted(Parked { req, at }, reason, now, conflict);
+            }
+            Err(Abort::User(why)) => self.report_ending(Outcome::UserAbort(why), at.ty, req),
+            Err(Abort::Failed(e))
+                if self.workload.isolates_failures(req) && !matches!(e, Error::LogFailed(_)) =>
+            {
+                self.report_ending(Outcome::Failed(e), at.ty, req)
+            }
+            Err(Abort::Failed(e)) => return Err(e),
+        }
+        Ok(())
+    }
+
+    /// Endings whose confirmation arrived this round ([`Worker::ended`]):
+    /// they stand if every branch held, and the attempt is retried if one
+    /// did not (what it read may be no one view).
+    fn on_confirmed(&mut self, ex: &mut Executor, now: u64) {
+        for (g, held) in ex.confirmed.drain(..) {
+            let (Some(mut p), Some(ending)) = (self.parked.remove(&g), self.endings.remove(&g))
+            else {
+                continue;
+            };
+            if held {
+                self.report_ending(ending, p.at.ty, &mut p.req);
+                self.spare.push(p.req);
+            } else {
+                self.stats.record_abort(AbortReason::Remote);
+                self.aborted(p, AbortReason::Remote, now, None);
+            }
+        }
+    }
+
+    /// The outcomes of distributed commits that arrived this round.
+    fn on_outcomes(&mut self, ex: &mut Executor, now: u64) {
+        for (g, outcome) in ex.outcomes.drain(..) {
+            let Some(mut p) = self.parked.remove(&g) else {
+                continue;
+            };
+            match outcome {
+                // Decided: it counts once its decision is durable.
+                Some(ack) => {
+                    self.stats.distributed += 1;
+                    self.committed(ack, p.at, &mut p.req, Some(now));
+                    self.spare.push(p.req);
+                }
+                None => {
+                    self.stats.record_abort(AbortReason::Remote);
+                    self.aborted(p, AbortReason::Remote, now, None);
+                }
+            }
+        }
+    }
+
+    /// Runs attempts inline (see the module documentation) until a round's
+    /// worth ran, the workload has no request to start, or there is no room.
+    /// `cur` is the lane's request box. Returns whether any attempt ran, and
+    /// whether the workload had nothing to start.
+    #[inline]
+    fn inline_round(
+        &mut self,
+        ex: &mut Executor,
+        cur: &mut Box<W::Req>,
+        rng: &mut FastRng,
+        per_round: usize,
+        now: u64,
+    ) -> Result<(bool, bool), Error> {
+        let mut ran = false;
+        let mut none_due = self.retries.is_empty();
+        for _ in 0..per_round {
+            let retry = if none_due {
+                None
+            } else {
+                let i = self.due_retry(ex, now);
+                // Nothing changes for the rest of the round.
+                none_due = i.is_none();
+                i
+            };
+            let at = match retry {
+                Some(i) => {
+                    let p = self.retries.swap_remove(i).txn;
+                    self.spare.push(std::mem::replace(cur, p.req));
+                    self.stats.record_retry();
+                    p.at
+                }
+                None => {
+                    if !self.room(self.retries.len()) {
+                        break;
+                    }
+                    phases::switch(Phase::Management);
+                    let Some(ty) = self.workload.poll_next(self.w, rng, cur) else {
+                        return Ok((ran, true));
+                    };
+                    Attempt {
+                        ty,
+                        start: self.clock.now(),
+                        attempt: 0,
+                        ts: 0,
+                    }
+                }
+            };
+            ran = true;
+            let c = if at.ts == 0 {
+                ex.begin_home(false)
+            } else {
+                ex.begin_retry(at.ts)
+            };
+            let Some(c) = c else {
+                return Err(Error::Config(
+                    "an executor that runs procedures inline found its transaction context taken"
+                        .into(),
+                ));
+            };
+            phases::switch(Phase::Execution);
+            let polled = poll_inline(self.workload, ex.home_ctx(c), &**cur);
+            phases::switch(Phase::Management);
+            match polled {
+                Ok(Poll::Ready(done)) => self.settle(ex, c, done, at, cur, now)?,
+                Ok(Poll::Pending) => {
+                    ex.abort_home(c);
+                    return Err(Error::Config(
+                        "a stored procedure suspended on an island that exchanges no messages: \
+                         it waits for something no executor delivers"
+                            .into(),
+                    ));
+                }
+                Err(panic) => self.panicked(ex, c, at, cur, panic)?,
+            }
+        }
+        Ok((ran, false))
+    }
+
+    /// Hands the log buffer over when it is due, and acknowledges the
+    /// commits whose batch is durable.
+    fn log_round(&mut self, ex: &mut Executor, now: u64) -> Result<(), Error> {
+        if self.logging {
+            let since = now.saturating_sub(self.last_flush);
+            let due = if self.wait_ack {
+                !self.pending.is_empty()
+                    && (self.since_flush >= FLUSH_EVERY
+                        || since >= self.flush_after
+                        || (self.pending.len() >= self.ack_window && self.since_flush > 0))
+            } else {
+                self.since_flush > 0
+                    && (self.since_flush >= FLUSH_EVERY || since >= self.async_flush_after)
+            };
+            if due || (self.stopping && self.since_flush > 0) {
+                phases::switch(Phase::Logging);
+                ex.flush_log()?;
+                phases::switch(Phase::Management);
+                self.since_flush = 0;
+                self.last_flush = now;
+            }
+        }
+        if !self.pending.is_empty() {
+            let durable = self.island.durable_batch();
+            while let Some(p) = self.pending.front() {
+                if p.ack > durable {
+                    break;
+                }
+                if !self.stopping {
+                    self.stats
+                        .record_commit(p.ty, self.clock.ns(now.saturating_sub(p.start)));
+                }
+                let mut p = self.pending.pop_front().expect("a front");
+                self.workload
+                    .finished(self.w, &mut p.req, Outcome::Committed);
+                self.spare.push(p.req);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Polls a procedure once, on the caller's stack; a panic is caught only
+/// when the workload isolates failures (then the unwinding boundary costs a
+/// call that the benchmark's procedures, inlined here, do without).
+#[inline(always)]
+fn poll_inline<W: Workload>(
+    workload: &W,
+    tx: &mut Txn,
+    req: &W::Req,
+) -> Result<Poll<Result<(), Abort>>, Box<dyn std::any::Any + Send>> {
+    let mut poll = move || {
+        let mut cx = Context::from_waker(Waker::noop());
+        let fut = pin!(workload.run(tx, req));
+        fut.poll(&mut cx)
+    };
+    if workload.isolates_failures(req) {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(poll))
+    } else {
+        Ok(poll())
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
-fn cluster_worker<W: Workload + 'static>(
+fn executor_loop<W: Workload + 'static>(
     mut ex: Executor,
     workload: &W,
     w: usize,
@@ -319,52 +742,59 @@ where
     W::Req: 'static,
 {
     let cl = Arc::clone(ex.cluster());
-    let home = ex.island();
-    let durability = cl.islands()[home].config().durability;
+    let island = cl.islands()[ex.island()].clone();
+    let durability = island.config().durability;
+    let messages = ex.messages();
     let clock = Clock::new();
     let op_timeout = clock.ticks(cl.options().op_timeout);
-    let flush_after = clock.ticks(FLUSH_AFTER);
-    let async_flush_after = clock.ticks(ASYNC_FLUSH_AFTER);
     let linger = clock.ticks(Duration::from_millis(2));
-    let mut stats = WorkerStats::new();
     let mut rng = FastRng::new(seed);
-    let mut slots: Vec<Slot<W::Req>> = (0..cl.options().inflight)
+    let mut wk = Worker {
+        workload,
+        w,
+        island,
+        stats: WorkerStats::new(),
+        pending: VecDeque::new(),
+        parked: GtidMap::default(),
+        endings: GtidMap::default(),
+        retries: Vec::new(),
+        spare: Vec::new(),
+        finished: 0,
+        since_flush: 0,
+        last_flush: clock.now(),
+        flush_after: clock.ticks(FLUSH_AFTER),
+        async_flush_after: clock.ticks(ASYNC_FLUSH_AFTER),
+        logging: durability != Durability::Off,
+        wait_ack: durability == Durability::Sync,
+        stopping: false,
+        window: cl.options().inflight + cl.options().commit_window,
+        ack_window: ack_window.max(1),
+        limit,
+        clock,
+    };
+    // Slots only for an executor that messages: inline attempts need none.
+    let mut slots: Vec<Slot<W::Req>> = (0..if messages { cl.options().inflight } else { 0 })
         .map(|_| Slot {
             fut: None,
             req: Box::default(),
             state: St::Free,
             loaded: false,
             ctx: 0,
-            ty: 0,
-            start: 0,
+            at: Attempt::default(),
             since: 0,
-            attempt: 0,
         })
         .collect();
-    let window = cl.options().inflight + cl.options().commit_window;
-    // Commits in flight by gtid, aborted transactions waiting for their
-    // retry, and request boxes to give a slot whose request was parked.
-    let mut parked: super::GtidMap<Parked<W::Req>> = super::GtidMap::default();
-    // How the procedures of parked transactions ended, where that waits for
-    // their branches' confirmation (`Executor::end_home`).
-    let mut endings: super::GtidMap<Outcome> = super::GtidMap::default();
-    let mut retries: Vec<Retry<W::Req>> = Vec::new();
-    let mut spare: Vec<Box<W::Req>> = Vec::new();
+    // The inline lane's request.
+    let mut cur: Box<W::Req> = Box::default();
     // The slot polling each context (contexts are numbered densely).
     let mut slot_of: Vec<u32> = Vec::new();
-    let mut finished = 0u64;
+    let per_round = cl.options().inflight.max(1);
     let mut my_phase = WARMUP;
-    let mut stopping = false;
     let mut client_done = limit == Some(0);
     let mut idle_since: Option<u64> = None;
     let mut idle_rounds = 0u32;
     // Counted in `cl.unsettled` while false (every worker starts unsettled).
     let mut settled = false;
-    let mut pending: VecDeque<Pending<W::Req>> = VecDeque::new();
-    let mut since_flush = 0usize;
-    let mut last_flush = clock.now();
-    let logging = durability != Durability::Off;
-    let wait_ack = durability == Durability::Sync;
     let mut cx = Context::from_waker(Waker::noop());
     let result = (|| -> Result<(), Error> {
         loop {
@@ -377,381 +807,176 @@ where
                     // in the logs, for recovery to resolve.
                     return Ok(());
                 } else if p == STOP {
-                    stopping = true;
+                    wk.stopping = true;
                 } else if p == MEASURE {
-                    stats.reset();
+                    wk.stats.reset();
                     phases::take();
                 }
                 my_phase = p;
             }
-            let now = clock.now();
-            phases::switch(Phase::Communication);
-            let mut received = ex.pump_at(now)?;
-            phases::switch(Phase::Management);
-            let mut progressed = received > 0 || !ex.woken.is_empty() || !ex.outcomes.is_empty();
-            for c in ex.woken.drain(..) {
-                if let Some(s) = slot_of.get(c as usize).map(|&i| &mut slots[i as usize]) {
-                    if s.state == St::Waiting && s.ctx == c {
-                        s.state = St::Ready;
+            let now = wk.clock.now();
+            let mut received = 0;
+            let mut progressed = false;
+            if messages {
+                phases::switch(Phase::Communication);
+                received = ex.pump_at(now)?;
+                phases::switch(Phase::Management);
+                progressed = received > 0 || !ex.woken.is_empty() || !ex.outcomes.is_empty();
+                for c in ex.woken.drain(..) {
+                    if let Some(s) = slot_of.get(c as usize).map(|&i| &mut slots[i as usize]) {
+                        if s.state == St::Waiting && s.ctx == c {
+                            s.state = St::Ready;
+                        }
                     }
                 }
+                progressed |= !ex.confirmed.is_empty();
+                wk.on_outcomes(&mut ex, now);
+                wk.on_confirmed(&mut ex, now);
             }
-            for (g, outcome) in ex.outcomes.drain(..) {
-                let Some(p) = parked.remove(&g) else {
-                    continue;
-                };
-                if let Some(ack) = outcome {
-                    // Decided: it counts once its decision is durable.
-                    workload.committed(w, &p.req);
-                    stats.distributed += 1;
-                    finished += 1;
-                    if wait_ack && ack > cl.islands()[home].durable_batch() {
-                        pending.push_back(Pending {
-                            ack,
-                            start: p.start,
-                            ty: p.ty,
-                            req: p.req,
-                        });
-                    } else {
-                        stats.record_commit(p.ty, clock.ns(now.saturating_sub(p.start)));
-                        let mut req = p.req;
-                        workload.finished(w, &mut req, Outcome::Committed);
-                        spare.push(req);
-                    }
-                } else {
-                    stats.record_abort(AbortReason::Remote);
-                    let r = AbortReason::Remote;
-                    if retry_or_give_up(
-                        workload,
-                        w,
-                        p,
-                        r,
-                        now,
-                        &clock,
-                        None,
-                        &mut retries,
-                        &mut spare,
-                    ) {
-                        finished += 1;
-                    }
-                }
+            let may_start = !wk.stopping && limit.is_none_or(|l| wk.finished < l);
+            if wk.stopping {
+                let reqs = wk.retries.drain(..).map(|r| r.txn.req);
+                wk.spare.extend(reqs);
             }
-            for (g, held) in ex.confirmed.drain(..) {
-                progressed = true;
-                let (Some(mut p), Some(ending)) = (parked.remove(&g), endings.remove(&g)) else {
-                    continue;
-                };
-                if held {
-                    if matches!(ending, Outcome::UserAbort(_)) {
-                        stats.record_user_abort(p.ty);
-                    }
-                    workload.finished(w, &mut p.req, ending);
-                    spare.push(p.req);
-                    finished += 1;
-                } else {
-                    // What it read may be no one view: its ending stands
-                    // for nothing, and the attempt is retried.
-                    let r = AbortReason::Remote;
-                    stats.record_abort(r);
-                    if retry_or_give_up(
-                        workload,
-                        w,
-                        p,
-                        r,
-                        now,
-                        &clock,
-                        None,
-                        &mut retries,
-                        &mut spare,
-                    ) {
-                        finished += 1;
-                    }
-                }
-            }
-            let may_start = !stopping && limit.is_none_or(|l| finished < l);
-            if stopping {
-                spare.extend(retries.drain(..).map(|r| r.txn.req));
-            }
-            // Transactions begun and not finished: executing, committing, or
-            // waiting to be retried.
-            let mut active = (slots.iter().filter(|s| s.state != St::Free).count()
-                + parked.len()
-                + retries.len()) as u64;
-            let mut busy = parked.len() + retries.len();
-            let mut none_due = retries.is_empty();
             // The workload had no request to start this round.
             let mut source_dry = false;
-            for (i, s) in slots.iter_mut().enumerate() {
-                match s.state {
-                    St::Free if may_start => {
-                        // A request loaded earlier first, then a due retry
-                        // (its watched row free, or its time up), else a new
-                        // request if there is room and the workload has one.
-                        let retry = if none_due || s.loaded {
-                            None
-                        } else {
-                            retries.iter().position(|r| {
-                                now >= r.due
-                                    || r.watch
-                                        .is_some_and(|(w, from)| now >= from && !ex.still_locked(w))
-                            })
-                        };
-                        if !s.loaded {
-                            // Nothing changes for the rest of the round.
-                            none_due = retry.is_none();
-                        }
-                        if retry.is_none() && !s.loaded {
-                            let room = (active as usize) < window
-                                && limit.is_none_or(|l| finished + active < l);
-                            if !room || source_dry {
-                                continue;
+            let mut busy = wk.parked.len() + wk.retries.len();
+            if !messages {
+                if may_start {
+                    let (ran, dry) =
+                        wk.inline_round(&mut ex, &mut cur, &mut rng, per_round, now)?;
+                    progressed |= ran;
+                    source_dry = dry;
+                    busy = wk.retries.len();
+                }
+            } else {
+                // Transactions begun and not finished: executing, committing,
+                // or waiting to be retried.
+                let mut active = slots.iter().filter(|s| s.state != St::Free).count() + busy;
+                let mut none_due = wk.retries.is_empty();
+                for (i, s) in slots.iter_mut().enumerate() {
+                    match s.state {
+                        St::Free if may_start => {
+                            // A request loaded earlier first, then a due retry
+                            // (its watched row free, or its time up), else a new
+                            // request if there is room and the workload has one.
+                            let retry = if none_due || s.loaded {
+                                None
+                            } else {
+                                wk.due_retry(&ex, now)
+                            };
+                            if !s.loaded {
+                                // Nothing changes for the rest of the round.
+                                none_due = retry.is_none();
                             }
-                            let Some(ty) = workload.poll_next(w, &mut rng, &mut s.req) else {
-                                source_dry = true;
+                            if retry.is_none() && !s.loaded {
+                                if !wk.room(active) || source_dry {
+                                    continue;
+                                }
+                                let Some(ty) = workload.poll_next(w, &mut rng, &mut s.req) else {
+                                    source_dry = true;
+                                    continue;
+                                };
+                                active += 1;
+                                s.loaded = true;
+                                s.at = Attempt {
+                                    ty,
+                                    start: now,
+                                    attempt: 0,
+                                    ts: 0,
+                                };
+                            }
+                            let c = match retry {
+                                Some(i) => ex.begin_retry(wk.retries[i].txn.at.ts),
+                                None => ex.begin_home(false),
+                            };
+                            let Some(c) = c else {
                                 continue;
                             };
-                            active += 1;
-                            s.loaded = true;
-                            s.ty = ty;
-                            s.start = now;
-                            s.attempt = 0;
+                            if let Some(i) = retry {
+                                let p = wk.retries.swap_remove(i).txn;
+                                wk.spare.push(std::mem::replace(&mut s.req, p.req));
+                                s.at = p.at;
+                                wk.stats.record_retry();
+                            } else {
+                                s.loaded = false;
+                            }
+                            start_attempt(s, &ex, c, workload);
+                            if slot_of.len() <= c as usize {
+                                slot_of.resize(c as usize + 1, 0);
+                            }
+                            slot_of[c as usize] = i as u32;
                         }
-                        let Some(c) = ex.begin_home(retry.is_some()) else {
-                            continue;
-                        };
-                        if let Some(i) = retry {
-                            let p = retries.swap_remove(i).txn;
-                            spare.push(std::mem::replace(&mut s.req, p.req));
-                            s.ty = p.ty;
-                            s.start = p.start;
-                            s.attempt = p.attempt;
-                            stats.record_retry();
-                        } else {
-                            s.loaded = false;
-                        }
-                        start_attempt(s, &ex, c, workload);
-                        if slot_of.len() <= c as usize {
-                            slot_of.resize(c as usize + 1, 0);
-                        }
-                        slot_of[c as usize] = i as u32;
-                    }
-                    St::Waiting if now.saturating_sub(s.since) > op_timeout => {
-                        s.fut = None;
-                        ex.abort_home(s.ctx);
-                        stats.record_abort(AbortReason::Remote);
-                        let (p, r) = (s.park(&mut spare), AbortReason::Remote);
-                        if retry_or_give_up(
-                            workload,
-                            w,
-                            p,
-                            r,
-                            now,
-                            &clock,
-                            None,
-                            &mut retries,
-                            &mut spare,
-                        ) {
-                            finished += 1;
-                        }
-                    }
-                    _ => {}
-                }
-                if s.state == St::Ready {
-                    progressed = true;
-                    let fut = s.fut.as_mut().expect("a ready slot has a procedure");
-                    phases::switch(Phase::Execution);
-                    // A panic is caught only to fail its own request (see
-                    // `Workload::isolates_failures`); unwinding costs
-                    // nothing on the path that does not panic.
-                    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        fut.as_mut().poll(&mut cx)
-                    }));
-                    phases::switch(Phase::Management);
-                    let polled = match polled {
-                        Ok(p) => p,
-                        Err(panic) => {
-                            let msg = panic_message(&*panic);
+                        St::Waiting if now.saturating_sub(s.since) > op_timeout => {
                             s.fut = None;
-                            if !workload.isolates_failures() {
-                                ex.abort_home(s.ctx);
-                                return Err(Error::Config(format!(
-                                    "a stored procedure panicked: {msg}"
-                                )));
-                            }
-                            if let Some(g) = ex.end_home(s.ctx) {
-                                parked.insert(g, s.park(&mut spare));
-                                endings.insert(g, Outcome::Panicked(msg));
-                                continue;
-                            }
-                            workload.finished(w, &mut s.req, Outcome::Panicked(msg));
-                            finished += 1;
+                            let at = Attempt {
+                                ts: ex.timestamp_of(s.ctx),
+                                ..s.at
+                            };
+                            ex.abort_home(s.ctx);
+                            wk.stats.record_abort(AbortReason::Remote);
                             s.state = St::Free;
-                            continue;
+                            let req = wk.take_req(&mut s.req);
+                            wk.aborted(Parked { req, at }, AbortReason::Remote, now, None);
                         }
-                    };
-                    match polled {
-                        Poll::Pending => {
-                            let Some(sent) = ex.send_request(s.ctx) else {
-                                return Err(Error::Config(
-                                    "a stored procedure suspended without a remote request".into(),
-                                ));
-                            };
-                            s.state = St::Waiting;
-                            // A spurious wake does not restart the wait's clock.
-                            if sent {
-                                s.since = now;
+                        _ => {}
+                    }
+                    if s.state == St::Ready {
+                        progressed = true;
+                        let fut = s.fut.as_mut().expect("a ready slot has a procedure");
+                        phases::switch(Phase::Execution);
+                        // A panic is caught only to fail its own request (see
+                        // `Workload::isolates_failures`); unwinding costs
+                        // nothing on the path that does not panic.
+                        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            fut.as_mut().poll(&mut cx)
+                        }));
+                        phases::switch(Phase::Management);
+                        match polled {
+                            Err(panic) => {
+                                s.fut = None;
+                                s.state = St::Free;
+                                wk.panicked(&mut ex, s.ctx, s.at, &mut s.req, panic)?;
+                            }
+                            Ok(Poll::Pending) => {
+                                let Some(sent) = ex.send_request(s.ctx) else {
+                                    return Err(Error::Config(
+                                        "a stored procedure suspended without a remote request"
+                                            .into(),
+                                    ));
+                                };
+                                s.state = St::Waiting;
+                                // A spurious wake does not restart the wait's clock.
+                                if sent {
+                                    s.since = now;
+                                }
+                            }
+                            Ok(Poll::Ready(done)) => {
+                                s.fut = None;
+                                s.state = St::Free;
+                                wk.settle(&mut ex, s.ctx, done, s.at, &mut s.req, now)?;
                             }
                         }
-                        Poll::Ready(r) => {
-                            s.fut = None;
-                            let r = match r {
-                                Ok(()) => ex.commit_home(s.ctx),
-                                // A procedure's own ending is reported once
-                                // its branches confirm what it read was one
-                                // view (`Executor::end_home`).
-                                Err(Abort::User(why)) => match ex.end_home(s.ctx) {
-                                    Some(g) => {
-                                        parked.insert(g, s.park(&mut spare));
-                                        endings.insert(g, Outcome::UserAbort(why));
-                                        continue;
-                                    }
-                                    None => Err(Abort::User(why)),
-                                },
-                                Err(Abort::Failed(e))
-                                    if workload.isolates_failures()
-                                        && !matches!(e, Error::LogFailed(_)) =>
-                                {
-                                    match ex.end_home(s.ctx) {
-                                        Some(g) => {
-                                            parked.insert(g, s.park(&mut spare));
-                                            endings.insert(g, Outcome::Failed(e));
-                                            continue;
-                                        }
-                                        None => Err(Abort::Failed(e)),
-                                    }
-                                }
-                                Err(e) => {
-                                    ex.abort_home(s.ctx);
-                                    Err(e)
-                                }
-                            };
-                            match r {
-                                Ok(HomeCommit::Local(c) | HomeCommit::Released(c)) => {
-                                    workload.committed(w, &s.req);
-                                    if matches!(r, Ok(HomeCommit::Released(_))) {
-                                        stats.distributed += 1;
-                                    }
-                                    finished += 1;
-                                    since_flush += c.logged as usize;
-                                    if wait_ack && c.ack > cl.islands()[ex.island()].durable_batch()
-                                    {
-                                        let p = s.park(&mut spare);
-                                        pending.push_back(Pending {
-                                            ack: c.ack,
-                                            start: p.start,
-                                            ty: p.ty,
-                                            req: p.req,
-                                        });
-                                    } else {
-                                        s.state = St::Free;
-                                        // A fresh clock: `now` is this round's, and a
-                                        // transaction started in this round would
-                                        // record a latency of zero.
-                                        let t = clock.now();
-                                        stats.record_commit(
-                                            s.ty,
-                                            clock.ns(t.saturating_sub(s.start)),
-                                        );
-                                        workload.finished(w, &mut s.req, Outcome::Committed);
-                                    }
-                                }
-                                Ok(HomeCommit::Distributed(g)) => {
-                                    parked.insert(g, s.park(&mut spare));
-                                }
-                                Err(Abort::Conflict(reason)) => {
-                                    stats.record_abort(reason);
-                                    // The context is free but not yet taken
-                                    // again: its conflict is this attempt's.
-                                    let conflict = (reason == AbortReason::LockConflict)
-                                        .then(|| ex.conflict_of(s.ctx))
-                                        .flatten();
-                                    let p = s.park(&mut spare);
-                                    if retry_or_give_up(
-                                        workload,
-                                        w,
-                                        p,
-                                        reason,
-                                        now,
-                                        &clock,
-                                        conflict,
-                                        &mut retries,
-                                        &mut spare,
-                                    ) {
-                                        finished += 1;
-                                    }
-                                }
-                                Err(Abort::User(why)) => {
-                                    stats.record_user_abort(s.ty);
-                                    workload.finished(w, &mut s.req, Outcome::UserAbort(why));
-                                    finished += 1;
-                                    s.state = St::Free;
-                                }
-                                Err(Abort::Failed(e))
-                                    if workload.isolates_failures()
-                                        && !matches!(e, Error::LogFailed(_)) =>
-                                {
-                                    workload.finished(w, &mut s.req, Outcome::Failed(e));
-                                    finished += 1;
-                                    s.state = St::Free;
-                                }
-                                Err(Abort::Failed(e)) => return Err(e),
-                            }
-                        }
+                        phases::switch(Phase::Communication);
+                        received += ex.exchange();
+                        phases::switch(Phase::Management);
                     }
-                    phases::switch(Phase::Communication);
-                    received += ex.exchange();
-                    phases::switch(Phase::Management);
-                }
-                if s.state != St::Free {
-                    busy += 1;
-                }
-            }
-            // Log hand-offs and acknowledgements of local commits (`sync`).
-            if logging {
-                let due = if wait_ack {
-                    !pending.is_empty()
-                        && (since_flush >= FLUSH_EVERY
-                            || now.saturating_sub(last_flush) >= flush_after
-                            || pending.len() >= ack_window)
-                } else {
-                    since_flush > 0 && now.saturating_sub(last_flush) >= async_flush_after
-                };
-                if due || (stopping && since_flush > 0) {
-                    phases::switch(Phase::Logging);
-                    ex.flush_log()?;
-                    phases::switch(Phase::Management);
-                    since_flush = 0;
-                    last_flush = now;
-                }
-            }
-            if !pending.is_empty() {
-                let durable = cl.islands()[ex.island()].durable_batch();
-                while let Some(p) = pending.front() {
-                    if p.ack > durable {
-                        break;
+                    if s.state != St::Free {
+                        busy += 1;
                     }
-                    stats.record_commit(p.ty, clock.ns(now.saturating_sub(p.start)));
-                    let mut p = pending.pop_front().expect("a front");
-                    workload.finished(w, &mut p.req, Outcome::Committed);
-                    spare.push(p.req);
                 }
             }
-            stats.maybe_publish(counter);
-            // Stop: this worker's clients are done, everyone's are, and no
-            // state or message is left here for a while.
-            let idle_client = busy == 0 && (stopping || !may_start);
-            if idle_client && !client_done && (pending.is_empty() || stopping) {
+            wk.log_round(&mut ex, now)?;
+            wk.stats.maybe_publish(counter);
+            // This worker's clients are done: it starts nothing more.
+            let idle_client = busy == 0 && (wk.stopping || !may_start);
+            if idle_client && !client_done && (wk.pending.is_empty() || wk.stopping) {
                 client_done = true;
+                if !messages {
+                    // Nobody waits for it: what is pending is acknowledged
+                    // on the way out.
+                    return Ok(());
+                }
                 cl.clients.fetch_sub(1, Ordering::AcqRel);
             }
             // Leave once every worker has been settled (no client work, no
@@ -780,18 +1005,17 @@ where
                 idle_since = None;
             }
             idle_rounds = if progressed { 0 } else { idle_rounds + 1 };
-            if !progressed && source_dry && busy == 0 && pending.is_empty() {
+            if !progressed && source_dry && busy == 0 && wk.pending.is_empty() {
                 workload.idle(w);
             }
-            if (!progressed && (logging || idle_rounds > IDLE_SPINS))
+            if (!progressed && (wk.logging || idle_rounds > IDLE_SPINS))
                 || (received == 0 && busy == 0 && client_done)
             {
                 // Every transaction here waits (for another island, or for a
                 // log flush): give the core to whoever they wait for. With
                 // fewer cores than workers plus log writers, spinning here
-                // delays the very fdatasync that would free them (TPC-C sync
-                // on 2 islands, 2 cores: +12% in interleaved pairs). Without
-                // a log, a worker spins a while first: when it has a core of
+                // delays the very fdatasync that would free them. Without a
+                // log, a worker spins a while first: when it has a core of
                 // its own nobody else wants it, and the syscall only slows
                 // the answer to the next reply.
                 phases::switch(Phase::Idle);
@@ -799,8 +1023,14 @@ where
             }
         }
     })();
+    let Worker {
+        mut stats,
+        mut pending,
+        island,
+        ..
+    } = wk;
     stats.phase_ticks = phases::take();
-    if result.is_err() {
+    if result.is_err() && messages {
         // Let the other workers stop instead of serving forever.
         if !client_done {
             cl.clients.fetch_sub(1, Ordering::AcqRel);
@@ -821,8 +1051,8 @@ where
     // log died (then they stay as the log has them, for recovery).
     if result.is_ok() {
         while let Some(p) = pending.front() {
-            if p.ack > cl.islands()[home].durable_batch() {
-                if log_failure(&cl.islands()[home..=home]).is_some() {
+            if p.ack > island.durable_batch() {
+                if log_failure(std::slice::from_ref(&island)).is_some() {
                     break;
                 }
                 std::thread::yield_now();
@@ -832,7 +1062,9 @@ where
             workload.finished(w, &mut p.req, Outcome::Committed);
         }
     }
-    let _ = ex.pump();
+    if messages {
+        let _ = ex.pump();
+    }
     stats.publish(counter);
     (stats, result)
 }
@@ -898,7 +1130,7 @@ where
                     let _ = crate::bench::driver::pin_to(c);
                 }
                 let counter = ProgressCounter::new();
-                let (stats, r) = cluster_worker(
+                let (stats, r) = executor_loop(
                     ex,
                     &*workload,
                     i,
@@ -995,7 +1227,7 @@ where
                 }
                 on_start(i);
                 let seed = worker_seed(0, i);
-                let (_, r) = cluster_worker(ex, &*workload, i, seed, phase, &counter, None, window);
+                let (_, r) = executor_loop(ex, &*workload, i, seed, phase, &counter, None, window);
                 if r.is_err() {
                     phase.store(FAILED, Ordering::Release);
                 }

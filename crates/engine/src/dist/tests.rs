@@ -146,25 +146,31 @@ impl Workload for Bank {
         if req.close {
             return close_or_reopen(tx, req.from, req.to).await;
         }
-        let a = tx
-            .get_for_update(ACCOUNTS, req.from)
-            .await?
-            .ok_or(Abort::User("no source account"))?;
-        let b = tx
-            .get_for_update(ACCOUNTS, req.to)
-            .await?
-            .ok_or(Abort::User("no target account"))?;
-        for (h, delta) in [(a, -req.amount), (b, req.amount)] {
-            let (balance, transfers) = (tx.row(h).i64(BAL), tx.row(h).i64(TRANSFERS));
-            let mut row = tx.row_mut(h);
-            row.set_i64(BAL, balance + delta);
-            row.set_i64(TRANSFERS, transfers + 1);
-        }
-        if let Some(r) = tx.insert(RECEIPTS, req.receipt).await? {
-            tx.row_mut(r).set_i64(BAL, req.amount);
-        }
-        Ok(())
+        transfer(tx, req).await
     }
+}
+
+/// Moves `req.amount` from `req.from` to `req.to`, counting the transfer on
+/// both, and writes its receipt.
+async fn transfer(tx: &mut Txn, req: &Transfer) -> Result<(), Abort> {
+    let a = tx
+        .get_for_update(ACCOUNTS, req.from)
+        .await?
+        .ok_or(Abort::User("no source account"))?;
+    let b = tx
+        .get_for_update(ACCOUNTS, req.to)
+        .await?
+        .ok_or(Abort::User("no target account"))?;
+    for (h, delta) in [(a, -req.amount), (b, req.amount)] {
+        let (balance, transfers) = (tx.row(h).i64(BAL), tx.row(h).i64(TRANSFERS));
+        let mut row = tx.row_mut(h);
+        row.set_i64(BAL, balance + delta);
+        row.set_i64(TRANSFERS, transfers + 1);
+    }
+    if let Some(r) = tx.insert(RECEIPTS, req.receipt).await? {
+        tx.row_mut(r).set_i64(BAL, req.amount);
+    }
+    Ok(())
 }
 
 /// Accounts and receipts live on the island of the account number (receipt
@@ -444,6 +450,88 @@ fn islands_in_a_cluster_must_run_no_wait() {
         .err()
         .expect("occ islands refused");
     assert!(err.to_string().contains("no_wait"), "{err}");
+}
+
+/// Transfers between the accounts of each worker's own island (`per_island`
+/// accounts each, workers island after island).
+struct IslandBank {
+    per_island: u64,
+    workers_per_island: usize,
+    requests: std::sync::atomic::AtomicU64,
+}
+
+impl Workload for IslandBank {
+    type Req = Transfer;
+
+    fn types(&self) -> Vec<&'static str> {
+        vec!["transfer"]
+    }
+
+    fn next(&self, worker: usize, rng: &mut FastRng, req: &mut Transfer) -> usize {
+        let base = (worker / self.workers_per_island) as u64 * self.per_island;
+        let from = rng.below(self.per_island);
+        req.from = base + from;
+        req.to = base + (from + 1 + rng.below(self.per_island - 1)) % self.per_island;
+        req.amount = 1 + rng.below(50) as i64;
+        let n = self
+            .requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        req.receipt = (n << 32) | req.from;
+        TRANSFER
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a Transfer) -> Result<(), Abort> {
+        transfer(tx, req).await
+    }
+}
+
+#[test]
+fn every_scheme_serves_islands_whose_transactions_keep_to_their_own_rows() {
+    let per_island = 20;
+    for cc in [CcKind::None, CcKind::NoWait, CcKind::WaitDie, CcKind::Occ] {
+        let w = if cc == CcKind::None { 1 } else { 2 };
+        let islands: Vec<Island> = (0..2u64)
+            .map(|i| {
+                let mut cfg = IslandConfig::new(cc, w);
+                cfg.name = format!("island-{i}");
+                let (island, _) = Island::open(cfg, &tables(2 * per_island)).unwrap();
+                let mut l = island.loader().unwrap();
+                for k in i * per_island..(i + 1) * per_island {
+                    l.put(ACCOUNTS, k, |r| new_account(r, k)).unwrap();
+                }
+                drop(l);
+                island
+            })
+            .collect();
+        let cl = Cluster::local(islands.clone(), vec![w, w], ClusterOptions::default())
+            .unwrap_or_else(|e| panic!("{cc}: {e}"));
+        let workers: Vec<ClusterWorker> = (0..2)
+            .flat_map(|i| {
+                (0..w).map(move |worker| ClusterWorker {
+                    island: i,
+                    worker,
+                    cpu: None,
+                    limit: Some(300),
+                })
+            })
+            .collect();
+        let wl = Arc::new(IslandBank {
+            per_island,
+            workers_per_island: w,
+            requests: Default::default(),
+        });
+        let stats = run_to_completion(&cl, &workers, wl, 5).unwrap_or_else(|e| panic!("{cc}: {e}"));
+        let commits: u64 = stats.iter().map(|s| s.total_commits()).sum();
+        assert_eq!(commits, 300 * 2 * w as u64, "{cc}: every transfer commits");
+        assert_eq!(cl.stats.remote_ops(), 0);
+        // Each island's money stays on it, and every transfer left its receipt.
+        let (balances, receipts) = contents(&islands, 2 * per_island);
+        for (i, island) in balances.chunks(per_island as usize).enumerate() {
+            let total: i64 = island.iter().sum();
+            assert_eq!(total, INITIAL * per_island as i64, "{cc}: island {i}");
+        }
+        assert_eq!(receipts as u64, commits, "{cc}");
+    }
 }
 
 /// Transfers and audits: an audit reads every account of every island in one

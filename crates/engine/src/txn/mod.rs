@@ -386,6 +386,18 @@ impl Txn {
         }
     }
 
+    /// Starts the retry of an attempt whose timestamp was `ts` (from
+    /// [`Txn::timestamp`], possibly on another context): it keeps its
+    /// wait-die age. A `ts` of 0 takes a new one.
+    pub(crate) fn begin_at(&mut self, ts: u64) {
+        self.meta.ts = ts;
+        self.begin(true);
+    }
+
+    /// The wait-die timestamp of the current (or last) attempt.
+    pub(crate) fn timestamp(&self) -> u64 {
+        self.meta.ts
+    }
     /// Runs a stored procedure to completion on this worker, retrying conflicts
     /// (with back-off) up to `max_retries` times. A convenience for tests,
     /// examples and loaders; the benchmark driver has its own loop.

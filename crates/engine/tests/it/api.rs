@@ -9,8 +9,11 @@ use std::time::{Duration, Instant};
 use islands::api::{
     CallError, Catalog, Client, Deployment, Options, Partition, ProcDef, Type, Value,
 };
+use islands::bench::driver::{Outcome, Workload};
 use islands::deploy::{DeploySpec, Islands};
+use islands::proc::rng::FastRng;
 use islands::storage::{Col, ColType, PrimaryKind, TableDef, TableId};
+use islands::txn::Txn;
 use islands::Abort;
 
 use crate::common::temp_dir;
@@ -139,6 +142,18 @@ fn bank() -> Catalog {
     )
     .unwrap();
     c.procedure(
+        ProcDef::new("deposit", |tx, a, _| {
+            Box::pin(async move {
+                deposit(tx, a.int(0) as u64, a.int(1)).await?;
+                Ok(())
+            })
+        })
+        .param("account", Type::Int)
+        .param("amount", Type::Int)
+        .home_by(0, ACCOUNTS),
+    )
+    .unwrap();
+    c.procedure(
         ProcDef::new("balance", |tx, a, out| {
             Box::pin(async move {
                 if let Some(h) = tx.get(ACCOUNTS, a.int(0) as u64).await? {
@@ -194,6 +209,17 @@ fn bank() -> Catalog {
     c
 }
 
+/// Adds `amount` to account `key`.
+async fn deposit(tx: &mut Txn, key: u64, amount: i64) -> Result<(), Abort> {
+    let h = tx
+        .get_for_update(ACCOUNTS, key)
+        .await?
+        .ok_or(Abort::User("no such account"))?;
+    let b = tx.row(h).i64(BAL);
+    tx.row_mut(h).set_i64(BAL, b + amount);
+    Ok(())
+}
+
 fn spec(islands: u32, durability: &str, dir: Option<&std::path::Path>) -> Options {
     let mut s = DeploySpec::new(Islands::Count(islands));
     s.durability = durability.into();
@@ -207,16 +233,17 @@ fn spec(islands: u32, durability: &str, dir: Option<&std::path::Path>) -> Option
     o
 }
 
-fn open(o: Options) -> Deployment {
-    Deployment::open(o, bank(), |load| {
-        for site in load.sites() {
-            for k in site as u64 * PER_SITE..(site as u64 + 1) * PER_SITE {
-                load.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL))?;
-            }
+fn load_accounts(load: &mut islands::api::Load<'_>) -> Result<(), islands::Error> {
+    for site in load.sites() {
+        for k in site as u64 * PER_SITE..(site as u64 + 1) * PER_SITE {
+            load.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL))?;
         }
-        Ok(())
-    })
-    .unwrap()
+    }
+    Ok(())
+}
+
+fn open(o: Options) -> Deployment {
+    Deployment::open(o, bank(), load_accounts).unwrap()
 }
 
 const N: u64 = 4 * PER_SITE;
@@ -793,4 +820,106 @@ fn a_bad_durability_is_named_once() {
         e,
         "invalid configuration: unknown durability 'fsync': valid values are sync, async, off"
     );
+}
+
+/// A generator of deposits of 1 into random accounts: each executor makes
+/// `per_worker` of them, on its own thread.
+#[derive(Clone)]
+struct Deposits {
+    per_worker: u64,
+    made: Arc<[AtomicU64; 16]>,
+    committed: Arc<AtomicU64>,
+    /// A generated request ran on a thread that was not an executor.
+    off_executor: Arc<AtomicBool>,
+}
+
+impl Workload for Deposits {
+    type Req = u64;
+
+    fn types(&self) -> Vec<&'static str> {
+        vec!["deposit"]
+    }
+
+    fn next(&self, _: usize, rng: &mut FastRng, key: &mut u64) -> usize {
+        *key = rng.below(N);
+        0
+    }
+
+    fn poll_next(&self, w: usize, rng: &mut FastRng, key: &mut u64) -> Option<usize> {
+        let made = &self.made[w];
+        if made.load(Ordering::Relaxed) == self.per_worker {
+            return None;
+        }
+        made.fetch_add(1, Ordering::Relaxed);
+        Some(self.next(w, rng, key))
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, key: &'a u64) -> Result<(), Abort> {
+        let name = std::thread::current().name().map(String::from);
+        if !name.is_some_and(|n| n.contains("-exec-")) {
+            self.off_executor.store(true, Ordering::Relaxed);
+        }
+        deposit(tx, *key, 1).await
+    }
+
+    fn finished(&self, _: usize, _: &mut u64, outcome: Outcome) {
+        assert!(matches!(outcome, Outcome::Committed), "{outcome:?}");
+        self.committed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn calls_and_generated_requests_commit_side_by_side_on_the_executors() {
+    // One executor (both sources on the same thread), then two islands
+    // (generated deposits that cross islands, calls routed to their home).
+    for (islands, workers) in [(1, Some(1)), (2, None)] {
+        let mut o = spec(islands, "off", None);
+        o.spec.workers_per_island = workers;
+        let gen = Deposits {
+            per_worker: 300,
+            made: Arc::new(Default::default()),
+            committed: Arc::new(AtomicU64::new(0)),
+            off_executor: Arc::new(AtomicBool::new(false)),
+        };
+        let db = Deployment::open_generating(o, bank(), load_accounts, gen.clone()).unwrap();
+        let executors: usize = db.plan().islands().iter().map(|i| i.workers as usize).sum();
+        assert!(executors <= 16);
+        let client = db.client();
+        let callers: Vec<_> = (0..2u64)
+            .map(|t| {
+                let c = client.clone();
+                std::thread::spawn(move || {
+                    for i in 0..200u64 {
+                        let key = (t * 7 + i * 13) % N;
+                        let args = [Value::Int(key as i64), Value::Int(1)];
+                        // Generated deposits may collide with it: ask again.
+                        while let Err(e) = c.call("deposit", &args) {
+                            assert!(matches!(e, CallError::Serialization { .. }), "{e}");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in callers {
+            h.join().unwrap();
+        }
+        let generated = 300 * executors as u64;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while gen.committed.load(Ordering::Relaxed) < generated {
+            assert!(
+                Instant::now() < deadline,
+                "the generated requests did not all commit"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(gen.committed.load(Ordering::Relaxed), generated);
+        assert!(!gen.off_executor.load(Ordering::Relaxed));
+        // Every deposit, called or generated, is in the balances.
+        assert_eq!(total(&client), N as i64 * INITIAL + 400 + generated as i64);
+        db.shutdown().unwrap();
+        // And each executor counted both kinds: 400 calls, the generated
+        // deposits and the audit.
+        let counted: u64 = client.committed_per_island().iter().sum();
+        assert_eq!(counted, 400 + generated + 1, "{islands} island(s)");
+    }
 }
