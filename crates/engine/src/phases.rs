@@ -505,13 +505,14 @@ mod tests {
         let us = |p: Phase| ticks[p as usize] as f64 / ticks_per_us();
         // Lower bounds are the spins; the upper ones only catch a unit
         // error (a loaded machine may deschedule a spinner for a while).
+        // The bounds also catch time given to the wrong phase: Execution's
+        // 15 ms floor is above the 5 ms spin in Logging.
         assert!(
             (15_000.0..1_000_000.0).contains(&us(Phase::Execution)),
             "{}",
             us(Phase::Execution)
         );
         assert!((3_000.0..1_000_000.0).contains(&us(Phase::Logging)));
-        assert!(us(Phase::Execution) > us(Phase::Logging));
         assert_eq!(ticks[Phase::Locking as usize], 0);
         // Off: nothing is counted.
         enable(false);
