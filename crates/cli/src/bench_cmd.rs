@@ -165,7 +165,7 @@ struct Common {
     #[arg(long, global = true)]
     no_pin: bool,
     /// Drive a running `islands serve` at ADDR over the network instead of an
-    /// in-process deployment (ycsb or tpcb): PostgreSQL connections with prepared
+    /// in-process deployment (ycsb, tpcb or tpcc): PostgreSQL connections with prepared
     /// statements. The deployment options do not apply; the password, if the server
     /// has one, is read from ISLANDS_PASSWORD.
     #[arg(long, global = true, value_name = "ADDR")]
@@ -190,7 +190,8 @@ enum WorkloadCmd {
     /// The paper's partition-sensitive microbenchmark: read or update N rows of a site.
     Micro(MicroArgs),
     /// TPC-C: all five transactions, warehouses as sites, a home warehouse per worker.
-    /// Measured without keying and think times: not a compliant tpmC.
+    /// Measured without keying and think times: not a compliant tpmC. With --connect,
+    /// against `islands serve --init tpcc`.
     Tpcc(TpccArgs),
     /// Message round trips between two pinned threads (spin queue, the islands' in-process
     /// transport, crossbeam channel, std mpsc).
@@ -223,7 +224,8 @@ struct InsertsArgs {
 #[derive(Args, Clone)]
 struct TpccArgs {
     /// Warehouses, split over the islands as their sites (default: one per core of the
-    /// deployment, as `islands plan` shows).
+    /// deployment, as `islands plan` shows). With --connect: the server's (required);
+    /// connection i is a terminal of warehouse i mod N + 1.
     #[arg(long)]
     warehouses: Option<u32>,
     /// Transaction mix: full (45/43/4/4/4), payment, neworder, no-pay (50/50), or five
@@ -375,14 +377,26 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
                     read_pct: a.read_pct.unwrap_or(p.read_pct).min(100),
                 }
             }
+            Some(WorkloadCmd::Tpcc(a)) => crate::connect_cmd::NetWorkload::Tpcc {
+                warehouses: a.warehouses.ok_or_else(|| {
+                    Error::Config(
+                        "--connect tpcc needs --warehouses: the number the server was loaded \
+                         with (islands serve --init tpcc --warehouses N)"
+                            .into(),
+                    )
+                })?,
+                mix: Mix::parse(&a.mix)?,
+                local_only: a.local_only,
+            },
             None => {
                 return Err(Error::Config(
-                    "--connect needs a workload: ycsb or tpcb".into(),
+                    "--connect needs a workload: ycsb, tpcb or tpcc".into(),
                 ))
             }
             Some(_) => {
                 return Err(Error::Config(
-                    "--connect drives ycsb or tpcb (what `islands serve --init` loads)".into(),
+                    "--connect drives ycsb, tpcb or tpcc (what `islands serve --init` loads)"
+                        .into(),
                 ))
             }
         };

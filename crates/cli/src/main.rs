@@ -35,8 +35,8 @@ enum Command {
     /// latency percentiles, aborts by reason and CPU time.
     Bench(Box<bench_cmd::BenchArgs>),
     /// Serve a deployment over the PostgreSQL wire protocol (psql, pgbench, drivers):
-    /// stored procedures of a built-in data set (tpcb, ycsb), loaded with --init into an
-    /// empty data directory and recovered from it on every later start.
+    /// stored procedures of a built-in data set (tpcb, ycsb, tpcc, micro), loaded with
+    /// --init into an empty data directory and recovered from it on every later start.
     Serve(Box<serve_cmd::ServeArgs>),
     /// Show the machine's topology: sockets, NUMA nodes, L3 domains, cores, CPUs.
     Topology(topology_cmd::TopologyArgs),
