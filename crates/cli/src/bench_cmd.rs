@@ -10,14 +10,14 @@ use islands::bench::ipc;
 use islands::bench::progress::DisplayMode;
 use islands::bench::report::HostProbe;
 use islands::cc::CcKind;
-use islands::deploy::{self, DeploySpec, EvenSplit, IslandId, Islands, Placement, Plan};
+use islands::deploy::{self, DeploySpec, EvenSplit, Islands, Placement, Plan};
 use islands::dist::run::run_cluster;
-use islands::dist::{Cluster, ClusterOptions, RangeRouter};
+use islands::dist::{Cluster, ClusterOptions};
 use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
+use islands::route::{IslandId, RangeRouter, Router};
 use islands::storage::TableDef;
 use islands::topology::memory;
-use islands::topology::{CpuId, Topology};
-use islands::txn::Router;
+use islands::topology::{allowed_cpus, pin_to, CpuId, Topology};
 use islands::wal::{CappedDevice, Durability};
 use islands::Error;
 use islands_workloads::inserts::{self, Inserts, InsertsConfig};
@@ -165,7 +165,7 @@ struct Common {
     #[arg(long, global = true)]
     no_pin: bool,
     /// Drive a running `islands serve` at ADDR over the network instead of an
-    /// in-process deployment (ycsb or tpcb): PostgreSQL connections with prepared
+    /// in-process deployment (ycsb, tpcb or tpcc): PostgreSQL connections with prepared
     /// statements. The deployment options do not apply; the password, if the server
     /// has one, is read from ISLANDS_PASSWORD.
     #[arg(long, global = true, value_name = "ADDR")]
@@ -190,7 +190,8 @@ enum WorkloadCmd {
     /// The paper's partition-sensitive microbenchmark: read or update N rows of a site.
     Micro(MicroArgs),
     /// TPC-C: all five transactions, warehouses as sites, a home warehouse per worker.
-    /// Measured without keying and think times: not a compliant tpmC.
+    /// Measured without keying and think times: not a compliant tpmC. With --connect,
+    /// against `islands serve --init tpcc`.
     Tpcc(TpccArgs),
     /// Message round trips between two pinned threads (spin queue, the islands' in-process
     /// transport, crossbeam channel, std mpsc).
@@ -223,7 +224,8 @@ struct InsertsArgs {
 #[derive(Args, Clone)]
 struct TpccArgs {
     /// Warehouses, split over the islands as their sites (default: one per core of the
-    /// deployment, as `islands plan` shows).
+    /// deployment, as `islands plan` shows). With --connect: the server's (required);
+    /// connection i is a terminal of warehouse i mod N + 1.
     #[arg(long)]
     warehouses: Option<u32>,
     /// Transaction mix: full (45/43/4/4/4), payment, neworder, no-pay (50/50), or five
@@ -375,14 +377,26 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
                     read_pct: a.read_pct.unwrap_or(p.read_pct).min(100),
                 }
             }
+            Some(WorkloadCmd::Tpcc(a)) => crate::connect_cmd::NetWorkload::Tpcc {
+                warehouses: a.warehouses.ok_or_else(|| {
+                    Error::Config(
+                        "--connect tpcc needs --warehouses: the number the server was loaded \
+                         with (islands serve --init tpcc --warehouses N)"
+                            .into(),
+                    )
+                })?,
+                mix: Mix::parse(&a.mix)?,
+                local_only: a.local_only,
+            },
             None => {
                 return Err(Error::Config(
-                    "--connect needs a workload: ycsb or tpcb".into(),
+                    "--connect needs a workload: ycsb, tpcb or tpcc".into(),
                 ))
             }
             Some(_) => {
                 return Err(Error::Config(
-                    "--connect drives ycsb or tpcb (what `islands serve --init` loads)".into(),
+                    "--connect drives ycsb, tpcb or tpcc (what `islands serve --init` loads)"
+                        .into(),
                 ))
             }
         };
@@ -535,7 +549,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
                 "--workers sizes a single island; with several islands use --workers-per-island"
                     .into(),
             )),
-            (None, None) if single => Some(driver::allowed_cpus().len().max(1) as u32),
+            (None, None) if single => Some(allowed_cpus().len().max(1) as u32),
             (None, None) => None,
         };
     spec.cc = c.cc.clone();
@@ -584,8 +598,8 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
     let mut configs: Vec<IslandConfig> = Vec::new();
     for ip in plan.islands() {
         let mut cfg = IslandConfig::new(ip.cc.parse().map_err(Error::Config)?, ip.workers as usize);
-        cfg.name = format!("island-{}", ip.id.0);
-        cfg.island_id = ip.id.0;
+        cfg.name = format!("island-{}", ip.id);
+        cfg.island_id = u32::from(ip.id);
         cfg.islands = plan.islands().len() as u32;
         cfg.deployment = Some(deployment);
         cfg.durability = durability;
@@ -725,7 +739,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
                 format!("micro ({})", if m.update { "update" } else { "read-only" });
             dcfg.parameters = m.parameters();
             for (i, cfg) in configs.iter_mut().enumerate() {
-                let s = plan.sites_of(IslandId(i as u32));
+                let s = plan.sites_of(i as IslandId);
                 cfg.workload = WorkloadSpec::Micro {
                     rows: m.rows,
                     row_bytes: m.row_bytes,
@@ -738,13 +752,13 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
             let mut homes = Vec::new();
             let mut next = vec![0u32; n_islands];
             for w in &workers {
-                let sites = plan.sites_of(IslandId(w.island as u32));
+                let sites = plan.sites_of(w.island as IslandId);
                 let n = sites.end - sites.start;
                 homes.push((sites.start + next[w.island] % n) as u64);
                 next[w.island] += 1;
             }
             let keys_of = |i: usize| {
-                let s = plan.sites_of(IslandId(i as u32));
+                let s = plan.sites_of(i as IslandId);
                 m.keys_of_sites(s.start as u64..s.end as u64)
             };
             let w = Micro::new(m.clone(), homes)?;
@@ -823,13 +837,13 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
             let mut homes = Vec::new();
             let mut next = vec![0u32; n_islands];
             for w in &workers {
-                let sites = plan.sites_of(IslandId(w.island as u32));
+                let sites = plan.sites_of(w.island as IslandId);
                 let n = sites.end - sites.start;
                 homes.push(sites.start + next[w.island] % n + 1);
                 next[w.island] += 1;
             }
             let wh_of = |i: usize| {
-                let s = plan.sites_of(IslandId(i as u32));
+                let s = plan.sites_of(i as IslandId);
                 s.start + 1..s.end + 1
             };
             let w = Tpcc::new(t.clone(), homes)?;
@@ -1066,7 +1080,7 @@ fn execute<W: Workload + 'static>(
                 let cpu = if dcfg.pin { first_cpu[i] } else { None };
                 scope.spawn(move || {
                     if let Some(c) = cpu {
-                        let _ = driver::pin_to(c);
+                        let _ = pin_to(c);
                     }
                     load(i, island)?;
                     if island.wal().is_some() {

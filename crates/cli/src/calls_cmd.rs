@@ -21,14 +21,14 @@ use clap::Args;
 use islands::api::{Catalog, Deployment, Options, Partition, ProcDef, Type, Value};
 use islands::bench::driver::DriverConfig;
 use islands::bench::progress::DisplayMode;
-use islands::bench::rng::FastRng;
 use islands::deploy::{self, DeploySpec, Islands};
 use islands::dist::run::{run_cluster, ClusterWorker};
 use islands::dist::{Cluster, ClusterOptions};
 use islands::island::{Island, IslandConfig};
+use islands::proc::rng::FastRng;
+use islands::route::Router;
 use islands::storage::{Col, TableId};
 use islands::topology::Topology;
-use islands::txn::Router;
 use islands::{Abort, Error};
 use islands_workloads::ycsb::{self, Ycsb, YcsbConfig};
 
@@ -281,9 +281,7 @@ fn generated(cfg: &YcsbConfig, shape: &Shape, plan: &deploy::Plan) -> Result<f64
         commit_window: 64,
         ..Default::default()
     };
-    let site_island: Vec<u16> = (0..SITES)
-        .map(|s| plan.island_of_site(s).0 as u16)
-        .collect();
+    let site_island: Vec<u16> = (0..SITES).map(|s| plan.island_of_site(s)).collect();
     let mut opened = Vec::new();
     let mut workers = Vec::new();
     let mut cws = Vec::new();

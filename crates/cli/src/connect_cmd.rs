@@ -1,7 +1,13 @@
-//! `islands bench --connect ADDR ycsb|tpcb`: drive a running `islands
+//! `islands bench --connect ADDR ycsb|tpcb|tpcc`: drive a running `islands
 //! serve` over the network with PostgreSQL connections (tokio-postgres,
 //! prepared statements), each keeping `--pipeline` calls in flight, and
-//! report throughput, latency percentiles and errors by SQLSTATE.
+//! report throughput (per procedure too), latency percentiles, the
+//! procedures' own rollbacks (`P0001`: TPC-C's 1% of NewOrders) and the
+//! other errors by SQLSTATE (`40001`: out of retries on conflicts).
+//!
+//! TPC-C's calls come from the benchmark's own generator
+//! ([`islands_workloads::tpcc::Tpcc`]): connection `i` is a terminal of
+//! home warehouse `i mod W + 1`, running the mix asked for.
 //!
 //! All connections run on one thread (a single-threaded tokio runtime), so
 //! the generator takes one core of the machine; its own CPU time is
@@ -14,8 +20,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use islands::bench::rng::FastRng;
+use islands::bench::driver::Workload;
+use islands::bench::fmt::thousands;
+use islands::proc::rng::FastRng;
 use islands::Error;
+use islands_workloads::tpcc::{self, Mix, Tpcc, TpccConfig, TpccReq};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
@@ -27,6 +36,13 @@ pub enum NetWorkload {
     Ycsb { rows: u64, read_pct: u32 },
     /// pgbench's TPC-B script (`tpcb`), or its `-S` select (`tpcb_balance`).
     Tpcb { scale: u32, select_only: bool },
+    /// TPC-C's five transactions in `mix`, against `islands serve --init
+    /// tpcc --warehouses W`.
+    Tpcc {
+        warehouses: u32,
+        mix: Mix,
+        local_only: bool,
+    },
 }
 
 /// How to drive it.
@@ -39,49 +55,165 @@ pub struct NetRun {
     pub seed: u64,
 }
 
-/// One connection's results over the measured phase.
+/// One procedure's results over the measured phase.
 #[derive(Default)]
 struct Tally {
     ok: u64,
+    /// Calls the procedure rolled back (`P0001`).
+    rollbacks: u64,
+    /// Other errors, by SQLSTATE.
     errors: BTreeMap<String, u64>,
     lat_ns: Vec<u64>,
 }
 
-fn sql(w: NetWorkload) -> [&'static str; 2] {
-    match w {
-        NetWorkload::Ycsb { .. } => ["CALL ycsb_read($1)", "CALL ycsb_rmw($1)"],
-        NetWorkload::Tpcb { .. } => ["CALL tpcb($1, $2, $3, $4)", "CALL tpcb_balance($1)"],
+impl Tally {
+    fn add(&mut self, t: Tally) {
+        self.ok += t.ok;
+        self.rollbacks += t.rollbacks;
+        self.lat_ns.extend(t.lat_ns);
+        for (k, v) in t.errors {
+            *self.errors.entry(k).or_default() += v;
+        }
     }
 }
 
-/// The statement (0 or 1 of [`sql`]) and arguments of the next call.
-fn next_call(w: NetWorkload, rng: &mut FastRng) -> (usize, Vec<i64>) {
+/// The procedure of each statement of [`sql`], for the report.
+fn names(w: NetWorkload) -> &'static [&'static str] {
     match w {
-        NetWorkload::Ycsb { rows, read_pct } => {
-            let key = rng.below(rows) as i64;
-            (usize::from(!rng.percent(read_pct)), vec![key])
-        }
-        NetWorkload::Tpcb { scale, select_only } => {
-            let s = scale as u64;
-            let aid = 1 + rng.below(100_000 * s) as i64;
-            if select_only {
-                return (1, vec![aid]);
+        NetWorkload::Ycsb { .. } => &["ycsb_read", "ycsb_rmw"],
+        NetWorkload::Tpcb { .. } => &["tpcb", "tpcb_balance"],
+        NetWorkload::Tpcc { .. } => &tpcc::TYPE_NAMES,
+    }
+}
+
+/// The statements a connection prepares; a call runs one of them.
+fn sql(w: NetWorkload) -> &'static [&'static str] {
+    match w {
+        NetWorkload::Ycsb { .. } => &["CALL ycsb_read($1)", "CALL ycsb_rmw($1)"],
+        NetWorkload::Tpcb { .. } => &["CALL tpcb($1, $2, $3, $4)", "CALL tpcb_balance($1)"],
+        // In the order of tpcc::TYPE_NAMES.
+        NetWorkload::Tpcc { .. } => &[
+            "CALL new_order($1, $2, $3, $4, $5, $6)",
+            "CALL payment($1, $2, $3, $4, $5, $6, $7)",
+            "CALL order_status($1, $2, $3, $4)",
+            "CALL delivery($1, $2)",
+            "CALL stock_level($1, $2, $3)",
+        ],
+    }
+}
+
+/// A call's arguments.
+type Params = Vec<Box<dyn ToSql + Sync + Send>>;
+
+/// What makes the calls: random choices, or TPC-C's generator.
+enum Gen {
+    Plain(NetWorkload),
+    Tpcc(Tpcc),
+}
+
+impl Gen {
+    fn new(w: NetWorkload, connections: usize) -> Result<Gen, Error> {
+        let NetWorkload::Tpcc {
+            warehouses,
+            mix,
+            local_only,
+        } = w
+        else {
+            return Ok(Gen::Plain(w));
+        };
+        let cfg = TpccConfig {
+            warehouses,
+            mix,
+            local_only,
+            ..TpccConfig::default()
+        };
+        let homes = Tpcc::default_homes(connections, warehouses);
+        Ok(Gen::Tpcc(Tpcc::new(cfg, homes)?))
+    }
+
+    /// The statement (an index into [`sql`]) and arguments of connection
+    /// `conn`'s next call.
+    fn next(&self, conn: usize, rng: &mut FastRng, req: &mut TpccReq) -> (usize, Params) {
+        let ints = |v: &[i64]| -> Params {
+            v.iter()
+                .map(|&x| Box::new(x) as Box<dyn ToSql + Sync + Send>)
+                .collect()
+        };
+        match self {
+            Gen::Plain(NetWorkload::Ycsb { rows, read_pct }) => {
+                let key = rng.below(*rows) as i64;
+                (usize::from(!rng.percent(*read_pct)), ints(&[key]))
             }
-            let bid = 1 + rng.below(s) as i64;
-            let tid = 1 + rng.below(10 * s) as i64;
-            let delta = rng.below(10_001) as i64 - 5000;
-            (0, vec![aid, tid, bid, delta])
+            Gen::Plain(NetWorkload::Tpcb { scale, select_only }) => {
+                let s = *scale as u64;
+                let aid = 1 + rng.below(100_000 * s) as i64;
+                if *select_only {
+                    return (1, ints(&[aid]));
+                }
+                let bid = 1 + rng.below(s) as i64;
+                let tid = 1 + rng.below(10 * s) as i64;
+                let delta = rng.below(10_001) as i64 - 5000;
+                (0, ints(&[aid, tid, bid, delta]))
+            }
+            Gen::Plain(NetWorkload::Tpcc { .. }) => unreachable!("TPC-C has its generator"),
+            Gen::Tpcc(t) => {
+                let ty = t.next(conn, rng, req);
+                (ty, tpcc_params(req))
+            }
         }
+    }
+}
+
+/// The arguments of the served procedure of TPC-C request `r` (see
+/// `islands_workloads::tpcc::served`).
+fn tpcc_params(r: &TpccReq) -> Params {
+    fn b<T: ToSql + Sync + Send + 'static>(v: T) -> Box<dyn ToSql + Sync + Send> {
+        Box::new(v)
+    }
+    let int = |v: u32| b(i64::from(v));
+    // A customer: by id, or (c_id 0) by last name.
+    let (c_id, c_last) = if r.by_last {
+        (0, String::from_utf8_lossy(r.c_last()).into_owned())
+    } else {
+        (r.c_id, String::new())
+    };
+    match r.ty {
+        tpcc::NEW_ORDER => {
+            let col = |f: fn(&tpcc::Line) -> u32| -> Vec<i64> {
+                r.lines().iter().map(|l| i64::from(f(l))).collect()
+            };
+            vec![
+                int(r.w),
+                int(r.d),
+                int(r.c_id),
+                b(col(|l| l.i_id)),
+                b(col(|l| l.supply_w)),
+                b(col(|l| l.quantity)),
+            ]
+        }
+        tpcc::PAYMENT => vec![
+            int(r.w),
+            int(r.d),
+            int(r.c_w),
+            int(r.c_d),
+            int(c_id),
+            b(c_last),
+            b(r.amount),
+        ],
+        tpcc::ORDER_STATUS => vec![int(r.w), int(r.d), int(c_id), b(c_last)],
+        tpcc::DELIVERY => vec![int(r.w), int(r.carrier)],
+        _ => vec![int(r.w), int(r.d), b(i64::from(r.threshold))],
     }
 }
 
 async fn connection(
     run: Arc<NetRun>,
     w: NetWorkload,
+    gen: Arc<Gen>,
     id: usize,
     measuring: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
-) -> Result<Tally, String> {
+) -> Result<Vec<Tally>, String> {
     let mut cfg = tokio_postgres::Config::new();
     cfg.host(run.addr.ip().to_string())
         .port(run.addr.port())
@@ -96,47 +228,45 @@ async fn connection(
         .await
         .map_err(|e| format!("cannot connect to {}: {e}", run.addr))?;
     tokio::spawn(conn);
-    let [a, b] = sql(w);
-    let st = [
-        client.prepare(a).await.map_err(|e| format!("{a}: {e}"))?,
-        client.prepare(b).await.map_err(|e| format!("{b}: {e}"))?,
-    ];
+    let mut st = Vec::new();
+    for q in sql(w) {
+        st.push(client.prepare(q).await.map_err(|e| format!("{q}: {e}"))?);
+    }
     let mut rng = FastRng::new(run.seed.wrapping_mul(1_000_003) + id as u64);
-    let mut tally = Tally::default();
+    let mut req = TpccReq::default();
+    let mut tally: Vec<Tally> = st.iter().map(|_| Tally::default()).collect();
     let mut inflight = FuturesUnordered::new();
-    let issue = |rng: &mut FastRng| {
-        let (s, args) = next_call(w, rng);
+    let mut issue = |rng: &mut FastRng| {
+        let (s, args) = gen.next(id, rng, &mut req);
         let st = st[s].clone();
         let client = &client;
         async move {
             let t = Instant::now();
-            let params: Vec<&(dyn ToSql + Sync)> =
-                args.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+            let params: Vec<&(dyn ToSql + Sync)> = args
+                .iter()
+                .map(|v| v.as_ref() as &(dyn ToSql + Sync))
+                .collect();
             let r = client.query(&st, &params).await;
-            (t, r)
+            (s, t, r)
         }
     };
     for _ in 0..run.pipeline {
         inflight.push(issue(&mut rng));
     }
-    while let Some((t, r)) = inflight.next().await {
+    while let Some((s, t, r)) = inflight.next().await {
         let ns = t.elapsed().as_nanos() as u64;
         if measuring.load(Ordering::Relaxed) {
+            let tally = &mut tally[s];
             match r {
                 Ok(_) => {
                     tally.ok += 1;
                     tally.lat_ns.push(ns);
                 }
-                Err(e) => {
-                    let code = e
-                        .as_db_error()
-                        .map(|d| d.code().code().to_string())
-                        .unwrap_or_else(|| "connection".into());
-                    if code == "connection" {
-                        return Err(format!("connection {id}: {e}"));
-                    }
-                    *tally.errors.entry(code).or_default() += 1;
-                }
+                Err(e) => match e.as_db_error().map(|d| d.code().code()) {
+                    None => return Err(format!("connection {id}: {e}")),
+                    Some("P0001") => tally.rollbacks += 1,
+                    Some(code) => *tally.errors.entry(code.to_string()).or_default() += 1,
+                },
             }
         } else if let Err(e) = r {
             if e.as_db_error().is_none() {
@@ -175,6 +305,7 @@ pub fn run(run: NetRun, w: NetWorkload) -> Result<(), Error> {
         }
         _ => {}
     }
+    let gen = Arc::new(Gen::new(w, run.connections)?);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -188,6 +319,7 @@ pub fn run(run: NetRun, w: NetWorkload) -> Result<(), Error> {
                 tokio::spawn(connection(
                     Arc::clone(&run),
                     w,
+                    Arc::clone(&gen),
                     id,
                     Arc::clone(&measuring),
                     Arc::clone(&stop),
@@ -207,13 +339,20 @@ pub fn run(run: NetRun, w: NetWorkload) -> Result<(), Error> {
         }
         (out, secs, cpu)
     });
-    let mut total = Tally::default();
+    // Per procedure, over every connection.
+    let mut per: Vec<Tally> = sql(w).iter().map(|_| Tally::default()).collect();
     for t in tallies {
-        let t = t.map_err(Error::Config)?;
-        total.ok += t.ok;
-        total.lat_ns.extend(t.lat_ns);
-        for (k, v) in t.errors {
-            *total.errors.entry(k).or_default() += v;
+        for (p, t) in per.iter_mut().zip(t.map_err(Error::Config)?) {
+            p.add(t);
+        }
+    }
+    let mut total = Tally::default();
+    for p in &per {
+        total.ok += p.ok;
+        total.rollbacks += p.rollbacks;
+        total.lat_ns.extend(&p.lat_ns);
+        for (k, v) in &p.errors {
+            *total.errors.entry(k.clone()).or_default() += v;
         }
     }
     total.lat_ns.sort_unstable();
@@ -235,6 +374,15 @@ pub fn run(run: NetRun, w: NetWorkload) -> Result<(), Error> {
             scale,
             select_only: true,
         } => format!("tpcb -S (scale {scale}, CALL tpcb_balance)"),
+        NetWorkload::Tpcc {
+            warehouses,
+            mix,
+            local_only,
+        } => format!(
+            "tpcc ({warehouses} warehouse(s), mix {mix}{}; no keying or think time: not a \
+             compliant tpmC)",
+            if local_only { ", local only" } else { "" }
+        ),
     };
     println!(
         "server      {} ({} connections, {} call(s) in flight each)",
@@ -247,11 +395,30 @@ pub fn run(run: NetRun, w: NetWorkload) -> Result<(), Error> {
         total.ok,
         secs
     );
+    let width = names(w).iter().map(|n| n.len()).max().unwrap_or(0);
+    for (n, p) in names(w).iter().zip(&per) {
+        let share = 100.0 * p.ok as f64 / total.ok.max(1) as f64;
+        let mut line = format!(
+            "  {n:<width$}  {:>10.0} txn/s  {:>12}  {share:5.1}%",
+            p.ok as f64 / secs,
+            thousands(p.ok)
+        );
+        if p.rollbacks > 0 {
+            line += &format!("  rolled back {}", thousands(p.rollbacks));
+        }
+        println!("{line}");
+    }
     println!(
         "latency     median {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs",
         pct(0.5),
         pct(0.99),
         pct(0.999)
+    );
+    // The procedures' own rollbacks (TPC-C's 1% of NewOrders) are outcomes,
+    // not failures: apart from the errors, 40001 (out of retries) among them.
+    println!(
+        "rollbacks   {} (P0001: the procedure rolled its transaction back)",
+        thousands(total.rollbacks)
     );
     let errors: Vec<String> = total
         .errors

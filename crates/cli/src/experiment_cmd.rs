@@ -11,6 +11,8 @@ use islands::bench::ipc::{self, IpcConfig};
 use islands::deploy::Placement;
 use islands::topology::{CpuId, CpuSet, Topology};
 
+use crate::args::{list, seconds, write_file};
+
 /// Experiments from Section 3 of the paper.
 #[derive(Args, Debug)]
 pub struct ExperimentArgs {
@@ -110,33 +112,6 @@ pub fn run_experiment(args: &ExperimentArgs) -> Result<(), String> {
     }
 }
 
-/// Parses a comma-separated `--what` list; empty items are skipped, an empty list is an error.
-pub(crate) fn list<T>(
-    what: &str,
-    s: &str,
-    parse: impl Fn(&str) -> Result<T, String>,
-) -> Result<Vec<T>, String> {
-    let v = s
-        .split(',')
-        .filter(|p| !p.trim().is_empty())
-        .map(|p| parse(p.trim()))
-        .collect::<Result<Vec<T>, String>>()?;
-    if v.is_empty() {
-        return Err(format!("--{what} is empty"));
-    }
-    Ok(v)
-}
-
-/// A positive number of seconds (at most 1e6) for `--what`.
-pub(crate) fn seconds(what: &str, v: f64) -> Result<Duration, String> {
-    if !v.is_finite() || v <= 0.0 || v > 1e6 {
-        return Err(format!(
-            "--{what} {v}: must be more than 0 and at most 1e6 seconds"
-        ));
-    }
-    Ok(Duration::from_secs_f64(v))
-}
-
 fn machine(topology: Option<&str>, cpus: Option<&str>) -> Result<Topology, String> {
     let t = match topology {
         Some(spec) => Topology::described(spec),
@@ -157,10 +132,6 @@ fn machine(topology: Option<&str>, cpus: Option<&str>) -> Result<Topology, Strin
             t.with_allowed(&set).map_err(|e| e.to_string())
         }
     }
-}
-
-pub(crate) fn write_file(path: &Path, text: &str) -> Result<(), String> {
-    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 fn run_counters(a: &CountersArgs) -> Result<(), String> {

@@ -1,5 +1,6 @@
 //! `islands`: the command-line tool of the islands OLTP engine.
 
+mod args;
 mod bench_cmd;
 mod calls_cmd;
 mod check_cmd;
@@ -7,6 +8,7 @@ mod connect_cmd;
 mod exp;
 mod experiment_cmd;
 mod placement_cmd;
+mod recovery;
 mod serve_cmd;
 mod topology_cmd;
 mod tpcc_cmd;
@@ -33,8 +35,8 @@ enum Command {
     /// latency percentiles, aborts by reason and CPU time.
     Bench(Box<bench_cmd::BenchArgs>),
     /// Serve a deployment over the PostgreSQL wire protocol (psql, pgbench, drivers):
-    /// stored procedures of a built-in data set (tpcb, ycsb), loaded with --init into an
-    /// empty data directory and recovered from it on every later start.
+    /// stored procedures of a built-in data set (tpcb, ycsb, tpcc, micro), loaded with
+    /// --init into an empty data directory and recovered from it on every later start.
     Serve(Box<serve_cmd::ServeArgs>),
     /// Show the machine's topology: sockets, NUMA nodes, L3 domains, cores, CPUs.
     Topology(topology_cmd::TopologyArgs),

@@ -35,11 +35,11 @@ use islands::bench::progress::DisplayMode;
 use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, IslandPlan, Islands, Placement, Plan};
 use islands::island::{Island, IslandConfig};
-use islands::topology::{CpuId, CpuSet, Topology};
+use islands::topology::{pin_to, CpuId, CpuSet, Topology};
 use islands_workloads::micro::{self, Micro, MicroConfig};
 use serde::Serialize;
 
-use crate::experiment_cmd::{list, seconds, write_file};
+use crate::args::{list, seconds, write_file};
 
 /// Runs the microbenchmark on one island with its workers placed spread,
 /// grouped and by the OS.
@@ -353,7 +353,7 @@ pub fn run_experiment(
     let load_cpu = grouped.island().worker_cpu(0);
     let loaded_on_cpu = std::thread::scope(|s| {
         s.spawn(|| -> Result<Option<CpuId>, String> {
-            let pinned = load_cpu.filter(|&c| driver::pin_to(c as usize).is_ok());
+            let pinned = load_cpu.filter(|&c| pin_to(c as usize).is_ok());
             micro::load(&island, &base, 0..cfg.rows, true).map_err(message)?;
             Ok(pinned)
         })

@@ -3,11 +3,14 @@
 //!
 //! The data directory holds the islands' logs and checkpoints
 //! (`island-<i>/`) and `served.toml`, which names the built-in data set
-//! and its size. `--init` writes that file into an empty directory before
-//! anything else, so every later start (`islands serve` without `--init`,
-//! after a clean stop or a SIGKILL) opens the same catalog and recovers the
-//! logs; an island whose log holds nothing (a start killed during the
-//! load) is loaded again.
+//! and its size. `--init` writes that file into an empty directory once
+//! the options are checked (a refused start writes nothing) and before the
+//! load, so every later start (`islands serve` without `--init`, after a
+//! clean stop or a SIGKILL) opens the same catalog and recovers the logs;
+//! an island whose log holds nothing (a start killed during the load) is
+//! loaded again. TPC-C's catalog records its workload in the islands'
+//! control files too, so `islands tpcc check` reads a stopped server's
+//! directory.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -31,17 +34,29 @@ pub struct ServeArgs {
     /// built-in data set it holds). Default: ./islands-data, or log_dir in --config.
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Load a built-in data set into an empty data directory first: tpcb (pgbench's
-    /// TPC-B, --scale) or ycsb (--rows). A directory that is not empty is refused.
-    /// Without --init, the server recovers what the directory holds.
+    /// Load a built-in data set into an empty data directory first, with its
+    /// procedures: tpcb (pgbench's TPC-B, --scale): tpcb(aid, tid, bid, delta),
+    /// tpcb_balance(aid); ycsb (--rows): ycsb_read(key), ycsb_update(key, value),
+    /// ycsb_rmw(key), ycsb_multi_read(keys int8[]); tpcc (--warehouses):
+    /// new_order(w_id, d_id, c_id, i_ids int8[], supply_w_ids int8[], quantities int8[]),
+    /// payment(w_id, d_id, c_w_id, c_d_id, c_id, c_last, h_amount),
+    /// order_status(w_id, d_id, c_id, c_last), delivery(w_id, o_carrier_id),
+    /// stock_level(w_id, d_id, threshold); micro (--rows): micro_read(keys int8[]),
+    /// micro_update(keys int8[]). See docs/server.md. A directory that is not empty is
+    /// refused. Without --init, the server recovers what the directory holds.
     #[arg(long, value_name = "WORKLOAD")]
     init: Option<String>,
     /// tpcb: branches (100,000 accounts and 10 tellers each), as pgbench -i --scale.
+    /// Default 1.
     #[arg(long)]
     scale: Option<u32>,
-    /// ycsb: rows of the table.
+    /// ycsb, micro: rows of the table. Default: ycsb 1,000,000; micro 240,000.
     #[arg(long)]
     rows: Option<u64>,
+    /// tpcc: warehouses, at the spec's scale (100,000 items; 10 districts of 3,000
+    /// customers each). They are the deployment's sites. Default 1.
+    #[arg(long)]
+    warehouses: Option<u32>,
     /// Islands: `1` (the default), `per-socket`, `per-l3`, `per-core`, a number N, or
     /// CPU lists `0-5;6-11` (see `islands plan`).
     #[arg(long, allow_negative_numbers = true)]
@@ -85,10 +100,12 @@ const MARKER: &str = "served.toml";
 
 /// What `served.toml` says.
 fn write_marker(dir: &Path, b: &Builtin) -> Result<(), Error> {
-    let text = match b {
-        Builtin::Tpcb { scale } => format!("workload = \"tpcb\"\nscale = {scale}\n"),
-        Builtin::Ycsb { rows } => format!("workload = \"ycsb\"\nrows = {rows}\n"),
+    let size = match b {
+        Builtin::Tpcb { scale } => format!("scale = {scale}"),
+        Builtin::Ycsb { rows } | Builtin::Micro { rows } => format!("rows = {rows}"),
+        Builtin::Tpcc { warehouses } => format!("warehouses = {warehouses}"),
     };
+    let text = format!("workload = \"{}\"\n{size}\n", b.name());
     let tmp = dir.join(format!("{MARKER}.tmp"));
     let io = |e: std::io::Error| Error::Io(format!("{}: {e}", tmp.display()));
     let mut f = std::fs::File::create(&tmp).map_err(io)?;
@@ -114,49 +131,70 @@ fn read_marker(dir: &Path) -> Result<Option<Builtin>, Error> {
             .and_then(|x| x.as_integer())
             .ok_or_else(|| bad(format!("no integer {k}")))
     };
+    let small = |k: &str| u32::try_from(int(k)?).map_err(|_| bad(format!("{k} out of range")));
+    let rows = || u64::try_from(int("rows")?).map_err(|_| bad("rows out of range".into()));
     let b = match v.get("workload").and_then(|w| w.as_str()) {
         Some("tpcb") => Builtin::Tpcb {
-            scale: u32::try_from(int("scale")?).map_err(|_| bad("scale out of range".into()))?,
+            scale: small("scale")?,
         },
-        Some("ycsb") => Builtin::Ycsb {
-            rows: u64::try_from(int("rows")?).map_err(|_| bad("rows out of range".into()))?,
+        Some("ycsb") => Builtin::Ycsb { rows: rows()? },
+        Some("tpcc") => Builtin::Tpcc {
+            warehouses: small("warehouses")?,
         },
-        w => return Err(bad(format!("unknown workload {w:?} (tpcb or ycsb)"))),
+        Some("micro") => Builtin::Micro { rows: rows()? },
+        w => return Err(bad(format!("unknown workload {w:?} ({BUILTINS})"))),
     };
     b.check()?;
     Ok(Some(b))
 }
 
+/// The names `--init` takes.
+const BUILTINS: &str = "tpcb, ycsb, tpcc or micro";
+
 /// The built-in data set `--init` names, with its size.
 fn init_builtin(a: &ServeArgs, name: &str) -> Result<Builtin, Error> {
-    let b = match name {
-        "tpcb" => {
-            if a.rows.is_some() {
-                return Err(Error::Config("--rows is for --init ycsb".into()));
-            }
+    // Which size flag each takes; another one given is refused.
+    let (b, takes) = match name {
+        "tpcb" => (
             Builtin::Tpcb {
                 scale: a.scale.unwrap_or(1),
-            }
-        }
-        "ycsb" => {
-            if a.scale.is_some() {
-                return Err(Error::Config("--scale is for --init tpcb".into()));
-            }
+            },
+            "--scale",
+        ),
+        "ycsb" => (
             Builtin::Ycsb {
                 rows: a.rows.unwrap_or(1_000_000),
-            }
-        }
-        "tpcc" => {
-            return Err(Error::Config(
-                "--init tpcc: TPC-C's procedures are not served yet (tpcb or ycsb)".into(),
-            ))
-        }
+            },
+            "--rows",
+        ),
+        "tpcc" => (
+            Builtin::Tpcc {
+                warehouses: a.warehouses.unwrap_or(1),
+            },
+            "--warehouses",
+        ),
+        "micro" => (
+            Builtin::Micro {
+                rows: a.rows.unwrap_or(240_000),
+            },
+            "--rows",
+        ),
         other => {
             return Err(Error::Config(format!(
-                "--init {other}: the built-in data sets are tpcb and ycsb"
+                "--init {other}: the built-in data sets are {BUILTINS}"
             )))
         }
     };
+    let given = [
+        ("--scale", a.scale.is_some()),
+        ("--rows", a.rows.is_some()),
+        ("--warehouses", a.warehouses.is_some()),
+    ];
+    if let Some((flag, _)) = given.iter().find(|(f, g)| *g && *f != takes) {
+        return Err(Error::Config(format!(
+            "{flag} does not size --init {name}, which takes {takes}"
+        )));
+    }
     b.check()?;
     Ok(b)
 }
@@ -247,25 +285,24 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
                     dir.display()
                 )));
             }
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
-            write_marker(&dir, &b)?;
             b
         }
         None => {
-            if a.scale.is_some() || a.rows.is_some() {
+            if a.scale.is_some() || a.rows.is_some() || a.warehouses.is_some() {
                 return Err(Error::Config(
-                    "--scale and --rows size a new data set: they go with --init".into(),
+                    "--scale, --rows and --warehouses size a new data set: they go with --init"
+                        .into(),
                 ));
             }
             match read_marker(&dir)? {
                 Some(b) => b,
                 None if is_empty_dir(&dir)? => {
                     return Err(Error::Config(format!(
-                        "the data directory {} holds no database: start with --init tpcb --scale N \
-                         or --init ycsb --rows N to load one",
-                        dir.display()
-                    )))
+                    "the data directory {} holds no database: start with --init tpcb --scale N, \
+                         --init ycsb --rows N, --init tpcc --warehouses N or --init micro --rows N \
+                         to load one",
+                    dir.display()
+                )))
                 }
                 None => {
                     return Err(Error::Config(format!(
@@ -277,6 +314,18 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             }
         }
     };
+    // TPC-C's warehouses are its sites: the deployment has one per warehouse.
+    if let Some(sites) = builtin.sites() {
+        match spec.sites {
+            Some(s) if s != sites => {
+                return Err(Error::Config(format!(
+                    "{builtin}: its sites are its warehouses, {sites}, but the deployment has \
+                     sites = {s} (leave sites out)"
+                )))
+            }
+            _ => spec.sites = Some(sites),
+        }
+    }
     let idle = (a.idle_timeout_s > 0).then(|| Duration::from_secs(a.idle_timeout_s));
     let sopts = ServerOptions {
         listen: a.listen,
@@ -299,26 +348,32 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
         let _ = tx.send(());
     })
     .map_err(|e| Error::Config(format!("cannot handle SIGINT/SIGTERM: {e}")))?;
+    if a.init.is_some() {
+        // Written once everything else is known to be right: a start refused
+        // for its options leaves the directory empty.
+        let topology =
+            islands::topology::Topology::discover().map_err(|e| Error::Config(e.to_string()))?;
+        islands::deploy::plan(&topology, &spec)?;
+        std::fs::create_dir_all(&dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
+        write_marker(&dir, &builtin)?;
+    }
 
     let mut opts = Options::new(spec.clone());
     opts.pin = !a.no_pin;
+    opts.workload = builtin.workload();
     let t = std::time::Instant::now();
     let db = Deployment::open(opts, builtin.catalog(), |load| builtin.load(load))?;
     let recovered: u64 = db.recovered().iter().map(|r| r.checkpoint_rows).sum();
     let logged: u64 = db.recovered().iter().map(|r| r.log_records).sum();
     let summary = db.plan().summary();
     let server = serve(db, sopts)?;
-    let size = match builtin {
-        Builtin::Tpcb { scale } => format!("tpcb scale {scale}"),
-        Builtin::Ycsb { rows } => format!("ycsb {rows} rows"),
-    };
     let how = if recovered + logged > 0 {
         format!("recovered {recovered} checkpointed rows and {logged} log records")
     } else {
         "loaded".to_string()
     };
     println!(
-        "islands serve: ready on {} ({size}; {summary}; durability {}; data {}; {how} in {:.1} s)",
+        "islands serve: ready on {} ({builtin}; {summary}; durability {}; data {}; {how} in {:.1} s)",
         server.local_addr(),
         spec.durability,
         dir.display(),

@@ -8,7 +8,7 @@ use islands::island::Island;
 use islands::Error;
 use islands_workloads::tpcc::{self, TpccConfig};
 
-use crate::check_cmd::{recover_read_only, report};
+use crate::recovery::{recover_read_only, report};
 
 #[derive(Args)]
 pub struct TpccArgs {

@@ -23,7 +23,7 @@ use crate::txn::Txn;
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
 
-use crate::bench::phases::{self, Phase};
+use crate::phases::{self, Phase};
 use crate::wal::{
     BatchSeq, Durability, FsDevice, LogBuffer, LogDevice, LogIdentity, LogRecord, Wal, WalConfig,
     WalError,

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 use islands::bench::driver::Workload;
-use islands::bench::rng::FastRng;
+use islands::proc::rng::FastRng;
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::txn::Txn;
 use islands::{Abort, AbortReason, Error};

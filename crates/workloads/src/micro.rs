@@ -14,18 +14,18 @@
 use std::collections::BTreeMap;
 
 use islands::bench::driver::Workload;
-use islands::bench::rng::FastRng;
-use islands::bench::zipf::Zipf;
 use islands::deploy::EvenSplit;
 use islands::island::Island;
-use islands::storage::{Col, ColType, PrimaryKind, TableDef};
+use islands::proc::rng::FastRng;
+use islands::proc::zipf::Zipf;
+use islands::storage::{Col, ColType, PrimaryKind, RowMut, TableDef};
 use islands::txn::Txn;
 use islands::{Abort, Error};
 
 use crate::{check_rows, LoadProgress};
 
 pub const TABLE: u16 = 0;
-const VAL: Col = Col(0);
+pub(crate) const VAL: Col = Col(0);
 const CHECK: Col = Col(1);
 const PAYLOAD: Col = Col(2);
 
@@ -143,6 +143,26 @@ pub fn tables(cfg: &MicroConfig, rows: u64) -> Vec<TableDef> {
     )]
 }
 
+/// The payload column's bytes (empty: rows of 16 bytes have none).
+pub(crate) fn payload(cfg: &MicroConfig) -> Vec<u8> {
+    vec![b'p'; cfg.row_bytes.saturating_sub(16)]
+}
+
+/// Row `key` as the load leaves it: value 0.
+pub(crate) fn initial_row(r: &mut RowMut, key: u64, payload: &[u8]) {
+    set_val(r, key, 0);
+    if !payload.is_empty() {
+        r.set_str(PAYLOAD, payload);
+    }
+}
+
+/// Sets row `key`'s value to `v`, and its check word with it.
+#[inline]
+pub(crate) fn set_val(r: &mut RowMut, key: u64, v: i64) {
+    r.set_i64(VAL, v);
+    r.set_u64(CHECK, crate::row_check(key, v as u64));
+}
+
 /// Loads the rows of `sites` (all of them for a single island).
 pub fn load(
     island: &Island,
@@ -153,15 +173,9 @@ pub fn load(
     let mut l = island.loader()?;
     let mut img = Vec::new();
     let mut progress = LoadProgress::new("micro", keys.end - keys.start, quiet);
-    let payload = vec![b'p'; cfg.row_bytes.saturating_sub(16)];
+    let payload = payload(cfg);
     for (i, k) in keys.enumerate() {
-        l.put_with(TABLE, k, &mut img, |r| {
-            r.set_i64(VAL, 0);
-            r.set_u64(CHECK, crate::row_check(k, 0));
-            if !payload.is_empty() {
-                r.set_str(PAYLOAD, &payload);
-            }
-        })?;
+        l.put_with(TABLE, k, &mut img, |r| initial_row(r, k, &payload))?;
         progress.tick(i as u64 + 1);
     }
     Ok(())
@@ -247,9 +261,7 @@ impl Workload for Micro {
             let h = tx.many_row(i).ok_or(Abort::User("missing key"))?;
             if self.cfg.update {
                 let v = tx.row(h).i64(VAL) + 1;
-                let mut row = tx.row_mut(h);
-                row.set_i64(VAL, v);
-                row.set_u64(CHECK, crate::row_check(req.keys[i], v as u64));
+                set_val(&mut tx.row_mut(h), req.keys[i], v);
             } else {
                 std::hint::black_box(tx.row(h).i64(VAL));
             }

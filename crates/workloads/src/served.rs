@@ -14,12 +14,21 @@
 //!   `ycsb_read(key)`, `ycsb_update(key, value)` (writes `f0`),
 //!   `ycsb_rmw(key)` (reads `f0` and writes it plus one) and
 //!   `ycsb_multi_read(keys int8[])` (one row per key, in the order given).
+//! - `tpcc`: TPC-C at the spec's scale, `warehouses` warehouses, and its
+//!   five transactions ([`crate::tpcc::served`]).
+//! - `micro`: the paper's microbenchmark table ([`crate::micro`]), `rows`
+//!   rows split into the deployment's sites as key ranges. Procedures:
+//!   `micro_read(keys int8[])` and `micro_update(keys int8[])` (adds one to
+//!   each row's value), one row per key, `key` and `val`, in the order
+//!   given; a call runs on the island of its first key, so keys of one site
+//!   make a local transaction and keys of others a multisite one.
 //!
 //! Invariants the procedures keep: in `tpcb` the sum of account balances
 //! equals the sum of teller balances and of branch balances, and each
 //! branch's `hist_seq` counts its history rows (which are keyed by branch
 //! and that sequence); in `ycsb` every row's check word is
-//! [`crate::row_check`] of its key and `f0`.
+//! [`crate::row_check`] of its key and `f0`, and in `micro` of its key and
+//! `val`; `tpcc` keeps the consistency conditions of Clause 3.3.2.
 
 use islands::api::{Catalog, Load, Partition, ProcDef, Type, Value};
 use islands::storage::{Col, ColType, PrimaryKind, TableDef, TableId};
@@ -48,7 +57,13 @@ const PAYLOAD: Col = Col(2);
 pub enum Builtin {
     Tpcb { scale: u32 },
     Ycsb { rows: u64 },
+    Tpcc { warehouses: u32 },
+    Micro { rows: u64 },
 }
+
+/// Orders a district of a served TPC-C database holds at most (the
+/// benchmark's default): a NewOrder beyond it fails with an error.
+pub const TPCC_MAX_ORDERS_PER_DISTRICT: u32 = 1_000_000;
 
 // The branch (0-based site) of each table's key.
 fn branch_site(bid: u64) -> u32 {
@@ -77,6 +92,42 @@ impl Builtin {
         match self {
             Builtin::Tpcb { .. } => "tpcb",
             Builtin::Ycsb { .. } => "ycsb",
+            Builtin::Tpcc { .. } => "tpcc",
+            Builtin::Micro { .. } => "micro",
+        }
+    }
+
+    /// The sites a deployment of it must have (TPC-C's are its warehouses);
+    /// `None`: any number.
+    pub fn sites(&self) -> Option<u32> {
+        match *self {
+            Builtin::Tpcc { warehouses } => Some(warehouses),
+            _ => None,
+        }
+    }
+
+    /// What its islands' control files record as the workload (see
+    /// [`islands::api::Options::workload`]): TPC-C's description, so that
+    /// `islands tpcc check` rebuilds its tables; `api` for the others.
+    pub fn workload(&self) -> String {
+        match *self {
+            Builtin::Tpcc { warehouses } => crate::spec::WorkloadSpec::Tpcc {
+                warehouses,
+                max_orders_per_district: TPCC_MAX_ORDERS_PER_DISTRICT,
+            }
+            .to_string(),
+            _ => "api".into(),
+        }
+    }
+
+    fn tpcc(warehouses: u32) -> crate::tpcc::TpccConfig {
+        crate::tpcc::served::config(warehouses, TPCC_MAX_ORDERS_PER_DISTRICT)
+    }
+
+    fn micro(rows: u64) -> crate::micro::MicroConfig {
+        crate::micro::MicroConfig {
+            rows,
+            ..Default::default()
         }
     }
 
@@ -89,6 +140,8 @@ impl Builtin {
             Builtin::Ycsb { rows } if !(1..=1 << 32).contains(&rows) => Err(Error::Config(
                 format!("ycsb: --rows {rows} is outside 1..=2^32"),
             )),
+            Builtin::Tpcc { warehouses } => Builtin::tpcc(warehouses).check(),
+            Builtin::Micro { rows } => Builtin::micro(rows).check(),
             _ => Ok(()),
         }
     }
@@ -98,6 +151,10 @@ impl Builtin {
         match *self {
             Builtin::Tpcb { scale } => tpcb_catalog(scale),
             Builtin::Ycsb { rows } => ycsb_catalog(rows),
+            Builtin::Tpcc { warehouses } => {
+                crate::tpcc::served::catalog(&Builtin::tpcc(warehouses))
+            }
+            Builtin::Micro { rows } => micro_catalog(rows),
         }
     }
 
@@ -139,6 +196,34 @@ impl Builtin {
                 }
                 Ok(())
             }
+            Builtin::Tpcc { warehouses } => {
+                crate::tpcc::served::load(load, &Builtin::tpcc(warehouses))
+            }
+            Builtin::Micro { rows } => {
+                let cfg = Builtin::micro(rows);
+                let payload = crate::micro::payload(&cfg);
+                let mut img = Vec::new();
+                for k in 0..rows {
+                    if load.owns(crate::micro::TABLE, k) {
+                        load.put_with(crate::micro::TABLE, k, &mut img, |r| {
+                            crate::micro::initial_row(r, k, &payload)
+                        })?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Builtin {
+    /// Its name and size: `tpcc 4 warehouses`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Builtin::Tpcb { scale } => write!(f, "tpcb scale {scale}"),
+            Builtin::Ycsb { rows } => write!(f, "ycsb {rows} rows"),
+            Builtin::Tpcc { warehouses } => write!(f, "tpcc {warehouses} warehouse(s)"),
+            Builtin::Micro { rows } => write!(f, "micro {rows} rows"),
         }
     }
 }
@@ -349,5 +434,48 @@ fn ycsb_catalog(rows: u64) -> Catalog {
         .column("f0", Type::Int),
     )
     .expect("a fresh catalog");
+    c
+}
+
+fn micro_catalog(rows: u64) -> Catalog {
+    use crate::micro::{MAX_ROWS_PER_TXN, TABLE};
+    let mut c = Catalog::new();
+    let t = c.table(
+        crate::micro::tables(&Builtin::micro(rows), rows).remove(0),
+        Partition::Range { keys: rows },
+    );
+    debug_assert_eq!(t, TABLE);
+    for (name, update) in [("micro_read", false), ("micro_update", true)] {
+        c.procedure(
+            ProcDef::new(name, move |tx, a, out| {
+                Box::pin(async move {
+                    let keys = a.ints(0);
+                    if keys.len() > MAX_ROWS_PER_TXN {
+                        return Err(Abort::User("a call takes at most 1000 keys"));
+                    }
+                    let keys: Vec<u64> = keys
+                        .iter()
+                        .map(|&k| u64::try_from(k).map_err(|_| Abort::User("missing key")))
+                        .collect::<Result<_, _>>()?;
+                    tx.get_many(TABLE, &keys, update).await?;
+                    for (i, &k) in keys.iter().enumerate() {
+                        let h = tx.many_row(i).ok_or(Abort::User("missing key"))?;
+                        let mut v = tx.row(h).i64(crate::micro::VAL);
+                        if update {
+                            v += 1;
+                            crate::micro::set_val(&mut tx.row_mut(h), k, v);
+                        }
+                        out.push(vec![Value::Int(k as i64), Value::Int(v)]);
+                    }
+                    Ok(())
+                })
+            })
+            .param("keys", Type::Ints)
+            .column("key", Type::Int)
+            .column("val", Type::Int)
+            .home_by(0, TABLE),
+        )
+        .expect("a fresh catalog");
+    }
     c
 }

@@ -15,9 +15,9 @@
 use std::collections::BTreeMap;
 
 use islands::bench::driver::Workload;
-use islands::bench::rng::FastRng;
-use islands::bench::zipf::Zipf;
 use islands::island::Island;
+use islands::proc::rng::FastRng;
+use islands::proc::zipf::Zipf;
 use islands::storage::{Col, ColType, Prefetch, PrimaryKind, TableDef};
 use islands::txn::Txn;
 use islands::{Abort, Error};

@@ -958,7 +958,7 @@ pub fn run(name: &str, a: &SweepArgs) -> Result<Outcome, String> {
         "off" | "async" | "sync" => {}
         d => return Err(format!("--durability '{d}' is not one of off, async, sync")),
     }
-    let modes = crate::experiment_cmd::list("modes", &a.modes, |p| match p {
+    let modes = crate::args::list("modes", &a.modes, |p| match p {
         "read" | "read-only" => Ok(false),
         "update" => Ok(true),
         o => Err(format!("--modes: '{o}' is not read or update")),
@@ -966,7 +966,7 @@ pub fn run(name: &str, a: &SweepArgs) -> Result<Outcome, String> {
     let x =
         a.x.as_deref()
             .map(|l| {
-                crate::experiment_cmd::list("x", l, |p| {
+                crate::args::list("x", l, |p| {
                     p.parse::<f64>()
                         .ok()
                         .filter(|v| v.is_finite())
@@ -976,7 +976,7 @@ pub fn run(name: &str, a: &SweepArgs) -> Result<Outcome, String> {
             .transpose()?;
     let warmup = a.warmup.unwrap_or(if a.quick { 0.2 } else { 1.0 });
     let duration = a.duration.unwrap_or(if a.quick { 0.8 } else { 4.0 });
-    crate::experiment_cmd::seconds("duration", duration)?;
+    crate::args::seconds("duration", duration)?;
     if !(0.0..=1e6).contains(&warmup) {
         return Err(format!(
             "--warmup {warmup} is not between 0 and 1e6 seconds"

@@ -408,7 +408,7 @@ pub fn summary_csv(measured: &[Measured]) -> String {
 /// Writes `text` to `dir/file`.
 pub fn write(dir: &Path, file: &str, text: &str) -> Result<PathBuf, String> {
     let p = dir.join(file);
-    crate::experiment_cmd::write_file(&p, text)?;
+    crate::args::write_file(&p, text)?;
     Ok(p)
 }
 

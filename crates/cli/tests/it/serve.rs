@@ -192,6 +192,371 @@ fn ycsb_procedures_answer_with_arrays_of_keys() {
     server.shutdown().unwrap();
 }
 
+/// A served TPC-C database of `warehouses` warehouses on two islands
+/// (warehouse w on island (w - 1) * 2 / warehouses), without a log.
+fn tpcc_server(warehouses: u32) -> Server {
+    let b = Builtin::Tpcc { warehouses };
+    let mut s = DeploySpec::new(Islands::Count(2));
+    s.workers_per_island = Some(1);
+    s.durability = "off".into();
+    s.sites = b.sites();
+    let mut o = Options::new(s);
+    o.pin = false;
+    o.workload = b.workload();
+    let db = Deployment::open(o, b.catalog(), move |l| b.load(l)).unwrap();
+    serve(db, local()).unwrap()
+}
+
+/// The rows of a simple query, each as its columns' text (None: NULL).
+async fn simple_rows(c: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
+    c.simple_query(sql)
+        .await
+        .unwrap_or_else(|e| {
+            let why = e.as_db_error().map_or("", |d| d.message()).to_string();
+            panic!("{sql}: {} {why}", code(&e))
+        })
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn tpcc_procedures_answer_over_both_protocols() {
+    let server = tpcc_server(2);
+    let addr = server.local_addr();
+    runtime().block_on(async {
+        let c = connect(addr).await.unwrap();
+        // NewOrder, simple protocol: the district's first order after the
+        // 3,000 loaded ones.
+        let r = simple_rows(
+            &c,
+            "CALL new_order(1, 1, 1, ARRAY[1, 2, 3, 4, 5], ARRAY[1, 1, 1, 1, 1], \
+             ARRAY[1, 2, 3, 4, 5])",
+        )
+        .await;
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0][0].as_deref(), Some("3001"));
+        // Extended protocol, binary int8[]; one line supplied by warehouse 2,
+        // on the other island (a distributed transaction).
+        let no = c
+            .prepare("CALL new_order($1, $2, $3, $4, $5, $6)")
+            .await
+            .unwrap();
+        let cols: Vec<&str> = no.columns().iter().map(|c| c.name()).collect();
+        assert_eq!(cols, ["o_id", "o_entry_d", "total_amount"]);
+        let items: Vec<i64> = vec![10, 20, 30, 40, 50, 60];
+        let supply: Vec<i64> = vec![1, 1, 2, 1, 1, 1];
+        let qty: Vec<i64> = vec![1, 1, 1, 1, 1, 10];
+        let row = c
+            .query_one(&no, &[&1i64, &1i64, &7i64, &items, &supply, &qty])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i64>("o_id"), 3002);
+        assert!(row.get::<_, i64>("total_amount") > 0);
+        assert!(row.get::<_, i64>("o_entry_d") > 1_600_000_000_000_000);
+        // The spec's rollback: an id that is no item. P0001 with the
+        // procedure's message, and the order's id is not used up.
+        let bad: Vec<i64> = vec![10, 20, 30, 40, 100_001];
+        let five: Vec<i64> = vec![1; 5];
+        let e = c
+            .query_one(&no, &[&1i64, &1i64, &7i64, &bad, &five, &five])
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "P0001", "{e}");
+        assert!(
+            e.as_db_error().unwrap().message().contains("invalid item"),
+            "{e}"
+        );
+        let e = c
+            .simple_query(
+                "CALL new_order(1, 1, 7, ARRAY[1, 2, 3, 4, 100001], ARRAY[1, 1, 1, 1, 1], \
+                 ARRAY[1, 1, 1, 1, 1])",
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "P0001", "{e}");
+        let row = c
+            .query_one(&no, &[&1i64, &1i64, &7i64, &items, &supply, &qty])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i64>("o_id"), 3003);
+        // OrderStatus: customer 7's last order is 3003, one row per line,
+        // undelivered (NULL carrier and delivery date).
+        let os = c
+            .query(
+                "CALL order_status($1, $2, $3, $4)",
+                &[&1i64, &1i64, &7i64, &""],
+            )
+            .await
+            .unwrap();
+        assert_eq!(os.len(), 6);
+        for (r, (&i, (&s, &q))) in os.iter().zip(items.iter().zip(supply.iter().zip(&qty))) {
+            assert_eq!(r.get::<_, i64>("o_id"), 3003);
+            assert_eq!(r.get::<_, Option<i64>>("o_carrier_id"), None);
+            assert_eq!(r.get::<_, Option<i64>>("ol_delivery_d"), None);
+            let line: (i64, i64, i64) = (
+                r.get("ol_i_id"),
+                r.get("ol_supply_w_id"),
+                r.get("ol_quantity"),
+            );
+            assert_eq!(line, (i, s, q));
+        }
+        // Payment by id, twice: the balance falls by each amount.
+        let pay = c
+            .prepare("CALL payment($1, $2, $3, $4, $5, $6, $7)")
+            .await
+            .unwrap();
+        let mut balances = Vec::new();
+        for _ in 0..2 {
+            let r = c
+                .query_one(&pay, &[&1i64, &2i64, &1i64, &2i64, &5i64, &"", &1234i64])
+                .await
+                .unwrap();
+            assert_eq!(r.get::<_, i64>("c_id"), 5);
+            let credit: String = r.get("c_credit");
+            assert!(credit == "GC" || credit == "BC", "{credit}");
+            balances.push(r.get::<_, i64>("c_balance"));
+        }
+        assert_eq!(balances[0] - balances[1], 1234);
+        // Payment of warehouse 1 for a customer of warehouse 2 (the other
+        // island), by last name: the name's customers are scanned where
+        // they live. OrderStatus there finds the same customer and balance.
+        let r = simple_rows(&c, "CALL payment(1, 2, 2, 3, 0, 'BARBARBAR', 1000)").await;
+        let (c_id, bal) = (r[0][0].clone().unwrap(), r[0][1].clone().unwrap());
+        let s = simple_rows(&c, "SELECT * FROM order_status(2, 3, 0, 'BARBARBAR')").await;
+        assert!(!s.is_empty());
+        assert_eq!(
+            (s[0][0].clone().unwrap(), s[0][1].clone().unwrap()),
+            (c_id, bal)
+        );
+        // A name no customer has is the caller's mistake: P0001.
+        let e = c
+            .query(
+                &pay,
+                &[&1i64, &2i64, &2i64, &3i64, &0i64, &"NOSUCH", &1000i64],
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "P0001", "{e}");
+        // Delivery: the oldest undelivered order of each district, 2101
+        // (the first of the loaded ones without a carrier), then 2102.
+        for want in ["2101", "2102"] {
+            let d = simple_rows(&c, "CALL delivery(1, 3)").await;
+            assert_eq!(d.len(), 10);
+            for (i, r) in d.iter().enumerate() {
+                assert_eq!(r[0], Some((i + 1).to_string()));
+                assert_eq!(r[1].as_deref(), Some(want));
+            }
+        }
+        // StockLevel: a count of distinct items, at most 20 orders' lines.
+        let low: i64 = c
+            .query_one("CALL stock_level($1, $2, $3)", &[&1i64, &1i64, &15i64])
+            .await
+            .unwrap()
+            .get("low_stock");
+        assert!((0..=300).contains(&low), "{low}");
+        assert_eq!(
+            simple_rows(&c, "CALL stock_level(2, 10, 20)").await.len(),
+            1
+        );
+        // Wrong argument count or type: 42804, over both protocols; values
+        // outside the spec's ranges: the procedure's P0001.
+        let cases: &[(&str, &str)] = &[
+            ("CALL new_order(1, 2)", "42804"),
+            ("CALL new_order(1, 1, 1, 5, 1, 1)", "42804"),
+            ("CALL payment(1, 1, 1, 1, 'x', '', 500)", "42804"),
+            ("CALL order_status(1, 1, 1, 2)", "42804"),
+            ("CALL delivery(1)", "42804"),
+            ("CALL stock_level(1, 1, 15.5)", "42804"),
+            ("CALL delivery(3, 1)", "P0001"),
+            ("CALL stock_level(1, 11, 15)", "P0001"),
+            ("CALL payment(1, 1, 1, 1, 0, '', 500)", "P0001"),
+            ("CALL payment(1, 1, 1, 1, 1, '', 50)", "P0001"),
+            (
+                "CALL new_order(1, 1, 1, ARRAY[1, 2], ARRAY[1, 1], ARRAY[1, 1])",
+                "P0001",
+            ),
+            (
+                "CALL new_order(1, 1, 1, ARRAY[1, 2, 3, 4, 5], ARRAY[1, 1, 1, 1, 9], \
+                 ARRAY[1, 1, 1, 1, 1])",
+                "P0001",
+            ),
+        ];
+        for (sql, want) in cases {
+            let e = c.simple_query(sql).await.unwrap_err();
+            assert_eq!(code(&e), *want, "{sql}: {e}");
+            let e = c.query(*sql, &[]).await.unwrap_err();
+            assert_eq!(code(&e), *want, "{sql} (extended): {e}");
+        }
+        // None of that took an order id: the next is 3004.
+        let row = c
+            .query_one(&no, &[&1i64, &1i64, &7i64, &items, &supply, &qty])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i64>("o_id"), 3004);
+    });
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn micro_procedures_read_and_update_batches_of_keys() {
+    let server = start(Builtin::Micro { rows: 1000 }, local());
+    let addr = server.local_addr();
+    runtime().block_on(async {
+        let c = connect(addr).await.unwrap();
+        // A key given twice is updated twice.
+        let r = simple_rows(&c, "CALL micro_update(ARRAY[1, 2, 2, 999])").await;
+        let got: Vec<(String, String)> = r
+            .iter()
+            .map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap()))
+            .collect();
+        let want = [("1", "1"), ("2", "1"), ("2", "2"), ("999", "1")];
+        assert_eq!(got, want.map(|(k, v)| (k.to_string(), v.to_string())));
+        let keys: Vec<i64> = vec![2, 3, 999];
+        let rows = c
+            .query("SELECT * FROM micro_read($1)", &[&keys])
+            .await
+            .unwrap();
+        let got: Vec<(i64, i64)> = rows.iter().map(|r| (r.get("key"), r.get("val"))).collect();
+        assert_eq!(got, [(2, 2), (3, 0), (999, 1)]);
+        // A key past the table: the procedure's rollback, nothing applied.
+        let e = c
+            .query("CALL micro_update($1)", &[&vec![5i64, 1000]])
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "P0001", "{e}");
+        assert_eq!(
+            simple_rows(&c, "CALL micro_read(ARRAY[5])").await[0][1].as_deref(),
+            Some("0")
+        );
+        let e = c.simple_query("CALL micro_read(5)").await.unwrap_err();
+        assert_eq!(code(&e), "42804", "{e}");
+    });
+    server.shutdown().unwrap();
+}
+
+/// `islands ARGS`, which must succeed; its standard output.
+fn islands_ok(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_islands"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "islands {args:?}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// The figure before " committed" in `islands bench --connect`'s report.
+fn committed(report: &str) -> u64 {
+    report
+        .split(" committed")
+        .next()
+        .and_then(|s| s.rsplit('(').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn bench_connect_drives_tpcc_and_the_stopped_server_passes_tpcc_check() {
+    let dir = temp("tpcc");
+    let d = dir.to_str().unwrap();
+    let (mut child, addr, ready) = spawn_serve(&[
+        "--init",
+        "tpcc",
+        "--warehouses",
+        "2",
+        "--islands",
+        "2",
+        "--workers-per-island",
+        "1",
+        "--data-dir",
+        d,
+    ]);
+    assert!(ready.contains("tpcc 2 warehouse(s)"), "{ready}");
+    let text = islands_ok(&[
+        "bench",
+        "--connect",
+        &addr.to_string(),
+        "--connections",
+        "4",
+        "--pipeline",
+        "2",
+        "--warmup",
+        "0.2",
+        "--duration",
+        "1",
+        "tpcc",
+        "--warehouses",
+        "2",
+    ]);
+    assert!(committed(&text) > 0, "{text}");
+    assert!(text.contains("errors      none"), "{text}");
+    // Every kind ran; only NewOrder rolls back (a Payment by last name of
+    // a remote customer finds them on their island).
+    for name in [
+        "NewOrder",
+        "Payment",
+        "OrderStatus",
+        "Delivery",
+        "StockLevel",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} line: {text}"));
+        if name != "NewOrder" {
+            assert!(!line.contains("rolled back"), "{line}");
+        }
+    }
+    // Without --warehouses the load generator does not guess.
+    let out = Command::new(env!("CARGO_BIN_EXE_islands"))
+        .args(["bench", "--connect", &addr.to_string(), "tpcc"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--warehouses"));
+    sigterm(&mut child);
+    let out = child.take().wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The stopped server's data directory passes TPC-C's consistency
+    // conditions, through both commands that check it.
+    for args in [
+        &["tpcc", "check", "--warehouses", "2", "--log-dir", d][..],
+        &["check", "--log-dir", d][..],
+    ] {
+        let text = islands_ok(args);
+        assert!(
+            text.contains("consistency conditions 1-10 and 12 hold for 2 warehouse(s)"),
+            "{text}"
+        );
+    }
+    // A restart serves the same database: served.toml says what it is.
+    let (mut child, addr, ready) = spawn_serve(&["--islands", "2", "--data-dir", d]);
+    assert!(ready.contains("tpcc 2 warehouse(s)"), "{ready}");
+    runtime().block_on(async {
+        let c = connect(addr).await.unwrap();
+        let r = simple_rows(&c, "CALL stock_level(2, 1, 20)").await;
+        assert_eq!(r.len(), 1);
+    });
+    sigterm(&mut child);
+    assert_eq!(child.take().wait().unwrap().code(), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A catalog whose procedure `conflict` always aborts on a conflict.
 fn conflicting() -> Catalog {
     let mut c = Catalog::new();
@@ -836,9 +1201,33 @@ fn serve_refuses_what_it_cannot_serve() {
     let (c, e) = run(&["--init", "tpcb", "--data-dir", d, "--listen", "0.0.0.0:0"]);
     assert_eq!(c, Some(2));
     assert!(e.contains("requires a password"), "{e}");
+    // A start refused for its options leaves the directory as it was.
+    assert!(
+        std::fs::read_dir(&dir).map_or(true, |mut r| r.next().is_none()),
+        "a refused --init wrote into {d}"
+    );
     let (c, e) = run(&["--init", "nope", "--data-dir", d]);
     assert_eq!(c, Some(2));
-    assert!(e.contains("tpcb and ycsb"), "{e}");
+    assert!(e.contains("tpcb, ycsb, tpcc or micro"), "{e}");
+    let (c, e) = run(&["--init", "tpcc", "--rows", "5", "--data-dir", d]);
+    assert_eq!(c, Some(2));
+    assert!(e.contains("--rows does not size --init tpcc"), "{e}");
+    let (c, e) = run(&["--init", "tpcc", "--warehouses", "0", "--data-dir", d]);
+    assert_eq!(c, Some(2));
+    assert!(e.contains("outside"), "{e}");
+    // TPC-C's warehouses are its sites: two islands need two of them.
+    let (c, e) = run(&[
+        "--init",
+        "tpcc",
+        "--islands",
+        "2",
+        "--data-dir",
+        d,
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(c, Some(2));
+    assert!(e.contains("2 islands but only 1 sites"), "{e}");
     let (c, e) = run(&["--init", "tpcb", "--scale", "0", "--data-dir", d]);
     assert_eq!(c, Some(2));
     assert!(e.contains("outside"), "{e}");
@@ -916,27 +1305,14 @@ fn bench_connect_drives_a_server_over_the_network() {
     let server = start(Builtin::Tpcb { scale: 1 }, local());
     let addr = server.local_addr().to_string();
     for extra in [&[][..], &["-S"][..]] {
-        let out = Command::new(env!("CARGO_BIN_EXE_islands"))
-            .args(["bench", "--connect", &addr, "--connections", "4"])
-            .args(["--pipeline", "2", "--warmup", "0.1", "--duration", "0.5"])
-            .args(["tpcb", "--scale", "1"])
-            .args(extra)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let mut args = vec!["bench", "--connect", &addr, "--connections", "4"];
+        args.extend(["--pipeline", "2", "--warmup", "0.1", "--duration", "0.5"]);
+        args.extend(["tpcb", "--scale", "1"]);
+        args.extend(extra);
+        let text = islands_ok(&args);
         assert!(text.contains("errors      none"), "{text}");
-        let committed: u64 = text
-            .split(" committed")
-            .next()
-            .and_then(|s| s.rsplit('(').next())
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0);
-        assert!(committed > 0, "{text}");
+        assert!(text.contains("rollbacks   0 "), "{text}");
+        assert!(committed(&text) > 0, "{text}");
     }
     // Without a server to drive, tpcb is refused with the reason.
     let out = Command::new(env!("CARGO_BIN_EXE_islands"))

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::value::{Args, Row, Type, Value};
 use super::CallError;
-use crate::storage::{TableDef, TableId};
+use crate::storage::{SecondaryId, TableDef, TableId};
 use crate::txn::Txn;
 use crate::Abort;
 
@@ -27,18 +27,27 @@ pub type ProcBody =
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Home {
     /// The island holding key `args[param]` of `table` (the partitioning
-    /// parameter: TPC-C's `w_id`). The parameter must be an integer.
+    /// parameter: TPC-C's `w_id`). The parameter is an integer, or an
+    /// array of them whose first element is the key (a batch of keys that
+    /// starts on its home site; an empty array counts as key 0).
     Key { param: usize, table: TableId },
     /// Any island: calls are spread over them.
     Any,
 }
+
+/// The site of a key (a row's primary key, or a secondary index's key).
+pub type SiteOf = fn(u64) -> u32;
 
 /// How a table's rows are spread over the islands.
 #[derive(Clone, Copy, Debug)]
 pub enum Partition {
     /// Row `key` lives on the island holding site `site(key)` (sites past
     /// the deployment's last wrap around: `site(key) % sites`).
-    BySite(fn(u64) -> u32),
+    BySite(SiteOf),
+    /// Keys `0..keys` split into the deployment's sites as contiguous
+    /// ranges whose sizes differ by at most one (the paper's
+    /// microbenchmark); a key past the end belongs to the last site.
+    Range { keys: u64 },
     /// Every island holds every row; transactions read it locally and the
     /// application keeps the copies equal (TPC-C's ITEM).
     Replicated,
@@ -195,6 +204,8 @@ pub struct Catalog {
     pub(crate) partitions: Vec<Partition>,
     pub(crate) procs: Vec<ProcDef>,
     pub(crate) by_name: HashMap<String, u32>,
+    /// Where the rows of a secondary key live (see [`Catalog::secondary_by_site`]).
+    pub(crate) secondary_sites: Vec<(TableId, SecondaryId, SiteOf)>,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -220,6 +231,51 @@ impl Catalog {
         (self.tables.len() - 1) as TableId
     }
 
+    /// Declares that the rows whose key in secondary index `index` of
+    /// `table` is `skey` all live on the island of site `site(skey)` (sites
+    /// wrap as in [`Partition::BySite`]), so that a scan of that key runs
+    /// there: TPC-C's customers by last name live with their district's
+    /// warehouse. Without it, a secondary scan reads the calling island's
+    /// rows only, which is right for a replicated table alone.
+    pub fn secondary_by_site(
+        &mut self,
+        table: TableId,
+        index: SecondaryId,
+        site: SiteOf,
+    ) -> Result<(), crate::Error> {
+        let Some(def) = self.tables.get(table as usize) else {
+            return Err(crate::Error::Config(format!(
+                "secondary_by_site: table {table} is not in the catalog (add tables first)"
+            )));
+        };
+        if index.0 as usize >= def.secondary.len() {
+            return Err(crate::Error::Config(format!(
+                "secondary_by_site: table {} has {} secondary index(es), not index {}",
+                def.name,
+                def.secondary.len(),
+                index.0
+            )));
+        }
+        if matches!(self.partitions[table as usize], Partition::Replicated) {
+            return Err(crate::Error::Config(format!(
+                "secondary_by_site: table {} is replicated: every island holds its rows",
+                def.name
+            )));
+        }
+        if self
+            .secondary_sites
+            .iter()
+            .any(|&(t, i, _)| t == table && i == index)
+        {
+            return Err(crate::Error::Config(format!(
+                "secondary_by_site: index {} of table {} is placed twice",
+                index.0, def.name
+            )));
+        }
+        self.secondary_sites.push((table, index, site));
+        Ok(())
+    }
+
     /// Adds a procedure. A second procedure of the same name, or a home
     /// that names a parameter it lacks, is refused.
     pub fn procedure(&mut self, def: ProcDef) -> Result<(), crate::Error> {
@@ -231,10 +287,10 @@ impl Catalog {
         }
         if let Home::Key { param, table } = def.home {
             match def.params.get(param) {
-                Some((_, Type::Int)) => {}
+                Some((_, Type::Int | Type::Ints)) => {}
                 Some((n, t)) => {
                     return Err(crate::Error::Config(format!(
-                        "procedure {}: its home parameter {n} is {t}; a partitioning parameter is an int",
+                        "procedure {}: its home parameter {n} is {t}; a partitioning parameter is an int or an int[]",
                         def.name
                     )))
                 }

@@ -10,20 +10,21 @@ use std::time::Duration;
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 
-use super::catalog::{Catalog, Home, Partition, ProcDef};
+use super::catalog::{Catalog, Home, Partition, ProcDef, SiteOf};
 use super::value::{Args, Row, Value};
 use super::CallError;
 use crate::bench::driver::{Both, Outcome, Workload};
-use crate::bench::rng::FastRng;
 use crate::bench::stats::ProgressCounter;
 use crate::cc::CcKind;
-use crate::deploy::{self, DeploySpec, IslandId, Plan};
+use crate::deploy::{self, DeploySpec, Plan};
 use crate::dist::run::ClusterWorker;
 use crate::dist::{Cluster, ClusterOptions};
 use crate::island::{Island, IslandConfig, RecoveryReport};
+use crate::proc::rng::FastRng;
+use crate::route::{IslandId, Router};
 use crate::storage::{RowMut, TableId};
 use crate::topology::Topology;
-use crate::txn::{Router, Txn};
+use crate::txn::Txn;
 use crate::wal::Durability;
 use crate::{Abort, Error};
 
@@ -52,6 +53,13 @@ pub struct Options {
     /// The logs' I/O seam; `None` is the file system. Tests hold back or
     /// fail writes and fdatasyncs here.
     pub log_device: Option<Arc<dyn crate::wal::LogDevice>>,
+    /// The workload description every island's control file records (see
+    /// [`crate::island::IslandConfig::workload`]); a reopen must give the
+    /// same. `api` (the default) names no workload `islands check` knows; a
+    /// catalog whose tables are a built-in workload's names it (`tpcc
+    /// warehouses=2 max_orders_per_district=1000000`), so the check can
+    /// rebuild its tables from the logs.
+    pub workload: String,
 }
 
 impl std::fmt::Debug for Options {
@@ -64,6 +72,7 @@ impl std::fmt::Debug for Options {
             .field("commits_per_worker", &self.commits_per_worker)
             .field("pin", &self.pin)
             .field("log_device", &self.log_device.is_some())
+            .field("workload", &self.workload)
             .finish()
     }
 }
@@ -79,6 +88,7 @@ impl Options {
             commits_per_worker: 64,
             pin: true,
             log_device: None,
+            workload: "api".into(),
         }
     }
 }
@@ -120,6 +130,24 @@ impl Load<'_> {
         key: u64,
         fill: impl FnOnce(&mut RowMut),
     ) -> Result<(), Error> {
+        self.check_put(table, key)?;
+        self.loader.put(table, key, fill)
+    }
+
+    /// Like [`Load::put`], building the row in `img` (a buffer reused from
+    /// row to row, so a large load does not allocate per row).
+    pub fn put_with(
+        &mut self,
+        table: TableId,
+        key: u64,
+        img: &mut Vec<u64>,
+        fill: impl FnOnce(&mut RowMut),
+    ) -> Result<(), Error> {
+        self.check_put(table, key)?;
+        self.loader.put_with(table, key, img, fill)
+    }
+
+    fn check_put(&self, table: TableId, key: u64) -> Result<(), Error> {
         if table as usize >= self.catalog.tables.len() {
             return Err(Error::NoSuchTable(table));
         }
@@ -131,27 +159,83 @@ impl Load<'_> {
                 self.island
             )));
         }
-        self.loader.put(table, key, fill)
+        Ok(())
     }
 }
 
 /// Routes rows to islands by the catalog's partitioning and the plan's sites.
 #[derive(Clone)]
 pub(crate) struct SiteRouter {
-    partitions: Vec<Partition>,
+    /// How each table's keys map to sites.
+    routes: Vec<Route>,
     /// The island of each site.
-    site_island: Vec<u16>,
+    site_island: Vec<IslandId>,
+    /// Per table, the site of each secondary index's keys (`None`: a scan
+    /// reads the calling island's rows).
+    secondary: Vec<Vec<Option<SiteOf>>>,
+}
+
+/// A table's [`Partition`], resolved against the plan's sites.
+#[derive(Clone, Copy)]
+enum Route {
+    BySite(SiteOf),
+    Range(deploy::KeyPartition),
+    Replicated,
+}
+
+impl SiteRouter {
+    fn new(catalog: &Catalog, plan: &Plan) -> Result<SiteRouter, Error> {
+        let sites = plan.sites();
+        let site_island = (0..sites).map(|s| plan.island_of_site(s)).collect();
+        let routes = catalog
+            .partitions
+            .iter()
+            .zip(&catalog.tables)
+            .map(|(p, t)| match *p {
+                Partition::BySite(f) => Ok(Route::BySite(f)),
+                Partition::Range { keys } => deploy::partition_keys(keys, sites)
+                    .map(Route::Range)
+                    .map_err(|e| Error::Config(format!("table {}: {e}", t.name))),
+                Partition::Replicated => Ok(Route::Replicated),
+            })
+            .collect::<Result<_, _>>()?;
+        let mut secondary: Vec<Vec<Option<SiteOf>>> = catalog
+            .tables
+            .iter()
+            .map(|t| vec![None; t.secondary.len()])
+            .collect();
+        for &(table, index, site) in &catalog.secondary_sites {
+            secondary[table as usize][index.0 as usize] = Some(site);
+        }
+        Ok(SiteRouter {
+            routes,
+            site_island,
+            secondary,
+        })
+    }
+
+    fn island_of_site(&self, site: u32) -> IslandId {
+        self.site_island[site as usize % self.site_island.len()]
+    }
 }
 
 impl Router for SiteRouter {
-    fn island_of(&self, table: TableId, key: u64) -> Option<u16> {
-        match self.partitions.get(table as usize)? {
-            Partition::BySite(site) => {
-                let s = site(key) as usize % self.site_island.len();
-                Some(self.site_island[s])
-            }
-            Partition::Replicated => None,
+    fn island_of(&self, table: TableId, key: u64) -> Option<IslandId> {
+        match self.routes.get(table as usize)? {
+            Route::BySite(site) => Some(self.island_of_site(site(key))),
+            Route::Range(p) => Some(self.island_of_site(p.site_of_key(key.min(p.keys() - 1)))),
+            Route::Replicated => None,
         }
+    }
+
+    fn island_of_secondary(
+        &self,
+        table: TableId,
+        index: crate::storage::SecondaryId,
+        skey: u64,
+    ) -> Option<u16> {
+        let site = (*self.secondary.get(table as usize)?.get(index.0 as usize)?)?;
+        Some(self.island_of_site(site(skey)))
     }
 }
 
@@ -237,7 +321,10 @@ impl Inner {
     pub(crate) fn home_island(&self, def: &ProcDef, args: &[Value]) -> Option<usize> {
         match def.home {
             Home::Key { param, table } => {
-                let key = args[param].as_int().unwrap_or_default() as u64;
+                let key = match &args[param] {
+                    Value::Ints(keys) => keys.first().copied().unwrap_or_default(),
+                    v => v.as_int().unwrap_or_default(),
+                } as u64;
                 self.router.island_of(table, key).map(usize::from)
             }
             Home::Any => None,
@@ -476,7 +563,7 @@ impl Deployment {
             cfg.island_id = i as u32;
             cfg.islands = n as u32;
             cfg.deployment = Some(deployment);
-            cfg.workload = "api".into();
+            cfg.workload = opts.workload.clone();
             cfg.durability = durability;
             cfg.log_dir = logged.then(|| dir_of(i));
             cfg.contexts = copts.contexts_needed(ip.workers as usize);
@@ -489,14 +576,7 @@ impl Deployment {
             }
             opened.push(Island::open(cfg, &catalog.tables)?);
         }
-        let mut site_island = vec![0u16; plan.sites() as usize];
-        for (s, island) in site_island.iter_mut().enumerate() {
-            *island = plan.island_of_site(s as u32).0 as u16;
-        }
-        let router = SiteRouter {
-            partitions: catalog.partitions.clone(),
-            site_island,
-        };
+        let router = SiteRouter::new(&catalog, &plan)?;
         // Load the islands whose log holds nothing, each on its own CPUs.
         let fresh = |r: &RecoveryReport| {
             r.control.is_none() && r.checkpoint_rows == 0 && r.log_records == 0
@@ -512,11 +592,11 @@ impl Deployment {
                     scope.spawn(move || -> Result<(), Error> {
                         if let Some(c) = cpu {
                             // Pinning can fail in a restricted container; loading goes on.
-                            let _ = crate::bench::driver::pin_to(c as usize);
+                            let _ = crate::topology::pin_to(c as usize);
                         }
                         let mut l = Load {
                             island: i,
-                            sites: plan.sites_of(IslandId(i as u32)),
+                            sites: plan.sites_of(i as IslandId),
                             loader: island.loader()?,
                             router,
                             catalog,

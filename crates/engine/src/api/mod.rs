@@ -69,7 +69,7 @@ mod client;
 mod deployment;
 mod value;
 
-pub use catalog::{Catalog, Home, Partition, ProcBody, ProcDef, ProcFuture};
+pub use catalog::{Catalog, Home, Partition, ProcBody, ProcDef, ProcFuture, SiteOf};
 pub use client::{CallFuture, Client};
 pub use deployment::{Deployment, Load, Options};
 pub use value::{Args, Row, Type, Value};

@@ -38,9 +38,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::bench::driver::pin_to;
 use crate::bench::fmt::human_rate;
 use crate::deploy::Placement;
+use crate::topology::pin_to;
 use crate::topology::{CpuId, Topology};
 use crate::Error;
 

@@ -27,11 +27,13 @@ use std::time::{Duration, Instant, SystemTime};
 use super::cpu::CpuTime;
 use super::progress::{DisplayMode, ProgressDisplay};
 use super::report::{LogReport, Machine, Report, RunInfo};
-use super::rng::FastRng;
 use super::stats::{ProgressCounter, TxnTypes, WorkerStats};
 use crate::dist::run::{run_cluster, ClusterWorker};
 use crate::dist::{Cluster, ClusterOptions};
 use crate::island::Island;
+
+use crate::proc::rng::FastRng;
+pub use crate::topology::{allowed_cpus, pin_to};
 use crate::txn::Txn;
 use crate::wal::Durability;
 use crate::{Abort, Error};
@@ -249,7 +251,7 @@ pub struct DriverConfig {
     pub display: DisplayMode,
     /// Pin worker `i` to the i-th CPU this process may use.
     pub pin: bool,
-    /// Count where the workers' time goes ([`crate::bench::phases`]; costs a
+    /// Count where the workers' time goes ([`crate::phases`]; costs a
     /// time-stamp read at every phase boundary).
     pub phases: bool,
     /// Shown in the report.
@@ -298,24 +300,6 @@ pub(crate) const FLUSH_EVERY: usize = 1024;
 pub(crate) const FLUSH_AFTER: Duration = Duration::from_micros(500);
 /// The same in `async` mode, where nobody waits for the flush.
 pub(crate) const ASYNC_FLUSH_AFTER: Duration = Duration::from_millis(1);
-
-/// The CPUs this process may run on, in order.
-pub fn allowed_cpus() -> Vec<usize> {
-    match rustix::thread::sched_getaffinity(None) {
-        Ok(set) => (0..rustix::thread::CpuSet::MAX_CPU)
-            .filter(|&c| set.is_set(c))
-            .collect(),
-        Err(_) => (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
-    }
-}
-
-/// Pins the calling thread to one CPU. Errors are reported, not fatal.
-pub fn pin_to(cpu: usize) -> Result<(), Error> {
-    let mut set = rustix::thread::CpuSet::new();
-    set.set(cpu);
-    rustix::thread::sched_setaffinity(None, &set)
-        .map_err(|e| Error::Config(format!("cannot pin a thread to CPU {cpu}: {e}")))
-}
 
 /// Runs `workload` on `island` and reports what the measured phase did.
 pub fn run<W: Workload + 'static>(
@@ -504,7 +488,7 @@ pub(crate) fn run_threads(
                         // Pinning can fail in a restricted container; the run goes on unpinned.
                         let _ = pin_to(c);
                     }
-                    crate::bench::phases::enable(count_phases);
+                    crate::phases::enable(count_phases);
                     let (stats, r) = body(&phase, &counter);
                     if r.is_err() {
                         phase.store(FAILED, Ordering::Release);

@@ -29,7 +29,7 @@ use crossbeam_queue::ArrayQueue;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::bench::driver::pin_to;
+use crate::topology::pin_to;
 use crate::topology::CpuId;
 use crate::transport::{self, frames, push_frame, InProc, Outbox, Transport};
 use crate::Error;
@@ -570,7 +570,7 @@ mod tests {
 
     #[test]
     fn a_timed_run_and_pinning() {
-        let cpus = crate::bench::driver::allowed_cpus();
+        let cpus = crate::topology::allowed_cpus();
         let mut c = cfg(2, 0);
         c.round_trips = None;
         c.duration = Duration::from_millis(100);

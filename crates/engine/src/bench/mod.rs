@@ -1,7 +1,5 @@
 //! bench: the closed-loop driver ([`driver`]) and what it needs.
 //!
-//! - [`rng`]: a one-word random generator for the workers' hot path.
-//! - [`zipf`]: skewed key choice (Gray et al., as in YCSB), rank 0 hottest.
 //! - [`stats`]: per-worker counters and latency histogram, owned by the worker
 //!   thread and merged at the end; lock-free progress counters for a monitor.
 //! - [`cpu`]: process and thread CPU time.
@@ -19,9 +17,6 @@ pub mod cpu;
 pub mod driver;
 pub mod fmt;
 pub mod ipc;
-pub mod phases;
 pub mod progress;
 pub mod report;
-pub mod rng;
 pub mod stats;
-pub mod zipf;

@@ -184,7 +184,7 @@ pub struct Report {
     pub host: Option<HostProbe>,
     pub started_unix_s: u64,
     /// The clock the workers time with and the distributed executors' timeouts
-    /// count on ([`crate::bench::phases::clock`]): the time-stamp counter,
+    /// count on ([`crate::phases::clock`]): the time-stamp counter,
     /// checked invariant and synchronised across CPUs, or the monotonic
     /// clock, and why.
     #[serde(default)]
@@ -199,7 +199,7 @@ pub struct Report {
 }
 
 /// Core time per committed transaction in each phase (see
-/// [`crate::bench::phases`]), in microseconds, summed over the workers.
+/// [`crate::phases`]), in microseconds, summed over the workers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PhaseReport {
     pub execution_us_per_txn: f64,
@@ -213,8 +213,8 @@ pub struct PhaseReport {
 
 impl PhaseReport {
     /// From the workers' merged ticks and the transactions they committed.
-    pub fn new(ticks: &[u64; crate::bench::phases::PHASES], committed: u64) -> PhaseReport {
-        use crate::bench::phases::{ticks_per_us, Phase};
+    pub fn new(ticks: &[u64; crate::phases::PHASES], committed: u64) -> PhaseReport {
+        use crate::phases::{ticks_per_us, Phase};
         let per = |p: Phase| {
             if committed == 0 {
                 0.0
@@ -304,7 +304,7 @@ impl Report {
                 .started
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
-            clock: crate::bench::phases::clock().to_string(),
+            clock: crate::phases::clock().to_string(),
             phases: None,
             notes: Vec::new(),
             stopped: None,
@@ -667,7 +667,7 @@ mod tests {
             "{t}"
         );
         // The clock, as this process checked it.
-        let clock = crate::bench::phases::clock().to_string();
+        let clock = crate::phases::clock().to_string();
         assert!(clock.starts_with("tsc (") || clock.starts_with("monotonic ("));
         assert!(t.contains(&format!("clock       {clock}")), "{t}");
     }
@@ -676,7 +676,7 @@ mod tests {
     fn the_clock_is_in_the_json_and_old_json_reads_without_it() {
         let (r, _) = sample();
         let v: serde_json::Value = serde_json::from_str(&r.to_json_pretty()).unwrap();
-        assert_eq!(v["clock"], crate::bench::phases::clock().to_string());
+        assert_eq!(v["clock"], crate::phases::clock().to_string());
         let mut v = v;
         v.as_object_mut().unwrap().remove("clock");
         let old = Report::from_json(&v.to_string()).unwrap();

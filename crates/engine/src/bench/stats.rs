@@ -106,8 +106,8 @@ pub struct WorkerStats {
     published: u64,
     /// Commit latency in nanoseconds, first attempt to commit (retries included).
     latency_ns: Histogram<u64>,
-    /// Clock ticks per phase ([`crate::bench::phases`]), when the run counts them.
-    pub phase_ticks: [u64; crate::bench::phases::PHASES],
+    /// Clock ticks per phase ([`crate::phases`]), when the run counts them.
+    pub phase_ticks: [u64; crate::phases::PHASES],
 }
 
 impl Default for WorkerStats {
@@ -134,7 +134,7 @@ impl WorkerStats {
             lifetime_commits: 0,
             published: 0,
             latency_ns,
-            phase_ticks: [0; crate::bench::phases::PHASES],
+            phase_ticks: [0; crate::phases::PHASES],
         }
     }
 
@@ -191,7 +191,7 @@ impl WorkerStats {
         self.retries = 0;
         self.distributed = 0;
         self.latency_ns.reset();
-        self.phase_ticks = [0; crate::bench::phases::PHASES];
+        self.phase_ticks = [0; crate::phases::PHASES];
     }
 
     /// Adds `other` into `self`.

@@ -48,8 +48,7 @@ pub use coordinator::{CoordStats, Coordinator};
 pub use msg::{DecodeError, Msg};
 pub use participant::{Branches, PartStats, Participant, Vote};
 
-/// Island id, below [`MAX_ISLANDS`].
-pub type IslandId = u16;
+use crate::route::IslandId;
 
 /// Global transaction id: the top 16 bits are the home (coordinator) island, the low 48 a
 /// sequence number the home island never reuses (also across restarts).

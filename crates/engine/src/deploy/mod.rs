@@ -17,8 +17,9 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-pub use sites::{partition_keys, EvenSplit, IslandId, KeyPartition, SiteMap};
+pub use sites::{partition_keys, EvenSplit, KeyPartition, SiteMap};
 
+use crate::route::IslandId;
 use crate::topology::{plural, CpuId, CpuSet, Topology, TopologyError};
 
 /// Errors of deployment specs and plans. Each says what to change.
@@ -50,6 +51,8 @@ pub enum DeployError {
         "explicit CPU lists fix the placement: use placement grouped (pin them) or os (do not pin)"
     )]
     SpreadExplicit,
+    #[error("{islands} islands: island ids are 16 bits, so a deployment has at most 65536")]
+    TooManyIslandIds { islands: u32 },
     #[error("the data needs at least 1 site")]
     NoSites,
     #[error("{islands} islands but only {sites} sites: every island needs at least one site (raise --sites)")]
@@ -504,7 +507,8 @@ fn finish(t: &Topology, spec: &DeploySpec, layout: Layout) -> Result<Plan, Deplo
         .into_iter()
         .enumerate()
         .map(|(i, (order, cores))| {
-            let id = IslandId(i as u32);
+            // `SiteMap::new` refused more islands than there are ids.
+            let id = i as IslandId;
             let cpus = order
                 .as_ref()
                 .map(|o| o.iter().copied().collect::<CpuSet>());
@@ -572,7 +576,7 @@ impl Plan {
     }
 
     pub fn island(&self, id: IslandId) -> &IslandPlan {
-        &self.islands[id.index()]
+        &self.islands[usize::from(id)]
     }
 
     pub fn placement(&self) -> Placement {

@@ -5,26 +5,10 @@
 //! contiguous ranges whose sizes differ by at most one, the first
 //! `total % parts` ranges one larger. Lookup is O(1) arithmetic, no table.
 
-use std::fmt;
 use std::ops::Range;
 
 use super::DeployError;
-
-/// An island's number within a deployment: 0, 1, …
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct IslandId(pub u32);
-
-impl IslandId {
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl fmt::Display for IslandId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
+use crate::route::IslandId;
 
 /// `total` items split into `parts` contiguous ranges, sizes differing by ≤ 1.
 /// Invariant: `1 <= parts <= total`, so no range is empty.
@@ -94,6 +78,9 @@ impl SiteMap {
         if islands == 0 {
             return Err(DeployError::NoIslands);
         }
+        if islands > u32::from(IslandId::MAX) + 1 {
+            return Err(DeployError::TooManyIslandIds { islands });
+        }
         EvenSplit::new(u64::from(sites), islands)
             .map(|split| SiteMap { split })
             .ok_or(DeployError::MoreIslandsThanSites { islands, sites })
@@ -108,12 +95,13 @@ impl SiteMap {
     }
 
     pub fn sites_of(&self, island: IslandId) -> Range<u32> {
-        let r = self.split.range(island.0);
+        let r = self.split.range(u32::from(island));
         r.start as u32..r.end as u32
     }
 
     pub fn island_of_site(&self, site: u32) -> IslandId {
-        IslandId(self.split.part_of(u64::from(site)))
+        // Below `islands()`, which `new` keeps within island ids.
+        self.split.part_of(u64::from(site)) as IslandId
     }
 }
 
@@ -189,10 +177,10 @@ mod tests {
     #[test]
     fn site_map_and_its_errors() {
         let m = SiteMap::new(10, 4).unwrap();
-        let ranges: Vec<Range<u32>> = (0..4).map(|i| m.sites_of(IslandId(i))).collect();
+        let ranges: Vec<Range<u32>> = (0..4).map(|i| m.sites_of(i)).collect();
         assert_eq!(ranges, [0..3, 3..6, 6..8, 8..10]);
-        assert_eq!(m.island_of_site(5), IslandId(1));
-        assert_eq!(m.island_of_site(9), IslandId(3));
+        assert_eq!(m.island_of_site(5), 1);
+        assert_eq!(m.island_of_site(9), 3);
         assert_eq!(SiteMap::new(0, 4), Err(DeployError::NoSites));
         assert_eq!(
             SiteMap::new(3, 4),
@@ -202,6 +190,14 @@ mod tests {
             })
         );
         assert_eq!(SiteMap::new(3, 0), Err(DeployError::NoIslands));
+        // Island ids are 16 bits: the last id is 65535, and one island more is refused.
+        let m = SiteMap::new(70_000, 65_536).unwrap();
+        assert_eq!(m.island_of_site(69_999), 65_535);
+        assert_eq!(m.sites_of(65_535), 69_999..70_000);
+        assert_eq!(
+            SiteMap::new(70_000, 65_537),
+            Err(DeployError::TooManyIslandIds { islands: 65_537 })
+        );
     }
 
     #[test]

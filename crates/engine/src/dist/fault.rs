@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::bench::rng::FastRng;
+use crate::proc::rng::FastRng;
 use crate::transport::{Endpoint, Full, InProc, Transport};
 
 /// Fault rates, in percent of batches sent.

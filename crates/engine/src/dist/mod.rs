@@ -79,20 +79,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::bench::phases;
 use crate::cc::CcKind;
 use crate::coord::{
-    self, home_of, Action, Coordinator, Gtid, IslandId, LogRec, LogToken, Msg, Participant,
-    Timeouts, Vote, GTID_SEQ_BITS,
+    self, home_of, Action, Coordinator, Gtid, LogRec, LogToken, Msg, Participant, Timeouts, Vote,
+    GTID_SEQ_BITS,
 };
 use crate::island::{InDoubt, Island, RecoveryReport};
+use crate::phases;
+use crate::route::{IslandId, Router};
 use crate::transport::{frames, push_frame, push_frame_with, Endpoint, InProc, Outbox, Transport};
-use crate::txn::{Dist, Early, LockWait, Router, Txn};
+use crate::txn::{Dist, Early, LockWait, Txn};
 use crate::wal::BatchSeq;
 use crate::{Abort, AbortReason, Error};
 use wire::{Frame, Status};
-
-pub use crate::txn::Router as KeyRouter;
 
 /// Bits of a gtid's sequence that name the home worker.
 const WORKER_BITS: u32 = 8;
@@ -2312,42 +2311,5 @@ impl coord::Branches for Engine<'_> {
                 )));
             }
         }
-    }
-}
-
-/// Router for a table partitioned by key ranges.
-pub struct RangeRouter {
-    /// `bounds[i]` is the first key of island `i + 1`.
-    bounds: Vec<u64>,
-    /// Tables present on every island.
-    replicated: Vec<bool>,
-}
-
-impl RangeRouter {
-    /// Island `i` holds keys `[starts[i], starts[i+1])`; `starts[0]` must be 0.
-    pub fn new(starts: &[u64], replicated_tables: &[u16]) -> Result<RangeRouter, Error> {
-        if starts.first() != Some(&0) || starts.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(Error::Config(
-                "island key ranges must start at 0 and increase".into(),
-            ));
-        }
-        let mut replicated = vec![false; 1 << 16];
-        for &t in replicated_tables {
-            replicated[t as usize] = true;
-        }
-        Ok(RangeRouter {
-            bounds: starts[1..].to_vec(),
-            replicated,
-        })
-    }
-}
-
-impl Router for RangeRouter {
-    #[inline]
-    fn island_of(&self, table: u16, key: u64) -> Option<u16> {
-        if self.replicated[table as usize] {
-            return None;
-        }
-        Some(self.bounds.partition_point(|&b| b <= key) as u16)
     }
 }

@@ -86,11 +86,11 @@ use crate::bench::driver::{
     WorkerBody, WorkerSpec, Workload, ASYNC_FLUSH_AFTER, FAILED, FLUSH_AFTER, FLUSH_EVERY, MEASURE,
     STOP, WARMUP,
 };
-use crate::bench::phases::{self, Phase};
 use crate::bench::report::Report;
-use crate::bench::rng::FastRng;
 use crate::bench::stats::{ProgressCounter, WorkerStats};
 use crate::island::Island;
+use crate::phases::{self, Phase};
+use crate::proc::rng::FastRng;
 use crate::txn::{LockWait, Txn};
 use crate::wal::{BatchSeq, Durability};
 use crate::{Abort, AbortReason, Error};

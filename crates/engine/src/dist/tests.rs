@@ -7,8 +7,9 @@ use super::fault::{Faults, FaultyTransport};
 use super::run::{run_to_completion, ClusterWorker};
 use super::*;
 use crate::bench::driver::Workload;
-use crate::bench::rng::FastRng;
 use crate::island::IslandConfig;
+use crate::proc::rng::FastRng;
+use crate::route::RangeRouter;
 use crate::storage::{Col, ColType, PrimaryKind, TableDef};
 use crate::txn::Txn;
 

@@ -551,7 +551,7 @@ impl Handler {
                         v.join(",")
                     };
                     vec![
-                        Value::Int(ip.id.0 as i64),
+                        Value::Int(i64::from(ip.id)),
                         str(cpus),
                         Value::Int(ip.cores as i64),
                         Value::Int(ip.workers as i64),

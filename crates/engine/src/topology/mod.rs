@@ -12,6 +12,7 @@
 //! `taskset` and `numactl` speak those. [`CostClass`] orders the cost of
 //! communication between two CPUs, which is what placement minimises.
 
+mod affinity;
 mod cpulist;
 mod described;
 pub mod memory;
@@ -21,6 +22,7 @@ mod sysfs;
 use std::collections::BTreeMap;
 use std::fmt;
 
+pub use affinity::{allowed_cpus, pin_to};
 pub use cpulist::{CpuId, CpuSet, CPU_ID_MAX};
 
 /// Errors of topology discovery, described-topology specs and CPU lists.

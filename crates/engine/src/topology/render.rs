@@ -267,7 +267,7 @@ fn legend_entries(plan: Option<&Plan>) -> Vec<(String, String)> {
                     i.workers
                 ),
             };
-            out.push((colour(i.id.index()), text));
+            out.push((colour(usize::from(i.id)), text));
         }
     }
     out.push((

@@ -18,28 +18,15 @@
 use std::sync::Arc;
 use std::task::Poll;
 
-use super::{Access, Kind, RowH, Txn, LOCAL, REMOTE_RID};
+use super::access::{Access, Kind};
+use super::{RowH, Txn, LOCAL, REMOTE_RID};
 use crate::cc::{Held, Observed};
 use crate::coord::IslandSet;
 use crate::dist::wire::{self, Frame, Status};
+use crate::route::{IslandId, Router};
 use crate::storage::{SecondaryId, TableId};
 use crate::wal::WriteEntry;
 use crate::{Abort, AbortReason, Error};
-
-/// Where rows live: the deployment's partitioning, as the engine needs it.
-pub trait Router: Send + Sync {
-    /// The island holding `key` of `table`, or `None` when every island has
-    /// the row (a replicated table such as TPC-C's ITEM).
-    fn island_of(&self, table: TableId, key: u64) -> Option<u16>;
-
-    /// The island holding the rows of secondary key `skey` of `index`; `None`
-    /// means every island (scanned locally). The default says `None`: a
-    /// router of a partitioned table with secondary scans must override it.
-    fn island_of_secondary(&self, table: TableId, index: SecondaryId, skey: u64) -> Option<u16> {
-        let _ = (table, index, skey);
-        None
-    }
-}
 
 /// Where an early prepare of a transaction's remote branches stands (see
 /// [`Txn::prepare_remote`]).
@@ -65,7 +52,7 @@ const TAG_SEQ_MASK: u32 = (1 << TAG_SEQ_BITS) - 1;
 pub(crate) struct Dist {
     pub(crate) router: Arc<dyn Router>,
     /// This island.
-    pub(crate) island: u16,
+    pub(crate) island: IslandId,
     /// The current attempt's global id (set by the executor at begin).
     pub(crate) gtid: u64,
     /// The tag of the outstanding request, echoed by its reply: tells it from
@@ -77,7 +64,7 @@ pub(crate) struct Dist {
     pub(crate) touched: IslandSet,
     /// A request payload waiting for the executor to send it to `req_to`.
     pub(crate) req: Vec<u8>,
-    pub(crate) req_to: u16,
+    pub(crate) req_to: IslandId,
     pub(crate) req_ready: bool,
     /// The reply payload, once it arrived.
     pub(crate) reply: Vec<u8>,
@@ -101,7 +88,7 @@ pub(crate) struct Dist {
 }
 
 impl Dist {
-    pub(crate) fn new(router: Arc<dyn Router>, island: u16, tag_base: u32) -> Box<Dist> {
+    pub(crate) fn new(router: Arc<dyn Router>, island: IslandId, tag_base: u32) -> Box<Dist> {
         Box::new(Dist {
             router,
             island,
@@ -154,7 +141,7 @@ impl Txn {
     /// The other island that holds `key`, if the transaction is distributed
     /// and the key is not here.
     #[inline]
-    pub(super) fn route(&self, table: TableId, key: u64) -> Option<u16> {
+    pub(super) fn route(&self, table: TableId, key: u64) -> Option<IslandId> {
         let d = self.dist.as_deref()?;
         let i = d.router.island_of(table, key)?;
         (i != d.island).then_some(i)
@@ -166,14 +153,14 @@ impl Txn {
         table: TableId,
         idx: SecondaryId,
         skey: u64,
-    ) -> Option<u16> {
+    ) -> Option<IslandId> {
         let d = self.dist.as_deref()?;
         let i = d.router.island_of_secondary(table, idx, skey)?;
         (i != d.island).then_some(i)
     }
 
     /// The access entry of a remote row, if the transaction has one.
-    fn find_remote(&self, island: u16, table: TableId, key: u64) -> Option<RowH> {
+    fn find_remote(&self, island: IslandId, table: TableId, key: u64) -> Option<RowH> {
         self.acc
             .iter()
             .rposition(|a| a.island == island && a.key == key && a.table == table)
@@ -257,7 +244,7 @@ impl Txn {
     /// Queues a request for the executor and waits for its reply.
     async fn request(
         &mut self,
-        island: u16,
+        island: IslandId,
         encode: impl FnOnce(&mut Vec<u8>, u64, u32),
     ) -> Result<(), Abort> {
         let d = self
@@ -295,7 +282,7 @@ impl Txn {
 
     pub(super) async fn remote_point(
         &mut self,
-        island: u16,
+        island: IslandId,
         table: TableId,
         key: u64,
         for_update: bool,
@@ -336,13 +323,13 @@ impl Txn {
         &mut self,
         table: TableId,
         keys: &[u64],
-        route: &[u16],
+        route: &[IslandId],
         for_update: bool,
     ) -> Result<(), Abort> {
         if keys.len() > 1 {
             // Overlap the cache misses of the local keys: index slots first,
             // then rows (see `Table::prefetch`).
-            let t = self.island().catalog.table(table);
+            let t = self.shared.catalog.table(table);
             for (&k, &i) in keys.iter().zip(route) {
                 if i == LOCAL {
                     t.prefetch(k, crate::storage::Prefetch::Index);
@@ -406,12 +393,12 @@ impl Txn {
 
     pub(super) async fn remote_insert(
         &mut self,
-        island: u16,
+        island: IslandId,
         table: TableId,
         key: u64,
     ) -> Result<Option<RowH>, Abort> {
         if let Some(h) = self.find_remote(island, table, key) {
-            let words = self.island().catalog.table(table).schema.row_words();
+            let words = self.shared.catalog.table(table).schema.row_words();
             let a = &mut self.acc[h.0 as usize];
             if a.kind != Kind::Delete {
                 return Ok(None);
@@ -433,7 +420,7 @@ impl Txn {
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn remote_scan(
         &mut self,
-        island: u16,
+        island: IslandId,
         table: TableId,
         sec: Option<SecondaryId>,
         lo: u128,
@@ -457,7 +444,7 @@ impl Txn {
     /// returned (`None`: no such row).
     fn absorb(
         &mut self,
-        island: u16,
+        island: IslandId,
         table: TableId,
         held: Held,
         kind: Kind,
@@ -478,13 +465,13 @@ impl Txn {
     fn absorb_rows(
         &mut self,
         reply: &[u8],
-        island: u16,
+        island: IslandId,
         table: TableId,
         held: Held,
         kind: Kind,
         scan: bool,
     ) -> Result<Option<RowH>, Abort> {
-        let def = self.island().catalog.table(table);
+        let def = self.shared.catalog.table(table);
         let schema_words = def.schema.row_words();
         // The image as read, for tables whose rows may move in a secondary
         // index: whether a change moved one tells whether its island must
@@ -589,7 +576,7 @@ impl Txn {
     /// then changed or deleted), or a row whose new secondary entries are
     /// still to be added ([`Txn::adds_secondary_entries`]).
     pub(crate) fn lock_round_islands(&self) -> IslandSet {
-        let tables = &self.island().catalog.tables;
+        let tables = &self.shared.catalog.tables;
         let mut s = IslandSet::EMPTY;
         for a in &self.acc {
             if a.island != LOCAL
@@ -626,7 +613,7 @@ impl Txn {
     pub(crate) fn encode_lock(
         &self,
         out: &mut Vec<u8>,
-        island: u16,
+        island: IslandId,
         gtid: u64,
         tag: u32,
         writes: u32,
@@ -644,7 +631,7 @@ impl Txn {
 
     /// `island` answered the lock round: it holds every row of this
     /// transaction that it was asked for under its write lock.
-    pub(crate) fn locked_on(&mut self, island: u16) {
+    pub(crate) fn locked_on(&mut self, island: IslandId) {
         for a in self.acc.iter_mut() {
             if a.island == island && a.lock_pending() {
                 a.held = Held::Exclusive;
@@ -696,7 +683,7 @@ impl Txn {
         &self,
         mut f: impl FnMut(u16, TableId, u64, Option<&[u8]>),
     ) {
-        let tables = &self.island().catalog.tables;
+        let tables = &self.shared.catalog.tables;
         for a in &self.acc {
             if a.island == LOCAL {
                 continue;
@@ -725,7 +712,7 @@ impl Txn {
 
     /// Participant: the entry this branch holds for `key`.
     fn branch_entry(&self, table: TableId, key: u64) -> Option<RowH> {
-        let t = self.island().catalog.tables.get(table as usize)?;
+        let t = self.shared.catalog.tables.get(table as usize)?;
         if let Some(rid) = t.lookup(key) {
             if let Some(h) = self.find(table, rid) {
                 if self.acc[h.0 as usize].key == key {
@@ -751,7 +738,7 @@ impl Txn {
         let Some(h) = self.branch_entry(table, key) else {
             return false;
         };
-        let words = self.island().catalog.table(table).schema.row_words();
+        let words = self.shared.catalog.table(table).schema.row_words();
         if row.len() != words * 8 || self.acc[h.0 as usize].kind == Kind::Delete {
             return false;
         }
@@ -830,7 +817,7 @@ impl Txn {
         }
         self.lock_and_validate(true)?;
         if pin != 0 {
-            self.island().log.lock().pin(pin);
+            self.shared.log.lock().pin(pin);
         }
         self.prepared = Some((tid, pin));
         Ok(())

@@ -10,9 +10,9 @@ use islands::api::{
     CallError, Catalog, Client, Deployment, Options, Partition, ProcDef, Type, Value,
 };
 use islands::bench::driver::{Outcome, Workload};
-use islands::bench::rng::FastRng;
 use islands::deploy::{DeploySpec, Islands};
-use islands::storage::{Col, ColType, PrimaryKind, TableDef, TableId};
+use islands::proc::rng::FastRng;
+use islands::storage::{Col, ColType, PrimaryKind, SecondaryId, TableDef, TableId};
 use islands::txn::Txn;
 use islands::Abort;
 
@@ -922,4 +922,109 @@ fn calls_and_generated_requests_commit_side_by_side_on_the_executors() {
         let counted: u64 = client.committed_per_island().iter().sum();
         assert_eq!(counted, 400 + generated + 1, "{islands} island(s)");
     }
+}
+
+/// Rows of `groups`: keys 0..400, range-partitioned over the sites; a
+/// secondary index by group (key / 100), whose keys live on the group's site.
+fn groups() -> Catalog {
+    let mut c = Catalog::new();
+    let t = c.table(
+        TableDef::new("groups", &[("g", ColType::I64)], 1024, PrimaryKind::Hash)
+            .with_secondary("by_group", |r| r.i64(Col(0)) as u64),
+        Partition::Range { keys: 400 },
+    );
+    c.secondary_by_site(t, SecondaryId(0), |g| g as u32)
+        .unwrap();
+    c.procedure(
+        ProcDef::new("members", move |tx, a, out| {
+            Box::pin(async move {
+                let n = tx
+                    .scan_secondary(t, SecondaryId(0), a.int(0) as u64, 1000, false)
+                    .await?;
+                out.push(vec![Value::Int(n as i64)]);
+                Ok(())
+            })
+        })
+        .param("g", Type::Int)
+        .column("n", Type::Int),
+    )
+    .unwrap();
+    c.procedure(
+        ProcDef::new("group_of", move |tx, a, out| {
+            Box::pin(async move {
+                for &k in a.ints(0) {
+                    let h = tx.get(t, k as u64).await?.ok_or(Abort::User("no row"))?;
+                    out.push(vec![Value::Int(tx.row(h).i64(Col(0)))]);
+                }
+                Ok(())
+            })
+        })
+        .param("keys", Type::Ints)
+        .column("g", Type::Int)
+        .home_by(0, t),
+    )
+    .unwrap();
+    c
+}
+
+#[test]
+fn range_partitions_and_secondary_keys_route_to_the_island_holding_them() {
+    let owned = std::sync::Mutex::new(vec![Vec::new(); 2]);
+    let db = Deployment::open(spec(2, "off", None), groups(), |load| {
+        let mine: Vec<u64> = (0..400).filter(|&k| load.owns(0, k)).collect();
+        for &k in &mine {
+            load.put(0, k, |r| r.set_i64(Col(0), (k / 100) as i64))?;
+        }
+        // A key past the range belongs to the last site.
+        assert_eq!(load.owns(0, 1000), load.island() == 1);
+        owned.lock().unwrap()[load.island()] = mine;
+        Ok(())
+    })
+    .unwrap();
+    // Four sites of 100 keys, two a island: contiguous halves.
+    let owned = owned.into_inner().unwrap();
+    assert_eq!(owned[0], (0..200).collect::<Vec<u64>>());
+    assert_eq!(owned[1], (200..400).collect::<Vec<u64>>());
+    let c = db.client();
+    // Calls homed on any island (spread over both) find each group's 100
+    // rows, on the island that holds them.
+    for round in 0..4 {
+        for g in 0..4 {
+            let rows = c.call("members", &[Value::Int(g)]).unwrap();
+            assert_eq!(
+                rows,
+                vec![vec![Value::Int(100)]],
+                "round {round}, group {g}"
+            );
+        }
+    }
+    // A batch homed by its first key reads keys of both islands.
+    let rows = c
+        .call("group_of", &[Value::Ints(vec![399, 0, 250])])
+        .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            vec![Value::Int(3)],
+            vec![Value::Int(0)],
+            vec![Value::Int(2)]
+        ]
+    );
+    db.shutdown().unwrap();
+}
+
+#[test]
+fn a_secondary_index_is_placed_only_where_it_can_be() {
+    let mut c = Catalog::new();
+    let t = c.table(
+        TableDef::new("t", &[("v", ColType::I64)], 16, PrimaryKind::Hash),
+        Partition::Replicated,
+    );
+    let e = c.secondary_by_site(t, SecondaryId(0), |_| 0).unwrap_err();
+    assert!(e.to_string().contains("has 0 secondary index(es)"), "{e}");
+    let e = c.secondary_by_site(7, SecondaryId(0), |_| 0).unwrap_err();
+    assert!(e.to_string().contains("not in the catalog"), "{e}");
+    let mut c = groups();
+    let e = c.secondary_by_site(0, SecondaryId(0), |_| 0).unwrap_err();
+    assert!(e.to_string().contains("placed twice"), "{e}");
 }

@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use islands::bench::driver::{self, DriverConfig, Workload};
 use islands::bench::progress::DisplayMode;
-use islands::bench::rng::FastRng;
 use islands::cc::CcKind;
 use islands::dist::run::{run_cluster, run_to_completion, ClusterWorker};
-use islands::dist::{Cluster, ClusterOptions, RangeRouter};
+use islands::dist::{Cluster, ClusterOptions};
 use islands::island::{Island, IslandConfig, RecoveryReport};
+use islands::proc::rng::FastRng;
+use islands::route::RangeRouter;
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::txn::Txn;
 use islands::wal::{CappedDevice, Durability};

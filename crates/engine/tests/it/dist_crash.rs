@@ -22,13 +22,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use islands::bench::driver::Workload;
-use islands::bench::rng::FastRng;
 use islands::cc::CcKind;
 use islands::dist::run::{run_to_completion, ClusterWorker};
 use islands::dist::{Cluster, ClusterOptions};
 use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
+use islands::proc::rng::FastRng;
+use islands::route::Router;
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
-use islands::txn::{Router, Txn};
+use islands::txn::Txn;
 use islands::wal::Durability;
 use islands::Abort;
 

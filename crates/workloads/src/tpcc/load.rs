@@ -11,9 +11,9 @@
 
 use std::ops::Range;
 
-use islands::bench::rng::FastRng;
 use islands::island::{Island, Loader};
-use islands::storage::RowMut;
+use islands::proc::rng::FastRng;
+use islands::storage::{RowMut, TableId};
 use islands::Error;
 
 use super::random::{
@@ -43,21 +43,72 @@ pub fn load(
             cfg.warehouses
         )));
     }
+    let ws: Vec<u32> = warehouses.collect();
+    load_into(&mut island.loader()?, cfg, &ws, quiet)
+}
+
+/// Where the loader puts rows: an island's own [`Loader`] (the benchmark), or
+/// a deployment's [`islands::api::Load`] (a served database), which refuses a
+/// row that belongs on another island.
+pub trait Sink {
+    /// Puts row `key` of `table`, built in `img` by `fill`.
+    fn put_row(
+        &mut self,
+        table: TableId,
+        key: u64,
+        img: &mut Vec<u64>,
+        fill: impl FnOnce(&mut RowMut),
+    ) -> Result<(), Error>;
+}
+
+impl Sink for Loader {
+    fn put_row(
+        &mut self,
+        table: TableId,
+        key: u64,
+        img: &mut Vec<u64>,
+        fill: impl FnOnce(&mut RowMut),
+    ) -> Result<(), Error> {
+        self.put_with(table, key, img, fill)
+    }
+}
+
+impl Sink for islands::api::Load<'_> {
+    fn put_row(
+        &mut self,
+        table: TableId,
+        key: u64,
+        img: &mut Vec<u64>,
+        fill: impl FnOnce(&mut RowMut),
+    ) -> Result<(), Error> {
+        self.put_with(table, key, img, fill)
+    }
+}
+
+/// Loads every item and the warehouses `warehouses` (each in 1..=the
+/// database's) through `l`.
+pub fn load_into(
+    l: &mut impl Sink,
+    cfg: &TpccConfig,
+    warehouses: &[u32],
+    quiet: bool,
+) -> Result<(), Error> {
+    if let Some(w) = warehouses.iter().find(|&&w| w == 0 || w > cfg.warehouses) {
+        return Err(Error::Config(format!(
+            "cannot load warehouse {w}: the database has warehouses 1..={}",
+            cfg.warehouses
+        )));
+    }
     let now = now_us();
-    let mut l = island.loader()?;
     let mut img = Vec::new();
-    load_items(&mut l, &mut img, cfg)?;
-    let mut progress = LoadProgress::new(
-        "tpcc warehouses",
-        u64::from(warehouses.end - warehouses.start),
-        quiet,
-    );
-    for (i, w) in warehouses.enumerate() {
+    load_items(l, &mut img, cfg)?;
+    let mut progress = LoadProgress::new("tpcc warehouses", warehouses.len() as u64, quiet);
+    for (i, &w) in warehouses.iter().enumerate() {
         let mut rng = FastRng::new(SEED ^ (u64::from(w) << 20));
-        load_warehouse(&mut l, &mut img, &mut rng, cfg, w)?;
-        load_stock(&mut l, &mut img, &mut rng, cfg, w)?;
+        load_warehouse(l, &mut img, &mut rng, cfg, w)?;
+        load_stock(l, &mut img, &mut rng, cfg, w)?;
         for d in 1..=DISTRICTS {
-            load_district(&mut l, &mut img, &mut rng, cfg, w, d, now)?;
+            load_district(l, &mut img, &mut rng, cfg, w, d, now)?;
         }
         progress.tick(i as u64 + 1);
     }
@@ -89,10 +140,10 @@ fn set_address(r: &mut RowMut, rng: &mut FastRng, street1: islands::storage::Col
     r.set_str(c(4), &zip(rng));
 }
 
-fn load_items(l: &mut Loader, img: &mut Vec<u64>, cfg: &TpccConfig) -> Result<(), Error> {
+fn load_items(l: &mut impl Sink, img: &mut Vec<u64>, cfg: &TpccConfig) -> Result<(), Error> {
     let mut rng = FastRng::new(SEED);
     for i in 1..=cfg.items {
-        l.put_with(ITEM, u64::from(i), img, |r| {
+        l.put_row(ITEM, u64::from(i), img, |r| {
             r.set_i32(item::I_ID, i as i32);
             r.set_i32(item::I_IM_ID, uniform(&mut rng, 1, 10_000) as i32);
             set_astr(r, &mut rng, item::I_NAME, 14, 24);
@@ -106,13 +157,13 @@ fn load_items(l: &mut Loader, img: &mut Vec<u64>, cfg: &TpccConfig) -> Result<()
 }
 
 fn load_warehouse(
-    l: &mut Loader,
+    l: &mut impl Sink,
     img: &mut Vec<u64>,
     rng: &mut FastRng,
     cfg: &TpccConfig,
     w: u32,
 ) -> Result<(), Error> {
-    l.put_with(WAREHOUSE, u64::from(w), img, |r| {
+    l.put_row(WAREHOUSE, u64::from(w), img, |r| {
         r.set_i32(wh::W_ID, w as i32);
         set_astr(r, rng, wh::W_NAME, 6, 10);
         set_address(r, rng, wh::W_STREET_1);
@@ -127,14 +178,14 @@ fn district_ytd(cfg: &TpccConfig) -> i64 {
 }
 
 fn load_stock(
-    l: &mut Loader,
+    l: &mut impl Sink,
     img: &mut Vec<u64>,
     rng: &mut FastRng,
     cfg: &TpccConfig,
     w: u32,
 ) -> Result<(), Error> {
     for i in 1..=cfg.items {
-        l.put_with(STOCK, stock_key(w, i), img, |r| {
+        l.put_row(STOCK, stock_key(w, i), img, |r| {
             r.set_i32(stock::S_I_ID, i as i32);
             r.set_i32(stock::S_W_ID, w as i32);
             r.set_i32(stock::S_QUANTITY, uniform(rng, 10, 100) as i32);
@@ -153,7 +204,7 @@ fn load_stock(
 }
 
 fn load_district(
-    l: &mut Loader,
+    l: &mut impl Sink,
     img: &mut Vec<u64>,
     rng: &mut FastRng,
     cfg: &TpccConfig,
@@ -163,7 +214,7 @@ fn load_district(
 ) -> Result<(), Error> {
     let customers = cfg.customers_per_district;
     let orders = cfg.initial_orders();
-    l.put_with(DISTRICT, district_key(w, d), img, |r| {
+    l.put_row(DISTRICT, district_key(w, d), img, |r| {
         r.set_i32(dist::D_ID, d as i32);
         r.set_i32(dist::D_W_ID, w as i32);
         set_astr(r, rng, dist::D_NAME, 6, 10);
@@ -180,7 +231,7 @@ fn load_district(
             nurand(rng, 255, C_LOAD_LAST, 0, 999)
         };
         let n = last_name(k, &mut last);
-        l.put_with(CUSTOMER, customer_key(w, d, c), img, |r| {
+        l.put_row(CUSTOMER, customer_key(w, d, c), img, |r| {
             r.set_i32(cust::C_ID, c as i32);
             r.set_i32(cust::C_D_ID, d as i32);
             r.set_i32(cust::C_W_ID, w as i32);
@@ -202,7 +253,7 @@ fn load_district(
             set_astr(r, rng, cust::C_DATA, 300, 500);
         })?;
         let seq = u64::from(d - 1) * u64::from(customers) + u64::from(c);
-        l.put_with(HISTORY, history_key(w, 0, seq), img, |r| {
+        l.put_row(HISTORY, history_key(w, 0, seq), img, |r| {
             r.set_i32(hist::H_C_ID, c as i32);
             r.set_i32(hist::H_C_D_ID, d as i32);
             r.set_i32(hist::H_C_W_ID, w as i32);
@@ -223,7 +274,7 @@ fn load_district(
     for o in 1..=orders {
         let delivered = o < first_undelivered;
         let ol_cnt = uniform(rng, 5, 15) as u32;
-        l.put_with(ORDERS, order_key(w, d, o), img, |r| {
+        l.put_row(ORDERS, order_key(w, d, o), img, |r| {
             r.set_i32(ord::O_ID, o as i32);
             r.set_i32(ord::O_D_ID, d as i32);
             r.set_i32(ord::O_W_ID, w as i32);
@@ -239,7 +290,7 @@ fn load_district(
             r.set_i32(ord::O_ALL_LOCAL, 1);
         })?;
         for n in 1..=ol_cnt {
-            l.put_with(ORDER_LINE, order_line_key(w, d, o, n), img, |r| {
+            l.put_row(ORDER_LINE, order_line_key(w, d, o, n), img, |r| {
                 r.set_i32(ol::OL_O_ID, o as i32);
                 r.set_i32(ol::OL_D_ID, d as i32);
                 r.set_i32(ol::OL_W_ID, w as i32);
@@ -258,7 +309,7 @@ fn load_district(
             })?;
         }
         if !delivered {
-            l.put_with(NEW_ORDER, order_key(w, d, o), img, |r| {
+            l.put_row(NEW_ORDER, order_key(w, d, o), img, |r| {
                 r.set_i32(no::NO_O_ID, o as i32);
                 r.set_i32(no::NO_D_ID, d as i32);
                 r.set_i32(no::NO_W_ID, w as i32);

@@ -16,12 +16,13 @@ pub mod check;
 pub mod load;
 pub mod random;
 pub mod schema;
+pub mod served;
 pub mod txns;
 
 use std::collections::BTreeMap;
 
 use islands::bench::driver::Workload;
-use islands::bench::rng::FastRng;
+use islands::proc::rng::FastRng;
 use islands::txn::Txn;
 use islands::{Abort, Error};
 
@@ -252,7 +253,9 @@ pub struct TpccReq {
     pub threshold: i32,
     /// Entry / payment / delivery date, microseconds since the epoch.
     pub now_us: i64,
-    /// Payment: the history row's key (unique per worker).
+    /// Payment: the history row's key (unique per worker); 0: the next
+    /// one of the home warehouse's slot 0, found under the warehouse's lock
+    /// (a served Payment, whose caller has no slot of its own).
     pub history_key: u64,
     /// Generator state: the worker's last history sequence number.
     pub seq: u64,
@@ -378,7 +381,7 @@ impl Tpcc {
         }
     }
 
-    fn now_us() -> i64 {
+    pub(crate) fn now_us() -> i64 {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_micros() as i64)
@@ -466,12 +469,23 @@ impl Workload for Tpcc {
     }
 
     async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a TpccReq) -> Result<(), Abort> {
+        use std::hint::black_box;
         match req.ty {
-            NEW_ORDER => txns::new_order(tx, &self.cfg, req).await,
-            PAYMENT => txns::payment(tx, req).await,
-            ORDER_STATUS => txns::order_status(tx, req).await,
-            DELIVERY => txns::delivery(tx, req).await,
-            _ => txns::stock_level(tx, req).await,
+            NEW_ORDER => txns::new_order(tx, &self.cfg, req).await.map(|o| {
+                black_box(o);
+            }),
+            PAYMENT => txns::payment(tx, req).await.map(|o| {
+                black_box(o);
+            }),
+            ORDER_STATUS => txns::order_status(tx, req).await.map(|o| {
+                black_box(o);
+            }),
+            DELIVERY => txns::delivery(tx, req).await.map(|o| {
+                black_box(o);
+            }),
+            _ => txns::stock_level(tx, req).await.map(|o| {
+                black_box(o);
+            }),
         }
     }
 }
@@ -508,7 +522,7 @@ impl TpccRouter {
     }
 }
 
-impl islands::txn::Router for TpccRouter {
+impl islands::route::Router for TpccRouter {
     fn island_of(&self, table: u16, key: u64) -> Option<u16> {
         use schema::*;
         let w = match table {

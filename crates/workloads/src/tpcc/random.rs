@@ -1,7 +1,7 @@
 //! TPC-C's random functions (Clause 2.1.6 and 4.3.2): uniform ranges,
 //! NURand with its C constants, last names from syllables, random strings.
 
-use islands::bench::rng::FastRng;
+use islands::proc::rng::FastRng;
 
 /// The run-time C constants of NURand (Clause 2.1.6). Fixed rather than drawn,
 /// so runs are reproducible; they satisfy Clause 2.1.6.1 against [`C_LOAD_LAST`]:

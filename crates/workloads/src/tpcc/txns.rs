@@ -1,8 +1,11 @@
 //! The five TPC-C transactions (Clause 2.4 – 2.8) as stored procedures.
 //!
-//! Each takes its inputs from a [`TpccReq`] made by the generator. The outputs
-//! the spec asks a terminal to display are computed and dropped into
-//! `black_box`, so the reads they need are not optimised away.
+//! Each takes its inputs from a [`TpccReq`] (made by the generator, or from a
+//! served procedure's arguments) and returns the outputs a caller uses
+//! ([`NewOrderOut`], [`PaymentOut`], [`OrderStatusOut`], [`DeliveryOut`], the
+//! StockLevel count), fixed-size values, so the benchmark's path allocates
+//! nothing. The rest of what the spec asks a terminal to display is computed
+//! and dropped into `black_box`, so the reads it needs are not optimised away.
 //!
 //! A missing warehouse, district, customer, item-for-stock or stock row is a
 //! broken database (those tables only grow at load): the run fails with an
@@ -19,14 +22,71 @@ use islands::txn::{RowH, Txn};
 use islands::{Abort, AbortReason, Error};
 
 use super::schema::{
-    cust, customer_key, dist, district_key, hist, item, last_name_key, no, ol, ord, order_key,
-    order_line_key, s_dist, stock, stock_key, wh, CUSTOMER, CUSTOMER_BY_LAST, DISTRICT, DISTRICTS,
-    HISTORY, ITEM, MAX_OL, NEW_ORDER, ORDERS, ORDERS_BY_CUSTOMER, ORDER_LINE, STOCK, WAREHOUSE,
+    cust, customer_key, dist, district_key, hist, history_key, item, last_name_key, no, ol, ord,
+    order_key, order_line_key, s_dist, stock, stock_key, wh, CUSTOMER, CUSTOMER_BY_LAST, DISTRICT,
+    DISTRICTS, HISTORY, HIST_SEQ_BITS, ITEM, MAX_OL, NEW_ORDER, ORDERS, ORDERS_BY_CUSTOMER,
+    ORDER_LINE, STOCK, WAREHOUSE,
 };
 use super::{Line, TpccConfig, TpccReq};
 
 /// Orders StockLevel looks back over (Clause 2.8.2.2).
 const STOCK_LEVEL_ORDERS: u32 = 20;
+
+/// What NewOrder returns: the order's id, its entry date (µs since the
+/// epoch) and its total in cents after discount and taxes (Clause 2.4.2.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NewOrderOut {
+    pub o_id: u32,
+    pub entry_d: i64,
+    pub total: i64,
+}
+
+/// What Payment returns: the customer it found and their balance after it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PaymentOut {
+    pub c_id: u32,
+    pub c_balance: i64,
+    /// C_CREDIT is "BC".
+    pub bad_credit: bool,
+}
+
+/// One line of the order OrderStatus shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OrderLineOut {
+    pub i_id: u32,
+    pub supply_w: u32,
+    pub quantity: u32,
+    pub amount: i64,
+    /// 0: not delivered.
+    pub delivery_d: i64,
+}
+
+/// What OrderStatus returns: the customer, their last order (`o_id` 0: they
+/// have none) and its lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OrderStatusOut {
+    pub c_id: u32,
+    pub c_balance: i64,
+    pub o_id: u32,
+    pub entry_d: i64,
+    /// 0: not delivered.
+    pub carrier: u32,
+    pub lines: [OrderLineOut; MAX_OL as usize],
+    pub ol_cnt: usize,
+}
+
+impl OrderStatusOut {
+    pub fn lines(&self) -> &[OrderLineOut] {
+        &self.lines[..self.ol_cnt]
+    }
+}
+
+/// What Delivery returns: the order it delivered in each district
+/// (`o_ids[d - 1]`; 0: the district had no undelivered order).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeliveryOut {
+    pub o_ids: [u32; DISTRICTS as usize],
+}
 
 fn broken(what: &str, key: u64) -> Abort {
     Abort::Failed(Error::Config(format!(
@@ -52,7 +112,11 @@ fn inconsistent(tx: &Txn, what: &str, key: u64) -> Abort {
 /// customer and the inserts. Across islands, this island's rows are then
 /// locked only while its part runs, not across the remote branches' forced
 /// prepare records.
-pub async fn new_order(tx: &mut Txn, cfg: &TpccConfig, req: &TpccReq) -> Result<(), Abort> {
+pub async fn new_order(
+    tx: &mut Txn,
+    cfg: &TpccConfig,
+    req: &TpccReq,
+) -> Result<NewOrderOut, Abort> {
     let (w, d) = (req.w, req.d);
     // Per line: amount and S_DIST_xx, kept for the ORDER_LINE rows.
     let mut amounts = [0i64; MAX_OL as usize];
@@ -159,8 +223,11 @@ pub async fn new_order(tx: &mut Txn, cfg: &TpccConfig, req: &TpccReq) -> Result<
         r.set_str(ol::OL_DIST_INFO, &dist_infos[i]);
     }
     // total * (1 - discount) * (1 + w_tax + d_tax), rates in basis points.
-    black_box(total * (10_000 - c_discount) / 10_000 * (10_000 + w_tax + d_tax) / 10_000);
-    Ok(())
+    Ok(NewOrderOut {
+        o_id,
+        entry_d: req.now_us,
+        total: total * (10_000 - c_discount) / 10_000 * (10_000 + w_tax + d_tax) / 10_000,
+    })
 }
 
 /// Prefetch hints for every row NewOrder reads by key: index slots first,
@@ -248,7 +315,9 @@ async fn find_customer(tx: &mut Txn, req: &TpccReq, for_update: bool) -> Result<
     let matches = |tx: &Txn, i: usize| tx.row(tx.scan_row(i)).str(cust::C_LAST) == last;
     let m = (0..n).filter(|&i| matches(tx, i)).count();
     if m == 0 {
-        return Err(broken("customer by last name", skey));
+        // Every district holds every name the generator draws: a name
+        // that is not there came from a caller.
+        return Err(Abort::User("no customer of that last name in the district"));
     }
     // The (m - 1) / 2-th (0-based) in (C_FIRST, C_ID) order: small groups
     // (a handful of rows), so counting beats sorting into a buffer.
@@ -278,7 +347,7 @@ async fn find_customer(tx: &mut Txn, req: &TpccReq, for_update: bool) -> Result<
 /// [`Txn::prepare_remote`], then the home warehouse and district rows, whose
 /// YTD every Payment of the warehouse updates: across islands they are then
 /// locked only while this island's part runs (see [`new_order`]).
-pub async fn payment(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
+pub async fn payment(tx: &mut Txn, req: &TpccReq) -> Result<PaymentOut, Abort> {
     let (w, d) = (req.w, req.d);
     let c_h = find_customer(tx, req, true).await?;
     let c_id = tx.row(c_h).i32(cust::C_ID);
@@ -306,9 +375,10 @@ pub async fn payment(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
         data[at..at + k].copy_from_slice(&old[..k]);
         data_len = at + k;
     }
+    let c_balance = tx.row(c_h).i64(cust::C_BALANCE) - req.amount;
     {
         let mut c = tx.row_mut(c_h);
-        c.set_i64(cust::C_BALANCE, c.i64(cust::C_BALANCE) - req.amount);
+        c.set_i64(cust::C_BALANCE, c_balance);
         c.set_i64(cust::C_YTD_PAYMENT, c.i64(cust::C_YTD_PAYMENT) + req.amount);
         c.set_i32(cust::C_PAYMENT_CNT, c.i32(cust::C_PAYMENT_CNT) + 1);
         if bad_credit {
@@ -340,10 +410,13 @@ pub async fn payment(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
     let _ = cur.write_all(w_name);
     let _ = cur.write_all(b"    ");
     let _ = cur.write_all(d_name);
-    let h_h = tx.insert(HISTORY, req.history_key).await?.ok_or_else(|| {
+    let h_key = match req.history_key {
+        0 => next_history_key(tx, w).await?,
+        k => k,
+    };
+    let h_h = tx.insert(HISTORY, h_key).await?.ok_or_else(|| {
         Abort::Failed(Error::Config(format!(
-            "TPC-C: history key {:#x} is taken: two workers share a history slot",
-            req.history_key
+            "TPC-C: history key {h_key:#x} is taken: two workers share a history slot"
         )))
     })?;
     let mut h = tx.row_mut(h_h);
@@ -355,17 +428,51 @@ pub async fn payment(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
     h.set_i64(hist::H_DATE, req.now_us);
     h.set_i64(hist::H_AMOUNT, req.amount);
     h.set_str(hist::H_DATA, &h_data);
-    Ok(())
+    Ok(PaymentOut {
+        c_id: c_id as u32,
+        c_balance,
+        bad_credit,
+    })
+}
+
+/// The key of a Payment's history row in warehouse `w`'s slot 0, which the
+/// loader numbers first: one past the slot's last row. The caller holds
+/// the warehouse row's exclusive lock, which every Payment of `w` takes
+/// before it comes here, so no other one takes the same number.
+async fn next_history_key(tx: &mut Txn, w: u32) -> Result<u64, Abort> {
+    let max_seq = (1 << HIST_SEQ_BITS) - 1;
+    let n = tx
+        .scan(
+            HISTORY,
+            history_key(w, 0, 0),
+            history_key(w, 0, max_seq),
+            1,
+            true,
+        )
+        .await?;
+    let last = if n == 0 {
+        0
+    } else {
+        tx.key(tx.scan_row(0)) & max_seq
+    };
+    if last == max_seq {
+        return Err(Abort::Failed(Error::Config(format!(
+            "TPC-C: warehouse {w} numbered 2^{HIST_SEQ_BITS} history rows in its slot 0"
+        ))));
+    }
+    Ok(history_key(w, 0, last + 1))
 }
 
 /// OrderStatus (Clause 2.6.2), read-only.
-pub async fn order_status(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
+pub async fn order_status(tx: &mut Txn, req: &TpccReq) -> Result<OrderStatusOut, Abort> {
     let c_h = find_customer(tx, req, false).await?;
     let c_id = tx.row(c_h).i32(cust::C_ID) as u32;
-    black_box((
-        tx.row(c_h).i64(cust::C_BALANCE),
-        tx.row(c_h).str(cust::C_FIRST),
-    ));
+    let mut out = OrderStatusOut {
+        c_id,
+        c_balance: tx.row(c_h).i64(cust::C_BALANCE),
+        ..Default::default()
+    };
+    black_box(tx.row(c_h).str(cust::C_FIRST));
     let n = tx
         .scan_secondary(
             ORDERS,
@@ -376,14 +483,13 @@ pub async fn order_status(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
         )
         .await?;
     if n == 0 {
-        return Ok(());
+        return Ok(out);
     }
     let o_h = tx.scan_row(0);
     let o_id = tx.row(o_h).i32(ord::O_ID) as u32;
-    black_box((
-        tx.row(o_h).i64(ord::O_ENTRY_D),
-        tx.row(o_h).i32(ord::O_CARRIER_ID),
-    ));
+    out.o_id = o_id;
+    out.entry_d = tx.row(o_h).i64(ord::O_ENTRY_D);
+    out.carrier = tx.row(o_h).i32(ord::O_CARRIER_ID) as u32;
     let n = tx
         .scan(
             ORDER_LINE,
@@ -393,23 +499,25 @@ pub async fn order_status(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
             false,
         )
         .await?;
-    for i in 0..n {
+    for (i, line) in out.lines.iter_mut().enumerate().take(n) {
         let r = tx.row(tx.scan_row(i));
-        black_box((
-            r.i32(ol::OL_I_ID),
-            r.i32(ol::OL_SUPPLY_W_ID),
-            r.i32(ol::OL_QUANTITY),
-            r.i64(ol::OL_AMOUNT),
-            r.i64(ol::OL_DELIVERY_D),
-        ));
+        *line = OrderLineOut {
+            i_id: r.i32(ol::OL_I_ID) as u32,
+            supply_w: r.i32(ol::OL_SUPPLY_W_ID) as u32,
+            quantity: r.i32(ol::OL_QUANTITY) as u32,
+            amount: r.i64(ol::OL_AMOUNT),
+            delivery_d: r.i64(ol::OL_DELIVERY_D),
+        };
     }
-    Ok(())
+    out.ol_cnt = n.min(MAX_OL as usize);
+    Ok(out)
 }
 
 /// Delivery (Clause 2.7.4): the oldest undelivered order of each of the ten
 /// districts, in one transaction. A district with none is skipped.
-pub async fn delivery(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
+pub async fn delivery(tx: &mut Txn, req: &TpccReq) -> Result<DeliveryOut, Abort> {
     let w = req.w;
+    let mut out = DeliveryOut::default();
     for d in 1..=DISTRICTS {
         let n = tx
             .scan(
@@ -425,6 +533,7 @@ pub async fn delivery(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
         }
         let no_h = tx.scan_row(0);
         let o_id = tx.row(no_h).i32(no::NO_O_ID) as u32;
+        out.o_ids[d as usize - 1] = o_id;
         tx.delete(no_h).await?;
         let ok = order_key(w, d, o_id);
         let o_h = tx
@@ -458,12 +567,12 @@ pub async fn delivery(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
         c.set_i64(cust::C_BALANCE, c.i64(cust::C_BALANCE) + sum);
         c.set_i32(cust::C_DELIVERY_CNT, c.i32(cust::C_DELIVERY_CNT) + 1);
     }
-    Ok(())
+    Ok(out)
 }
 
-/// StockLevel (Clause 2.8.2), read-only: distinct items of the district's
-/// last 20 orders whose stock is below the threshold.
-pub async fn stock_level(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
+/// StockLevel (Clause 2.8.2), read-only: the number of distinct items of
+/// the district's last 20 orders whose stock is below the threshold.
+pub async fn stock_level(tx: &mut Txn, req: &TpccReq) -> Result<u32, Abort> {
     // Level 1 isolation is all the spec asks of Stock-Level (Clause 3.4.1):
     // committed reads, no read locks. Its ~200 stock rows then never collide
     // with a stock row another island's NewOrder holds prepared across its
@@ -509,6 +618,5 @@ pub async fn stock_level(tx: &mut Txn, req: &TpccReq) -> Result<(), Abort> {
             low += 1;
         }
     }
-    black_box(low);
-    Ok(())
+    Ok(low)
 }

@@ -11,14 +11,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use islands::bench::driver::Workload;
-use islands::bench::rng::FastRng;
 use islands::cc::CcKind;
 use islands::coord::Timeouts;
 use islands::dist::fault::{Faults, FaultyTransport};
 use islands::dist::run::{run_to_completion, ClusterWorker};
 use islands::dist::{Cluster, ClusterOptions};
 use islands::island::{Island, IslandConfig};
-use islands::txn::{Router, Txn};
+use islands::proc::rng::FastRng;
+use islands::route::Router;
+use islands::txn::Txn;
 use islands::wal::Durability;
 use islands::Abort;
 

@@ -44,8 +44,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::Range;
 
-use islands::bench::rng::FastRng;
 use islands::island::Island;
+use islands::proc::rng::FastRng;
 use islands::storage::{Col, ColType, PrimaryKind, RowRef, SecondaryId, TableDef};
 use islands::txn::{RowH, Txn};
 use islands::Abort;

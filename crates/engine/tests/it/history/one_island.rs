@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
 
-use islands::bench::rng::FastRng;
 use islands::cc::CcKind;
 use islands::island::{Island, IslandConfig};
+use islands::proc::rng::FastRng;
 use islands::txn::{backoff_retry, poll_local};
 use islands::wal::Durability;
 use islands::Abort;
