@@ -44,7 +44,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use super::{Cluster, Executor, HomeCommit};
+use super::{Cluster, Executor, HomeCommit, WorkerCounts};
 use crate::bench::driver::{
     log_failure, run_threads, watch_until, worker_seed, DriverConfig, FailOnPanic, Outcome,
     WorkerBody, WorkerSpec, Workload, ASYNC_FLUSH_AFTER, FAILED, FLUSH_AFTER, FLUSH_EVERY, MEASURE,
@@ -211,12 +211,15 @@ struct Pending<R> {
     req: Box<R>,
 }
 
-/// An aborted attempt: retried after a back-off, or given up when the
-/// workload bounds its attempts. Returns whether it was given up.
+/// An aborted attempt, counted in the worker's stats and the cluster's:
+/// retried after a back-off, or given up when the workload bounds its
+/// attempts. Returns whether it was given up.
 #[allow(clippy::too_many_arguments)]
 fn retry_or_give_up<W: Workload>(
     workload: &W,
     w: usize,
+    counts: &WorkerCounts,
+    stats: &mut WorkerStats,
     p: Parked<W::Req>,
     reason: AbortReason,
     now: u64,
@@ -225,8 +228,11 @@ fn retry_or_give_up<W: Workload>(
     retries: &mut Vec<Retry<W::Req>>,
     spare: &mut Vec<Box<W::Req>>,
 ) -> bool {
+    stats.record_abort(reason);
+    counts.abort(reason);
     let attempts = p.attempt + 1;
     if workload.max_attempts().is_some_and(|m| attempts >= m) {
+        counts.gave_up();
         let mut req = p.req;
         workload.finished(
             w,
@@ -319,6 +325,7 @@ where
     W::Req: 'static,
 {
     let cl = Arc::clone(ex.cluster());
+    let counts = cl.worker_counts(ex.endpoint());
     let home = ex.island();
     let durability = cl.islands()[home].config().durability;
     let clock = Clock::new();
@@ -416,13 +423,13 @@ where
                         spare.push(req);
                     }
                 } else {
-                    stats.record_abort(AbortReason::Remote);
-                    let r = AbortReason::Remote;
                     if retry_or_give_up(
                         workload,
                         w,
+                        counts,
+                        &mut stats,
                         p,
-                        r,
+                        AbortReason::Remote,
                         now,
                         &clock,
                         None,
@@ -503,13 +510,14 @@ where
                     St::Waiting if now.saturating_sub(s.since) > op_timeout => {
                         s.fut = None;
                         ex.abort_home(s.ctx);
-                        stats.record_abort(AbortReason::Remote);
-                        let (p, r) = (s.park(&mut spare), AbortReason::Remote);
+                        let p = s.park(&mut spare);
                         if retry_or_give_up(
                             workload,
                             w,
+                            counts,
+                            &mut stats,
                             p,
-                            r,
+                            AbortReason::Remote,
                             now,
                             &clock,
                             None,
@@ -605,7 +613,6 @@ where
                                     parked.insert(g, s.park(&mut spare));
                                 }
                                 Err(Abort::Conflict(reason)) => {
-                                    stats.record_abort(reason);
                                     // The context is free but not yet taken
                                     // again: its conflict is this attempt's.
                                     let conflict = (reason == AbortReason::LockConflict)
@@ -615,6 +622,8 @@ where
                                     if retry_or_give_up(
                                         workload,
                                         w,
+                                        counts,
+                                        &mut stats,
                                         p,
                                         reason,
                                         now,
@@ -628,6 +637,7 @@ where
                                 }
                                 Err(Abort::User(why)) => {
                                     stats.record_user_abort(s.ty);
+                                    counts.user_abort();
                                     workload.finished(w, &mut s.req, Outcome::UserAbort(why));
                                     finished += 1;
                                     s.state = St::Free;
