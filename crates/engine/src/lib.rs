@@ -14,6 +14,7 @@
 //! - [`deploy`]: deployments: how many islands, which cores, which sites each holds.
 //! - [`island`]: one island: tables + scheme + log + workers.
 //! - [`bench`]: the closed-loop driver, statistics, reports.
+//! - [`threads`]: the threads a deployment runs, with their CPUs and CPU time.
 //! - [`api`]: the application API: a catalog of stored procedures, a deployment, clients.
 //! - `server` (cargo feature `server`, on by default): a deployment served over the
 //!   PostgreSQL wire protocol.
@@ -29,6 +30,7 @@ pub mod island;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod storage;
+pub mod threads;
 pub mod topology;
 pub mod transport;
 pub mod txn;

@@ -22,6 +22,7 @@ use crate::dist::run::ClusterWorker;
 use crate::dist::{Cluster, ClusterOptions};
 use crate::island::{Island, IslandConfig, RecoveryReport};
 use crate::storage::{RowMut, TableId};
+use crate::threads::{Role, ThreadRegistry};
 use crate::topology::Topology;
 use crate::txn::{Router, Txn};
 use crate::wal::Durability;
@@ -360,6 +361,7 @@ pub struct Deployment {
     executors: Vec<JoinHandle<Result<(), Error>>>,
     watcher: Option<JoinHandle<()>>,
     recovered: Vec<RecoveryReport>,
+    threads: ThreadRegistry,
 }
 
 impl std::fmt::Debug for Deployment {
@@ -439,6 +441,7 @@ impl Deployment {
         } else {
             crate::wal::new_deployment_id()
         };
+        let threads = ThreadRegistry::new();
         let mut opened = Vec::with_capacity(n);
         for (i, ip) in plan.islands().iter().enumerate() {
             let mut cfg = IslandConfig::new(CcKind::NoWait, ip.workers as usize);
@@ -451,6 +454,7 @@ impl Deployment {
             cfg.log_dir = logged.then(|| dir_of(i));
             cfg.contexts = copts.contexts_needed(ip.workers as usize);
             cfg.device = opts.log_device.clone();
+            cfg.threads = Some(threads.clone());
             if let Some(mb) = opts.spec.checkpoint_every_mb {
                 cfg.checkpoint.every_bytes = mb << 20;
             }
@@ -549,16 +553,20 @@ impl Deployment {
         }
         let phase = Arc::new(AtomicU8::new(crate::bench::driver::MEASURE));
         let calls = Arc::new(Calls(Arc::clone(&inner)));
-        let started = Arc::clone(&inner);
+        let (started, registry) = (Arc::clone(&inner), threads.clone());
+        let island_of: Vec<u32> = cws.iter().map(|c| c.island as u32).collect();
         let executors =
             crate::dist::run::serve(&cluster, &cws, calls, &phase, &inner.committed, move |w| {
                 let _ = started.mailboxes[w].thread.set(std::thread::current());
+                registry.enter(Role::Executor, Some(island_of[w]))
             })?;
         let watcher = {
             let (islands, phase, inner) = (islands.clone(), Arc::clone(&phase), Arc::clone(&inner));
+            let registry = threads.clone();
             std::thread::Builder::new()
                 .name("islands-watch".into())
                 .spawn(move || {
+                    let _registered = registry.enter(Role::Watcher, None);
                     crate::bench::driver::watch_until(&islands, &phase, || {
                         phase.load(Ordering::Acquire) >= crate::bench::driver::STOP
                     });
@@ -581,6 +589,7 @@ impl Deployment {
             executors,
             watcher: Some(watcher),
             recovered,
+            threads,
         })
     }
 
@@ -612,6 +621,12 @@ impl Deployment {
     /// The cluster its executors run on.
     pub fn cluster(&self) -> &Arc<Cluster> {
         &self.cluster
+    }
+
+    /// Its threads: executors, log writers, checkpointers, the watcher,
+    /// and whatever else registers there (a server's thread).
+    pub fn threads(&self) -> &ThreadRegistry {
+        &self.threads
     }
 
     /// Stops accepting calls, finishes what is in flight (a call that has

@@ -887,19 +887,20 @@ where
 
 /// Serves `workload` on the given workers until `phase` leaves `MEASURE`:
 /// one named thread per worker (pinned as its `cpu` says), which calls
-/// `on_start` with its worker index before it serves. At `STOP` the workers
+/// `on_start` with its worker index before it serves and keeps what it
+/// returns until it leaves. At `STOP` the workers
 /// finish what they hold and leave together; a worker that fails sets
 /// `FAILED`, and every worker leaves at once. The workers' `limit`s are
 /// ignored. Worker `i` publishes its commit count to `counters[i]` (every
 /// `PUBLISH_EVERY` commits, and when it leaves). Returns the threads, each
 /// answering its worker's error.
-pub fn serve<W: Workload + 'static>(
+pub fn serve<W: Workload + 'static, G: 'static>(
     cl: &Arc<Cluster>,
     workers: &[ClusterWorker],
     workload: Arc<W>,
     phase: &Arc<AtomicU8>,
     counters: &[Arc<ProgressCounter>],
-    on_start: impl Fn(usize) + Send + Sync + 'static,
+    on_start: impl Fn(usize) -> G + Send + Sync + 'static,
 ) -> Result<Vec<std::thread::JoinHandle<Result<(), Error>>>, Error>
 where
     W::Req: 'static,
@@ -939,7 +940,7 @@ where
                     // Pinning can fail in a restricted container; serving goes on.
                     let _ = crate::bench::driver::pin_to(c);
                 }
-                on_start(i);
+                let _started = on_start(i);
                 let seed = worker_seed(0, i);
                 let (_, r) = cluster_worker(ex, &*workload, i, seed, phase, &counter, None, window);
                 if r.is_err() {
