@@ -32,7 +32,8 @@ pub struct ServeArgs {
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Load a built-in data set into an empty data directory first: tpcb (pgbench's
-    /// TPC-B, --scale) or ycsb (--rows). A directory that is not empty is refused.
+    /// TPC-B, --scale), ycsb (--rows) or bank (--accounts: transfers between
+    /// accounts, for audits). A directory that is not empty is refused.
     /// Without --init, the server recovers what the directory holds.
     #[arg(long, value_name = "WORKLOAD")]
     init: Option<String>,
@@ -42,6 +43,9 @@ pub struct ServeArgs {
     /// ycsb: rows of the table.
     #[arg(long)]
     rows: Option<u64>,
+    /// bank: accounts (default 1000), each opened with a balance of 1000.
+    #[arg(long)]
+    accounts: Option<u64>,
     /// Islands: `1` (the default), `per-socket`, `per-l3`, `per-core`, a number N, or
     /// CPU lists `0-5;6-11` (see `islands plan`).
     #[arg(long, allow_negative_numbers = true)]
@@ -88,6 +92,7 @@ fn write_marker(dir: &Path, b: &Builtin) -> Result<(), Error> {
     let text = match b {
         Builtin::Tpcb { scale } => format!("workload = \"tpcb\"\nscale = {scale}\n"),
         Builtin::Ycsb { rows } => format!("workload = \"ycsb\"\nrows = {rows}\n"),
+        Builtin::Bank { accounts } => format!("workload = \"bank\"\naccounts = {accounts}\n"),
     };
     let tmp = dir.join(format!("{MARKER}.tmp"));
     let io = |e: std::io::Error| Error::Io(format!("{}: {e}", tmp.display()));
@@ -121,7 +126,11 @@ fn read_marker(dir: &Path) -> Result<Option<Builtin>, Error> {
         Some("ycsb") => Builtin::Ycsb {
             rows: u64::try_from(int("rows")?).map_err(|_| bad("rows out of range".into()))?,
         },
-        w => return Err(bad(format!("unknown workload {w:?} (tpcb or ycsb)"))),
+        Some("bank") => Builtin::Bank {
+            accounts: u64::try_from(int("accounts")?)
+                .map_err(|_| bad("accounts out of range".into()))?,
+        },
+        w => return Err(bad(format!("unknown workload {w:?} (tpcb, ycsb or bank)"))),
     };
     b.check()?;
     Ok(Some(b))
@@ -129,6 +138,9 @@ fn read_marker(dir: &Path) -> Result<Option<Builtin>, Error> {
 
 /// The built-in data set `--init` names, with its size.
 fn init_builtin(a: &ServeArgs, name: &str) -> Result<Builtin, Error> {
+    if a.accounts.is_some() && name != "bank" {
+        return Err(Error::Config("--accounts is for --init bank".into()));
+    }
     let b = match name {
         "tpcb" => {
             if a.rows.is_some() {
@@ -146,14 +158,24 @@ fn init_builtin(a: &ServeArgs, name: &str) -> Result<Builtin, Error> {
                 rows: a.rows.unwrap_or(1_000_000),
             }
         }
+        "bank" => {
+            if a.scale.is_some() || a.rows.is_some() {
+                return Err(Error::Config(
+                    "--scale and --rows are for tpcb and ycsb; --init bank takes --accounts".into(),
+                ));
+            }
+            Builtin::Bank {
+                accounts: a.accounts.unwrap_or(1000),
+            }
+        }
         "tpcc" => {
             return Err(Error::Config(
-                "--init tpcc: TPC-C's procedures are not served yet (tpcb or ycsb)".into(),
+                "--init tpcc: TPC-C's procedures are not served yet (tpcb, ycsb or bank)".into(),
             ))
         }
         other => {
             return Err(Error::Config(format!(
-                "--init {other}: the built-in data sets are tpcb and ycsb"
+                "--init {other}: the built-in data sets are tpcb, ycsb and bank"
             )))
         }
     };
@@ -253,9 +275,10 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             b
         }
         None => {
-            if a.scale.is_some() || a.rows.is_some() {
+            if a.scale.is_some() || a.rows.is_some() || a.accounts.is_some() {
                 return Err(Error::Config(
-                    "--scale and --rows size a new data set: they go with --init".into(),
+                    "--scale, --rows and --accounts size a new data set: they go with --init"
+                        .into(),
                 ));
             }
             match read_marker(&dir)? {
@@ -311,6 +334,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
     let size = match builtin {
         Builtin::Tpcb { scale } => format!("tpcb scale {scale}"),
         Builtin::Ycsb { rows } => format!("ycsb {rows} rows"),
+        Builtin::Bank { accounts } => format!("bank {accounts} accounts"),
     };
     let how = if recovered + logged > 0 {
         format!("recovered {recovered} checkpointed rows and {logged} log records")

@@ -9,4 +9,5 @@ mod experiments;
 mod multisite;
 mod placement;
 mod serve;
+mod serve_bank;
 mod tpcc_crash;
