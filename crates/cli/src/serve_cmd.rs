@@ -12,6 +12,8 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -82,6 +84,20 @@ pub struct ServeArgs {
     /// Do not pin executor threads to CPUs.
     #[arg(long)]
     no_pin: bool,
+    /// Serve Prometheus metrics (the figures of SHOW stats and SHOW threads) over
+    /// HTTP at GET /metrics on this address; a port alone means 127.0.0.1:PORT.
+    /// Scrapes need no password. Default: no metrics.
+    #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
+    metrics: Option<SocketAddr>,
+}
+
+/// `--metrics`: an address, or a port on loopback.
+fn metrics_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse()
+        .map_err(|_| format!("{s:?} is neither an address (127.0.0.1:9187) nor a port number"))
 }
 
 /// The file naming the data set a data directory holds.
@@ -307,6 +323,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
         max_message_bytes: a.max_message_bytes,
         idle_timeout: idle,
         password: password(a)?,
+        metrics: a.metrics,
         ..ServerOptions::default()
     };
     if !sopts.listen.ip().is_loopback() && sopts.password.is_none() {
@@ -325,6 +342,9 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
 
     let mut opts = Options::new(spec.clone());
     opts.pin = !a.no_pin;
+    if let Some(dev) = crate::bench_cmd::test_log_device()? {
+        opts.log_device = Some(Arc::new(dev));
+    }
     let t = std::time::Instant::now();
     let db = Deployment::open(opts, builtin.catalog(), |load| builtin.load(load))?;
     let recovered: u64 = db.recovered().iter().map(|r| r.checkpoint_rows).sum();
@@ -341,17 +361,38 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
     } else {
         "loaded".to_string()
     };
+    let metrics = server
+        .metrics_addr()
+        .map_or_else(String::new, |m| format!("; metrics on http://{m}/metrics"));
     println!(
-        "islands serve: ready on {} ({size}; {summary}; durability {}; data {}; {how} in {:.1} s)",
+        "islands serve: ready on {} ({size}; {summary}; durability {}; data {}; {how} in {:.1} s{metrics})",
         server.local_addr(),
         spec.durability,
         dir.display(),
         t.elapsed().as_secs_f64()
     );
     let _ = std::io::stdout().flush();
-    let _ = rx.recv();
+    // Until a signal, or until the deployment fails (a log that died).
+    let failure = loop {
+        match rx.recv_timeout(FAILURE_POLL) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => break None,
+            Err(RecvTimeoutError::Timeout) => {
+                if let Some(cause) = server.failure() {
+                    break Some(cause);
+                }
+            }
+        }
+    };
+    if let Some(cause) = failure {
+        eprintln!("islands serve: stopping: the deployment failed and serves no more calls");
+        // The log's own error, naming the island's log and what failed.
+        return Err(server.shutdown().err().unwrap_or(Error::LogFailed(cause)));
+    }
     eprintln!("islands serve: stopping (finishing calls in flight, then a checkpoint)");
     server.shutdown()?;
     eprintln!("islands serve: stopped");
     Ok(())
 }
+
+/// How often the command looks whether its deployment failed.
+const FAILURE_POLL: Duration = Duration::from_millis(100);

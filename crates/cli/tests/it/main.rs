@@ -10,4 +10,5 @@ mod multisite;
 mod placement;
 mod serve;
 mod serve_bank;
+mod serve_observe;
 mod tpcc_crash;

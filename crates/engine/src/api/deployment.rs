@@ -202,6 +202,10 @@ pub(crate) struct Inner {
     pub(crate) open: AtomicBool,
     /// Why the deployment stopped, if it failed.
     pub(crate) failure: Mutex<Option<String>>,
+    /// Its islands' logs: one that died is the cause of a failure before
+    /// the watcher has recorded it. Weak, so that a client that outlives
+    /// the deployment does not keep a log (and its directory's lock).
+    logs: Vec<std::sync::Weak<crate::wal::Wal>>,
     max_attempts: u32,
     /// Each executor's published commit count (in mailbox order).
     pub(crate) committed: Vec<Arc<ProgressCounter>>,
@@ -210,10 +214,27 @@ pub(crate) struct Inner {
 impl Inner {
     /// The error of a call that the deployment did not answer.
     pub(crate) fn closed_error(&self) -> CallError {
-        match &*self.failure.lock().unwrap_or_else(|p| p.into_inner()) {
-            Some(cause) => CallError::Stopped(cause.clone()),
+        match self.failure() {
+            Some(cause) => CallError::Stopped(cause),
             None => CallError::ShutDown,
         }
+    }
+
+    /// Why the deployment failed, if it did: what the watcher recorded, or
+    /// a log that died (the executors leave at once, dropping the calls
+    /// they held, before the watcher sees it).
+    pub(crate) fn failure(&self) -> Option<String> {
+        let recorded = self
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        recorded.or_else(|| {
+            self.logs.iter().find_map(|w| {
+                let failed = w.upgrade()?.failed()?;
+                Some(Error::from(failed).to_string())
+            })
+        })
     }
 
     /// Each island's executors' published commit counts, summed.
@@ -537,6 +558,10 @@ impl Deployment {
             first,
             open: AtomicBool::new(true),
             failure: Mutex::new(None),
+            logs: islands
+                .iter()
+                .filter_map(|i| i.wal().map(Arc::downgrade))
+                .collect(),
             max_attempts: opts.max_attempts,
             committed: (0..total).map(|_| ProgressCounter::new()).collect(),
         });
@@ -627,6 +652,12 @@ impl Deployment {
     /// and whatever else registers there (a server's thread).
     pub fn threads(&self) -> &ThreadRegistry {
         &self.threads
+    }
+
+    /// Why the deployment stopped serving, if it failed (a log that
+    /// died): every call is then answered [`CallError::Stopped`].
+    pub fn failure(&self) -> Option<String> {
+        self.inner.failure()
     }
 
     /// Stops accepting calls, finishes what is in flight (a call that has
