@@ -606,7 +606,7 @@ impl Handler {
                         secs(t.system),
                         t.utilisation()
                             .map_or(Value::Null, |u| Value::Float((u * 1000.0).round() / 10.0)),
-                        Value::Float(t.alive_for.as_secs_f64()),
+                        Value::Float(t.alive_for.as_millis() as f64 / 1000.0),
                     ]
                 })
                 .collect(),
