@@ -17,7 +17,7 @@
 //! - [`coord`]: two-phase commit: coordinator and participant state machines, presumed abort.
 //! - [`deploy`]: deployments: how many islands, which cores, which sites each holds.
 //! - [`island`]: one island: tables + scheme + log + workers.
-//! - [`dist`]: the executor: the islands of a deployment running in this process, one
+//! - [`executor`]: the executor: the islands of a deployment running in this process, one
 //!   executor per worker thread, remote operations and two-phase commit over messages.
 //! - [`bench`]: the closed-loop driver, statistics, reports.
 //! - [`api`]: the application API: a catalog of stored procedures, a deployment, clients.
@@ -29,8 +29,8 @@ pub mod bench;
 pub mod cc;
 pub mod coord;
 pub mod deploy;
-pub mod dist;
 pub mod error;
+pub mod executor;
 pub mod island;
 pub mod phases;
 pub mod proc;

@@ -17,8 +17,8 @@ use crate::bench::driver::{Both, Outcome, Workload};
 use crate::bench::stats::ProgressCounter;
 use crate::cc::CcKind;
 use crate::deploy::{self, DeploySpec, Plan};
-use crate::dist::run::ClusterWorker;
-use crate::dist::{Cluster, ClusterOptions};
+use crate::executor::run::ClusterWorker;
+use crate::executor::{Cluster, ClusterOptions};
 use crate::island::{Island, IslandConfig, RecoveryReport};
 use crate::proc::rng::FastRng;
 use crate::route::{IslandId, Router};
@@ -660,10 +660,16 @@ impl Deployment {
         let phase = Arc::new(AtomicU8::new(crate::bench::driver::MEASURE));
         let calls = Arc::new(workload(Calls(Arc::clone(&inner))));
         let started = Arc::clone(&inner);
-        let executors =
-            crate::dist::run::serve(&cluster, &cws, calls, &phase, &inner.committed, move |w| {
+        let executors = crate::executor::run::serve(
+            &cluster,
+            &cws,
+            calls,
+            &phase,
+            &inner.committed,
+            move |w| {
                 let _ = started.mailboxes[w].thread.set(std::thread::current());
-            })?;
+            },
+        )?;
         let watcher = {
             let (islands, phase, inner) = (islands.clone(), Arc::clone(&phase), Arc::clone(&inner));
             std::thread::Builder::new()

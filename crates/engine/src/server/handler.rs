@@ -22,7 +22,7 @@ use pgwire::messages::PgWireBackendMessage;
 use super::sql::{self, Arg, Show, Stmt};
 use crate::api::{CallError, Client, Home, ProcDef, Row, Type, Value};
 use crate::deploy::Plan;
-use crate::dist::Cluster;
+use crate::executor::Cluster;
 use crate::island::Island;
 
 /// Counters of one procedure's calls through the server. Only the server's

@@ -22,7 +22,7 @@
 //! order sent. A transport that may deliver a batch twice, or hold one back
 //! while later ones overtake it, must say so with
 //! [`Transport::redelivery_window`]; the engine then keeps the extra state that
-//! makes late copies harmless (see `dist`). A stream transport (Unix socket,
+//! makes late copies harmless (see `executor`). A stream transport (Unix socket,
 //! TCP) that keeps one connection per pair of endpoints and never resends a
 //! batch on another connection meets the default.
 
@@ -61,7 +61,7 @@ pub trait Transport: Send + Sync {
     /// later than `w` after it was sent. The engine then remembers the
     /// transaction branches it finished for longer than `w`, so that a late
     /// copy of a remote operation cannot open a finished branch again (see
-    /// `dist`'s module documentation). A transport that can deliver a copy
+    /// `executor`'s module documentation). A transport that can deliver a copy
     /// arbitrarily late cannot be used.
     fn redelivery_window(&self) -> Option<std::time::Duration> {
         None

@@ -151,7 +151,7 @@
 //! and every new secondary entry of the transaction is in its island's
 //! index, before any branch validates or releases anything; and every
 //! branch has validated before any branch releases anything.** The home's
-//! commit (`dist::Executor::commit_home`) takes the pending locks of its own
+//! commit (`executor::Executor::commit_home`) takes the pending locks of its own
 //! island and adds its own entries (`Txn::add_secondary_entries`), then
 //! runs a LOCK round over the other islands where a row's lock is pending
 //! or a row adds entries (`Txn::lock_round_islands`): the changes to that
@@ -168,7 +168,7 @@
 //! Releases: a read-only branch releases at its prepare (it votes
 //! read-only) when no other branch of the transaction validates a scan or
 //! a miss at its prepare; otherwise it holds its locks until the decision
-//! (PREP with hold, set by `dist::Executor::start_commit`), because the
+//! (PREP with hold, set by `executor::Executor::start_commit`), because the
 //! branches prepare in parallel and a release before another branch's
 //! validation lets a writer slip in between and restore what that scan
 //! saw (a row inserted and deleted again: a cycle). A writing branch
@@ -401,7 +401,7 @@ impl Txn {
     /// Runs a stored procedure to completion on this worker, retrying conflicts
     /// (with back-off) up to `max_retries` times. A convenience for tests,
     /// examples and loaders; everything else runs in the executor loop
-    /// (`dist::run`).
+    /// (`executor::run`).
     pub fn execute<T>(
         &mut self,
         max_retries: u32,
