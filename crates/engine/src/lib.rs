@@ -12,7 +12,8 @@
 //! - [`cc`]: concurrency control, one scheme chosen when the island opens.
 //! - [`txn`]: the transaction handle stored procedures run against.
 //! - [`proc`]: what procedures and their request generators draw on: random numbers, Zipf.
-//! - [`transport`]: how islands exchange messages: batched frames over bounded mailboxes.
+//! - [`transport`]: how islands exchange messages: batched frames over bounded mailboxes,
+//!   and the wire form of remote operations.
 //! - [`wal`]: the island's write-ahead log, group commit, checkpoints, recovery.
 //! - [`coord`]: two-phase commit: coordinator and participant state machines, presumed abort.
 //! - [`deploy`]: deployments: how many islands, which cores, which sites each holds.

@@ -7,11 +7,11 @@
 
 use super::cluster::bump;
 use super::pool::Branch;
-use super::wire::{self, Status};
 use super::{Executor, WORKER_BITS};
 use crate::coord::{self, Action, Gtid, Msg, Timeouts, GTID_SEQ_BITS};
 use crate::phases;
 use crate::route::IslandId;
+use crate::transport::wire::{self, Status};
 use crate::transport::{push_frame, push_frame_with};
 use crate::txn::{Early, LockWait, Txn};
 use crate::{Abort, AbortReason, Error};

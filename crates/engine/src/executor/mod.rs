@@ -78,7 +78,6 @@ pub mod run;
 mod serve;
 #[cfg(test)]
 mod tests;
-pub mod wire;
 
 pub use cluster::{tombstone_us, Cluster, ClusterOptions, ClusterStats};
 pub use home::HomeCommit;

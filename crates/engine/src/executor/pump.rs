@@ -8,11 +8,11 @@ use std::sync::atomic::Ordering;
 
 use super::cluster::bump;
 use super::serve::Engine;
-use super::wire::{self, Frame, Status};
 use super::Executor;
 use crate::coord::{home_of, Action, LogRec, Msg};
 use crate::phases;
 use crate::route::IslandId;
+use crate::transport::wire::{self, Frame, Status};
 use crate::transport::{frames, push_frame_with, Endpoint};
 use crate::wal::BatchSeq;
 use crate::Error;

@@ -7,10 +7,10 @@ use std::sync::atomic::Ordering;
 
 use super::cluster::bump;
 use super::pool::{Branch, Pool};
-use super::wire::{self, Frame, Status};
 use super::Executor;
 use crate::coord::{self, home_of, Action, Gtid, Msg, Vote};
 use crate::phases;
+use crate::transport::wire::{self, Frame, Status};
 use crate::transport::{push_frame_with, Endpoint};
 use crate::txn::Txn;
 use crate::{Abort, Error};

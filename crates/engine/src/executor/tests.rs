@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 
 use super::fault::{Faults, FaultyTransport};
 use super::run::{run_to_completion, ClusterWorker};
-use super::wire::Frame;
 use super::*;
 use crate::bench::driver::Workload;
 use crate::cc::CcKind;
@@ -19,6 +18,7 @@ use crate::route::RangeRouter;
 use crate::route::Router;
 use crate::storage::{Col, ColType, PrimaryKind, TableDef};
 use crate::transport::frames;
+use crate::transport::wire::{self, Frame};
 use crate::txn::Txn;
 use crate::{Abort, Error};
 

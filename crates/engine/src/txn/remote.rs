@@ -3,7 +3,7 @@
 //! A transaction that runs under a distributed executor carries a [`Dist`]:
 //! the deployment's [`Router`] (which island holds a key) and the state of
 //! the one remote request it may have outstanding. An operation on a key of
-//! another island encodes a request (see `executor::wire`) into the transaction,
+//! another island encodes a request (see `transport::wire`) into the transaction,
 //! marks the island as touched and suspends; the executor sends the request
 //! (batched with everything else for that island), keeps running other
 //! transactions, and polls this one again when the reply has arrived. The
@@ -22,9 +22,9 @@ use super::access::{Access, Kind};
 use super::{RowH, Txn, LOCAL, REMOTE_RID};
 use crate::cc::{Held, Observed};
 use crate::coord::IslandSet;
-use crate::executor::wire::{self, Frame, Status};
 use crate::route::{IslandId, Router};
 use crate::storage::{SecondaryId, TableId};
+use crate::transport::wire::{self, Frame, Status};
 use crate::wal::WriteEntry;
 use crate::{Abort, AbortReason, Error};
 
