@@ -191,7 +191,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use crate::cc::{CcKind, TxnMeta, WriteLock};
-use crate::island::Shared;
+use crate::island::{Island, Shared};
 use crate::route::IslandId;
 use crate::storage::{RowCache, RowId, Table, TableId};
 use crate::wal::BatchSeq;
@@ -296,6 +296,25 @@ pub struct Txn {
     /// A prepared branch: the tid its writes will carry, and the log batch
     /// its Prepare record pins (0: none).
     pub(crate) prepared: Option<(u64, BatchSeq)>,
+}
+
+// Defined here rather than in `island`, which then needs nothing of `txn`.
+impl Island {
+    /// A transaction context for one worker thread. At most `workers` exist at once.
+    pub fn worker(&self) -> Result<Txn, Error> {
+        let shared = self.shared();
+        let slot = shared.claim_slot().ok_or_else(|| {
+            Error::Config(format!(
+                "{}: all {} worker handles are in use",
+                shared.cfg.name, shared.cfg.workers
+            ))
+        })?;
+        Ok(Txn::new(
+            Arc::clone(shared),
+            slot as u16,
+            shared.recovered_tid,
+        ))
+    }
 }
 
 impl Txn {
