@@ -22,8 +22,8 @@ use islands::api::{Catalog, Deployment, Options, Partition, ProcDef, Type, Value
 use islands::bench::driver::DriverConfig;
 use islands::bench::progress::DisplayMode;
 use islands::deploy::{self, DeploySpec, Islands};
-use islands::dist::run::{run_cluster, ClusterWorker};
-use islands::dist::{Cluster, ClusterOptions};
+use islands::executor::run::{run_cluster, ClusterWorker};
+use islands::executor::{Cluster, ClusterOptions};
 use islands::island::{Island, IslandConfig};
 use islands::proc::rng::FastRng;
 use islands::route::Router;

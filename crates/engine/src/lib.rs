@@ -12,12 +12,13 @@
 //! - [`cc`]: concurrency control, one scheme chosen when the island opens.
 //! - [`txn`]: the transaction handle stored procedures run against.
 //! - [`proc`]: what procedures and their request generators draw on: random numbers, Zipf.
-//! - [`transport`]: how islands exchange messages: batched frames over bounded mailboxes.
+//! - [`transport`]: how islands exchange messages: batched frames over bounded mailboxes,
+//!   and the wire form of remote operations.
 //! - [`wal`]: the island's write-ahead log, group commit, checkpoints, recovery.
 //! - [`coord`]: two-phase commit: coordinator and participant state machines, presumed abort.
 //! - [`deploy`]: deployments: how many islands, which cores, which sites each holds.
 //! - [`island`]: one island: tables + scheme + log + workers.
-//! - [`dist`]: the executor: the islands of a deployment running in this process, one
+//! - [`executor`]: the executor: the islands of a deployment running in this process, one
 //!   executor per worker thread, remote operations and two-phase commit over messages.
 //! - [`bench`]: the closed-loop driver, statistics, reports.
 //! - [`threads`]: the threads a deployment runs, with their CPUs and CPU time.
@@ -30,8 +31,8 @@ pub mod bench;
 pub mod cc;
 pub mod coord;
 pub mod deploy;
-pub mod dist;
 pub mod error;
+pub mod executor;
 pub mod island;
 pub mod phases;
 pub mod proc;

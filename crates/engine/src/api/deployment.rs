@@ -17,8 +17,8 @@ use crate::bench::driver::{Both, Outcome, Workload};
 use crate::bench::stats::ProgressCounter;
 use crate::cc::CcKind;
 use crate::deploy::{self, DeploySpec, Plan};
-use crate::dist::run::ClusterWorker;
-use crate::dist::{Cluster, ClusterOptions};
+use crate::executor::run::ClusterWorker;
+use crate::executor::{Cluster, ClusterOptions};
 use crate::island::{Island, IslandConfig, RecoveryReport};
 use crate::proc::rng::FastRng;
 use crate::route::{IslandId, Router};
@@ -691,7 +691,7 @@ impl Deployment {
         let (started, registry) = (Arc::clone(&inner), threads.clone());
         let island_of: Vec<u32> = cws.iter().map(|c| c.island as u32).collect();
         let executors =
-            crate::dist::run::serve(&cluster, &cws, calls, &phase, &inner.committed, move |w| {
+            crate::executor::run::serve(&cluster, &cws, calls, &phase, &inner.committed, move |w| {
                 let _ = started.mailboxes[w].thread.set(std::thread::current());
                 registry.enter(Role::Executor, Some(island_of[w]))
             })?;

@@ -1,13 +1,13 @@
 //! The benchmark driver: runs a [`Workload`] for a warm-up and a measured
 //! phase and reports what the measured phase did.
 //!
-//! The workers are executors of a [`crate::dist::Cluster`] and run its one
-//! loop ([`crate::dist::run`]): each generates its own requests on its own
+//! The workers are executors of a [`crate::executor::Cluster`] and run its one
+//! loop ([`crate::executor::run`]): each generates its own requests on its own
 //! thread, runs them, retries what aborts on a conflict, and acknowledges a
 //! commit once its log batch is durable (`sync`), keeping at most `inflight`
 //! commits waiting. [`run`] and [`run_islands`] run islands whose
-//! transactions never cross ([`crate::dist::Cluster::local`]);
-//! [`crate::dist::run::run_cluster`] runs a cluster that routes keys across
+//! transactions never cross ([`crate::executor::Cluster::local`]);
+//! [`crate::executor::run::run_cluster`] runs a cluster that routes keys across
 //! islands. After the warm-up the statistics are reset and the measured
 //! phase runs for a fixed time.
 //!
@@ -28,8 +28,8 @@ use super::cpu::CpuTime;
 use super::progress::{DisplayMode, ProgressDisplay};
 use super::report::{LogReport, Machine, Report, RunInfo};
 use super::stats::{ProgressCounter, TxnTypes, WorkerStats};
-use crate::dist::run::{run_cluster, ClusterWorker};
-use crate::dist::{Cluster, ClusterOptions};
+use crate::executor::run::{run_cluster, ClusterWorker};
+use crate::executor::{Cluster, ClusterOptions};
 use crate::island::Island;
 
 use crate::proc::rng::FastRng;

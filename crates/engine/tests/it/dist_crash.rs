@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use islands::bench::driver::Workload;
 use islands::cc::CcKind;
-use islands::dist::run::{run_to_completion, ClusterWorker};
-use islands::dist::{Cluster, ClusterOptions};
+use islands::executor::run::{run_to_completion, ClusterWorker};
+use islands::executor::{Cluster, ClusterOptions};
 use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
 use islands::proc::rng::FastRng;
 use islands::route::Router;
