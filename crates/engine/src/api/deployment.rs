@@ -1,6 +1,6 @@
 //! Opening, serving and shutting down a deployment.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -11,6 +11,7 @@ use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 
 use super::catalog::{Catalog, Home, Partition, ProcDef, SiteOf};
+use super::client::CancelFlag;
 use super::value::{Args, Row, Value};
 use super::CallError;
 use crate::bench::driver::{Both, Outcome, Workload};
@@ -244,6 +245,7 @@ pub(crate) struct Call {
     pub(crate) proc: u32,
     pub(crate) args: Vec<Value>,
     pub(crate) reply: oneshot::Sender<Result<Vec<Row>, CallError>>,
+    pub(crate) cancel: Option<CancelFlag>,
 }
 
 /// One executor's queue of calls, and how a caller wakes it.
@@ -339,7 +341,22 @@ pub(crate) struct CallReq {
     args: Args,
     out: RefCell<Vec<Row>>,
     reply: Option<oneshot::Sender<Result<Vec<Row>, CallError>>>,
+    cancel: Option<CancelFlag>,
+    /// Its last attempt was rolled back for its [`CancelFlag`].
+    canceled: Cell<bool>,
 }
+
+impl CallReq {
+    /// Whether the call was canceled; if so, it ends as canceled.
+    fn cancel_now(&self) -> bool {
+        let c = self.cancel.as_ref().is_some_and(CancelFlag::is_canceled);
+        self.canceled.set(c);
+        c
+    }
+}
+
+/// The abort of a canceled call (its outcome says [`CallError::Canceled`]).
+const CANCELED: &str = "canceled";
 
 /// The executors' workload: calls from their mailboxes.
 struct Calls(Arc<Inner>);
@@ -367,6 +384,8 @@ impl Workload for Calls {
         req.proc = call.proc;
         req.args = Args(call.args);
         req.reply = Some(call.reply);
+        req.cancel = call.cancel;
+        req.canceled.set(false);
         Some(0)
     }
 
@@ -375,11 +394,20 @@ impl Workload for Calls {
     #[allow(clippy::await_holding_refcell_ref)]
     async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a CallReq) -> Result<(), Abort> {
         let def = &self.0.catalog.procs[req.proc as usize];
+        if req.cancel_now() {
+            return Err(Abort::User(CANCELED));
+        }
         let mut out = req.out.borrow_mut();
         out.clear();
         (def.body)(tx, &req.args, &mut out).await?;
-        def.check_rows(&out)
-            .map_err(|why| Abort::Failed(Error::Config(format!("procedure {}: {why}", def.name))))
+        def.check_rows(&out).map_err(|why| {
+            Abort::Failed(Error::Config(format!("procedure {}: {why}", def.name)))
+        })?;
+        // The last moment a cancel takes effect: what follows is the commit.
+        if req.cancel_now() {
+            return Err(Abort::User(CANCELED));
+        }
+        Ok(())
     }
 
     fn finished(&self, _: usize, req: &mut CallReq, outcome: Outcome) {
@@ -389,6 +417,9 @@ impl Workload for Calls {
         let procedure = || self.0.catalog.procs[req.proc as usize].name.clone();
         let r = match outcome {
             Outcome::Committed => Ok(std::mem::take(&mut *req.out.borrow_mut())),
+            Outcome::UserAbort(_) if req.canceled.get() => Err(CallError::Canceled {
+                procedure: procedure(),
+            }),
             Outcome::UserAbort(why) => Err(CallError::Rollback {
                 procedure: procedure(),
                 why: why.to_string(),
@@ -408,6 +439,7 @@ impl Workload for Calls {
             }),
         };
         req.args.0.clear();
+        req.cancel = None;
         // A caller that stopped waiting does not want the answer.
         let _ = reply.send(r);
     }

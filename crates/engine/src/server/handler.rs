@@ -82,6 +82,7 @@ fn call_error(e: CallError) -> PgWireError {
         CallError::BadArguments { .. } => ("42804", false),
         CallError::Rollback { .. } => ("P0001", false),
         CallError::Serialization { .. } => ("40001", false),
+        CallError::Canceled { .. } => ("57014", false),
         CallError::Panicked { .. } | CallError::Failed { .. } => ("XX000", false),
         CallError::ShutDown => ("57P01", true),
         CallError::Stopped(_) => ("58030", true),
@@ -90,6 +91,9 @@ fn call_error(e: CallError) -> PgWireError {
         // A user abort's message is the procedure's own words.
         CallError::Rollback { why, .. } => why,
         CallError::ShutDown => "terminating connection: the server is shutting down".into(),
+        CallError::Canceled { procedure } => {
+            format!("canceling statement due to user request: {procedure} was rolled back")
+        }
         e => e.to_string(),
     };
     if fatal {
