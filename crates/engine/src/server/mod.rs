@@ -35,7 +35,7 @@ use std::net::{SocketAddr, TcpListener as StdListener};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -378,21 +378,25 @@ struct Conn {
 
 type Socket = Framed<Limited, PgWireMessageServerCodec<Arc<handler::Prepared>>>;
 
-/// Sends a FATAL error; the caller closes the connection.
+/// How long a FATAL error may wait for a client that does not read.
+const FATAL_WAIT: Duration = Duration::from_secs(1);
+
+/// Sends a FATAL error and closes the connection (a client that does not
+/// read gets [`FATAL_WAIT`], then is dropped).
 async fn send_fatal(socket: &mut Socket, info: ErrorInfo) {
-    let _ = socket
-        .send(PgWireBackendMessage::ErrorResponse(info.into()))
-        .await;
-    let _ = socket.close().await;
+    let _ = tokio::time::timeout(FATAL_WAIT, async {
+        let _ = socket
+            .send(PgWireBackendMessage::ErrorResponse(info.into()))
+            .await;
+        let _ = socket.close().await;
+    })
+    .await;
 }
 
 impl Conn {
     async fn run<A: StartupHandler>(mut self, tcp: TcpStream, peer: SocketAddr, auth: Arc<A>) {
         let _ = tcp.set_nodelay(true);
-        let limited = Limited {
-            io: tcp,
-            limit: FrameLimit::new(self.opts.max_message_bytes),
-        };
+        let limited = Limited::new(tcp, self.opts.max_message_bytes);
         let mut socket: Socket = Framed::new(
             limited,
             PgWireMessageServerCodec::new(DefaultClient::new(peer, false)),
@@ -514,8 +518,9 @@ impl Conn {
             );
             // A message whose answer cannot be written for the idle timeout
             // (a client that stopped reading: the answers wait in a buffer
-            // of a few KiB, then in the socket's) closes the connection; a
-            // call in flight still finishes in the deployment.
+            // of `OUT_BATCH` bytes and one answer, then in the socket's)
+            // closes the connection; a call in flight still finishes in the
+            // deployment.
             let done = match idle {
                 Some(t) => tokio::time::timeout(t, work).await.ok(),
                 None => Some(work.await),
@@ -604,10 +609,46 @@ impl FrameLimit {
     }
 }
 
-/// A TCP stream whose reads go through a [`FrameLimit`].
+/// A TCP stream whose reads go through a [`FrameLimit`], and whose writes
+/// wait in a buffer until the connection next waits for input: the answers
+/// to every message the client sent together (pgbench's Bind, Execute and
+/// Sync; a pipeline of calls) leave in one `send`, not one per flush the
+/// protocol handlers ask for. The buffer is sent on its own once it holds
+/// [`OUT_BATCH`] bytes, and before the stream shuts down.
 struct Limited {
     io: TcpStream,
     limit: FrameLimit,
+    out: Vec<u8>,
+    /// Bytes of `out` already sent.
+    sent: usize,
+}
+
+/// Buffered answer bytes past which a write sends them at once.
+const OUT_BATCH: usize = 16 * 1024;
+
+impl Limited {
+    fn new(io: TcpStream, max_message_bytes: usize) -> Limited {
+        Limited {
+            io,
+            limit: FrameLimit::new(max_message_bytes),
+            out: Vec::with_capacity(1024),
+            sent: 0,
+        }
+    }
+
+    /// Sends what is buffered; pending while the socket is full.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.sent < self.out.len() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.out[self.sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        self.out.clear();
+        self.sent = 0;
+        Poll::Ready(Ok(()))
+    }
 }
 
 impl AsyncRead for Limited {
@@ -620,6 +661,8 @@ impl AsyncRead for Limited {
         if let Some(len) = this.limit.too_large {
             return Poll::Ready(Err(too_large(len)));
         }
+        // The client waits for these answers before it sends more.
+        ready!(this.poll_send(cx))?;
         let before = buf.filled().len();
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
@@ -650,15 +693,24 @@ impl AsyncWrite for Limited {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        if this.out.len() >= OUT_BATCH {
+            ready!(this.poll_send(cx))?;
+        }
+        this.out.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    /// Deferred: what is buffered goes when the connection next reads
+    /// (a client that asks for a flush then waits, so that is at once).
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        let this = self.get_mut();
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.io).poll_shutdown(cx)
     }
 }
 
