@@ -270,8 +270,16 @@ impl Mailbox {
 }
 
 /// Idle rounds before an executor parks (a round without work takes well
-/// under a microsecond, or a `yield`): short bursts keep it spinning.
+/// under a microsecond, or a `yield`) when its peers may message it: a
+/// parked executor reads their messages only when it wakes, so short
+/// bursts keep it spinning.
 const PARK_AFTER: u32 = 20_000;
+/// The same on one island, where no peer messages an executor and only a
+/// caller's push (which unparks it) brings work: a few dozen rounds, tens
+/// of microseconds. An executor that spins longer between calls takes its
+/// core from the callers (the server's threads, the clients) when they
+/// share the cores, as they do on a small machine.
+const PARK_SOON: u32 = 64;
 /// How long a parked executor sleeps before it looks at its peers'
 /// messages again (a caller's push wakes it at once).
 const PARK_FOR: Duration = Duration::from_millis(1);
@@ -288,6 +296,8 @@ pub(crate) struct Inner {
     /// Why the deployment stopped, if it failed.
     pub(crate) failure: Mutex<Option<String>>,
     max_attempts: u32,
+    /// Idle rounds before an executor parks ([`PARK_AFTER`], [`PARK_SOON`]).
+    park_after: u32,
     /// Each executor's published commit count (in mailbox order).
     pub(crate) committed: Vec<Arc<ProgressCounter>>,
 }
@@ -454,7 +464,7 @@ impl Workload for Calls {
 
     fn idle(&self, worker: usize) {
         let mb = &self.0.mailboxes[worker];
-        if mb.idle.fetch_add(1, Ordering::Relaxed) < PARK_AFTER {
+        if mb.idle.fetch_add(1, Ordering::Relaxed) < self.0.park_after {
             return;
         }
         mb.sleeping.store(true, Ordering::SeqCst);
@@ -676,6 +686,7 @@ impl Deployment {
             open: AtomicBool::new(true),
             failure: Mutex::new(None),
             max_attempts: opts.max_attempts,
+            park_after: if n == 1 { PARK_SOON } else { PARK_AFTER },
             committed: (0..total).map(|_| ProgressCounter::new()).collect(),
         });
         let mut cws = Vec::with_capacity(total);
