@@ -40,6 +40,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use crossbeam_utils::CachePadded;
 use futures::{SinkExt, StreamExt};
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
@@ -54,11 +55,13 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage, SslNegotiati
 use pgwire::tokio::server::{process_error, process_message, PgWireMessageServerCodec};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::codec::Framed;
 
-use self::handler::{fatal_info, Extended, Handler, Parser, ProcCounters, Shared};
-use crate::api::Deployment;
+use self::handler::{fatal_info, CancelKey, Extended, Handler, Parser, ProcCounters, Shared};
+use crate::api::{CancelFlag, Deployment};
+use crate::deploy::Plan;
+use crate::topology::CpuSet;
 use crate::Error;
 
 /// How the server listens and what it allows.
@@ -82,6 +85,14 @@ pub struct ServerOptions {
     /// On shutdown, how long connections may take to finish what they are
     /// doing before they are dropped.
     pub shutdown_grace: Duration,
+    /// Server threads, each with its own connections; `None`: one per four
+    /// cores of the deployment ([`default_threads`]).
+    pub threads: Option<usize>,
+    /// CPUs the server threads are pinned to, thread `i` to the `i`-th
+    /// (wrapping around); `None`: not pinned. A deployment's plan places
+    /// its executors and gives the server no CPU of its own, so by default
+    /// the system's scheduler places the server threads.
+    pub cpus: Option<CpuSet>,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -93,6 +104,8 @@ impl std::fmt::Debug for ServerOptions {
             .field("idle_timeout", &self.idle_timeout)
             .field("password", &self.password.as_ref().map(|_| "<set>"))
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("threads", &self.threads)
+            .field("cpus", &self.cpus)
             .finish()
     }
 }
@@ -109,8 +122,22 @@ impl Default for ServerOptions {
             idle_timeout: Some(Duration::from_secs(3600)),
             password: None,
             shutdown_grace: Duration::from_secs(10),
+            threads: None,
+            cpus: None,
         }
     }
+}
+
+/// The most server threads a server runs.
+pub const MAX_THREADS: usize = 256;
+
+/// The server threads for a deployment of `plan` when none are asked for:
+/// one per four of its cores (one on up to four cores). A call costs the
+/// server a few system calls, several times what a short transaction costs
+/// its executor, and each server thread serves thousands of connections.
+pub fn default_threads(plan: &Plan) -> usize {
+    let cores: usize = plan.islands().iter().map(|i| i.cores).sum();
+    cores.div_ceil(4).clamp(1, MAX_THREADS)
 }
 
 /// A running server. [`Server::shutdown`] (or dropping it) stops it and
@@ -119,7 +146,7 @@ pub struct Server {
     addr: SocketAddr,
     deployment: Option<Deployment>,
     stop: watch::Sender<bool>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
 }
 
@@ -177,10 +204,31 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
     let addr = listener
         .local_addr()
         .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", opts.listen)))?;
+    let threads = opts
+        .threads
+        .unwrap_or_else(|| default_threads(deployment.plan()));
+    if !(1..=MAX_THREADS).contains(&threads) {
+        return Err(Error::Config(format!(
+            "{threads} server threads: a server runs 1 to {MAX_THREADS}"
+        )));
+    }
+    if let Some(cpus) = &opts.cpus {
+        if cpus.is_empty() {
+            return Err(Error::Config("the server's CPU list is empty".into()));
+        }
+        let allowed = crate::topology::allowed_cpus();
+        if let Some(c) = cpus.iter().find(|&c| !allowed.contains(&(c as usize))) {
+            return Err(Error::Config(format!(
+                "the server's CPU {c} is not one this process may run on"
+            )));
+        }
+    }
     let procs = deployment.catalog().procedures().to_vec();
     let shared = Arc::new(Shared {
         client: deployment.client(),
-        counters: procs.iter().map(|_| ProcCounters::default()).collect(),
+        counters: (0..threads * procs.len())
+            .map(|_| CachePadded::new(ProcCounters::default()))
+            .collect(),
         procs,
         plan: deployment.plan().clone(),
         islands: deployment.islands().to_vec(),
@@ -188,26 +236,56 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
         open: AtomicU64::new(0),
         accepted: AtomicU64::new(0),
         refused: AtomicU64::new(0),
+        per_thread: (0..threads)
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
+            .collect(),
+        cancels: Default::default(),
     });
     let (stop, stop_rx) = watch::channel(false);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Config(format!("cannot start the server's runtime: {e}")))?;
-    let thread = {
-        let shared = Arc::clone(&shared);
-        std::thread::Builder::new()
-            .name("islands-server".into())
+    let opts = Arc::new(opts);
+    let auth = Auth::new(&opts);
+    let (inboxes, rxs): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::unbounded_channel()).unzip();
+    // Thread 0 also accepts, and hands each connection to a thread.
+    let mut acceptor = Some(Acceptor {
+        listener,
+        inboxes,
+        shared: Arc::clone(&shared),
+        opts: Arc::clone(&opts),
+        stop: stop_rx.clone(),
+    });
+    let mut spawned = Vec::with_capacity(threads);
+    for (i, rx) in rxs.into_iter().enumerate() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Config(format!("cannot start a server runtime: {e}")))?;
+        let thread = Thread {
+            index: i,
+            shared: Arc::clone(&shared),
+            opts: Arc::clone(&opts),
+            auth: auth.clone(),
+            stop: stop_rx.clone(),
+        };
+        let cpu = opts.cpus.as_ref().map(|c| c.ids()[i % c.len()] as usize);
+        let acceptor = acceptor.take();
+        let handle = std::thread::Builder::new()
+            .name(format!("islands-server-{i}"))
             .spawn(move || {
-                runtime.block_on(accept_loop(listener, shared, opts, stop_rx));
+                if let Some(cpu) = cpu {
+                    if let Err(e) = crate::topology::pin_to(cpu) {
+                        eprintln!("islands server: {e}");
+                    }
+                }
+                runtime.block_on(thread.run(rx, acceptor));
             })
-            .map_err(|e| Error::Config(format!("cannot start the server thread: {e}")))?
-    };
+            .map_err(|e| Error::Config(format!("cannot start a server thread: {e}")))?;
+        spawned.push(handle);
+    }
     Ok(Server {
         addr,
         deployment: Some(deployment),
         stop,
-        thread: Some(thread),
+        threads: spawned,
         shared,
     })
 }
@@ -223,6 +301,16 @@ impl Server {
         self.shared.open.load(Ordering::Relaxed)
     }
 
+    /// Connections each server thread serves now (refused ones included
+    /// until they close).
+    pub fn connections_per_thread(&self) -> Vec<u64> {
+        self.shared
+            .per_thread
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect()
+    }
+
     /// Stops accepting; lets each connection finish the message it is
     /// processing (calls in flight are answered), answers its next one
     /// with `57P01` and closes it (waiting at most the shutdown grace);
@@ -234,9 +322,12 @@ impl Server {
 
     fn stop_all(&mut self) -> Result<(), Error> {
         let _ = self.stop.send(true);
-        if let Some(t) = self.thread.take() {
-            t.join()
-                .map_err(|_| Error::Config("the server thread panicked".into()))?;
+        let mut panicked = false;
+        for t in self.threads.drain(..) {
+            panicked |= t.join().is_err();
+        }
+        if panicked {
+            return Err(Error::Config("a server thread panicked".into()));
         }
         let Some(deployment) = self.deployment.take() else {
             return Ok(());
@@ -263,107 +354,222 @@ impl Drop for Server {
     }
 }
 
-/// Accepts connections until told to stop, then waits (at most the grace)
-/// for the open ones to close.
-async fn accept_loop(
-    listener: StdListener,
-    shared: Arc<Shared>,
-    opts: ServerOptions,
-    mut stop: watch::Receiver<bool>,
-) {
-    let listener = match tokio::net::TcpListener::from_std(listener) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("islands server: cannot listen: {e}");
-            return;
+/// How clients log in: every server thread shares one handler, so the
+/// process ids it gives connections (their cancel keys) are unique.
+#[derive(Clone)]
+enum Auth {
+    None(Arc<NoAuth>),
+    Scram(Arc<SASLAuthStartupHandler<DefaultServerParameterProvider>>),
+}
+
+impl Auth {
+    fn new(opts: &ServerOptions) -> Auth {
+        match &opts.password {
+            None => Auth::None(Arc::new(NoAuth)),
+            Some(pw) => {
+                let salt: Vec<u8> = (0..16).map(|_| rand::random::<u8>()).collect();
+                let salted = gen_salted_password(pw, &salt, SCRAM_ITERATIONS);
+                let mut auth = ScramAuth::new(Arc::new(OnePassword { salt, salted }));
+                auth.set_iterations(SCRAM_ITERATIONS);
+                Auth::Scram(Arc::new(
+                    SASLAuthStartupHandler::new(
+                        Arc::new(DefaultServerParameterProvider::default()),
+                    )
+                    .with_scram(auth),
+                ))
+            }
         }
-    };
-    let opts = Arc::new(opts);
-    let handler = Arc::new(Handler {
-        shared: Arc::clone(&shared),
-    });
-    let extended = Arc::new(Extended {
-        handler: Arc::clone(&handler),
-        parser: Arc::new(Parser {
-            shared: Arc::clone(&shared),
-        }),
-    });
-    let scram = opts.password.as_ref().map(|pw| {
-        let salt: Vec<u8> = (0..16).map(|_| rand::random::<u8>()).collect();
-        let salted = gen_salted_password(pw, &salt, SCRAM_ITERATIONS);
-        let mut auth = ScramAuth::new(Arc::new(OnePassword { salt, salted }));
-        auth.set_iterations(SCRAM_ITERATIONS);
-        Arc::new(
-            SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default()))
-                .with_scram(auth),
-        )
-    });
-    let noauth = Arc::new(NoAuth);
-    let mut tasks = tokio::task::JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            _ = stop.changed() => break,
-            a = listener.accept() => a,
-            // Reap finished connections as they go.
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
-        };
-        let (tcp, peer) = match accepted {
-            Ok(a) => a,
-            // Out of file descriptors and the like: back off, go on.
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let refuse = if shared.open.load(Ordering::Relaxed) >= opts.max_connections as u64 {
-            shared.refused.fetch_add(1, Ordering::Relaxed);
-            Some(fatal_info(
-                "53300",
-                format!(
-                    "sorry, too many clients already: this server serves at most {} connections",
-                    opts.max_connections
-                ),
-            ))
-        } else {
-            shared.open.fetch_add(1, Ordering::Relaxed);
-            shared.accepted.fetch_add(1, Ordering::Relaxed);
-            None
-        };
-        let counted = refuse.is_none();
-        let conn = Conn {
-            opts: Arc::clone(&opts),
-            handler: Arc::clone(&handler),
-            extended: Arc::clone(&extended),
-            stop: stop.clone(),
-            refuse,
-        };
-        let shared = Arc::clone(&shared);
-        match &scram {
-            Some(a) => {
-                let a = Arc::clone(a);
-                tasks.spawn(async move {
-                    conn.run(tcp, peer, a).await;
-                    if counted {
-                        shared.open.fetch_sub(1, Ordering::Relaxed);
-                    }
-                })
-            }
-            None => {
-                let a = Arc::clone(&noauth);
-                tasks.spawn(async move {
-                    conn.run(tcp, peer, a).await;
-                    if counted {
-                        shared.open.fetch_sub(1, Ordering::Relaxed);
-                    }
-                })
-            }
-        };
     }
-    drop(listener);
-    let grace = opts.shutdown_grace;
-    let _ = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
-    tasks.abort_all();
+}
+
+/// A connection handed to a server thread: its socket, its peer, and
+/// whether it is refused (too many connections) or counted as open.
+struct Handoff {
+    tcp: std::net::TcpStream,
+    peer: SocketAddr,
+    refuse: Option<ErrorInfo>,
+}
+
+/// Accepts connections (on server thread 0) and hands each to the server
+/// thread with the fewest open connections, the lowest index on a tie.
+/// One acceptor keeps the connection limit in one place and the threads'
+/// loads even whichever way connections come and go; `SO_REUSEPORT`
+/// listeners would leave the spread to the kernel's hash of the client's
+/// address, and drop the connections queued on a listener that closes.
+struct Acceptor {
+    listener: StdListener,
+    inboxes: Vec<mpsc::UnboundedSender<Handoff>>,
+    shared: Arc<Shared>,
+    opts: Arc<ServerOptions>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Acceptor {
+    /// Accepts until told to stop; then closes the listener.
+    async fn run(mut self) {
+        let listener = match tokio::net::TcpListener::from_std(self.listener) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("islands server: cannot listen: {e}");
+                return;
+            }
+        };
+        let shared = &*self.shared;
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                _ = self.stop.changed() => break,
+                a = listener.accept() => a,
+            };
+            let (tcp, peer) = match accepted {
+                Ok(a) => a,
+                // Out of file descriptors and the like: back off, go on.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let refuse = if shared.open.load(Ordering::Relaxed) >= self.opts.max_connections as u64
+            {
+                shared.refused.fetch_add(1, Ordering::Relaxed);
+                Some(fatal_info(
+                    "53300",
+                    format!(
+                        "sorry, too many clients already: this server serves at most {} connections",
+                        self.opts.max_connections
+                    ),
+                ))
+            } else {
+                shared.open.fetch_add(1, Ordering::Relaxed);
+                shared.accepted.fetch_add(1, Ordering::Relaxed);
+                None
+            };
+            let Ok(tcp) = tcp.into_std() else {
+                if refuse.is_none() {
+                    shared.open.fetch_sub(1, Ordering::Relaxed);
+                }
+                continue;
+            };
+            let to = (0..self.inboxes.len())
+                .min_by_key(|&t| shared.per_thread[t].load(Ordering::Relaxed))
+                .unwrap_or(0);
+            shared.per_thread[to].fetch_add(1, Ordering::Relaxed);
+            let counted = refuse.is_none();
+            if self.inboxes[to]
+                .send(Handoff { tcp, peer, refuse })
+                .is_err()
+            {
+                // That thread has stopped: the server is stopping.
+                shared.per_thread[to].fetch_sub(1, Ordering::Relaxed);
+                if counted {
+                    shared.open.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// One server thread: a current-thread runtime serving the connections
+/// handed to it.
+struct Thread {
+    index: usize,
+    shared: Arc<Shared>,
+    opts: Arc<ServerOptions>,
+    auth: Auth,
+    stop: watch::Receiver<bool>,
+}
+
+impl Thread {
+    /// Serves connections as they come until told to stop, then waits (at
+    /// most the grace) for its open ones to close. Thread 0 accepts too.
+    async fn run(
+        mut self,
+        mut inbox: mpsc::UnboundedReceiver<Handoff>,
+        acceptor: Option<Acceptor>,
+    ) {
+        let accepting = acceptor.map(|a| tokio::spawn(a.run()));
+        let parser = Arc::new(Parser {
+            shared: Arc::clone(&self.shared),
+        });
+        let mut tasks = tokio::task::JoinSet::new();
+        loop {
+            let handoff = tokio::select! {
+                biased;
+                _ = self.stop.changed() => break,
+                h = inbox.recv() => match h {
+                    Some(h) => h,
+                    None => break,
+                },
+                // Reap finished connections as they go.
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+            };
+            let Handoff { tcp, peer, refuse } = handoff;
+            let open = Open {
+                shared: Arc::clone(&self.shared),
+                thread: self.index,
+                counted: refuse.is_none(),
+            };
+            let Ok(tcp) = TcpStream::from_std(tcp) else {
+                continue;
+            };
+            let handler = Arc::new(Handler {
+                shared: Arc::clone(&self.shared),
+                thread: self.index,
+                cancel: CancelFlag::new(),
+            });
+            let conn = Conn {
+                opts: Arc::clone(&self.opts),
+                extended: Arc::new(Extended {
+                    handler: Arc::clone(&handler),
+                    parser: Arc::clone(&parser),
+                }),
+                handler,
+                stop: self.stop.clone(),
+                refuse,
+            };
+            match &self.auth {
+                Auth::Scram(a) => {
+                    let a = Arc::clone(a);
+                    tasks.spawn(async move {
+                        conn.run(tcp, peer, a).await;
+                        drop(open);
+                    })
+                }
+                Auth::None(a) => {
+                    let a = Arc::clone(a);
+                    tasks.spawn(async move {
+                        conn.run(tcp, peer, a).await;
+                        drop(open);
+                    })
+                }
+            };
+        }
+        drop(inbox);
+        if let Some(a) = accepting {
+            let _ = a.await;
+        }
+        let grace = self.opts.shutdown_grace;
+        let _ =
+            tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+        tasks.abort_all();
+    }
+}
+
+/// A connection counted open on its thread (and in all, unless refused)
+/// until this drops: when it ends, or is dropped at the end of the grace.
+struct Open {
+    shared: Arc<Shared>,
+    thread: usize,
+    counted: bool,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.shared.per_thread[self.thread].fetch_sub(1, Ordering::Relaxed);
+        if self.counted {
+            self.shared.open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// One connection's settings and handlers.
@@ -402,6 +608,7 @@ impl Conn {
             PgWireMessageServerCodec::new(DefaultClient::new(peer, false)),
         );
         let noop = Arc::new(NoopHandler);
+        let mut cancel_key = None;
         loop {
             if *self.stop.borrow() {
                 send_fatal(
@@ -495,8 +702,12 @@ impl Conn {
                 }
             }
             match &msg {
-                PgWireFrontendMessage::Terminate(_) | PgWireFrontendMessage::CancelRequest(_) => {
-                    return
+                PgWireFrontendMessage::Terminate(_) => return,
+                // On a connection of its own, answered with nothing (a
+                // wrong key, as PostgreSQL does, also with nothing).
+                PgWireFrontendMessage::CancelRequest(req) => {
+                    self.handler.shared.cancel(req.pid, &req.secret_key);
+                    return;
                 }
                 PgWireFrontendMessage::Startup(_) => {
                     if let Some(info) = self.refuse.take() {
@@ -533,6 +744,18 @@ impl Conn {
                 if process_error(&mut socket, e, extended).await.is_err() || fatal {
                     return;
                 }
+            }
+            // Logged in: its key (sent in BackendKeyData) now cancels its calls.
+            if cancel_key.is_none()
+                && matches!(socket.state(), PgWireConnectionState::ReadyForQuery)
+            {
+                let (pid, key) = socket.pid_and_secret_key();
+                cancel_key = Some(CancelKey::register(
+                    &self.handler.shared,
+                    pid,
+                    key,
+                    &self.handler.cancel,
+                ));
             }
         }
     }
