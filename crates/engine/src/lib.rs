@@ -20,6 +20,7 @@
 //! - [`dist`]: the executor: the islands of a deployment running in this process, one
 //!   executor per worker thread, remote operations and two-phase commit over messages.
 //! - [`bench`]: the closed-loop driver, statistics, reports.
+//! - [`threads`]: the threads a deployment runs, with their CPUs and CPU time.
 //! - [`api`]: the application API: a catalog of stored procedures, a deployment, clients.
 //! - `server` (cargo feature `server`, on by default): a deployment served over the
 //!   PostgreSQL wire protocol.
@@ -38,6 +39,7 @@ pub mod route;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod storage;
+pub mod threads;
 pub mod topology;
 pub mod transport;
 pub mod txn;

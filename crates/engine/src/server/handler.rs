@@ -22,6 +22,7 @@ use pgwire::messages::data::DataRow;
 use pgwire::messages::startup::SecretKey;
 use pgwire::messages::PgWireBackendMessage;
 
+use super::metrics::Figures;
 use super::sql::{self, Arg, Show, Stmt};
 use parking_lot::Mutex;
 
@@ -29,15 +30,16 @@ use crate::api::{CallError, CancelFlag, Client, Home, ProcDef, Row, Type, Value}
 use crate::deploy::Plan;
 use crate::dist::Cluster;
 use crate::island::Island;
+use crate::threads::ThreadRegistry;
 
 /// Counters of one procedure's calls through one server thread: only that
 /// thread writes them.
 #[derive(Default)]
 pub(crate) struct ProcCounters {
-    committed: AtomicU64,
-    serialization: AtomicU64,
-    rollbacks: AtomicU64,
-    errors: AtomicU64,
+    pub(crate) committed: AtomicU64,
+    pub(crate) serialization: AtomicU64,
+    pub(crate) rollbacks: AtomicU64,
+    pub(crate) errors: AtomicU64,
 }
 
 /// What the handlers read: the deployment's client and what `SHOW` reports.
@@ -49,6 +51,8 @@ pub(crate) struct Shared {
     pub(crate) cluster: Arc<Cluster>,
     /// Server thread `t`'s counters of procedure `i` at `t * procs + i`.
     pub(crate) counters: Vec<CachePadded<ProcCounters>>,
+    /// The deployment's threads, the server's own among them.
+    pub(crate) threads: ThreadRegistry,
     /// Connections open now, accepted in all, refused (too many).
     pub(crate) open: AtomicU64,
     pub(crate) accepted: AtomicU64,
@@ -218,6 +222,10 @@ fn int(s: &str) -> (String, PgType) {
     (s.to_string(), PgType::INT8)
 }
 
+fn float(s: &str) -> (String, PgType) {
+    (s.to_string(), PgType::FLOAT8)
+}
+
 impl Show {
     fn columns(self) -> Vec<(String, PgType)> {
         match self {
@@ -236,6 +244,18 @@ impl Show {
                 int("numa_node"),
                 text("durability"),
                 text("log_dir"),
+            ],
+            Show::Threads => vec![
+                text("thread"),
+                text("role"),
+                int("island"),
+                int("tid"),
+                text("cpus"),
+                int("last_cpu"),
+                float("user_s"),
+                float("system_s"),
+                float("utilisation_pct"),
+                float("running_s"),
             ],
             Show::Stats => vec![text("scope"), text("counter"), int("value")],
         }
@@ -642,65 +662,34 @@ impl Handler {
                     ]
                 })
                 .collect(),
-            Show::Stats => {
-                let mut rows = Vec::new();
-                let mut push = |scope: &str, counter: &str, v: u64| {
-                    rows.push(vec![
-                        str(scope.to_string()),
-                        str(counter.to_string()),
-                        Value::Int(v as i64),
-                    ])
-                };
-                push(
-                    "server",
-                    "connections_open",
-                    sh.open.load(Ordering::Relaxed),
-                );
-                push(
-                    "server",
-                    "connections_accepted",
-                    sh.accepted.load(Ordering::Relaxed),
-                );
-                push(
-                    "server",
-                    "connections_refused",
-                    sh.refused.load(Ordering::Relaxed),
-                );
-                for (t, n) in sh.per_thread.iter().enumerate() {
-                    push(
-                        &format!("server-thread-{t}"),
-                        "connections_open",
-                        n.load(Ordering::Relaxed),
-                    );
-                }
-                for (i, p) in sh.procs.iter().enumerate() {
-                    let [committed, serialization, rollbacks, errors] = sh.proc_totals(i);
-                    push(p.name(), "committed", committed);
-                    push(p.name(), "serialization_failures", serialization);
-                    push(p.name(), "rollbacks", rollbacks);
-                    push(p.name(), "errors", errors);
-                }
-                let cs = &sh.cluster.stats;
-                push(
-                    "deployment",
-                    "distributed_commits",
-                    cs.distributed_commits(),
-                );
-                push("deployment", "remote_ops", cs.remote_ops());
-                let committed = sh.client.committed_per_island();
-                for (i, island) in sh.islands.iter().enumerate() {
-                    let scope = format!("island-{i}");
-                    push(&scope, "committed", committed.get(i).copied().unwrap_or(0));
-                    if let Some(w) = island.wal() {
-                        let st = w.stats();
-                        push(&scope, "log_bytes", st.bytes_written);
-                        push(&scope, "log_batches", st.batches_written);
-                        push(&scope, "log_syncs", st.syncs);
-                    }
-                    push(&scope, "checkpoints", island.checkpoint_stats().taken);
-                }
-                rows
-            }
+            Show::Stats => Figures::read(sh)
+                .rows()
+                .into_iter()
+                .map(|(scope, counter, v)| vec![str(scope), str(counter), Value::Int(v as i64)])
+                .collect(),
+            Show::Threads => sh
+                .threads
+                .snapshot()
+                .into_iter()
+                .map(|t| {
+                    let secs = |d: Option<std::time::Duration>| {
+                        d.map_or(Value::Null, |d| Value::Float(d.as_secs_f64()))
+                    };
+                    vec![
+                        str(t.name.clone()),
+                        str(t.role.name().to_string()),
+                        t.island.map_or(Value::Null, |i| Value::Int(i.into())),
+                        Value::Int(t.tid.into()),
+                        t.cpus.as_ref().map_or(Value::Null, |c| str(c.to_string())),
+                        t.last_cpu.map_or(Value::Null, |c| Value::Int(c.into())),
+                        secs(t.user),
+                        secs(t.system),
+                        t.utilisation()
+                            .map_or(Value::Null, |u| Value::Float((u * 1000.0).round() / 10.0)),
+                        Value::Float(t.alive_for.as_millis() as f64 / 1000.0),
+                    ]
+                })
+                .collect(),
         }
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! What a connection may send is in [`sql`]: `CALL name(…)` or
 //! `SELECT * FROM name(…)` (one procedure call, one transaction), `SHOW
-//! procedures | islands | stats`, and `BEGIN`/`COMMIT`/`ROLLBACK`/`SET`,
+//! procedures | islands | threads | stats`, and `BEGIN`/`COMMIT`/`ROLLBACK`/`SET`,
 //! which are accepted and do nothing. The simple and the extended query
 //! protocol both work, with `$n` placeholders in text or binary format.
 //!
@@ -26,8 +26,18 @@
 //! message it is processing (a call in flight gets its answer), answers
 //! the next one with `57P01` and closes it, then checkpoints every island
 //! and shuts the deployment down (its logs flushed).
+//!
+//! A deployment that fails (a log that died) stops serving by itself: the
+//! server stops accepting, answers each connection's next message with
+//! `58030` and the cause, and closes it; [`Server::failure`] says why, and
+//! [`Server::shutdown`] returns the log's error.
+//!
+//! With [`ServerOptions::metrics`], the same thread answers `GET /metrics`
+//! over HTTP with the figures of `SHOW stats` and `SHOW threads` in
+//! Prometheus's text format ([`metrics`]).
 
 mod handler;
+mod metrics;
 pub mod sql;
 
 use std::io;
@@ -61,6 +71,7 @@ use tokio_util::codec::Framed;
 use self::handler::{fatal_info, CancelKey, Extended, Handler, Parser, ProcCounters, Shared};
 use crate::api::{CancelFlag, Deployment};
 use crate::deploy::Plan;
+use crate::threads::Role;
 use crate::topology::CpuSet;
 use crate::Error;
 
@@ -93,6 +104,9 @@ pub struct ServerOptions {
     /// its executors and gives the server no CPU of its own, so by default
     /// the system's scheduler places the server threads.
     pub cpus: Option<CpuSet>,
+    /// Where to answer Prometheus scrapes (`GET /metrics` over HTTP);
+    /// `None`: nowhere. Scrapes need no password, on any address.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -106,6 +120,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("shutdown_grace", &self.shutdown_grace)
             .field("threads", &self.threads)
             .field("cpus", &self.cpus)
+            .field("metrics", &self.metrics)
             .finish()
     }
 }
@@ -124,6 +139,7 @@ impl Default for ServerOptions {
             shutdown_grace: Duration::from_secs(10),
             threads: None,
             cpus: None,
+            metrics: None,
         }
     }
 }
@@ -144,8 +160,9 @@ pub fn default_threads(plan: &Plan) -> usize {
 /// the deployment it serves.
 pub struct Server {
     addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     deployment: Option<Deployment>,
-    stop: watch::Sender<bool>,
+    stop: Arc<watch::Sender<State>>,
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
 }
@@ -155,6 +172,20 @@ impl std::fmt::Debug for Server {
         f.debug_struct("Server").field("addr", &self.addr).finish()
     }
 }
+
+/// What the server is doing; its connections follow it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    Running,
+    /// Shutting down: each connection is answered `57P01` and closed.
+    Stopping,
+    /// The deployment failed for this reason: each connection is answered
+    /// `58030` and closed.
+    Failed(String),
+}
+
+/// How often the server looks whether its deployment failed.
+const FAILURE_POLL: Duration = Duration::from_millis(50);
 
 /// Iterations of SCRAM's key derivation (PostgreSQL's default).
 const SCRAM_ITERATIONS: usize = 4096;
@@ -223,6 +254,17 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
             )));
         }
     }
+    let scrapes = match opts.metrics {
+        Some(m) => {
+            let cannot = |e: io::Error| Error::Config(format!("cannot serve metrics on {m}: {e}"));
+            let l = StdListener::bind(m).map_err(cannot)?;
+            l.set_nonblocking(true).map_err(cannot)?;
+            let a = l.local_addr().map_err(cannot)?;
+            Some((l, a))
+        }
+        None => None,
+    };
+    let metrics_addr = scrapes.as_ref().map(|(_, a)| *a);
     let procs = deployment.catalog().procedures().to_vec();
     let shared = Arc::new(Shared {
         client: deployment.client(),
@@ -233,6 +275,7 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
         plan: deployment.plan().clone(),
         islands: deployment.islands().to_vec(),
         cluster: Arc::clone(deployment.cluster()),
+        threads: deployment.threads().clone(),
         open: AtomicU64::new(0),
         accepted: AtomicU64::new(0),
         refused: AtomicU64::new(0),
@@ -241,7 +284,8 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
             .collect(),
         cancels: Default::default(),
     });
-    let (stop, stop_rx) = watch::channel(false);
+    let (stop, stop_rx) = watch::channel(State::Running);
+    let stop = Arc::new(stop);
     let opts = Arc::new(opts);
     let auth = Auth::new(&opts);
     let (inboxes, rxs): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::unbounded_channel()).unzip();
@@ -251,8 +295,11 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
         inboxes,
         shared: Arc::clone(&shared),
         opts: Arc::clone(&opts),
+        state: Arc::clone(&stop),
         stop: stop_rx.clone(),
     });
+    // Thread 0 answers the metrics' scrapes too.
+    let mut scrapes = Some(scrapes);
     let mut spawned = Vec::with_capacity(threads);
     for (i, rx) in rxs.into_iter().enumerate() {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -268,6 +315,9 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
         };
         let cpu = opts.cpus.as_ref().map(|c| c.ids()[i % c.len()] as usize);
         let acceptor = acceptor.take();
+        let scrapes = scrapes.take().flatten();
+        let (registry, metrics_stop) = (shared.threads.clone(), stop_rx.clone());
+        let metrics_shared = Arc::clone(&shared);
         let handle = std::thread::Builder::new()
             .name(format!("islands-server-{i}"))
             .spawn(move || {
@@ -276,13 +326,29 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
                         eprintln!("islands server: {e}");
                     }
                 }
-                runtime.block_on(thread.run(rx, acceptor));
+                let _registered = registry.enter(Role::Server, None);
+                runtime.block_on(async {
+                    if let Some((l, _)) = scrapes {
+                        match tokio::net::TcpListener::from_std(l) {
+                            Ok(l) => {
+                                tokio::spawn(metrics::serve_metrics(
+                                    l,
+                                    metrics_shared,
+                                    metrics_stop,
+                                ));
+                            }
+                            Err(e) => eprintln!("islands server: cannot serve metrics: {e}"),
+                        }
+                    }
+                    thread.run(rx, acceptor).await
+                });
             })
             .map_err(|e| Error::Config(format!("cannot start a server thread: {e}")))?;
         spawned.push(handle);
     }
     Ok(Server {
         addr,
+        metrics_addr,
         deployment: Some(deployment),
         stop,
         threads: spawned,
@@ -294,6 +360,12 @@ impl Server {
     /// The address it listens on (with the port the system chose for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address metrics are served on ([`ServerOptions::metrics`],
+    /// with the port the system chose for port 0).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Connections open now.
@@ -311,17 +383,41 @@ impl Server {
             .collect()
     }
 
+    /// Why the deployment stopped serving, if it failed (a log that died:
+    /// the message names the island's log and the error). The server then
+    /// accepts no more connections and closes the open ones;
+    /// [`Server::shutdown`] returns the error.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.client.failure()
+    }
+
+    /// Whether the server still accepts connections (it stops by itself
+    /// when its deployment fails).
+    pub fn is_serving(&self) -> bool {
+        *self.stop.borrow() == State::Running
+            && !self.threads.is_empty()
+            && self.threads.iter().all(|t| !t.is_finished())
+    }
+
     /// Stops accepting; lets each connection finish the message it is
     /// processing (calls in flight are answered), answers its next one
     /// with `57P01` and closes it (waiting at most the shutdown grace);
     /// writes a checkpoint of every island with a log; shuts the
-    /// deployment down (its logs flushed). Returns the first error.
+    /// deployment down (its logs flushed). Returns the first error: a
+    /// deployment that failed returns its log's error, and takes no
+    /// checkpoint.
     pub fn shutdown(mut self) -> Result<(), Error> {
         self.stop_all()
     }
 
     fn stop_all(&mut self) -> Result<(), Error> {
-        let _ = self.stop.send(true);
+        self.stop.send_if_modified(|s| {
+            let running = *s == State::Running;
+            if running {
+                *s = State::Stopping;
+            }
+            running
+        });
         let mut panicked = false;
         for t in self.threads.drain(..) {
             panicked |= t.join().is_err();
@@ -332,6 +428,14 @@ impl Server {
         let Some(deployment) = self.deployment.take() else {
             return Ok(());
         };
+        if let Some(cause) = deployment.failure() {
+            // The log's own error, as the deployment has it; the cause
+            // if it has none (an executor's error).
+            return match deployment.shutdown() {
+                Err(e) => Err(e),
+                Ok(()) => Err(Error::LogFailed(cause)),
+            };
+        }
         let mut first = None;
         for island in deployment.islands() {
             if island.wal().is_some() {
@@ -401,11 +505,14 @@ struct Acceptor {
     inboxes: Vec<mpsc::UnboundedSender<Handoff>>,
     shared: Arc<Shared>,
     opts: Arc<ServerOptions>,
-    stop: watch::Receiver<bool>,
+    /// Set to [`State::Failed`] when the deployment fails.
+    state: Arc<watch::Sender<State>>,
+    stop: watch::Receiver<State>,
 }
 
 impl Acceptor {
-    /// Accepts until told to stop; then closes the listener.
+    /// Accepts until told to stop or the deployment fails; then closes the
+    /// listener (and, on a failure, says so to every thread).
     async fn run(mut self) {
         let listener = match tokio::net::TcpListener::from_std(self.listener) {
             Ok(l) => l,
@@ -415,10 +522,20 @@ impl Acceptor {
             }
         };
         let shared = &*self.shared;
+        let mut poll = tokio::time::interval(FAILURE_POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failed = None;
         loop {
             let accepted = tokio::select! {
                 biased;
                 _ = self.stop.changed() => break,
+                _ = poll.tick() => {
+                    failed = shared.client.failure();
+                    if failed.is_some() {
+                        break;
+                    }
+                    continue;
+                }
                 a = listener.accept() => a,
             };
             let (tcp, peer) = match accepted {
@@ -466,6 +583,11 @@ impl Acceptor {
                 }
             }
         }
+        drop(listener);
+        // Closed before it is said: a server that is not serving accepts nothing.
+        if let Some(cause) = failed {
+            self.state.send_replace(State::Failed(cause));
+        }
     }
 }
 
@@ -476,7 +598,7 @@ struct Thread {
     shared: Arc<Shared>,
     opts: Arc<ServerOptions>,
     auth: Auth,
-    stop: watch::Receiver<bool>,
+    stop: watch::Receiver<State>,
 }
 
 impl Thread {
@@ -577,7 +699,7 @@ struct Conn {
     opts: Arc<ServerOptions>,
     handler: Arc<Handler>,
     extended: Arc<Extended>,
-    stop: watch::Receiver<bool>,
+    stop: watch::Receiver<State>,
     /// Answer its startup with this error and close (too many connections).
     refuse: Option<ErrorInfo>,
 }
@@ -610,15 +732,19 @@ impl Conn {
         let noop = Arc::new(NoopHandler);
         let mut cancel_key = None;
         loop {
-            if *self.stop.borrow() {
-                send_fatal(
-                    &mut socket,
-                    fatal_info(
-                        "57P01",
-                        "terminating connection: the server is shutting down",
-                    ),
-                )
-                .await;
+            let closing = match &*self.stop.borrow() {
+                State::Running => None,
+                State::Stopping => Some(fatal_info(
+                    "57P01",
+                    "terminating connection: the server is shutting down",
+                )),
+                State::Failed(cause) => Some(fatal_info(
+                    "58030",
+                    format!("terminating connection: the deployment stopped: {cause}"),
+                )),
+            };
+            if let Some(info) = closing {
+                send_fatal(&mut socket, info).await;
                 return;
             }
             let idle = self.opts.idle_timeout;
