@@ -100,6 +100,16 @@ pub struct ServeArgs {
     /// Do not pin executor threads to CPUs.
     #[arg(long)]
     no_pin: bool,
+    /// Server threads speaking the protocol, 1 to 256; connections are spread over
+    /// them (each to the thread with the fewest). Default: one per four cores of the
+    /// deployment (one on up to four cores).
+    #[arg(long, value_name = "N")]
+    server_threads: Option<usize>,
+    /// CPUs to pin the server threads to, thread i to the i-th CPU of the list
+    /// (e.g. `0-3,8`, wrapping around). Default: not pinned: the deployment's
+    /// placement gives CPUs to its executors, none to the server.
+    #[arg(long, value_name = "CPUS")]
+    server_cpus: Option<String>,
     /// Serve Prometheus metrics (the figures of SHOW stats and SHOW threads) over
     /// HTTP at GET /metrics on this address; a port alone means 127.0.0.1:PORT.
     /// Scrapes need no password. Default: no metrics.
@@ -371,6 +381,15 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
         max_message_bytes: a.max_message_bytes,
         idle_timeout: idle,
         password: password(a)?,
+        threads: a.server_threads,
+        cpus: a
+            .server_cpus
+            .as_deref()
+            .map(|l| {
+                islands::topology::CpuSet::parse(l)
+                    .map_err(|e| Error::Config(format!("--server-cpus {l}: {e}")))
+            })
+            .transpose()?,
         metrics: a.metrics,
         ..ServerOptions::default()
     };

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use islands::api::{Catalog, Deployment, Options, Partition, ProcDef, Type, Value};
 use islands::deploy::{DeploySpec, Islands};
 use islands::server::{serve, Server, ServerOptions};
-use islands::storage::{ColType, PrimaryKind, TableDef};
+use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::{Abort, AbortReason};
 use islands_workloads::served::Builtin;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
@@ -58,7 +58,18 @@ fn start(b: Builtin, opts: ServerOptions) -> Server {
 pub(super) fn local() -> ServerOptions {
     ServerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
+        // One server thread, whatever the machine (the default follows its cores).
+        threads: Some(1),
         ..ServerOptions::default()
+    }
+}
+
+/// Loopback with `threads` server threads: the tests that run on one and
+/// on three show that every behaviour holds across threads.
+fn on_threads(threads: usize) -> ServerOptions {
+    ServerOptions {
+        threads: Some(threads),
+        ..local()
     }
 }
 
@@ -98,7 +109,13 @@ pub(super) async fn simple_one(c: &Client, sql: &str) -> String {
 
 #[test]
 fn tpcb_procedures_answer_over_both_protocols() {
-    let server = start(Builtin::Tpcb { scale: 2 }, local());
+    for threads in [1, 3] {
+        tpcb_procedures_answer_over_both_protocols_on(threads);
+    }
+}
+
+fn tpcb_procedures_answer_over_both_protocols_on(threads: usize) {
+    let server = start(Builtin::Tpcb { scale: 2 }, on_threads(threads));
     let addr = server.local_addr();
     runtime().block_on(async {
         let c = connect(addr).await.unwrap();
@@ -595,8 +612,14 @@ pub(super) fn conflicting() -> Catalog {
 
 #[test]
 fn errors_carry_their_sqlstates_and_the_connection_goes_on() {
+    for threads in [1, 3] {
+        errors_carry_their_sqlstates_and_the_connection_goes_on_on(threads);
+    }
+}
+
+fn errors_carry_their_sqlstates_and_the_connection_goes_on_on(threads: usize) {
     let db = open(conflicting(), None, None);
-    let server = serve(db, local()).unwrap();
+    let server = serve(db, on_threads(threads)).unwrap();
     let addr = server.local_addr();
     runtime().block_on(async {
         let c = connect(addr).await.unwrap();
@@ -652,13 +675,15 @@ fn errors_carry_their_sqlstates_and_the_connection_goes_on() {
 /// A raw protocol connection, for what a driver never sends.
 struct Raw {
     s: TcpStream,
+    /// The process id and secret key of BackendKeyData.
+    key: Option<(i32, Vec<u8>)>,
 }
 
 impl Raw {
     fn connect(addr: SocketAddr) -> Raw {
         let s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut r = Raw { s };
+        let mut r = Raw { s, key: None };
         let mut body = Vec::new();
         body.extend_from_slice(&196608u32.to_be_bytes());
         for kv in ["user", "raw", "database", "islands"] {
@@ -694,6 +719,10 @@ impl Raw {
             let mut body = vec![0u8; len - 4];
             self.s.read_exact(&mut body).unwrap();
             let mut code = String::new();
+            if h[0] == b'K' && body.len() >= 8 {
+                let pid = i32::from_be_bytes(body[..4].try_into().unwrap());
+                self.key = Some((pid, body[4..].to_vec()));
+            }
             if h[0] == b'E' {
                 for f in body.split(|b| *b == 0) {
                     if f.first() == Some(&b'C') {
@@ -725,9 +754,15 @@ fn errors(msgs: &[(u8, String)]) -> Vec<&str> {
 
 #[test]
 fn bad_protocol_input_is_answered_never_panics_the_server() {
+    for threads in [1, 3] {
+        bad_protocol_input_is_answered_never_panics_the_server_on(threads);
+    }
+}
+
+fn bad_protocol_input_is_answered_never_panics_the_server_on(threads: usize) {
     let opts = ServerOptions {
         max_message_bytes: 64 * 1024,
-        ..local()
+        ..on_threads(threads)
     };
     let server = start(Builtin::Tpcb { scale: 1 }, opts);
     let addr = server.local_addr();
@@ -798,10 +833,16 @@ fn bad_protocol_input_is_answered_never_panics_the_server() {
 
 #[test]
 fn limits_refuse_connections_and_close_idle_ones() {
+    for threads in [1, 3] {
+        limits_refuse_connections_and_close_idle_ones_on(threads);
+    }
+}
+
+fn limits_refuse_connections_and_close_idle_ones_on(threads: usize) {
     let opts = ServerOptions {
         max_connections: 2,
         idle_timeout: Some(Duration::from_millis(600)),
-        ..local()
+        ..on_threads(threads)
     };
     let server = start(Builtin::Tpcb { scale: 1 }, opts);
     let addr = server.local_addr();
@@ -871,9 +912,15 @@ fn limits_refuse_connections_and_close_idle_ones() {
 
 #[test]
 fn a_password_is_required_when_one_is_set() {
+    for threads in [1, 3] {
+        a_password_is_required_when_one_is_set_on(threads);
+    }
+}
+
+fn a_password_is_required_when_one_is_set_on(threads: usize) {
     let opts = ServerOptions {
         password: Some("s3cret".into()),
-        ..local()
+        ..on_threads(threads)
     };
     let server = start(Builtin::Tpcb { scale: 1 }, opts);
     let addr = server.local_addr();
@@ -900,9 +947,15 @@ fn a_password_is_required_when_one_is_set() {
 
 #[test]
 fn a_hundred_concurrent_connections_all_commit() {
+    for threads in [1, 3] {
+        a_hundred_concurrent_connections_all_commit_on(threads);
+    }
+}
+
+fn a_hundred_concurrent_connections_all_commit_on(threads: usize) {
     let opts = ServerOptions {
         max_connections: 128,
-        ..local()
+        ..on_threads(threads)
     };
     let server = start(Builtin::Tpcb { scale: 2 }, opts);
     let addr = server.local_addr();
@@ -961,9 +1014,15 @@ pub(super) fn temp(tag: &str) -> PathBuf {
 
 #[test]
 fn shutdown_answers_calls_in_flight_and_keeps_what_it_acknowledged() {
+    for threads in [1, 3] {
+        shutdown_answers_calls_in_flight_and_keeps_what_it_acknowledged_on(threads);
+    }
+}
+
+fn shutdown_answers_calls_in_flight_and_keeps_what_it_acknowledged_on(threads: usize) {
     let dir = temp("shutdown");
     let b = Builtin::Ycsb { rows: 4096 };
-    let server = serve(open(b.catalog(), Some(b), Some(&dir)), local()).unwrap();
+    let server = serve(open(b.catalog(), Some(b), Some(&dir)), on_threads(threads)).unwrap();
     let addr = server.local_addr();
     let rt = runtime();
     let acked = rt.block_on(async {
@@ -995,6 +1054,11 @@ fn shutdown_answers_calls_in_flight_and_keeps_what_it_acknowledged() {
             }));
         }
         tokio::time::sleep(Duration::from_millis(700)).await;
+        // The 16 connections went to every thread: calls are in flight on
+        // each when the server stops.
+        let per = server.connections_per_thread();
+        assert_eq!(per.len(), threads);
+        assert!(per.iter().all(|&n| n >= 16 / threads as u64), "{per:?}");
         let t = Instant::now();
         let stopper = std::thread::spawn(move || server.shutdown());
         let mut all = Vec::new();
@@ -1333,5 +1397,189 @@ fn bench_connect_drives_a_server_over_the_network() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--connect"));
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn connections_spread_over_the_server_threads() {
+    let server = start(Builtin::Tpcb { scale: 1 }, on_threads(3));
+    let addr = server.local_addr();
+    runtime().block_on(async {
+        let mut clients = Vec::new();
+        for _ in 0..7 {
+            clients.push(connect(addr).await.unwrap());
+        }
+        // Each goes to the thread with the fewest: 3, 2 and 2.
+        assert_eq!(server.connections_per_thread(), vec![3, 2, 2]);
+        for (k, c) in clients.iter().enumerate() {
+            let sql = format!("CALL tpcb({}, 1, 1, 1)", k + 1);
+            assert_eq!(simple_one(c, &sql).await, "1");
+        }
+        let rows = simple_rows(&clients[0], "SHOW stats").await;
+        let stat = |scope: &str, counter: &str| {
+            rows.iter()
+                .find(|r| r[0].as_deref() == Some(scope) && r[1].as_deref() == Some(counter))
+                .and_then(|r| r[2].clone())
+                .unwrap_or_else(|| panic!("no {scope} {counter} in {rows:?}"))
+        };
+        assert_eq!(stat("server-thread-0", "connections_open"), "3");
+        assert_eq!(stat("server-thread-2", "connections_open"), "2");
+        // Commits counted on every thread, summed.
+        assert_eq!(stat("tpcb", "committed"), "7");
+        // SHOW threads lists the three, each registered as a server thread.
+        let mut names: Vec<String> = simple_rows(&clients[0], "SHOW threads")
+            .await
+            .into_iter()
+            .filter(|r| r[1].as_deref() == Some("server"))
+            .map(|r| r[0].clone().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            vec!["islands-server-0", "islands-server-1", "islands-server-2"]
+        );
+        // A thread whose connections closed takes the next ones.
+        clients.truncate(3);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while server.connections() != 3 {
+            assert!(
+                Instant::now() < deadline,
+                "{:?}",
+                server.connections_per_thread()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let per = server.connections_per_thread();
+        clients.push(connect(addr).await.unwrap());
+        let after = server.connections_per_thread();
+        let least = per.iter().min().unwrap();
+        let to = (0..3).find(|&t| per[t] == *least).unwrap();
+        assert_eq!(after[to], per[to] + 1, "{per:?} -> {after:?}");
+    });
+    server.shutdown().unwrap();
+}
+
+/// A table of 16 counters on one island, and procedures that bump one
+/// (taking `ms` milliseconds more before they commit) and read one.
+fn slow_bumps() -> Deployment {
+    let mut c = Catalog::new();
+    let t = c.table(
+        TableDef::new("t", &[("v", ColType::I64)], 16, PrimaryKind::Hash),
+        Partition::BySite(|_| 0),
+    );
+    c.procedure(
+        ProcDef::new("bump", move |tx, a, out| {
+            Box::pin(async move {
+                let h = tx
+                    .get_for_update(t, a.int(0) as u64)
+                    .await?
+                    .ok_or(Abort::User("no such counter"))?;
+                let v = tx.row(h).i64(Col(0)) + 1;
+                tx.row_mut(h).set_i64(Col(0), v);
+                std::thread::sleep(Duration::from_millis(a.int(1) as u64));
+                out.push(vec![Value::Int(v)]);
+                Ok(())
+            })
+        })
+        .param("key", Type::Int)
+        .param("ms", Type::Int)
+        .column("v", Type::Int),
+    )
+    .unwrap();
+    c.procedure(
+        ProcDef::new("value", move |tx, a, out| {
+            Box::pin(async move {
+                let h = tx
+                    .get(t, a.int(0) as u64)
+                    .await?
+                    .ok_or(Abort::User("no such counter"))?;
+                out.push(vec![Value::Int(tx.row(h).i64(Col(0)))]);
+                Ok(())
+            })
+        })
+        .param("key", Type::Int)
+        .column("v", Type::Int),
+    )
+    .unwrap();
+    let mut o = Options::new(spec(None));
+    o.pin = false;
+    Deployment::open(o, c, move |l| {
+        for k in 0..16 {
+            l.put(t, k, |r| r.set_i64(Col(0), 0))?;
+        }
+        Ok(())
+    })
+    .unwrap()
+}
+
+/// Sends a CancelRequest for process `pid` with `key` on a connection of
+/// its own, which the server closes without an answer.
+fn cancel_raw(addr: SocketAddr, pid: i32, key: &[u8]) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut m = ((12 + key.len()) as u32).to_be_bytes().to_vec();
+    m.extend_from_slice(&80_877_102u32.to_be_bytes());
+    m.extend_from_slice(&pid.to_be_bytes());
+    m.extend_from_slice(key);
+    s.write_all(&m).unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert!(
+        rest.is_empty(),
+        "a cancel request is not answered: {rest:?}"
+    );
+}
+
+#[test]
+fn a_cancel_request_rolls_back_the_call_in_flight_and_bad_keys_are_ignored() {
+    let server = serve(slow_bumps(), on_threads(2)).unwrap();
+    let addr = server.local_addr();
+    runtime().block_on(async {
+        let c = connect(addr).await.unwrap();
+        let token = c.cancel_token();
+        let cancel_soon = || async {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            token.cancel_query(NoTls).await.unwrap();
+        };
+        // Canceled while its procedure runs: 57014, nothing of it stays,
+        // and the connection goes on.
+        let (r, ()) = tokio::join!(c.simple_query("CALL bump(1, 800)"), cancel_soon());
+        assert_eq!(code(&r.unwrap_err()), "57014");
+        assert_eq!(simple_one(&c, "CALL value(1)").await, "0");
+        // The same over the extended protocol.
+        let st = c.prepare("CALL bump($1, $2)").await.unwrap();
+        let (r, ()) = tokio::join!(c.query(&st, &[&2i64, &800i64]), cancel_soon());
+        assert_eq!(code(&r.unwrap_err()), "57014");
+        assert_eq!(simple_one(&c, "CALL value(2)").await, "0");
+    });
+    // A cancel with a wrong key, or another connection's process id, is
+    // ignored: the call commits.
+    let mut r = Raw::connect(addr);
+    let (pid, key) = r.key.clone().expect("BackendKeyData");
+    let mut wrong = key.clone();
+    wrong[0] ^= 1;
+    r.send(b'Q', b"CALL bump(4, 400)\0");
+    std::thread::sleep(Duration::from_millis(100));
+    cancel_raw(addr, pid, &wrong);
+    cancel_raw(addr, pid.wrapping_add(1000), &key);
+    let msgs = r.until_ready();
+    assert!(
+        errors(&msgs).is_empty() && msgs.iter().any(|m| m.0 == b'D'),
+        "{msgs:?}"
+    );
+    // A call that finished before the cancel came keeps its commit, and
+    // the cancel (processed once the server closed its connection), come
+    // between calls, cancels none after it.
+    assert!(errors(&r.query("CALL bump(5, 0)")).is_empty());
+    cancel_raw(addr, pid, &key);
+    let msgs = r.query("CALL bump(5, 0)");
+    assert!(errors(&msgs).is_empty(), "{msgs:?}");
+    // Its own key cancels a call in flight.
+    r.send(b'Q', b"CALL bump(4, 400)\0");
+    std::thread::sleep(Duration::from_millis(100));
+    cancel_raw(addr, pid, &key);
+    assert_eq!(errors(&r.until_ready()), vec!["57014"]);
+    let msgs = r.query("CALL value(4)");
+    assert!(errors(&msgs).is_empty(), "{msgs:?}");
     server.shutdown().unwrap();
 }

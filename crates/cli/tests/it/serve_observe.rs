@@ -180,7 +180,7 @@ fn show_threads_lists_every_thread_of_the_deployment_with_its_cpu_time() {
             .find(|t| t[1].as_deref() == Some(role))
             .and_then(|t| t[0].clone())
     };
-    assert_eq!(name("server").as_deref(), Some("islands-server"));
+    assert_eq!(name("server").as_deref(), Some("islands-server-0"));
     server.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -33,6 +33,41 @@ impl std::fmt::Debug for Client {
 /// yielding its core, before it parks.
 const SPIN_FOR: Duration = Duration::from_micros(5);
 const POLL_FOR: Duration = Duration::from_micros(50);
+
+/// Cancels the calls it goes with ([`Client::call_async_cancelable`]): a
+/// call whose flag is set before its transaction commits is rolled back and
+/// answered [`CallError::Canceled`]; a call that committed is answered with
+/// its rows as usual, so a cancel never loses or fakes a commit. The
+/// executor reads the flag when it begins each attempt of the call's
+/// transaction (a call still queued is never run) and when the procedure
+/// returns, just before the commit; a procedure's body, once begun, runs to
+/// its end. Cheap to clone (clones share the flag); one flag may serve many
+/// calls one after another, cleared between them ([`CancelFlag::clear`]).
+#[derive(Clone, Debug, Default)]
+pub struct CancelFlag(Arc<AtomicBool>);
+
+impl CancelFlag {
+    pub fn new() -> CancelFlag {
+        CancelFlag::default()
+    }
+
+    /// Cancels the call (or calls) in flight with this flag.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Unsets the flag, for the next call. A read first: the flag's line
+    /// stays shared with the executors that read it when nobody canceled.
+    pub fn clear(&self) {
+        if self.0.load(Ordering::Relaxed) {
+            self.0.store(false, Ordering::Relaxed);
+        }
+    }
+
+    pub fn is_canceled(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
 
 thread_local! {
     /// Spreads a thread's calls over the executors that may take them.
@@ -92,11 +127,33 @@ impl Client {
     /// any executor (tokio's included). The call is checked at once; it is
     /// queued when the future is first polled.
     pub fn call_async(&self, name: &str, args: Vec<Value>) -> CallFuture {
+        self.call_future(name, args, None)
+    }
+
+    /// [`Client::call_async`], cancelled by `cancel` if it is set before the
+    /// call's transaction commits (see [`CancelFlag`]).
+    pub fn call_async_cancelable(
+        &self,
+        name: &str,
+        args: Vec<Value>,
+        cancel: &CancelFlag,
+    ) -> CallFuture {
+        self.call_future(name, args, Some(cancel.clone()))
+    }
+
+    fn call_future(&self, name: &str, args: Vec<Value>, cancel: Option<CancelFlag>) -> CallFuture {
         let (tx, rx) = oneshot::channel();
         match self.prepare(name, args) {
             Ok((call, mailbox)) => CallFuture {
                 inner: Arc::clone(&self.inner),
-                to_push: Some((Call { reply: tx, ..call }, mailbox)),
+                to_push: Some((
+                    Call {
+                        reply: tx,
+                        cancel,
+                        ..call
+                    },
+                    mailbox,
+                )),
                 rx: Some(std::future::IntoFuture::into_future(rx)),
                 failed: None,
             },
@@ -148,6 +205,7 @@ impl Client {
                 proc: id,
                 args,
                 reply,
+                cancel: None,
             },
             mailbox,
         ))

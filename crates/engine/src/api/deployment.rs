@@ -1,6 +1,6 @@
 //! Opening, serving and shutting down a deployment.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -11,6 +11,7 @@ use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 
 use super::catalog::{Catalog, Home, Partition, ProcDef, SiteOf};
+use super::client::CancelFlag;
 use super::value::{Args, Row, Value};
 use super::CallError;
 use crate::bench::driver::{Both, Outcome, Workload};
@@ -245,6 +246,7 @@ pub(crate) struct Call {
     pub(crate) proc: u32,
     pub(crate) args: Vec<Value>,
     pub(crate) reply: oneshot::Sender<Result<Vec<Row>, CallError>>,
+    pub(crate) cancel: Option<CancelFlag>,
 }
 
 /// One executor's queue of calls, and how a caller wakes it.
@@ -269,8 +271,16 @@ impl Mailbox {
 }
 
 /// Idle rounds before an executor parks (a round without work takes well
-/// under a microsecond, or a `yield`): short bursts keep it spinning.
+/// under a microsecond, or a `yield`) when its peers may message it: a
+/// parked executor reads their messages only when it wakes, so short
+/// bursts keep it spinning.
 const PARK_AFTER: u32 = 20_000;
+/// The same on one island, where no peer messages an executor and only a
+/// caller's push (which unparks it) brings work: a few dozen rounds, tens
+/// of microseconds. An executor that spins longer between calls takes its
+/// core from the callers (the server's threads, the clients) when they
+/// share the cores, as they do on a small machine.
+const PARK_SOON: u32 = 64;
 /// How long a parked executor sleeps before it looks at its peers'
 /// messages again (a caller's push wakes it at once).
 const PARK_FOR: Duration = Duration::from_millis(1);
@@ -291,6 +301,8 @@ pub(crate) struct Inner {
     /// the deployment does not keep a log (and its directory's lock).
     logs: Vec<std::sync::Weak<crate::wal::Wal>>,
     max_attempts: u32,
+    /// Idle rounds before an executor parks ([`PARK_AFTER`], [`PARK_SOON`]).
+    park_after: u32,
     /// Each executor's published commit count (in mailbox order).
     pub(crate) committed: Vec<Arc<ProgressCounter>>,
 }
@@ -361,7 +373,22 @@ pub(crate) struct CallReq {
     args: Args,
     out: RefCell<Vec<Row>>,
     reply: Option<oneshot::Sender<Result<Vec<Row>, CallError>>>,
+    cancel: Option<CancelFlag>,
+    /// Its last attempt was rolled back for its [`CancelFlag`].
+    canceled: Cell<bool>,
 }
+
+impl CallReq {
+    /// Whether the call was canceled; if so, it ends as canceled.
+    fn cancel_now(&self) -> bool {
+        let c = self.cancel.as_ref().is_some_and(CancelFlag::is_canceled);
+        self.canceled.set(c);
+        c
+    }
+}
+
+/// The abort of a canceled call (its outcome says [`CallError::Canceled`]).
+const CANCELED: &str = "canceled";
 
 /// The executors' workload: calls from their mailboxes.
 struct Calls(Arc<Inner>);
@@ -389,6 +416,8 @@ impl Workload for Calls {
         req.proc = call.proc;
         req.args = Args(call.args);
         req.reply = Some(call.reply);
+        req.cancel = call.cancel;
+        req.canceled.set(false);
         Some(0)
     }
 
@@ -397,11 +426,20 @@ impl Workload for Calls {
     #[allow(clippy::await_holding_refcell_ref)]
     async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a CallReq) -> Result<(), Abort> {
         let def = &self.0.catalog.procs[req.proc as usize];
+        if req.cancel_now() {
+            return Err(Abort::User(CANCELED));
+        }
         let mut out = req.out.borrow_mut();
         out.clear();
         (def.body)(tx, &req.args, &mut out).await?;
-        def.check_rows(&out)
-            .map_err(|why| Abort::Failed(Error::Config(format!("procedure {}: {why}", def.name))))
+        def.check_rows(&out).map_err(|why| {
+            Abort::Failed(Error::Config(format!("procedure {}: {why}", def.name)))
+        })?;
+        // The last moment a cancel takes effect: what follows is the commit.
+        if req.cancel_now() {
+            return Err(Abort::User(CANCELED));
+        }
+        Ok(())
     }
 
     fn finished(&self, _: usize, req: &mut CallReq, outcome: Outcome) {
@@ -411,6 +449,9 @@ impl Workload for Calls {
         let procedure = || self.0.catalog.procs[req.proc as usize].name.clone();
         let r = match outcome {
             Outcome::Committed => Ok(std::mem::take(&mut *req.out.borrow_mut())),
+            Outcome::UserAbort(_) if req.canceled.get() => Err(CallError::Canceled {
+                procedure: procedure(),
+            }),
             Outcome::UserAbort(why) => Err(CallError::Rollback {
                 procedure: procedure(),
                 why: why.to_string(),
@@ -430,6 +471,7 @@ impl Workload for Calls {
             }),
         };
         req.args.0.clear();
+        req.cancel = None;
         // A caller that stopped waiting does not want the answer.
         let _ = reply.send(r);
     }
@@ -444,7 +486,7 @@ impl Workload for Calls {
 
     fn idle(&self, worker: usize) {
         let mb = &self.0.mailboxes[worker];
-        if mb.idle.fetch_add(1, Ordering::Relaxed) < PARK_AFTER {
+        if mb.idle.fetch_add(1, Ordering::Relaxed) < self.0.park_after {
             return;
         }
         mb.sleeping.store(true, Ordering::SeqCst);
@@ -673,6 +715,7 @@ impl Deployment {
                 .filter_map(|i| i.wal().map(Arc::downgrade))
                 .collect(),
             max_attempts: opts.max_attempts,
+            park_after: if n == 1 { PARK_SOON } else { PARK_AFTER },
             committed: (0..total).map(|_| ProgressCounter::new()).collect(),
         });
         let mut cws = Vec::with_capacity(total);

@@ -70,7 +70,7 @@ mod deployment;
 mod value;
 
 pub use catalog::{Catalog, Home, Partition, ProcBody, ProcDef, ProcFuture, SiteOf};
-pub use client::{CallFuture, Client};
+pub use client::{CallFuture, CancelFlag, Client};
 pub use deployment::{Deployment, Load, Options};
 pub use value::{Args, Row, Type, Value};
 
@@ -97,6 +97,10 @@ pub enum CallError {
     Panicked { procedure: String, message: String },
     #[error("procedure {procedure} failed: {error} (its transaction was rolled back)")]
     Failed { procedure: String, error: String },
+    /// The call was canceled ([`CancelFlag`]) before its transaction
+    /// committed: it was rolled back (or never began).
+    #[error("procedure {procedure}: canceled on request (its transaction was rolled back)")]
+    Canceled { procedure: String },
     /// The deployment was shut down before the call finished (or began).
     #[error("the deployment is shut down")]
     ShutDown,

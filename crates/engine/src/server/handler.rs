@@ -2,12 +2,14 @@
 //! becomes a procedure call through the [`Client`], a `SHOW`, or a no-op,
 //! and its answer becomes rows or an error with a SQLSTATE.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use crossbeam_utils::CachePadded;
 use futures::{stream, Sink};
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
@@ -17,18 +19,21 @@ use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type as PgType};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
+use pgwire::messages::startup::SecretKey;
 use pgwire::messages::PgWireBackendMessage;
 
 use super::metrics::Figures;
 use super::sql::{self, Arg, Show, Stmt};
-use crate::api::{CallError, Client, Home, ProcDef, Row, Type, Value};
+use parking_lot::Mutex;
+
+use crate::api::{CallError, CancelFlag, Client, Home, ProcDef, Row, Type, Value};
 use crate::deploy::Plan;
 use crate::executor::Cluster;
 use crate::island::Island;
 use crate::threads::ThreadRegistry;
 
-/// Counters of one procedure's calls through the server. Only the server's
-/// own thread writes them.
+/// Counters of one procedure's calls through one server thread: only that
+/// thread writes them.
 #[derive(Default)]
 pub(crate) struct ProcCounters {
     pub(crate) committed: AtomicU64,
@@ -44,18 +49,79 @@ pub(crate) struct Shared {
     pub(crate) plan: Plan,
     pub(crate) islands: Vec<Island>,
     pub(crate) cluster: Arc<Cluster>,
+    /// Server thread `t`'s counters of procedure `i` at `t * procs + i`.
+    pub(crate) counters: Vec<CachePadded<ProcCounters>>,
     /// The deployment's threads, the server's own among them.
     pub(crate) threads: ThreadRegistry,
-    pub(crate) counters: Vec<ProcCounters>,
     /// Connections open now, accepted in all, refused (too many).
     pub(crate) open: AtomicU64,
     pub(crate) accepted: AtomicU64,
     pub(crate) refused: AtomicU64,
+    /// Connections each server thread has (refused ones until they close).
+    pub(crate) per_thread: Vec<CachePadded<AtomicU64>>,
+    /// The cancel key and flag of each logged-in connection, by process id
+    /// (unique: one generator gives them all).
+    pub(crate) cancels: Mutex<HashMap<i32, (SecretKey, CancelFlag)>>,
 }
 
 impl Shared {
     fn lookup(&self, name: &str) -> Option<usize> {
         self.procs.iter().position(|p| p.name() == name)
+    }
+
+    /// Procedure `i`'s counters summed over the server threads: committed,
+    /// serialization failures, rollbacks, other errors.
+    pub(crate) fn proc_totals(&self, i: usize) -> [u64; 4] {
+        let mut t = [0; 4];
+        for c in self
+            .counters
+            .iter()
+            .skip(i)
+            .step_by(self.procs.len().max(1))
+        {
+            t[0] += c.committed.load(Ordering::Relaxed);
+            t[1] += c.serialization.load(Ordering::Relaxed);
+            t[2] += c.rollbacks.load(Ordering::Relaxed);
+            t[3] += c.errors.load(Ordering::Relaxed);
+        }
+        t
+    }
+
+    /// A cancel request: cancels the call in flight on connection `pid`
+    /// if `key` is its key; anything else is ignored.
+    pub(crate) fn cancel(&self, pid: i32, key: &SecretKey) {
+        if let Some((k, flag)) = self.cancels.lock().get(&pid) {
+            if k.eq_value(key) {
+                flag.cancel();
+            }
+        }
+    }
+}
+
+/// A connection's entry in [`Shared::cancels`], removed when it drops.
+pub(crate) struct CancelKey {
+    shared: Arc<Shared>,
+    pid: i32,
+}
+
+impl CancelKey {
+    pub(crate) fn register(
+        shared: &Arc<Shared>,
+        pid: i32,
+        key: SecretKey,
+        flag: &CancelFlag,
+    ) -> CancelKey {
+        shared.cancels.lock().insert(pid, (key, flag.clone()));
+        CancelKey {
+            shared: Arc::clone(shared),
+            pid,
+        }
+    }
+}
+
+impl Drop for CancelKey {
+    fn drop(&mut self) {
+        self.shared.cancels.lock().remove(&self.pid);
     }
 }
 
@@ -86,6 +152,7 @@ fn call_error(e: CallError) -> PgWireError {
         CallError::BadArguments { .. } => ("42804", false),
         CallError::Rollback { .. } => ("P0001", false),
         CallError::Serialization { .. } => ("40001", false),
+        CallError::Canceled { .. } => ("57014", false),
         CallError::Panicked { .. } | CallError::Failed { .. } => ("XX000", false),
         CallError::ShutDown => ("57P01", true),
         CallError::Stopped(_) => ("58030", true),
@@ -94,6 +161,9 @@ fn call_error(e: CallError) -> PgWireError {
         // A user abort's message is the procedure's own words.
         CallError::Rollback { why, .. } => why,
         CallError::ShutDown => "terminating connection: the server is shutting down".into(),
+        CallError::Canceled { procedure } => {
+            format!("canceling statement due to user request: {procedure} was rolled back")
+        }
         e => e.to_string(),
     };
     if fatal {
@@ -485,9 +555,15 @@ fn rows_response(
     Ok(Response::Query(r))
 }
 
-/// The server's handlers (one for all connections).
+/// A connection's handler.
 pub(crate) struct Handler {
     pub(crate) shared: Arc<Shared>,
+    /// The server thread serving the connection.
+    pub(crate) thread: usize,
+    /// Set by a cancel request with the connection's key: cancels the call
+    /// in flight (cleared as each call begins, so a cancel that comes
+    /// between calls cancels none).
+    pub(crate) cancel: CancelFlag,
 }
 
 impl Handler {
@@ -506,8 +582,12 @@ impl Handler {
                 let i = p.proc.expect("a prepared call has its procedure");
                 let def = &sh.procs[i];
                 let values = bind_args(def, args, params)?;
-                let counters = &sh.counters[i];
-                let r = sh.client.call_async(proc, values).await;
+                let counters = &sh.counters[self.thread * sh.procs.len() + i];
+                self.cancel.clear();
+                let r = sh
+                    .client
+                    .call_async_cancelable(proc, values, &self.cancel)
+                    .await;
                 let rows = match r {
                     Ok(rows) => {
                         counters.committed.fetch_add(1, Ordering::Relaxed);

@@ -3,7 +3,8 @@
 //!
 //! Every figure is read when asked: the executors' counters are per worker
 //! (each on its own cache line, written only by its worker) and summed per
-//! island here; the server's own counters are written by its one thread;
+//! island here; the server's own counters are per server thread (each
+//! written only by its thread) and summed here;
 //! the threads' CPU time comes from the kernel ([`crate::threads`]).
 //!
 //! The HTTP side answers `GET /metrics` (and `HEAD`) with HTTP/1.1 and
@@ -53,6 +54,8 @@ pub(crate) struct Figures {
     pub(crate) connections_open: u64,
     pub(crate) connections_accepted: u64,
     pub(crate) connections_refused: u64,
+    /// Connections each server thread serves now.
+    pub(crate) per_thread: Vec<u64>,
     pub(crate) procs: Vec<ProcFigures>,
     pub(crate) islands: Vec<IslandFigures>,
     /// Why the deployment stopped, if it failed.
@@ -66,16 +69,24 @@ impl Figures {
             connections_open: sh.open.load(Ordering::Relaxed),
             connections_accepted: sh.accepted.load(Ordering::Relaxed),
             connections_refused: sh.refused.load(Ordering::Relaxed),
+            per_thread: sh
+                .per_thread
+                .iter()
+                .map(|n| n.load(Ordering::Relaxed))
+                .collect(),
             procs: sh
                 .procs
                 .iter()
-                .zip(&sh.counters)
-                .map(|(p, c)| ProcFigures {
-                    name: p.name().to_string(),
-                    committed: c.committed.load(Ordering::Relaxed),
-                    serialization: c.serialization.load(Ordering::Relaxed),
-                    rollbacks: c.rollbacks.load(Ordering::Relaxed),
-                    errors: c.errors.load(Ordering::Relaxed),
+                .enumerate()
+                .map(|(i, p)| {
+                    let [committed, serialization, rollbacks, errors] = sh.proc_totals(i);
+                    ProcFigures {
+                        name: p.name().to_string(),
+                        committed,
+                        serialization,
+                        rollbacks,
+                        errors,
+                    }
                 })
                 .collect(),
             islands: sh
@@ -102,6 +113,9 @@ impl Figures {
         push("server", "connections_open", self.connections_open);
         push("server", "connections_accepted", self.connections_accepted);
         push("server", "connections_refused", self.connections_refused);
+        for (t, &n) in self.per_thread.iter().enumerate() {
+            push(&format!("server-thread-{t}"), "connections_open", n);
+        }
         for p in &self.procs {
             push(&p.name, "committed", p.committed);
             push(&p.name, "serialization_failures", p.serialization);
@@ -208,6 +222,19 @@ pub(crate) fn render(f: &Figures, threads: &[ThreadInfo]) -> String {
         "counter",
         "Client connections refused: too many open.",
         &one(f.connections_refused),
+    );
+    let per_thread: Vec<(String, f64)> = f
+        .per_thread
+        .iter()
+        .enumerate()
+        .map(|(t, &n)| (format!("thread=\"{t}\""), n as f64))
+        .collect();
+    family(
+        &mut out,
+        "islands_server_thread_connections_open",
+        "gauge",
+        "Client connections each server thread serves now.",
+        &per_thread,
     );
     let mut calls = Vec::new();
     for p in &f.procs {

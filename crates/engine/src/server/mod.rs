@@ -45,11 +45,12 @@ use std::net::{SocketAddr, TcpListener as StdListener};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use crossbeam_utils::CachePadded;
 use futures::{SinkExt, StreamExt};
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
@@ -64,12 +65,14 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage, SslNegotiati
 use pgwire::tokio::server::{process_error, process_message, PgWireMessageServerCodec};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::codec::Framed;
 
-use self::handler::{fatal_info, Extended, Handler, Parser, ProcCounters, Shared};
-use crate::api::Deployment;
+use self::handler::{fatal_info, CancelKey, Extended, Handler, Parser, ProcCounters, Shared};
+use crate::api::{CancelFlag, Deployment};
+use crate::deploy::Plan;
 use crate::threads::Role;
+use crate::topology::CpuSet;
 use crate::Error;
 
 /// How the server listens and what it allows.
@@ -93,6 +96,14 @@ pub struct ServerOptions {
     /// On shutdown, how long connections may take to finish what they are
     /// doing before they are dropped.
     pub shutdown_grace: Duration,
+    /// Server threads, each with its own connections; `None`: one per four
+    /// cores of the deployment ([`default_threads`]).
+    pub threads: Option<usize>,
+    /// CPUs the server threads are pinned to, thread `i` to the `i`-th
+    /// (wrapping around); `None`: not pinned. A deployment's plan places
+    /// its executors and gives the server no CPU of its own, so by default
+    /// the system's scheduler places the server threads.
+    pub cpus: Option<CpuSet>,
     /// Where to answer Prometheus scrapes (`GET /metrics` over HTTP);
     /// `None`: nowhere. Scrapes need no password, on any address.
     pub metrics: Option<SocketAddr>,
@@ -107,6 +118,8 @@ impl std::fmt::Debug for ServerOptions {
             .field("idle_timeout", &self.idle_timeout)
             .field("password", &self.password.as_ref().map(|_| "<set>"))
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("threads", &self.threads)
+            .field("cpus", &self.cpus)
             .field("metrics", &self.metrics)
             .finish()
     }
@@ -124,9 +137,23 @@ impl Default for ServerOptions {
             idle_timeout: Some(Duration::from_secs(3600)),
             password: None,
             shutdown_grace: Duration::from_secs(10),
+            threads: None,
+            cpus: None,
             metrics: None,
         }
     }
+}
+
+/// The most server threads a server runs.
+pub const MAX_THREADS: usize = 256;
+
+/// The server threads for a deployment of `plan` when none are asked for:
+/// one per four of its cores (one on up to four cores). A call costs the
+/// server a few system calls, several times what a short transaction costs
+/// its executor, and each server thread serves thousands of connections.
+pub fn default_threads(plan: &Plan) -> usize {
+    let cores: usize = plan.islands().iter().map(|i| i.cores).sum();
+    cores.div_ceil(4).clamp(1, MAX_THREADS)
 }
 
 /// A running server. [`Server::shutdown`] (or dropping it) stops it and
@@ -136,7 +163,7 @@ pub struct Server {
     metrics_addr: Option<SocketAddr>,
     deployment: Option<Deployment>,
     stop: Arc<watch::Sender<State>>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
 }
 
@@ -208,6 +235,25 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
     let addr = listener
         .local_addr()
         .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", opts.listen)))?;
+    let threads = opts
+        .threads
+        .unwrap_or_else(|| default_threads(deployment.plan()));
+    if !(1..=MAX_THREADS).contains(&threads) {
+        return Err(Error::Config(format!(
+            "{threads} server threads: a server runs 1 to {MAX_THREADS}"
+        )));
+    }
+    if let Some(cpus) = &opts.cpus {
+        if cpus.is_empty() {
+            return Err(Error::Config("the server's CPU list is empty".into()));
+        }
+        let allowed = crate::topology::allowed_cpus();
+        if let Some(c) = cpus.iter().find(|&c| !allowed.contains(&(c as usize))) {
+            return Err(Error::Config(format!(
+                "the server's CPU {c} is not one this process may run on"
+            )));
+        }
+    }
     let scrapes = match opts.metrics {
         Some(m) => {
             let cannot = |e: io::Error| Error::Config(format!("cannot serve metrics on {m}: {e}"));
@@ -222,7 +268,9 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
     let procs = deployment.catalog().procedures().to_vec();
     let shared = Arc::new(Shared {
         client: deployment.client(),
-        counters: procs.iter().map(|_| ProcCounters::default()).collect(),
+        counters: (0..threads * procs.len())
+            .map(|_| CachePadded::new(ProcCounters::default()))
+            .collect(),
         procs,
         plan: deployment.plan().clone(),
         islands: deployment.islands().to_vec(),
@@ -231,43 +279,79 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
         open: AtomicU64::new(0),
         accepted: AtomicU64::new(0),
         refused: AtomicU64::new(0),
+        per_thread: (0..threads)
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
+            .collect(),
+        cancels: Default::default(),
     });
     let (stop, stop_rx) = watch::channel(State::Running);
     let stop = Arc::new(stop);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Config(format!("cannot start the server's runtime: {e}")))?;
-    let thread = {
-        let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
-        std::thread::Builder::new()
-            .name("islands-server".into())
+    let opts = Arc::new(opts);
+    let auth = Auth::new(&opts);
+    let (inboxes, rxs): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::unbounded_channel()).unzip();
+    // Thread 0 also accepts, and hands each connection to a thread.
+    let mut acceptor = Some(Acceptor {
+        listener,
+        inboxes,
+        shared: Arc::clone(&shared),
+        opts: Arc::clone(&opts),
+        state: Arc::clone(&stop),
+        stop: stop_rx.clone(),
+    });
+    // Thread 0 answers the metrics' scrapes too.
+    let mut scrapes = Some(scrapes);
+    let mut spawned = Vec::with_capacity(threads);
+    for (i, rx) in rxs.into_iter().enumerate() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Config(format!("cannot start a server runtime: {e}")))?;
+        let thread = Thread {
+            index: i,
+            shared: Arc::clone(&shared),
+            opts: Arc::clone(&opts),
+            auth: auth.clone(),
+            stop: stop_rx.clone(),
+        };
+        let cpu = opts.cpus.as_ref().map(|c| c.ids()[i % c.len()] as usize);
+        let acceptor = acceptor.take();
+        let scrapes = scrapes.take().flatten();
+        let (registry, metrics_stop) = (shared.threads.clone(), stop_rx.clone());
+        let metrics_shared = Arc::clone(&shared);
+        let handle = std::thread::Builder::new()
+            .name(format!("islands-server-{i}"))
             .spawn(move || {
-                let _registered = shared.threads.enter(Role::Server, None);
+                if let Some(cpu) = cpu {
+                    if let Err(e) = crate::topology::pin_to(cpu) {
+                        eprintln!("islands server: {e}");
+                    }
+                }
+                let _registered = registry.enter(Role::Server, None);
                 runtime.block_on(async {
                     if let Some((l, _)) = scrapes {
                         match tokio::net::TcpListener::from_std(l) {
                             Ok(l) => {
                                 tokio::spawn(metrics::serve_metrics(
                                     l,
-                                    Arc::clone(&shared),
-                                    stop_rx.clone(),
+                                    metrics_shared,
+                                    metrics_stop,
                                 ));
                             }
                             Err(e) => eprintln!("islands server: cannot serve metrics: {e}"),
                         }
                     }
-                    accept_loop(listener, shared, opts, stop, stop_rx).await
+                    thread.run(rx, acceptor).await
                 });
             })
-            .map_err(|e| Error::Config(format!("cannot start the server thread: {e}")))?
-    };
+            .map_err(|e| Error::Config(format!("cannot start a server thread: {e}")))?;
+        spawned.push(handle);
+    }
     Ok(Server {
         addr,
         metrics_addr,
         deployment: Some(deployment),
         stop,
-        thread: Some(thread),
+        threads: spawned,
         shared,
     })
 }
@@ -289,6 +373,16 @@ impl Server {
         self.shared.open.load(Ordering::Relaxed)
     }
 
+    /// Connections each server thread serves now (refused ones included
+    /// until they close).
+    pub fn connections_per_thread(&self) -> Vec<u64> {
+        self.shared
+            .per_thread
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect()
+    }
+
     /// Why the deployment stopped serving, if it failed (a log that died:
     /// the message names the island's log and the error). The server then
     /// accepts no more connections and closes the open ones;
@@ -301,7 +395,8 @@ impl Server {
     /// when its deployment fails).
     pub fn is_serving(&self) -> bool {
         *self.stop.borrow() == State::Running
-            && self.thread.as_ref().is_some_and(|t| !t.is_finished())
+            && !self.threads.is_empty()
+            && self.threads.iter().all(|t| !t.is_finished())
     }
 
     /// Stops accepting; lets each connection finish the message it is
@@ -323,9 +418,12 @@ impl Server {
             }
             running
         });
-        if let Some(t) = self.thread.take() {
-            t.join()
-                .map_err(|_| Error::Config("the server thread panicked".into()))?;
+        let mut panicked = false;
+        for t in self.threads.drain(..) {
+            panicked |= t.join().is_err();
+        }
+        if panicked {
+            return Err(Error::Config("a server thread panicked".into()));
         }
         let Some(deployment) = self.deployment.take() else {
             return Ok(());
@@ -360,122 +458,240 @@ impl Drop for Server {
     }
 }
 
-/// Accepts connections until told to stop, then waits (at most the grace)
-/// for the open ones to close.
-async fn accept_loop(
-    listener: StdListener,
-    shared: Arc<Shared>,
-    opts: ServerOptions,
-    state: Arc<watch::Sender<State>>,
-    mut stop: watch::Receiver<State>,
-) {
-    let listener = match tokio::net::TcpListener::from_std(listener) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("islands server: cannot listen: {e}");
-            return;
+/// How clients log in: every server thread shares one handler, so the
+/// process ids it gives connections (their cancel keys) are unique.
+#[derive(Clone)]
+enum Auth {
+    None(Arc<NoAuth>),
+    Scram(Arc<SASLAuthStartupHandler<DefaultServerParameterProvider>>),
+}
+
+impl Auth {
+    fn new(opts: &ServerOptions) -> Auth {
+        match &opts.password {
+            None => Auth::None(Arc::new(NoAuth)),
+            Some(pw) => {
+                let salt: Vec<u8> = (0..16).map(|_| rand::random::<u8>()).collect();
+                let salted = gen_salted_password(pw, &salt, SCRAM_ITERATIONS);
+                let mut auth = ScramAuth::new(Arc::new(OnePassword { salt, salted }));
+                auth.set_iterations(SCRAM_ITERATIONS);
+                Auth::Scram(Arc::new(
+                    SASLAuthStartupHandler::new(
+                        Arc::new(DefaultServerParameterProvider::default()),
+                    )
+                    .with_scram(auth),
+                ))
+            }
         }
-    };
-    let opts = Arc::new(opts);
-    let handler = Arc::new(Handler {
-        shared: Arc::clone(&shared),
-    });
-    let extended = Arc::new(Extended {
-        handler: Arc::clone(&handler),
-        parser: Arc::new(Parser {
-            shared: Arc::clone(&shared),
-        }),
-    });
-    let scram = opts.password.as_ref().map(|pw| {
-        let salt: Vec<u8> = (0..16).map(|_| rand::random::<u8>()).collect();
-        let salted = gen_salted_password(pw, &salt, SCRAM_ITERATIONS);
-        let mut auth = ScramAuth::new(Arc::new(OnePassword { salt, salted }));
-        auth.set_iterations(SCRAM_ITERATIONS);
-        Arc::new(
-            SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default()))
-                .with_scram(auth),
-        )
-    });
-    let noauth = Arc::new(NoAuth);
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut poll = tokio::time::interval(FAILURE_POLL);
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut failed = None;
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            _ = stop.changed() => break,
-            _ = poll.tick() => {
-                failed = shared.client.failure();
-                if failed.is_some() {
-                    break;
+    }
+}
+
+/// A connection handed to a server thread: its socket, its peer, and
+/// whether it is refused (too many connections) or counted as open.
+struct Handoff {
+    tcp: std::net::TcpStream,
+    peer: SocketAddr,
+    refuse: Option<ErrorInfo>,
+}
+
+/// Accepts connections (on server thread 0) and hands each to the server
+/// thread with the fewest open connections, the lowest index on a tie.
+/// One acceptor keeps the connection limit in one place and the threads'
+/// loads even whichever way connections come and go; `SO_REUSEPORT`
+/// listeners would leave the spread to the kernel's hash of the client's
+/// address, and drop the connections queued on a listener that closes.
+struct Acceptor {
+    listener: StdListener,
+    inboxes: Vec<mpsc::UnboundedSender<Handoff>>,
+    shared: Arc<Shared>,
+    opts: Arc<ServerOptions>,
+    /// Set to [`State::Failed`] when the deployment fails.
+    state: Arc<watch::Sender<State>>,
+    stop: watch::Receiver<State>,
+}
+
+impl Acceptor {
+    /// Accepts until told to stop or the deployment fails; then closes the
+    /// listener (and, on a failure, says so to every thread).
+    async fn run(mut self) {
+        let listener = match tokio::net::TcpListener::from_std(self.listener) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("islands server: cannot listen: {e}");
+                return;
+            }
+        };
+        let shared = &*self.shared;
+        let mut poll = tokio::time::interval(FAILURE_POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failed = None;
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                _ = self.stop.changed() => break,
+                _ = poll.tick() => {
+                    failed = shared.client.failure();
+                    if failed.is_some() {
+                        break;
+                    }
+                    continue;
+                }
+                a = listener.accept() => a,
+            };
+            let (tcp, peer) = match accepted {
+                Ok(a) => a,
+                // Out of file descriptors and the like: back off, go on.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let refuse = if shared.open.load(Ordering::Relaxed) >= self.opts.max_connections as u64
+            {
+                shared.refused.fetch_add(1, Ordering::Relaxed);
+                Some(fatal_info(
+                    "53300",
+                    format!(
+                        "sorry, too many clients already: this server serves at most {} connections",
+                        self.opts.max_connections
+                    ),
+                ))
+            } else {
+                shared.open.fetch_add(1, Ordering::Relaxed);
+                shared.accepted.fetch_add(1, Ordering::Relaxed);
+                None
+            };
+            let Ok(tcp) = tcp.into_std() else {
+                if refuse.is_none() {
+                    shared.open.fetch_sub(1, Ordering::Relaxed);
                 }
                 continue;
+            };
+            let to = (0..self.inboxes.len())
+                .min_by_key(|&t| shared.per_thread[t].load(Ordering::Relaxed))
+                .unwrap_or(0);
+            shared.per_thread[to].fetch_add(1, Ordering::Relaxed);
+            let counted = refuse.is_none();
+            if self.inboxes[to]
+                .send(Handoff { tcp, peer, refuse })
+                .is_err()
+            {
+                // That thread has stopped: the server is stopping.
+                shared.per_thread[to].fetch_sub(1, Ordering::Relaxed);
+                if counted {
+                    shared.open.fetch_sub(1, Ordering::Relaxed);
+                }
             }
-            a = listener.accept() => a,
-            // Reap finished connections as they go.
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
-        };
-        let (tcp, peer) = match accepted {
-            Ok(a) => a,
-            // Out of file descriptors and the like: back off, go on.
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(listener);
+        // Closed before it is said: a server that is not serving accepts nothing.
+        if let Some(cause) = failed {
+            self.state.send_replace(State::Failed(cause));
+        }
+    }
+}
+
+/// One server thread: a current-thread runtime serving the connections
+/// handed to it.
+struct Thread {
+    index: usize,
+    shared: Arc<Shared>,
+    opts: Arc<ServerOptions>,
+    auth: Auth,
+    stop: watch::Receiver<State>,
+}
+
+impl Thread {
+    /// Serves connections as they come until told to stop, then waits (at
+    /// most the grace) for its open ones to close. Thread 0 accepts too.
+    async fn run(
+        mut self,
+        mut inbox: mpsc::UnboundedReceiver<Handoff>,
+        acceptor: Option<Acceptor>,
+    ) {
+        let accepting = acceptor.map(|a| tokio::spawn(a.run()));
+        let parser = Arc::new(Parser {
+            shared: Arc::clone(&self.shared),
+        });
+        let mut tasks = tokio::task::JoinSet::new();
+        loop {
+            let handoff = tokio::select! {
+                biased;
+                _ = self.stop.changed() => break,
+                h = inbox.recv() => match h {
+                    Some(h) => h,
+                    None => break,
+                },
+                // Reap finished connections as they go.
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+            };
+            let Handoff { tcp, peer, refuse } = handoff;
+            let open = Open {
+                shared: Arc::clone(&self.shared),
+                thread: self.index,
+                counted: refuse.is_none(),
+            };
+            let Ok(tcp) = TcpStream::from_std(tcp) else {
                 continue;
-            }
-        };
-        let refuse = if shared.open.load(Ordering::Relaxed) >= opts.max_connections as u64 {
-            shared.refused.fetch_add(1, Ordering::Relaxed);
-            Some(fatal_info(
-                "53300",
-                format!(
-                    "sorry, too many clients already: this server serves at most {} connections",
-                    opts.max_connections
-                ),
-            ))
-        } else {
-            shared.open.fetch_add(1, Ordering::Relaxed);
-            shared.accepted.fetch_add(1, Ordering::Relaxed);
-            None
-        };
-        let counted = refuse.is_none();
-        let conn = Conn {
-            opts: Arc::clone(&opts),
-            handler: Arc::clone(&handler),
-            extended: Arc::clone(&extended),
-            stop: stop.clone(),
-            refuse,
-        };
-        let shared = Arc::clone(&shared);
-        match &scram {
-            Some(a) => {
-                let a = Arc::clone(a);
-                tasks.spawn(async move {
-                    conn.run(tcp, peer, a).await;
-                    if counted {
-                        shared.open.fetch_sub(1, Ordering::Relaxed);
-                    }
-                })
-            }
-            None => {
-                let a = Arc::clone(&noauth);
-                tasks.spawn(async move {
-                    conn.run(tcp, peer, a).await;
-                    if counted {
-                        shared.open.fetch_sub(1, Ordering::Relaxed);
-                    }
-                })
-            }
-        };
+            };
+            let handler = Arc::new(Handler {
+                shared: Arc::clone(&self.shared),
+                thread: self.index,
+                cancel: CancelFlag::new(),
+            });
+            let conn = Conn {
+                opts: Arc::clone(&self.opts),
+                extended: Arc::new(Extended {
+                    handler: Arc::clone(&handler),
+                    parser: Arc::clone(&parser),
+                }),
+                handler,
+                stop: self.stop.clone(),
+                refuse,
+            };
+            match &self.auth {
+                Auth::Scram(a) => {
+                    let a = Arc::clone(a);
+                    tasks.spawn(async move {
+                        conn.run(tcp, peer, a).await;
+                        drop(open);
+                    })
+                }
+                Auth::None(a) => {
+                    let a = Arc::clone(a);
+                    tasks.spawn(async move {
+                        conn.run(tcp, peer, a).await;
+                        drop(open);
+                    })
+                }
+            };
+        }
+        drop(inbox);
+        if let Some(a) = accepting {
+            let _ = a.await;
+        }
+        let grace = self.opts.shutdown_grace;
+        let _ =
+            tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+        tasks.abort_all();
     }
-    drop(listener);
-    // Closed before it is said: a server that is not serving accepts nothing.
-    if let Some(cause) = failed {
-        state.send_replace(State::Failed(cause));
+}
+
+/// A connection counted open on its thread (and in all, unless refused)
+/// until this drops: when it ends, or is dropped at the end of the grace.
+struct Open {
+    shared: Arc<Shared>,
+    thread: usize,
+    counted: bool,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.shared.per_thread[self.thread].fetch_sub(1, Ordering::Relaxed);
+        if self.counted {
+            self.shared.open.fetch_sub(1, Ordering::Relaxed);
+        }
     }
-    let grace = opts.shutdown_grace;
-    let _ = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
-    tasks.abort_all();
 }
 
 /// One connection's settings and handlers.
@@ -490,26 +706,31 @@ struct Conn {
 
 type Socket = Framed<Limited, PgWireMessageServerCodec<Arc<handler::Prepared>>>;
 
-/// Sends a FATAL error; the caller closes the connection.
+/// How long a FATAL error may wait for a client that does not read.
+const FATAL_WAIT: Duration = Duration::from_secs(1);
+
+/// Sends a FATAL error and closes the connection (a client that does not
+/// read gets [`FATAL_WAIT`], then is dropped).
 async fn send_fatal(socket: &mut Socket, info: ErrorInfo) {
-    let _ = socket
-        .send(PgWireBackendMessage::ErrorResponse(info.into()))
-        .await;
-    let _ = socket.close().await;
+    let _ = tokio::time::timeout(FATAL_WAIT, async {
+        let _ = socket
+            .send(PgWireBackendMessage::ErrorResponse(info.into()))
+            .await;
+        let _ = socket.close().await;
+    })
+    .await;
 }
 
 impl Conn {
     async fn run<A: StartupHandler>(mut self, tcp: TcpStream, peer: SocketAddr, auth: Arc<A>) {
         let _ = tcp.set_nodelay(true);
-        let limited = Limited {
-            io: tcp,
-            limit: FrameLimit::new(self.opts.max_message_bytes),
-        };
+        let limited = Limited::new(tcp, self.opts.max_message_bytes);
         let mut socket: Socket = Framed::new(
             limited,
             PgWireMessageServerCodec::new(DefaultClient::new(peer, false)),
         );
         let noop = Arc::new(NoopHandler);
+        let mut cancel_key = None;
         loop {
             let closing = match &*self.stop.borrow() {
                 State::Running => None,
@@ -607,8 +828,12 @@ impl Conn {
                 }
             }
             match &msg {
-                PgWireFrontendMessage::Terminate(_) | PgWireFrontendMessage::CancelRequest(_) => {
-                    return
+                PgWireFrontendMessage::Terminate(_) => return,
+                // On a connection of its own, answered with nothing (a
+                // wrong key, as PostgreSQL does, also with nothing).
+                PgWireFrontendMessage::CancelRequest(req) => {
+                    self.handler.shared.cancel(req.pid, &req.secret_key);
+                    return;
                 }
                 PgWireFrontendMessage::Startup(_) => {
                     if let Some(info) = self.refuse.take() {
@@ -630,8 +855,9 @@ impl Conn {
             );
             // A message whose answer cannot be written for the idle timeout
             // (a client that stopped reading: the answers wait in a buffer
-            // of a few KiB, then in the socket's) closes the connection; a
-            // call in flight still finishes in the deployment.
+            // of `OUT_BATCH` bytes and one answer, then in the socket's)
+            // closes the connection; a call in flight still finishes in the
+            // deployment.
             let done = match idle {
                 Some(t) => tokio::time::timeout(t, work).await.ok(),
                 None => Some(work.await),
@@ -644,6 +870,18 @@ impl Conn {
                 if process_error(&mut socket, e, extended).await.is_err() || fatal {
                     return;
                 }
+            }
+            // Logged in: its key (sent in BackendKeyData) now cancels its calls.
+            if cancel_key.is_none()
+                && matches!(socket.state(), PgWireConnectionState::ReadyForQuery)
+            {
+                let (pid, key) = socket.pid_and_secret_key();
+                cancel_key = Some(CancelKey::register(
+                    &self.handler.shared,
+                    pid,
+                    key,
+                    &self.handler.cancel,
+                ));
             }
         }
     }
@@ -720,10 +958,46 @@ impl FrameLimit {
     }
 }
 
-/// A TCP stream whose reads go through a [`FrameLimit`].
+/// A TCP stream whose reads go through a [`FrameLimit`], and whose writes
+/// wait in a buffer until the connection next waits for input: the answers
+/// to every message the client sent together (pgbench's Bind, Execute and
+/// Sync; a pipeline of calls) leave in one `send`, not one per flush the
+/// protocol handlers ask for. The buffer is sent on its own once it holds
+/// [`OUT_BATCH`] bytes, and before the stream shuts down.
 struct Limited {
     io: TcpStream,
     limit: FrameLimit,
+    out: Vec<u8>,
+    /// Bytes of `out` already sent.
+    sent: usize,
+}
+
+/// Buffered answer bytes past which a write sends them at once.
+const OUT_BATCH: usize = 16 * 1024;
+
+impl Limited {
+    fn new(io: TcpStream, max_message_bytes: usize) -> Limited {
+        Limited {
+            io,
+            limit: FrameLimit::new(max_message_bytes),
+            out: Vec::with_capacity(1024),
+            sent: 0,
+        }
+    }
+
+    /// Sends what is buffered; pending while the socket is full.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.sent < self.out.len() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.out[self.sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        self.out.clear();
+        self.sent = 0;
+        Poll::Ready(Ok(()))
+    }
 }
 
 impl AsyncRead for Limited {
@@ -736,6 +1010,8 @@ impl AsyncRead for Limited {
         if let Some(len) = this.limit.too_large {
             return Poll::Ready(Err(too_large(len)));
         }
+        // The client waits for these answers before it sends more.
+        ready!(this.poll_send(cx))?;
         let before = buf.filled().len();
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
@@ -766,15 +1042,24 @@ impl AsyncWrite for Limited {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        if this.out.len() >= OUT_BATCH {
+            ready!(this.poll_send(cx))?;
+        }
+        this.out.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    /// Deferred: what is buffered goes when the connection next reads
+    /// (a client that asks for a flush then waits, so that is at once).
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        let this = self.get_mut();
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.io).poll_shutdown(cx)
     }
 }
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use islands::api::{
-    CallError, Catalog, Client, Deployment, Options, Partition, ProcDef, Type, Value,
+    CallError, CallFuture, CancelFlag, Catalog, Client, Deployment, Options, Partition, ProcDef,
+    Type, Value,
 };
 use islands::bench::driver::{Outcome, Workload};
 use islands::deploy::{DeploySpec, Islands};
@@ -150,6 +151,21 @@ fn bank() -> Catalog {
         })
         .param("account", Type::Int)
         .param("amount", Type::Int)
+        .home_by(0, ACCOUNTS),
+    )
+    .unwrap();
+    c.procedure(
+        // A deposit whose procedure then takes `ms` milliseconds more.
+        ProcDef::new("slow_deposit", |tx, a, _| {
+            Box::pin(async move {
+                deposit(tx, a.int(0) as u64, a.int(1)).await?;
+                std::thread::sleep(Duration::from_millis(a.int(2) as u64));
+                Ok(())
+            })
+        })
+        .param("account", Type::Int)
+        .param("amount", Type::Int)
+        .param("ms", Type::Int)
         .home_by(0, ACCOUNTS),
     )
     .unwrap();
@@ -331,6 +347,108 @@ fn transfers_and_audits_from_many_threads_conserve_the_total() {
     assert_eq!(total(&client), N as i64 * INITIAL);
     assert_eq!(balances(&client).iter().sum::<i64>(), N as i64 * INITIAL);
     db.shutdown().unwrap();
+}
+
+/// Polls `f` to its end (the first poll queues the call).
+fn wait<F: Future + Unpin>(mut f: F) -> F::Output {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let std::task::Poll::Ready(r) = std::pin::Pin::new(&mut f).poll(&mut cx) {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "a call did not finish");
+        std::thread::yield_now();
+    }
+}
+
+fn balance(c: &Client, account: i64) -> i64 {
+    c.call("balance", &[Value::Int(account)]).unwrap()[0][0]
+        .as_int()
+        .unwrap()
+}
+
+#[test]
+fn a_cancelled_call_rolls_back_unless_it_committed() {
+    let dir = temp_dir("api-cancel");
+    let mut o = spec(1, "sync", Some(&dir));
+    // One executor: a queued call waits behind a slow one.
+    o.spec.workers_per_island = Some(1);
+    let db = open(o);
+    let c = db.client();
+    let slow = |account: i64, ms: i64, flag: &CancelFlag| {
+        c.call_async_cancelable(
+            "slow_deposit",
+            vec![Value::Int(account), Value::Int(10), Value::Int(ms)],
+            flag,
+        )
+    };
+    let poll_once = |f: &mut CallFuture| {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(std::pin::Pin::new(f).poll(&mut cx).is_pending());
+    };
+    // Canceled while its procedure runs: rolled back when it returns.
+    let running = CancelFlag::new();
+    let mut f = slow(1, 300, &running);
+    poll_once(&mut f);
+    std::thread::sleep(Duration::from_millis(100));
+    running.cancel();
+    assert!(
+        matches!(wait(f), Err(CallError::Canceled { ref procedure }) if procedure == "slow_deposit")
+    );
+    assert_eq!(balance(&c, 1), INITIAL);
+    // Canceled while queued behind another call: it never runs; the call
+    // ahead of it, not canceled, commits.
+    let (ahead_flag, queued) = (CancelFlag::new(), CancelFlag::new());
+    let mut ahead = slow(2, 200, &ahead_flag);
+    poll_once(&mut ahead);
+    let mut behind = slow(3, 0, &queued);
+    poll_once(&mut behind);
+    queued.cancel();
+    assert_eq!(wait(ahead), Ok(vec![]));
+    assert!(matches!(wait(behind), Err(CallError::Canceled { .. })));
+    assert_eq!((balance(&c, 2), balance(&c, 3)), (INITIAL + 10, INITIAL));
+    // A flag cleared after a cancel serves the next call.
+    queued.clear();
+    assert_eq!(wait(slow(3, 0, &queued)), Ok(vec![]));
+    assert_eq!(balance(&c, 3), INITIAL + 10);
+    // Cancels fired at any moment, durable commits: each call either
+    // committed and says so, or was canceled and left no trace.
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut outcomes = [0u32; 2];
+    for account in 10..110i64 {
+        let flag = CancelFlag::new();
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let delay = Duration::from_micros(rng % 4000);
+        let canceller = {
+            let flag = flag.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                flag.cancel();
+            })
+        };
+        // A procedure of 0 to 2 ms: some cancels land while it runs.
+        let r = wait(slow(account, (rng >> 32) as i64 % 3, &flag));
+        canceller.join().unwrap();
+        let b = balance(&c, account);
+        match r {
+            Ok(_) => {
+                outcomes[0] += 1;
+                assert_eq!(b, INITIAL + 10, "account {account}: acknowledged");
+            }
+            Err(CallError::Canceled { .. }) => {
+                outcomes[1] += 1;
+                assert_eq!(b, INITIAL, "account {account}: canceled");
+            }
+            Err(e) => panic!("account {account}: {e}"),
+        }
+    }
+    // Both outcomes happen.
+    assert!(outcomes[0] > 0 && outcomes[1] > 0, "{outcomes:?}");
+    db.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
