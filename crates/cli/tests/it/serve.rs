@@ -181,6 +181,18 @@ fn ycsb_procedures_answer_with_arrays_of_keys() {
             .filter(|m| matches!(m, SimpleQueryMessage::Row(_)))
             .count();
         assert_eq!(n, 2);
+        // SHOW procedures gives types as PostgreSQL's users write them.
+        let procs = c.simple_query("SHOW procedures").await.unwrap();
+        let multi = procs.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(r) if r.get(0) == Some("ycsb_multi_read") => {
+                Some((r.get(1).map(str::to_string), r.get(2).map(str::to_string)))
+            }
+            _ => None,
+        });
+        assert_eq!(
+            multi,
+            Some((Some("keys int8[]".into()), Some("key int8, f0 int8".into())))
+        );
         // A key that does not exist: the procedure's rollback, P0001.
         let e = c
             .query("SELECT * FROM ycsb_multi_read($1)", &[&vec![1i64, 5000]])
@@ -619,6 +631,22 @@ fn errors_carry_their_sqlstates_and_the_connection_goes_on() {
             // The connection is still usable.
             assert_eq!(simple_one(&c, "CALL echo(1, 2, 'ok')").await, "1");
         }
+        // Wrong arguments are described in PostgreSQL's type names.
+        let message = |e: tokio_postgres::Error| e.as_db_error().unwrap().message().to_string();
+        let e = c.simple_query("CALL echo(1)").await.unwrap_err();
+        assert!(
+            message(e).contains("echo(i int8, f float8, s text) takes 3"),
+            "the signature"
+        );
+        let e = c
+            .simple_query("CALL echo('a', 1.5, 'x')")
+            .await
+            .unwrap_err();
+        let m = message(e);
+        assert!(
+            m.contains("argument 1 (i)") && m.contains("is text \"a\"; the parameter is int8"),
+            "{m}"
+        );
         // A float parameter takes an integer literal; strings escape quotes.
         let r = c.query_one("CALL echo(-3, 2, 'it''s')", &[]).await.unwrap();
         assert_eq!(r.get::<_, f64>(1), 2.0);
