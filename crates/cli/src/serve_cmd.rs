@@ -352,18 +352,8 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             }
         }
     };
-    // TPC-C's warehouses are its sites: the deployment has one per warehouse.
-    if let Some(sites) = builtin.sites() {
-        match spec.sites {
-            Some(s) if s != sites => {
-                return Err(Error::Config(format!(
-                    "{builtin}: its sites are its warehouses, {sites}, but the deployment has \
-                     sites = {s} (leave sites out)"
-                )))
-            }
-            _ => spec.sites = Some(sites),
-        }
-    }
+    // TPC-C's warehouses and TPC-B's branches are their sites.
+    builtin.place(&mut spec)?;
     let idle = (a.idle_timeout_s > 0).then(|| Duration::from_secs(a.idle_timeout_s));
     let sopts = ServerOptions {
         listen: a.listen,
@@ -392,7 +382,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
         // for its options leaves the directory empty.
         let topology =
             islands::topology::Topology::discover().map_err(|e| Error::Config(e.to_string()))?;
-        islands::deploy::plan(&topology, &spec)?;
+        islands::deploy::plan(&topology, &spec).map_err(|e| builtin.plan_error(e))?;
         std::fs::create_dir_all(&dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
         write_marker(&dir, &builtin)?;
     }

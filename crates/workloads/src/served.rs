@@ -45,6 +45,7 @@
 //! recorded transfers moved.
 
 use islands::api::{Catalog, Load, Partition, ProcDef, Type, Value};
+use islands::deploy::{DeployError, DeploySpec};
 use islands::storage::{Col, ColType, PrimaryKind, TableDef, TableId};
 use islands::{Abort, Error};
 
@@ -113,12 +114,58 @@ impl Builtin {
         }
     }
 
-    /// The sites a deployment of it must have (TPC-C's are its warehouses);
-    /// `None`: any number.
+    /// The sites a deployment of it must have: TPC-C's are its warehouses
+    /// and TPC-B's its branches, so that they spread over the islands
+    /// whatever the machine (the default, a site per core, would put a few
+    /// branches of a large machine all on island 0). `None`: any number.
     pub fn sites(&self) -> Option<u32> {
         match *self {
             Builtin::Tpcc { warehouses } => Some(warehouses),
+            Builtin::Tpcb { scale } => Some(scale),
             _ => None,
+        }
+    }
+
+    /// What its sites are, in words.
+    fn site_unit(&self) -> &'static str {
+        match self {
+            Builtin::Tpcb { .. } => "branches",
+            _ => "warehouses",
+        }
+    }
+
+    /// Gives `spec` the sites [`Builtin::sites`] asks for; a deployment
+    /// that names another number of sites is refused.
+    pub fn place(&self, spec: &mut DeploySpec) -> Result<(), Error> {
+        let Some(sites) = self.sites() else {
+            return Ok(());
+        };
+        match spec.sites {
+            Some(s) if s != sites => Err(Error::Config(format!(
+                "{self}: its sites are its {}, {sites}, but the deployment has sites = {s} \
+                 (leave sites out)",
+                self.site_unit()
+            ))),
+            _ => {
+                spec.sites = Some(sites);
+                Ok(())
+            }
+        }
+    }
+
+    /// A plan refused for it, said in its own terms: too few sites are too
+    /// few warehouses or branches.
+    pub fn plan_error(&self, e: DeployError) -> Error {
+        match e {
+            DeployError::MoreIslandsThanSites { islands, sites } if self.sites().is_some() => {
+                let unit = self.site_unit();
+                Error::Config(format!(
+                    "{self}: {islands} islands but only {sites} sites: its sites are its {unit}, \
+                     and every island needs at least one (load {islands} {unit} or more, or run \
+                     fewer islands)"
+                ))
+            }
+            e => e.into(),
         }
     }
 
@@ -670,4 +717,76 @@ fn bank_catalog(accounts: u64) -> Catalog {
     )
     .expect("a fresh catalog");
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use islands::api::{Deployment, Options};
+    use islands::deploy::Islands;
+    use islands::topology::Topology;
+
+    /// A deployment of `islands` islands for `b` on a described machine of
+    /// 24 cores, larger than the one the tests run on.
+    fn on_large_machine(b: &Builtin, islands: u32) -> Result<Options, Error> {
+        let mut spec = DeploySpec::new(Islands::Count(islands));
+        spec.workers_per_island = Some(1);
+        spec.durability = "off".into();
+        b.place(&mut spec)?;
+        let mut o = Options::new(spec);
+        o.topology = Some(Topology::described("4x6").expect("a described machine"));
+        o.pin = false;
+        Ok(o)
+    }
+
+    #[test]
+    fn tpcb_branches_spread_over_the_islands_of_a_large_machine() {
+        let b = Builtin::Tpcb { scale: 4 };
+        let o = on_large_machine(&b, 4).unwrap();
+        // The island each branch, and each of its tellers and accounts, is loaded on.
+        let owner = std::sync::Mutex::new(std::collections::BTreeMap::new());
+        let db = Deployment::open(o, b.catalog(), |l| {
+            for bid in 1..=4u64 {
+                let mine = [
+                    (BRANCHES, bid),
+                    (TELLERS, (bid - 1) * TELLERS_PER_BRANCH + 1),
+                    (ACCOUNTS, bid * ACCOUNTS_PER_BRANCH),
+                ]
+                .map(|(t, k)| l.owns(t, k));
+                if mine.contains(&true) {
+                    assert_eq!(mine, [true; 3], "branch {bid}: its rows on one island");
+                    owner.lock().unwrap().insert(bid, l.island());
+                }
+            }
+            b.load(l)
+        })
+        .unwrap();
+        db.shutdown().unwrap();
+        let owner: Vec<(u64, usize)> = owner.into_inner().unwrap().into_iter().collect();
+        assert_eq!(
+            owner,
+            vec![(1, 0), (2, 1), (3, 2), (4, 3)],
+            "one branch per island"
+        );
+    }
+
+    #[test]
+    fn tpcb_refuses_sites_other_than_its_branches_and_more_islands_than_branches() {
+        let b = Builtin::Tpcb { scale: 2 };
+        let mut spec = DeploySpec::new(Islands::Count(2));
+        spec.sites = Some(8);
+        let e = b.place(&mut spec).unwrap_err().to_string();
+        assert!(
+            e.contains("its sites are its branches, 2") && e.contains("sites = 8"),
+            "{e}"
+        );
+        let o = on_large_machine(&b, 4).unwrap();
+        let topology = o.topology.clone().unwrap();
+        let e = islands::deploy::plan(&topology, &o.spec).unwrap_err();
+        let e = b.plan_error(e).to_string();
+        assert!(
+            e.contains("4 islands but only 2 sites") && e.contains("load 4 branches or more"),
+            "{e}"
+        );
+    }
 }
