@@ -570,6 +570,64 @@ fn bench_connect_drives_tpcc_and_the_stopped_server_passes_tpcc_check() {
 }
 
 #[test]
+fn bench_connect_drives_micro_on_the_servers_sites() {
+    let dir = temp("micro-bench");
+    let d = dir.to_str().unwrap();
+    let (mut child, addr, _) = spawn_serve(&[
+        "--init",
+        "micro",
+        "--rows",
+        "1000",
+        "--islands",
+        "2",
+        "--data-dir",
+        d,
+    ]);
+    let text = islands_ok(&[
+        "bench",
+        "--connect",
+        &addr.to_string(),
+        "--connections",
+        "4",
+        "--pipeline",
+        "2",
+        "--warmup",
+        "0.2",
+        "--duration",
+        "1",
+        "micro",
+        "--rows",
+        "1000",
+        "--n",
+        "4",
+        "--update",
+        "--multisite",
+        "50",
+    ]);
+    // Its sites are the server's (SHOW islands): 2, one per island.
+    assert!(
+        text.contains(
+            "micro (1000 rows in 2 sites, 4 keys per call, CALL micro_update, 50% multisite"
+        ),
+        "{text}"
+    );
+    assert!(committed(&text) > 0, "{text}");
+    assert!(text.contains("errors      none"), "{text}");
+    for kind in ["local", "multisite"] {
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start().starts_with(kind) && l.contains("txn/s")),
+            "{kind}: {text}"
+        );
+    }
+    sigterm(&mut child);
+    assert_eq!(child.take().wait().unwrap().code(), Some(0));
+    let text = islands_ok(&["check", "--log-dir", d]);
+    assert!(text.contains("micro: 1000 rows present"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn islands_check_verifies_each_served_data_set_of_a_stopped_server() {
     // Each data set, its calls, and what the check says it verified.
     let sets: [(&[&str], &[&str], &str); 4] = [
