@@ -165,7 +165,7 @@ struct Common {
     #[arg(long, global = true)]
     no_pin: bool,
     /// Drive a running `islands serve` at ADDR over the network instead of an
-    /// in-process deployment (ycsb, tpcb or tpcc): PostgreSQL connections with prepared
+    /// in-process deployment (ycsb, tpcb, tpcc or micro): PostgreSQL connections with prepared
     /// statements. The deployment options do not apply; the password, if the server
     /// has one, is read from ISLANDS_PASSWORD.
     #[arg(long, global = true, value_name = "ADDR")]
@@ -188,6 +188,8 @@ enum WorkloadCmd {
     /// distributed whenever one of its keys lies on another island.
     Ycsb(YcsbArgs),
     /// The paper's partition-sensitive microbenchmark: read or update N rows of a site.
+    /// With --connect, against `islands serve --init micro --rows ROWS`: --sites defaults
+    /// to the server's (SHOW islands), and --row-bytes is the server's.
     Micro(MicroArgs),
     /// TPC-C: all five transactions, warehouses as sites, a home warehouse per worker.
     /// Measured without keying and think times: not a compliant tpmC. With --connect,
@@ -388,14 +390,23 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
                 mix: Mix::parse(&a.mix)?,
                 local_only: a.local_only,
             },
+            Some(WorkloadCmd::Micro(a)) => crate::connect_cmd::NetWorkload::Micro {
+                rows: a.rows,
+                sites: a.sites,
+                n: a.n,
+                update: a.update,
+                multisite_pct: a.multisite,
+                theta: a.skew,
+            },
             None => {
                 return Err(Error::Config(
-                    "--connect needs a workload: ycsb, tpcb or tpcc".into(),
+                    "--connect needs a workload: ycsb, tpcb, tpcc or micro".into(),
                 ))
             }
             Some(_) => {
                 return Err(Error::Config(
-                    "--connect drives ycsb, tpcb or tpcc (what `islands serve --init` loads)"
+                    "--connect drives ycsb, tpcb, tpcc or micro (what `islands serve --init` \
+                     loads)"
                         .into(),
                 ))
             }

@@ -1,4 +1,4 @@
-//! `islands bench --connect ADDR ycsb|tpcb|tpcc`: drive a running `islands
+//! `islands bench --connect ADDR ycsb|tpcb|tpcc|micro`: drive a running `islands
 //! serve` over the network with PostgreSQL connections (tokio-postgres,
 //! prepared statements), each keeping `--pipeline` calls in flight, and
 //! report throughput (per procedure too), latency percentiles, the
@@ -7,7 +7,12 @@
 //!
 //! TPC-C's calls come from the benchmark's own generator
 //! ([`islands_workloads::tpcc::Tpcc`]): connection `i` is a terminal of
-//! home warehouse `i mod W + 1`, running the mix asked for.
+//! home warehouse `i mod W + 1`, running the mix asked for. The
+//! microbenchmark's come from its own generator too
+//! ([`islands_workloads::micro::Micro`]): connection `i`'s home site is
+//! `i mod S`, with S the server's sites (what `SHOW islands` lists, unless
+//! `--sites` says), and a call reads or updates its keys with
+//! `micro_read` or `micro_update`.
 //!
 //! All connections run on one thread (a single-threaded tokio runtime), so
 //! the generator takes one core of the machine; its own CPU time is
@@ -24,9 +29,10 @@ use islands::bench::driver::Workload;
 use islands::bench::fmt::thousands;
 use islands::proc::rng::FastRng;
 use islands::Error;
+use islands_workloads::micro::{Micro, MicroConfig, MicroReq};
 use islands_workloads::tpcc::{self, Mix, Tpcc, TpccConfig, TpccReq};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::NoTls;
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 /// What each call is.
 #[derive(Clone, Copy, Debug)]
@@ -42,6 +48,18 @@ pub enum NetWorkload {
         warehouses: u32,
         mix: Mix,
         local_only: bool,
+    },
+    /// The paper's microbenchmark against `islands serve --init micro
+    /// --rows ROWS`: `n` keys per call, of the connection's home site (of
+    /// `sites`; `None`: the server's), or with `multisite_pct`% one of it
+    /// and the rest from the whole table; `micro_update` or `micro_read`.
+    Micro {
+        rows: u64,
+        sites: Option<u64>,
+        n: usize,
+        update: bool,
+        multisite_pct: u32,
+        theta: f64,
     },
 }
 
@@ -83,6 +101,7 @@ fn names(w: NetWorkload) -> &'static [&'static str] {
         NetWorkload::Ycsb { .. } => &["ycsb_read", "ycsb_rmw"],
         NetWorkload::Tpcb { .. } => &["tpcb", "tpcb_balance"],
         NetWorkload::Tpcc { .. } => &tpcc::TYPE_NAMES,
+        NetWorkload::Micro { .. } => &["local", "multisite"],
     }
 }
 
@@ -99,41 +118,78 @@ fn sql(w: NetWorkload) -> &'static [&'static str] {
             "CALL delivery($1, $2)",
             "CALL stock_level($1, $2, $3)",
         ],
+        // Local and multisite calls (islands_workloads::micro::{LOCAL, MULTISITE}).
+        NetWorkload::Micro { update: true, .. } => {
+            &["CALL micro_update($1)", "CALL micro_update($1)"]
+        }
+        NetWorkload::Micro { update: false, .. } => &["CALL micro_read($1)", "CALL micro_read($1)"],
     }
 }
 
 /// A call's arguments.
 type Params = Vec<Box<dyn ToSql + Sync + Send>>;
 
-/// What makes the calls: random choices, or TPC-C's generator.
+/// What makes the calls: random choices, or TPC-C's or the
+/// microbenchmark's generator.
 enum Gen {
     Plain(NetWorkload),
     Tpcc(Tpcc),
+    Micro(Micro),
+}
+
+/// A connection's requests, which a generator fills.
+#[derive(Default)]
+struct Reqs {
+    tpcc: TpccReq,
+    micro: MicroReq,
 }
 
 impl Gen {
+    /// The generator of `w`, whose sites, if it has any, are known.
     fn new(w: NetWorkload, connections: usize) -> Result<Gen, Error> {
-        let NetWorkload::Tpcc {
-            warehouses,
-            mix,
-            local_only,
-        } = w
-        else {
-            return Ok(Gen::Plain(w));
-        };
-        let cfg = TpccConfig {
-            warehouses,
-            mix,
-            local_only,
-            ..TpccConfig::default()
-        };
-        let homes = Tpcc::default_homes(connections, warehouses);
-        Ok(Gen::Tpcc(Tpcc::new(cfg, homes)?))
+        match w {
+            NetWorkload::Tpcc {
+                warehouses,
+                mix,
+                local_only,
+            } => {
+                let cfg = TpccConfig {
+                    warehouses,
+                    mix,
+                    local_only,
+                    ..TpccConfig::default()
+                };
+                let homes = Tpcc::default_homes(connections, warehouses);
+                Ok(Gen::Tpcc(Tpcc::new(cfg, homes)?))
+            }
+            NetWorkload::Micro {
+                rows,
+                sites,
+                n,
+                update,
+                multisite_pct,
+                theta,
+            } => {
+                let sites = sites.expect("the server's sites are known");
+                let cfg = MicroConfig {
+                    rows,
+                    sites,
+                    n,
+                    update,
+                    multisite_pct,
+                    theta,
+                    ..MicroConfig::default()
+                };
+                let homes = (0..connections as u64).map(|c| c % sites.max(1)).collect();
+                Ok(Gen::Micro(Micro::new(cfg, homes)?))
+            }
+            _ => Ok(Gen::Plain(w)),
+        }
     }
 
     /// The statement (an index into [`sql`]) and arguments of connection
     /// `conn`'s next call.
-    fn next(&self, conn: usize, rng: &mut FastRng, req: &mut TpccReq) -> (usize, Params) {
+    fn next(&self, conn: usize, rng: &mut FastRng, req: &mut Reqs) -> (usize, Params) {
         let ints = |v: &[i64]| -> Params {
             v.iter()
                 .map(|&x| Box::new(x) as Box<dyn ToSql + Sync + Send>)
@@ -155,10 +211,17 @@ impl Gen {
                 let delta = rng.below(10_001) as i64 - 5000;
                 (0, ints(&[aid, tid, bid, delta]))
             }
-            Gen::Plain(NetWorkload::Tpcc { .. }) => unreachable!("TPC-C has its generator"),
+            Gen::Plain(NetWorkload::Tpcc { .. } | NetWorkload::Micro { .. }) => {
+                unreachable!("TPC-C and the microbenchmark have their generators")
+            }
             Gen::Tpcc(t) => {
-                let ty = t.next(conn, rng, req);
-                (ty, tpcc_params(req))
+                let ty = t.next(conn, rng, &mut req.tpcc);
+                (ty, tpcc_params(&req.tpcc))
+            }
+            Gen::Micro(m) => {
+                let ty = m.next(conn, rng, &mut req.micro);
+                let keys: Vec<i64> = req.micro.keys.iter().map(|&k| k as i64).collect();
+                (ty, vec![Box::new(keys)])
             }
         }
     }
@@ -206,14 +269,8 @@ fn tpcc_params(r: &TpccReq) -> Params {
     }
 }
 
-async fn connection(
-    run: Arc<NetRun>,
-    w: NetWorkload,
-    gen: Arc<Gen>,
-    id: usize,
-    measuring: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-) -> Result<Vec<Tally>, String> {
+/// A connection to the server (its task spawned on the runtime).
+async fn open(run: &NetRun) -> Result<Client, String> {
     let mut cfg = tokio_postgres::Config::new();
     cfg.host(run.addr.ip().to_string())
         .port(run.addr.port())
@@ -228,12 +285,49 @@ async fn connection(
         .await
         .map_err(|e| format!("cannot connect to {}: {e}", run.addr))?;
     tokio::spawn(conn);
+    Ok(client)
+}
+
+/// The sites of the server's deployment: the largest end of the ranges
+/// `SHOW islands` gives (`0..12`).
+async fn server_sites(run: &NetRun) -> Result<u64, String> {
+    let client = open(run).await?;
+    let msgs = client
+        .simple_query("SHOW islands")
+        .await
+        .map_err(|e| format!("SHOW islands: {e}"))?;
+    let mut sites = 0;
+    for m in &msgs {
+        if let SimpleQueryMessage::Row(r) = m {
+            let range = r.get("sites").unwrap_or_default();
+            let end = range
+                .split_once("..")
+                .and_then(|(_, end)| end.parse::<u64>().ok())
+                .ok_or_else(|| format!("SHOW islands gives sites {range:?}, not a range a..b"))?;
+            sites = sites.max(end);
+        }
+    }
+    if sites == 0 {
+        return Err("SHOW islands lists no sites: give --sites".into());
+    }
+    Ok(sites)
+}
+
+async fn connection(
+    run: Arc<NetRun>,
+    w: NetWorkload,
+    gen: Arc<Gen>,
+    id: usize,
+    measuring: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+) -> Result<Vec<Tally>, String> {
+    let client = open(&run).await?;
     let mut st = Vec::new();
     for q in sql(w) {
         st.push(client.prepare(q).await.map_err(|e| format!("{q}: {e}"))?);
     }
     let mut rng = FastRng::new(run.seed.wrapping_mul(1_000_003) + id as u64);
-    let mut req = TpccReq::default();
+    let mut req = Reqs::default();
     let mut tally: Vec<Tally> = st.iter().map(|_| Tally::default()).collect();
     let mut inflight = FuturesUnordered::new();
     let mut issue = |rng: &mut FastRng| {
@@ -284,7 +378,7 @@ fn cpu_seconds() -> f64 {
     islands::bench::cpu::CpuTime::process_now().as_secs_f64()
 }
 
-pub fn run(run: NetRun, w: NetWorkload) -> Result<(), Error> {
+pub fn run(run: NetRun, mut w: NetWorkload) -> Result<(), Error> {
     if run.connections == 0 || run.connections > 10_000 || run.pipeline == 0 || run.pipeline > 1024
     {
         return Err(Error::Config(
@@ -305,11 +399,17 @@ pub fn run(run: NetRun, w: NetWorkload) -> Result<(), Error> {
         }
         _ => {}
     }
-    let gen = Arc::new(Gen::new(w, run.connections)?);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::Config(format!("cannot start a runtime: {e}")))?;
+    if let NetWorkload::Micro {
+        sites: s @ None, ..
+    } = &mut w
+    {
+        *s = Some(rt.block_on(server_sites(&run)).map_err(Error::Config)?);
+    }
+    let gen = Arc::new(Gen::new(w, run.connections)?);
     let run = Arc::new(run);
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -382,6 +482,19 @@ pub fn run(run: NetRun, w: NetWorkload) -> Result<(), Error> {
             "tpcc ({warehouses} warehouse(s), mix {mix}{}; no keying or think time: not a \
              compliant tpmC)",
             if local_only { ", local only" } else { "" }
+        ),
+        NetWorkload::Micro {
+            rows,
+            sites,
+            n,
+            update,
+            multisite_pct,
+            theta,
+        } => format!(
+            "micro ({rows} rows in {} sites, {n} keys per call, CALL {}, {multisite_pct}% \
+             multisite, skew {theta})",
+            sites.unwrap_or_default(),
+            if update { "micro_update" } else { "micro_read" }
         ),
     };
     println!(

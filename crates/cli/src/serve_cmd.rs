@@ -8,9 +8,9 @@
 //! load, so every later start (`islands serve` without `--init`, after a
 //! clean stop or a SIGKILL) opens the same catalog and recovers the logs;
 //! an island whose log holds nothing (a start killed during the load) is
-//! loaded again. TPC-C's catalog records its workload in the islands'
-//! control files too, so `islands tpcc check` reads a stopped server's
-//! directory.
+//! loaded again. The islands' control files record the data set too
+//! ([`Builtin::workload`]), so `islands check` (and, for TPC-C, `islands
+//! tpcc check`) checks a stopped server's directory.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -131,13 +131,8 @@ const MARKER: &str = "served.toml";
 
 /// What `served.toml` says.
 fn write_marker(dir: &Path, b: &Builtin) -> Result<(), Error> {
-    let size = match b {
-        Builtin::Tpcb { scale } => format!("scale = {scale}"),
-        Builtin::Ycsb { rows } | Builtin::Micro { rows } => format!("rows = {rows}"),
-        Builtin::Tpcc { warehouses } => format!("warehouses = {warehouses}"),
-        Builtin::Bank { accounts } => format!("accounts = {accounts}"),
-    };
-    let text = format!("workload = \"{}\"\n{size}\n", b.name());
+    let (key, value) = b.size();
+    let text = format!("workload = \"{}\"\n{key} = {value}\n", b.name());
     let tmp = dir.join(format!("{MARKER}.tmp"));
     let io = |e: std::io::Error| Error::Io(format!("{}: {e}", tmp.display()));
     let mut f = std::fs::File::create(&tmp).map_err(io)?;
@@ -362,18 +357,8 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             }
         }
     };
-    // TPC-C's warehouses are its sites: the deployment has one per warehouse.
-    if let Some(sites) = builtin.sites() {
-        match spec.sites {
-            Some(s) if s != sites => {
-                return Err(Error::Config(format!(
-                    "{builtin}: its sites are its warehouses, {sites}, but the deployment has \
-                     sites = {s} (leave sites out)"
-                )))
-            }
-            _ => spec.sites = Some(sites),
-        }
-    }
+    // TPC-C's warehouses and TPC-B's branches are their sites.
+    builtin.place(&mut spec)?;
     let idle = (a.idle_timeout_s > 0).then(|| Duration::from_secs(a.idle_timeout_s));
     let sopts = ServerOptions {
         listen: a.listen,
@@ -411,14 +396,19 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
         // for its options leaves the directory empty.
         let topology =
             islands::topology::Topology::discover().map_err(|e| Error::Config(e.to_string()))?;
-        islands::deploy::plan(&topology, &spec)?;
+        islands::deploy::plan(&topology, &spec).map_err(|e| builtin.plan_error(e))?;
         std::fs::create_dir_all(&dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
         write_marker(&dir, &builtin)?;
     }
 
     let mut opts = Options::new(spec.clone());
     opts.pin = !a.no_pin;
-    opts.workload = builtin.workload();
+    // A directory made before the server recorded its data set says `api`
+    // and is served as it is (`islands check` cannot tell what it holds).
+    opts.workload = match islands::wal::read_control(&dir.join("island-0"))? {
+        Some(c) if c.workload == "api" => c.workload,
+        _ => builtin.workload(),
+    };
     if let Some(dev) = crate::bench_cmd::test_log_device()? {
         opts.log_device = Some(Arc::new(dev));
     }

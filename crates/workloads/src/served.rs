@@ -45,6 +45,8 @@
 //! recorded transfers moved.
 
 use islands::api::{Catalog, Load, Partition, ProcDef, Type, Value};
+use islands::deploy::{DeployError, DeploySpec};
+use islands::island::Island;
 use islands::storage::{Col, ColType, PrimaryKind, TableDef, TableId};
 use islands::{Abort, Error};
 
@@ -113,18 +115,66 @@ impl Builtin {
         }
     }
 
-    /// The sites a deployment of it must have (TPC-C's are its warehouses);
-    /// `None`: any number.
+    /// The sites a deployment of it must have: TPC-C's are its warehouses
+    /// and TPC-B's its branches, so that they spread over the islands
+    /// whatever the machine (the default, a site per core, would put a few
+    /// branches of a large machine all on island 0). `None`: any number.
     pub fn sites(&self) -> Option<u32> {
         match *self {
             Builtin::Tpcc { warehouses } => Some(warehouses),
+            Builtin::Tpcb { scale } => Some(scale),
             _ => None,
         }
     }
 
+    /// What its sites are, in words.
+    fn site_unit(&self) -> &'static str {
+        match self {
+            Builtin::Tpcb { .. } => "branches",
+            _ => "warehouses",
+        }
+    }
+
+    /// Gives `spec` the sites [`Builtin::sites`] asks for; a deployment
+    /// that names another number of sites is refused.
+    pub fn place(&self, spec: &mut DeploySpec) -> Result<(), Error> {
+        let Some(sites) = self.sites() else {
+            return Ok(());
+        };
+        match spec.sites {
+            Some(s) if s != sites => Err(Error::Config(format!(
+                "{self}: its sites are its {}, {sites}, but the deployment has sites = {s} \
+                 (leave sites out)",
+                self.site_unit()
+            ))),
+            _ => {
+                spec.sites = Some(sites);
+                Ok(())
+            }
+        }
+    }
+
+    /// A plan refused for it, said in its own terms: too few sites are too
+    /// few warehouses or branches.
+    pub fn plan_error(&self, e: DeployError) -> Error {
+        match e {
+            DeployError::MoreIslandsThanSites { islands, sites } if self.sites().is_some() => {
+                let unit = self.site_unit();
+                Error::Config(format!(
+                    "{self}: {islands} islands but only {sites} sites: its sites are its {unit}, \
+                     and every island needs at least one (load {islands} {unit} or more, or run \
+                     fewer islands)"
+                ))
+            }
+            e => e.into(),
+        }
+    }
+
     /// What its islands' control files record as the workload (see
-    /// [`islands::api::Options::workload`]): TPC-C's description, so that
-    /// `islands tpcc check` rebuilds its tables; `api` for the others.
+    /// [`islands::api::Options::workload`]), so that `islands check`
+    /// rebuilds its tables and checks it: TPC-C's description (`islands
+    /// tpcc check` reads it too), or the data set's
+    /// ([`crate::spec::WorkloadSpec::Served`]).
     pub fn workload(&self) -> String {
         match *self {
             Builtin::Tpcc { warehouses } => crate::spec::WorkloadSpec::Tpcc {
@@ -132,8 +182,50 @@ impl Builtin {
                 max_orders_per_district: TPCC_MAX_ORDERS_PER_DISTRICT,
             }
             .to_string(),
-            _ => "api".into(),
+            b => crate::spec::WorkloadSpec::Served(b).to_string(),
         }
+    }
+
+    /// The parameter that sizes it, and its value: `scale`, `rows`,
+    /// `warehouses` or `accounts`.
+    pub fn size(&self) -> (&'static str, u64) {
+        match *self {
+            Builtin::Tpcb { scale } => ("scale", scale.into()),
+            Builtin::Ycsb { rows } | Builtin::Micro { rows } => ("rows", rows),
+            Builtin::Tpcc { warehouses } => ("warehouses", warehouses.into()),
+            Builtin::Bank { accounts } => ("accounts", accounts),
+        }
+    }
+
+    /// The data set `name` sized by `key = value` ([`Builtin::size`]), its
+    /// size checked; an error says what is wrong.
+    pub fn with_size(name: &str, key: &str, value: u64) -> Result<Builtin, Error> {
+        let small = || {
+            u32::try_from(value)
+                .map_err(|_| Error::Config(format!("{name}: {key} {value} is out of range")))
+        };
+        let b = match name {
+            "tpcb" => Builtin::Tpcb { scale: small()? },
+            "ycsb" => Builtin::Ycsb { rows: value },
+            "tpcc" => Builtin::Tpcc {
+                warehouses: small()?,
+            },
+            "micro" => Builtin::Micro { rows: value },
+            "bank" => Builtin::Bank { accounts: value },
+            _ => {
+                return Err(Error::Config(format!(
+                    "unknown data set {name:?} (tpcb, ycsb, tpcc, micro or bank)"
+                )))
+            }
+        };
+        if b.size().0 != key {
+            return Err(Error::Config(format!(
+                "{name} is sized by {}, not {key}",
+                b.size().0
+            )));
+        }
+        b.check()?;
+        Ok(b)
     }
 
     fn tpcc(warehouses: u32) -> crate::tpcc::TpccConfig {
@@ -670,4 +762,323 @@ fn bank_catalog(accounts: u64) -> Catalog {
     )
     .expect("a fresh catalog");
     c
+}
+
+// ---- checks ---------------------------------------------------------------
+
+/// What [`Builtin::check_islands`] found: the violations, in words, and
+/// what it checked, for the report when there are none.
+pub struct Checked {
+    pub violations: Vec<String>,
+    pub checked: String,
+}
+
+/// Each row of `table` on every island: its key and its words.
+fn rows_of(islands: &[&Island], table: TableId, mut f: impl FnMut(u64, &[u64])) {
+    for island in islands {
+        island
+            .catalog()
+            .table(table)
+            .for_each_row(|key, _, words| f(key, words));
+    }
+}
+
+impl Builtin {
+    /// Checks the consistency conditions of the module documentation on a
+    /// database recovered from a served directory: `islands` are every
+    /// island of it when `whole`, else one island of several, whose rows
+    /// alone prove nothing about sums over the deployment (then only what
+    /// one island shows is checked, and `checked` says so).
+    pub fn check_islands(&self, islands: &[&Island], whole: bool) -> Checked {
+        let mut v = Vec::new();
+        let checked = match *self {
+            Builtin::Tpcb { scale } => check_tpcb(islands, scale, whole, &mut v),
+            Builtin::Bank { accounts } => check_bank(islands, accounts, whole, &mut v),
+            Builtin::Ycsb { rows } => check_counted("ycsb", islands, 0, rows, whole, "f0", &mut v),
+            Builtin::Micro { rows } => check_counted(
+                "micro",
+                islands,
+                crate::micro::TABLE,
+                rows,
+                whole,
+                "val",
+                &mut v,
+            ),
+            // Its own check: `islands tpcc check` (its control files say
+            // `tpcc`, so `islands check` goes there).
+            Builtin::Tpcc { warehouses } => format!(
+                "nothing: TPC-C's {warehouses} warehouse(s) are checked by `islands tpcc check`"
+            ),
+        };
+        v.truncate(crate::VIOLATIONS_MAX);
+        Checked {
+            violations: v,
+            checked,
+        }
+    }
+}
+
+/// `rows` rows keyed `0..rows` whose second word is [`crate::row_check`]
+/// of the key and the first (`first` names it).
+fn check_counted(
+    what: &str,
+    islands: &[&Island],
+    table: TableId,
+    rows: u64,
+    whole: bool,
+    first: &str,
+    v: &mut Vec<String>,
+) -> String {
+    let (mut present, mut outside, mut bad) = (0u64, 0u64, 0u64);
+    rows_of(islands, table, |key, w| {
+        if key >= rows {
+            outside += 1;
+        }
+        present += 1;
+        let want = crate::row_check(key, w[0]);
+        if w[1] != want {
+            if bad == 0 {
+                v.push(format!(
+                    "{what}: row {key} holds {first} {} with check word {:#x}, not {want:#x}",
+                    w[0], w[1]
+                ));
+            }
+            bad += 1;
+        }
+    });
+    if bad > 1 {
+        v.push(format!("{what}: {bad} rows with a wrong check word in all"));
+    }
+    if outside > 0 {
+        v.push(format!("{what}: {outside} row(s) outside keys 0..{rows}"));
+    }
+    if whole && present != rows {
+        v.push(format!(
+            "{what}: {present} rows are present, {rows} were loaded"
+        ));
+    }
+    if whole {
+        format!("{what}: {rows} rows present, each with its check word")
+    } else {
+        format!(
+            "{what}: this island's {present} rows carry their check words (row counts are \
+             checked over the whole data directory)"
+        )
+    }
+}
+
+fn check_tpcb(islands: &[&Island], scale: u32, whole: bool, v: &mut Vec<String>) -> String {
+    let s = scale as u64;
+    let sum = |table: TableId, count: &mut u64| -> i128 {
+        let mut total = 0i128;
+        rows_of(islands, table, |_, w| {
+            *count += 1;
+            total += i128::from(w[0] as i64);
+        });
+        total
+    };
+    let (mut nb, mut nt, mut na) = (0, 0, 0);
+    let (b, t, a) = (
+        sum(BRANCHES, &mut nb),
+        sum(TELLERS, &mut nt),
+        sum(ACCOUNTS, &mut na),
+    );
+    // History rows: each branch's sequence numbers, and the sum of deltas.
+    let mut seqs: std::collections::HashMap<u64, (u64, u64)> = Default::default();
+    let mut h = 0i128;
+    let mut nh = 0u64;
+    rows_of(islands, HISTORY, |key, w| {
+        nh += 1;
+        h += i128::from(w[3] as i64);
+        let e = seqs.entry(key >> 32).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(key & 0xffff_ffff);
+    });
+    // Each branch's history rows are on its island: checked on one too.
+    rows_of(islands, BRANCHES, |bid, w| {
+        let (rows, last) = seqs.remove(&bid).unwrap_or_default();
+        if rows != w[1] || last != w[1] {
+            v.push(format!(
+                "tpcb: branch {bid} counts {} history rows (hist_seq), but {rows} are present, \
+                 numbered up to {last}",
+                w[1]
+            ));
+        }
+    });
+    for (bid, (rows, _)) in seqs {
+        v.push(format!(
+            "tpcb: {rows} history row(s) of branch {bid}, which is not here"
+        ));
+    }
+    if !whole {
+        return format!(
+            "tpcb: each of this island's {nb} branches counts its {nh} history rows (the \
+             balances' sums are checked over the whole data directory)"
+        );
+    }
+    for (what, n, want) in [
+        ("branches", nb, s),
+        ("tellers", nt, s * TELLERS_PER_BRANCH),
+        ("accounts", na, s * ACCOUNTS_PER_BRANCH),
+    ] {
+        if n != want {
+            v.push(format!(
+                "tpcb: {n} {what} are present, scale {scale} loaded {want}"
+            ));
+        }
+    }
+    if !(a == t && t == b && b == h) {
+        v.push(format!(
+            "tpcb: the balances differ: accounts sum to {a}, tellers to {t}, branches to {b}, \
+             and the history's deltas to {h}"
+        ));
+    }
+    format!(
+        "tpcb scale {scale}: {nb} branches, {nt} tellers and {na} accounts present; the \
+         balances of accounts, tellers and branches and the {nh} history deltas all sum to {a}; \
+         each branch counts its history rows"
+    )
+}
+
+fn check_bank(islands: &[&Island], accounts: u64, whole: bool, v: &mut Vec<String>) -> String {
+    let mut balance: std::collections::HashMap<u64, i64> = Default::default();
+    let mut outside = 0;
+    rows_of(islands, BANK_ACCOUNTS, |a, w| {
+        if a >= accounts {
+            outside += 1;
+        }
+        balance.insert(a, w[0] as i64);
+    });
+    if outside > 0 {
+        v.push(format!("bank: {outside} account(s) outside 0..{accounts}"));
+    }
+    let negative = balance.values().filter(|&&b| b < 0).count();
+    if negative > 0 {
+        v.push(format!(
+            "bank: {negative} account(s) hold a negative balance"
+        ));
+    }
+    if !whole {
+        return format!(
+            "bank: none of this island's {} accounts is negative (the total and the transfers \
+             are checked over the whole data directory)",
+            balance.len()
+        );
+    }
+    // Each account: its opening balance plus what the recorded transfers moved.
+    let mut moved: std::collections::HashMap<u64, i128> = Default::default();
+    let mut transfers = 0u64;
+    rows_of(islands, BANK_TRANSFER_ROWS, |_, w| {
+        transfers += 1;
+        let amount = i128::from(w[2] as i64);
+        *moved.entry(w[0]).or_default() -= amount;
+        *moved.entry(w[1]).or_default() += amount;
+    });
+    let total: i128 = balance.values().map(|&b| i128::from(b)).sum();
+    let want = i128::from(BANK_INITIAL) * accounts as i128;
+    if balance.len() as u64 != accounts {
+        v.push(format!(
+            "bank: {} accounts are present, {accounts} were opened",
+            balance.len()
+        ));
+    }
+    if total != want {
+        v.push(format!("bank: the balances sum to {total}, not {want}"));
+    }
+    let mut off = 0;
+    for a in 0..accounts {
+        let want = i128::from(BANK_INITIAL) + moved.get(&a).copied().unwrap_or(0);
+        let has = balance.get(&a).map(|&b| i128::from(b));
+        if has.is_some_and(|b| b != want) {
+            if off == 0 {
+                v.push(format!(
+                    "bank: account {a} holds {}, but its opening balance and the recorded \
+                     transfers make {want}",
+                    has.unwrap_or_default()
+                ));
+            }
+            off += 1;
+        }
+    }
+    if off > 1 {
+        v.push(format!(
+            "bank: {off} accounts disagree with the recorded transfers"
+        ));
+    }
+    format!(
+        "bank: {accounts} accounts, none negative, summing to {want}; each is its opening \
+         balance plus what the {transfers} recorded transfers moved"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use islands::api::{Deployment, Options};
+    use islands::deploy::Islands;
+    use islands::topology::Topology;
+
+    /// A deployment of `islands` islands for `b` on a described machine of
+    /// 24 cores, larger than the one the tests run on.
+    fn on_large_machine(b: &Builtin, islands: u32) -> Result<Options, Error> {
+        let mut spec = DeploySpec::new(Islands::Count(islands));
+        spec.workers_per_island = Some(1);
+        spec.durability = "off".into();
+        b.place(&mut spec)?;
+        let mut o = Options::new(spec);
+        o.topology = Some(Topology::described("4x6").expect("a described machine"));
+        o.pin = false;
+        Ok(o)
+    }
+
+    #[test]
+    fn tpcb_branches_spread_over_the_islands_of_a_large_machine() {
+        let b = Builtin::Tpcb { scale: 4 };
+        let o = on_large_machine(&b, 4).unwrap();
+        // The island each branch, and each of its tellers and accounts, is loaded on.
+        let owner = std::sync::Mutex::new(std::collections::BTreeMap::new());
+        let db = Deployment::open(o, b.catalog(), |l| {
+            for bid in 1..=4u64 {
+                let mine = [
+                    (BRANCHES, bid),
+                    (TELLERS, (bid - 1) * TELLERS_PER_BRANCH + 1),
+                    (ACCOUNTS, bid * ACCOUNTS_PER_BRANCH),
+                ]
+                .map(|(t, k)| l.owns(t, k));
+                if mine.contains(&true) {
+                    assert_eq!(mine, [true; 3], "branch {bid}: its rows on one island");
+                    owner.lock().unwrap().insert(bid, l.island());
+                }
+            }
+            b.load(l)
+        })
+        .unwrap();
+        db.shutdown().unwrap();
+        let owner: Vec<(u64, usize)> = owner.into_inner().unwrap().into_iter().collect();
+        assert_eq!(
+            owner,
+            vec![(1, 0), (2, 1), (3, 2), (4, 3)],
+            "one branch per island"
+        );
+    }
+
+    #[test]
+    fn tpcb_refuses_sites_other_than_its_branches_and_more_islands_than_branches() {
+        let b = Builtin::Tpcb { scale: 2 };
+        let mut spec = DeploySpec::new(Islands::Count(2));
+        spec.sites = Some(8);
+        let e = b.place(&mut spec).unwrap_err().to_string();
+        assert!(
+            e.contains("its sites are its branches, 2") && e.contains("sites = 8"),
+            "{e}"
+        );
+        let o = on_large_machine(&b, 4).unwrap();
+        let topology = o.topology.clone().unwrap();
+        let e = islands::deploy::plan(&topology, &o.spec).unwrap_err();
+        let e = b.plan_error(e).to_string();
+        assert!(
+            e.contains("4 islands but only 2 sites") && e.contains("load 4 branches or more"),
+            "{e}"
+        );
+    }
 }

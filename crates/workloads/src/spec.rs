@@ -15,6 +15,7 @@ use islands::Error;
 
 use crate::inserts::{self, InsertsConfig};
 use crate::micro::{self, MicroConfig};
+use crate::served::Builtin;
 use crate::tpcc::{self, TpccConfig};
 use crate::ycsb::{self, YcsbConfig};
 
@@ -44,6 +45,9 @@ pub enum WorkloadSpec {
         rows_per_client: u64,
         clients: usize,
     },
+    /// A data set `islands serve --init` loaded (not TPC-C, whose
+    /// description is [`WorkloadSpec::Tpcc`]): `served-tpcb scale=4`.
+    Served(Builtin),
 }
 
 impl fmt::Display for WorkloadSpec {
@@ -83,6 +87,10 @@ impl fmt::Display for WorkloadSpec {
                 f,
                 "inserts row_bytes={row_bytes} rows_per_client={rows_per_client} clients={clients}"
             ),
+            WorkloadSpec::Served(b) => {
+                let (key, value) = b.size();
+                write!(f, "served-{} {key}={value}", b.name())
+            }
         }
     }
 }
@@ -141,7 +149,22 @@ impl FromStr for WorkloadSpec {
                 rows_per_client: num("rows_per_client")?,
                 clients: small("clients")? as usize,
             },
-            _ => return Err(bad("unknown workload")),
+            "api" => {
+                return Err(bad(
+                    "the tables of an application's own catalog, which no check knows (a data \
+                     directory of `islands serve` records its data set since the server does)",
+                ))
+            }
+            _ => match name.strip_prefix("served-") {
+                Some(set) if params.len() == 1 => {
+                    let (key, _) = params.iter().next().expect("one parameter");
+                    WorkloadSpec::Served(
+                        Builtin::with_size(set, key, num(key)?).map_err(|e| bad(&e.to_string()))?,
+                    )
+                }
+                Some(_) => return Err(bad("a served data set has one size parameter")),
+                None => return Err(bad("unknown workload")),
+            },
         })
     }
 }
@@ -154,6 +177,7 @@ impl WorkloadSpec {
             WorkloadSpec::Micro { .. } => "micro",
             WorkloadSpec::Ycsb { .. } => "ycsb",
             WorkloadSpec::Inserts { .. } => "inserts",
+            WorkloadSpec::Served(b) => b.name(),
         }
     }
 
@@ -214,6 +238,7 @@ impl WorkloadSpec {
                 rows_per_client: *rows_per_client,
             }
             .check(),
+            WorkloadSpec::Served(b) => b.check(),
         }
     }
 
@@ -238,6 +263,7 @@ impl WorkloadSpec {
                 },
                 *clients,
             ),
+            WorkloadSpec::Served(b) => b.catalog().tables().to_vec(),
         }
     }
 }
@@ -279,6 +305,11 @@ pub fn check(islands: &[(&Island, &WorkloadSpec)]) -> Result<Vec<String>, Error>
             .iter()
             .flat_map(|(i, _)| inserts::check(i))
             .collect(),
+        // Given every island of the deployment.
+        WorkloadSpec::Served(b) => {
+            let all: Vec<&Island> = islands.iter().map(|(i, _)| *i).collect();
+            b.check_islands(&all, true).violations
+        }
     })
 }
 
@@ -309,6 +340,10 @@ mod tests {
                 rows_per_client: 1 << 20,
                 clients: 3,
             },
+            WorkloadSpec::Served(Builtin::Tpcb { scale: 4 }),
+            WorkloadSpec::Served(Builtin::Ycsb { rows: 1000 }),
+            WorkloadSpec::Served(Builtin::Micro { rows: 1000 }),
+            WorkloadSpec::Served(Builtin::Bank { accounts: 64 }),
         ] {
             assert_eq!(s.to_string().parse::<WorkloadSpec>().unwrap(), s);
             s.check_parameters().unwrap();
@@ -318,6 +353,11 @@ mod tests {
             "tpcc",
             "micro rows=1 row_bytes=16 n=1 keys=5..5",
             "x a=1",
+            "api",
+            "served-tpcb rows=4",
+            "served-tpcb scale=0",
+            "served-bank accounts=64 rows=2",
+            "served-nope rows=1",
         ] {
             assert!(bad.parse::<WorkloadSpec>().is_err(), "{bad}");
         }

@@ -198,6 +198,18 @@ fn ycsb_procedures_answer_with_arrays_of_keys() {
             .filter(|m| matches!(m, SimpleQueryMessage::Row(_)))
             .count();
         assert_eq!(n, 2);
+        // SHOW procedures gives types as PostgreSQL's users write them.
+        let procs = c.simple_query("SHOW procedures").await.unwrap();
+        let multi = procs.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(r) if r.get(0) == Some("ycsb_multi_read") => {
+                Some((r.get(1).map(str::to_string), r.get(2).map(str::to_string)))
+            }
+            _ => None,
+        });
+        assert_eq!(
+            multi,
+            Some((Some("keys int8[]".into()), Some("key int8, f0 int8".into())))
+        );
         // A key that does not exist: the procedure's rollback, P0001.
         let e = c
             .query("SELECT * FROM ycsb_multi_read($1)", &[&vec![1i64, 5000]])
@@ -574,6 +586,115 @@ fn bench_connect_drives_tpcc_and_the_stopped_server_passes_tpcc_check() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn bench_connect_drives_micro_on_the_servers_sites() {
+    let dir = temp("micro-bench");
+    let d = dir.to_str().unwrap();
+    let (mut child, addr, _) = spawn_serve(&[
+        "--init",
+        "micro",
+        "--rows",
+        "1000",
+        "--islands",
+        "2",
+        "--data-dir",
+        d,
+    ]);
+    let text = islands_ok(&[
+        "bench",
+        "--connect",
+        &addr.to_string(),
+        "--connections",
+        "4",
+        "--pipeline",
+        "2",
+        "--warmup",
+        "0.2",
+        "--duration",
+        "1",
+        "micro",
+        "--rows",
+        "1000",
+        "--n",
+        "4",
+        "--update",
+        "--multisite",
+        "50",
+    ]);
+    // Its sites are the server's (SHOW islands): 2, one per island.
+    assert!(
+        text.contains(
+            "micro (1000 rows in 2 sites, 4 keys per call, CALL micro_update, 50% multisite"
+        ),
+        "{text}"
+    );
+    assert!(committed(&text) > 0, "{text}");
+    assert!(text.contains("errors      none"), "{text}");
+    for kind in ["local", "multisite"] {
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start().starts_with(kind) && l.contains("txn/s")),
+            "{kind}: {text}"
+        );
+    }
+    sigterm(&mut child);
+    assert_eq!(child.take().wait().unwrap().code(), Some(0));
+    let text = islands_ok(&["check", "--log-dir", d]);
+    assert!(text.contains("micro: 1000 rows present"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn islands_check_verifies_each_served_data_set_of_a_stopped_server() {
+    // Each data set, its calls, and what the check says it verified.
+    let sets: [(&[&str], &[&str], &str); 4] = [
+        (
+            &["--init", "tpcb", "--scale", "2", "--islands", "2"],
+            &[
+                "CALL tpcb(1, 1, 1, 5)",
+                "CALL tpcb(150000, 3, 1, -7)",
+                "CALL tpcb(7, 12, 2, 40)",
+            ],
+            "consistent: tpcb scale 2: 2 branches, 20 tellers and 200000 accounts present; the \
+             balances of accounts, tellers and branches and the 3 history deltas all sum to 38",
+        ),
+        (
+            &["--init", "bank", "--accounts", "64", "--islands", "2"],
+            &["CALL transfer(1, 0, 1, 300)", "CALL transfer(2, 5, 0, 20)"],
+            "consistent: bank: 64 accounts, none negative, summing to 64000; each is its opening \
+             balance plus what the 2 recorded transfers moved",
+        ),
+        (
+            &["--init", "ycsb", "--rows", "1000"],
+            &["CALL ycsb_rmw(3)", "CALL ycsb_update(999, 5)"],
+            "consistent: ycsb: 1000 rows present, each with its check word",
+        ),
+        (
+            &["--init", "micro", "--rows", "1000", "--islands", "2"],
+            &["CALL micro_update(ARRAY[1, 2, 900])"],
+            "consistent: micro: 1000 rows present, each with its check word",
+        ),
+    ];
+    for (init, calls, want) in sets {
+        let dir = temp(&format!("check-{}", init[1]));
+        let d = dir.to_str().unwrap();
+        let mut args = init.to_vec();
+        args.extend(["--data-dir", d]);
+        let (mut child, addr, _) = spawn_serve(&args);
+        runtime().block_on(async {
+            let c = connect(addr).await.unwrap();
+            for call in calls {
+                c.simple_query(call).await.unwrap();
+            }
+        });
+        sigterm(&mut child);
+        assert_eq!(child.take().wait().unwrap().code(), Some(0));
+        let text = islands_ok(&["check", "--log-dir", d]);
+        assert!(text.contains(want), "{init:?}: {text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// A catalog whose procedure `conflict` always aborts on a conflict.
 pub(super) fn conflicting() -> Catalog {
     let mut c = Catalog::new();
@@ -642,6 +763,22 @@ fn errors_carry_their_sqlstates_and_the_connection_goes_on_on(threads: usize) {
             // The connection is still usable.
             assert_eq!(simple_one(&c, "CALL echo(1, 2, 'ok')").await, "1");
         }
+        // Wrong arguments are described in PostgreSQL's type names.
+        let message = |e: tokio_postgres::Error| e.as_db_error().unwrap().message().to_string();
+        let e = c.simple_query("CALL echo(1)").await.unwrap_err();
+        assert!(
+            message(e).contains("echo(i int8, f float8, s text) takes 3"),
+            "the signature"
+        );
+        let e = c
+            .simple_query("CALL echo('a', 1.5, 'x')")
+            .await
+            .unwrap_err();
+        let m = message(e);
+        assert!(
+            m.contains("argument 1 (i)") && m.contains("is text \"a\"; the parameter is int8"),
+            "{m}"
+        );
         // A float parameter takes an integer literal; strings escape quotes.
         let r = c.query_one("CALL echo(-3, 2, 'it''s')", &[]).await.unwrap();
         assert_eq!(r.get::<_, f64>(1), 2.0);

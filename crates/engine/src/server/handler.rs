@@ -182,6 +182,28 @@ fn pg_type(t: Type) -> PgType {
     }
 }
 
+/// A type as PostgreSQL's users write it: `int8`, `float8`, `text`, and
+/// `int8[]` for the array whose catalog name is `_int8`.
+fn sql_name(t: &PgType) -> String {
+    match t.name().strip_prefix('_') {
+        Some(element) => format!("{element}[]"),
+        None => t.name().to_string(),
+    }
+}
+
+/// A procedure's name and parameters, in PostgreSQL's type names.
+fn sql_signature(p: &ProcDef) -> String {
+    format!("{}({})", p.name(), sql_params(p.params()))
+}
+
+/// `name type, …`, in PostgreSQL's type names.
+fn sql_params(v: &[(String, Type)]) -> String {
+    v.iter()
+        .map(|(n, t)| format!("{n} {}", sql_name(&pg_type(*t))))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The format of field `i` under `f`; a list of codes of the wrong length
 /// is the client's error, not a panic.
 fn format_of(f: &Format, i: usize) -> PgWireResult<FieldFormat> {
@@ -319,7 +341,7 @@ fn prepare(sh: &Shared, stmt: Stmt) -> PgWireResult<Prepared> {
                     format!(
                         "{} argument(s) given, {} takes {}",
                         args.len(),
-                        def.signature(),
+                        sql_signature(def),
                         def.params().len()
                     ),
                 ));
@@ -350,7 +372,7 @@ fn decode_param(
             format!(
                 "parameter ${n}: {} byte(s) is not a binary {}",
                 b.len(),
-                t.name()
+                sql_name(t)
             ),
         )
     };
@@ -389,7 +411,7 @@ fn decode_param(
                     "42804",
                     format!(
                         "parameter ${n} is sent as {}; this server takes int2/4/8, float4/8, bool, text and int8[]",
-                        t.name()
+                        sql_name(t)
                     ),
                 ))
             }
@@ -476,7 +498,9 @@ fn decode_int_array(b: &[u8]) -> Result<Vec<i64>, String> {
 }
 
 /// The arguments of a call: literals as written (an integer passed as a
-/// float parameter becomes a float), placeholders from `params`.
+/// float parameter becomes a float), placeholders from `params`. An
+/// argument of another type than its parameter is refused here, in
+/// PostgreSQL's type names (a null is left to the call to refuse).
 fn bind_args(def: &ProcDef, args: &[Arg], params: &[Value]) -> PgWireResult<Vec<Value>> {
     let param = |n: usize| -> PgWireResult<Value> {
         params.get(n - 1).cloned().ok_or_else(|| {
@@ -491,7 +515,8 @@ fn bind_args(def: &ProcDef, args: &[Arg], params: &[Value]) -> PgWireResult<Vec<
     };
     args.iter()
         .zip(def.params())
-        .map(|(a, (_, t))| {
+        .enumerate()
+        .map(|(i, (a, (name, t)))| {
             let v = match a {
                 Arg::Lit(v) => v.clone(),
                 Arg::Param(n) => param(*n)?,
@@ -516,10 +541,23 @@ fn bind_args(def: &ProcDef, args: &[Arg], params: &[Value]) -> PgWireResult<Vec<
                     Value::Ints(keys)
                 }
             };
-            Ok(match (v, t) {
+            let v = match (v, t) {
                 (Value::Int(i), Type::Float) => Value::Float(i as f64),
                 (v, _) => v,
-            })
+            };
+            match v.type_of() {
+                Some(vt) if vt != *t => Err(user_error(
+                    "42804",
+                    format!(
+                        "argument {} ({name}) of {} is {} {v}; the parameter is {}",
+                        i + 1,
+                        sql_signature(def),
+                        sql_name(&pg_type(vt)),
+                        sql_name(&pg_type(*t))
+                    ),
+                )),
+                _ => Ok(v),
+            }
         })
         .collect()
 }
@@ -619,12 +657,6 @@ impl Handler {
                 .procs
                 .iter()
                 .map(|p| {
-                    let list = |v: &[(String, Type)]| {
-                        v.iter()
-                            .map(|(n, t)| format!("{n} {}", pg_type(*t).name()))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    };
                     let home = match p.home() {
                         Home::Any => "any island".to_string(),
                         Home::Key { param, .. } => {
@@ -633,8 +665,8 @@ impl Handler {
                     };
                     vec![
                         str(p.name().to_string()),
-                        str(list(p.params())),
-                        str(list(p.columns())),
+                        str(sql_params(p.params())),
+                        str(sql_params(p.columns())),
                         str(home),
                     ]
                 })
@@ -842,6 +874,13 @@ mod tests {
         let mut trailing = b.clone();
         trailing.push(0);
         assert!(decode_int_array(&trailing).is_err());
+    }
+
+    #[test]
+    fn types_are_named_as_postgresql_users_write_them() {
+        let names = [Type::Int, Type::Float, Type::Str, Type::Ints].map(|t| sql_name(&pg_type(t)));
+        assert_eq!(names, ["int8", "float8", "text", "int8[]"]);
+        assert_eq!(sql_name(&PgType::INT4_ARRAY), "int4[]");
     }
 
     #[test]
