@@ -5,15 +5,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use islands::bench::driver::{self, DriverConfig, WorkerSpec, Workload};
+use islands::bench::driver::run_cluster;
+use islands::bench::driver::{self, DriverConfig, WorkerSpec};
 use islands::bench::ipc;
 use islands::bench::progress::DisplayMode;
 use islands::bench::report::HostProbe;
 use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, EvenSplit, Islands, Placement, Plan};
-use islands::dist::run::run_cluster;
 use islands::dist::{Cluster, ClusterOptions};
 use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
+use islands::proc::Workload;
 use islands::route::{IslandId, RangeRouter, Router};
 use islands::storage::TableDef;
 use islands::topology::memory;

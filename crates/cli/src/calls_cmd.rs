@@ -19,10 +19,11 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use islands::api::{Catalog, Deployment, Options, Partition, ProcDef, Type, Value};
+use islands::bench::driver::run_cluster;
 use islands::bench::driver::DriverConfig;
 use islands::bench::progress::DisplayMode;
 use islands::deploy::{self, DeploySpec, Islands};
-use islands::dist::run::{run_cluster, ClusterWorker};
+use islands::dist::run::ClusterWorker;
 use islands::dist::{Cluster, ClusterOptions};
 use islands::island::{Island, IslandConfig};
 use islands::proc::rng::FastRng;

@@ -20,9 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use islands::bench::driver::Workload;
 use islands::bench::fmt::thousands;
 use islands::proc::rng::FastRng;
+use islands::proc::Workload;
 use islands::Error;
 use islands_workloads::tpcc::{self, Mix, Tpcc, TpccConfig, TpccReq};
 use tokio_postgres::types::ToSql;

@@ -11,12 +11,13 @@
 //! - [`route`]: island numbers, and which island holds a key.
 //! - [`cc`]: concurrency control, one scheme chosen when the island opens.
 //! - [`txn`]: the transaction handle stored procedures run against.
-//! - [`proc`]: what procedures and their request generators draw on: random numbers, Zipf.
 //! - [`transport`]: how islands exchange messages: batched frames over bounded mailboxes.
 //! - [`wal`]: the island's write-ahead log, group commit, checkpoints, recovery.
 //! - [`coord`]: two-phase commit: coordinator and participant state machines, presumed abort.
 //! - [`deploy`]: deployments: how many islands, which cores, which sites each holds.
 //! - [`island`]: one island: tables + scheme + log + workers.
+//! - [`proc`]: the procedure contract executors run ([`proc::Workload`]), the run's
+//!   phase, per-worker counters, and what procedures draw on: random numbers, Zipf.
 //! - [`dist`]: the executor: the islands of a deployment running in this process, one
 //!   executor per worker thread, remote operations and two-phase commit over messages.
 //! - [`bench`]: the closed-loop driver, statistics, reports.

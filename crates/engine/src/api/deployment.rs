@@ -13,14 +13,15 @@ use crossbeam_utils::CachePadded;
 use super::catalog::{Catalog, Home, Partition, ProcDef, SiteOf};
 use super::value::{Args, Row, Value};
 use super::CallError;
-use crate::bench::driver::{Both, Outcome, Workload};
-use crate::bench::stats::ProgressCounter;
 use crate::cc::CcKind;
 use crate::deploy::{self, DeploySpec, Plan};
 use crate::dist::run::ClusterWorker;
 use crate::dist::{Cluster, ClusterOptions};
 use crate::island::{Island, IslandConfig, RecoveryReport};
 use crate::proc::rng::FastRng;
+use crate::proc::run::{log_failure, watch_until, FAILED, MEASURE, STOP};
+use crate::proc::stats::ProgressCounter;
+use crate::proc::{Both, Outcome, Workload};
 use crate::route::{IslandId, Router};
 use crate::storage::{RowMut, TableId};
 use crate::topology::Topology;
@@ -657,7 +658,7 @@ impl Deployment {
                 });
             }
         }
-        let phase = Arc::new(AtomicU8::new(crate::bench::driver::MEASURE));
+        let phase = Arc::new(AtomicU8::new(MEASURE));
         let calls = Arc::new(workload(Calls(Arc::clone(&inner))));
         let started = Arc::clone(&inner);
         let executors =
@@ -669,11 +670,9 @@ impl Deployment {
             std::thread::Builder::new()
                 .name("islands-watch".into())
                 .spawn(move || {
-                    crate::bench::driver::watch_until(&islands, &phase, || {
-                        phase.load(Ordering::Acquire) >= crate::bench::driver::STOP
-                    });
-                    if phase.load(Ordering::Acquire) == crate::bench::driver::FAILED {
-                        let cause = crate::bench::driver::log_failure(&islands)
+                    watch_until(&islands, &phase, || phase.load(Ordering::Acquire) >= STOP);
+                    if phase.load(Ordering::Acquire) == FAILED {
+                        let cause = log_failure(&islands)
                             .map_or_else(|| "an executor failed".to_string(), |e| e.to_string());
                         *inner.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(cause);
                         inner.open.store(false, Ordering::SeqCst);
@@ -736,12 +735,9 @@ impl Deployment {
             return Ok(());
         }
         self.inner.open.store(false, Ordering::SeqCst);
-        let _ = self.phase.compare_exchange(
-            crate::bench::driver::MEASURE,
-            crate::bench::driver::STOP,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        let _ = self
+            .phase
+            .compare_exchange(MEASURE, STOP, Ordering::AcqRel, Ordering::Acquire);
         for mb in self.inner.mailboxes.iter() {
             if let Some(t) = mb.thread.get() {
                 t.unpark();
@@ -767,7 +763,7 @@ impl Deployment {
         for i in &self.islands {
             i.shutdown();
         }
-        match crate::bench::driver::log_failure(&self.islands).or(first_err) {
+        match log_failure(&self.islands).or(first_err) {
             Some(e) => Err(e),
             None => Ok(()),
         }

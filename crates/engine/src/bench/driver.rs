@@ -7,7 +7,7 @@
 //! commit once its log batch is durable (`sync`), keeping at most `inflight`
 //! commits waiting. [`run`] and [`run_islands`] run islands whose
 //! transactions never cross ([`crate::dist::Cluster::local`]);
-//! [`crate::dist::run::run_cluster`] runs a cluster that routes keys across
+//! [`run_cluster`] runs a cluster that routes keys across
 //! islands. After the warm-up the statistics are reset and the measured
 //! phase runs for a fixed time.
 //!
@@ -19,7 +19,6 @@
 //! durable again.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -27,216 +26,18 @@ use std::time::{Duration, Instant, SystemTime};
 use super::cpu::CpuTime;
 use super::progress::{DisplayMode, ProgressDisplay};
 use super::report::{LogReport, Machine, Report, RunInfo};
-use super::stats::{ProgressCounter, TxnTypes, WorkerStats};
-use crate::dist::run::{run_cluster, ClusterWorker};
+use super::stats::TxnTypes;
+use crate::dist::run::{executor_bodies, ClusterWorker};
 use crate::dist::{Cluster, ClusterOptions};
 use crate::island::Island;
-
-use crate::proc::rng::FastRng;
-pub use crate::topology::{allowed_cpus, pin_to};
-use crate::txn::Txn;
+use crate::proc::run::{
+    log_failure, watch, watch_until, FailOnPanic, WorkerBody, FAILED, MEASURE, STOP, WARMUP,
+};
+use crate::proc::stats::{ProgressCounter, WorkerStats};
+use crate::proc::Workload;
+use crate::topology::{allowed_cpus, pin_to};
 use crate::wal::Durability;
-use crate::{Abort, Error};
-
-/// A workload the driver can run: it makes requests and executes them.
-pub trait Workload: Send + Sync {
-    /// A request, reused by each worker (so it should own its buffers).
-    type Req: Default + Send;
-
-    /// Names of the transaction types, in index order.
-    fn types(&self) -> Vec<&'static str>;
-
-    /// Fills `req` with the next request of worker `worker`; returns its type index.
-    fn next(&self, worker: usize, rng: &mut FastRng, req: &mut Self::Req) -> usize;
-
-    /// Runs one request as a stored procedure.
-    fn run<'a>(
-        &'a self,
-        tx: &'a mut Txn,
-        req: &'a Self::Req,
-    ) -> impl Future<Output = Result<(), Abort>> + 'a;
-
-    /// Called once for each request that committed, with the request its
-    /// last attempt ran (a distributed commit once it is decided; before it
-    /// is durable in `sync` mode). For checkers that keep what committed
-    /// transactions saw; the default does nothing.
-    fn committed(&self, worker: usize, req: &Self::Req) {
-        let _ = (worker, req);
-    }
-
-    /// The next request of worker `worker`, if there is one to start now:
-    /// calls submitted from outside come and go, while a benchmark's
-    /// generator always has one. The default asks [`Workload::next`].
-    /// The executor loop asks this, not [`Workload::next`].
-    fn poll_next(&self, worker: usize, rng: &mut FastRng, req: &mut Self::Req) -> Option<usize> {
-        Some(self.next(worker, rng, req))
-    }
-
-    /// The request's outcome is final: its commit is acknowledged (durable
-    /// in `sync` mode), the procedure rolled it back, it was retried
-    /// [`Workload::max_attempts`] times, or its procedure panicked. Called
-    /// once per request, by the executor loop; the default does nothing.
-    fn finished(&self, worker: usize, req: &mut Self::Req, outcome: Outcome) {
-        let _ = (worker, req, outcome);
-    }
-
-    /// Attempts after which `req`, if it keeps aborting on conflicts, is
-    /// given up ([`Outcome::GaveUp`]); `None` (the default) retries for ever.
-    fn max_attempts(&self, req: &Self::Req) -> Option<u32> {
-        let _ = req;
-        None
-    }
-
-    /// Whether `req`'s procedure, if it panics or fails with an error, only
-    /// fails its request ([`Outcome::Panicked`], [`Outcome::Failed`]) and the
-    /// executor goes on; otherwise (the default) either stops the run. A
-    /// failed log stops the run whatever this says.
-    fn isolates_failures(&self, req: &Self::Req) -> bool {
-        let _ = req;
-        false
-    }
-
-    /// A round of worker `worker` found nothing to do: no request to start,
-    /// nothing received, nothing ready. A workload fed from outside may
-    /// sleep here a while; the default returns at once.
-    fn idle(&self, worker: usize) {
-        let _ = worker;
-    }
-}
-
-/// Requests from two sources on every executor: `first` is asked for one
-/// before `second` (calls submitted from outside, which come and go, before a
-/// generator, which always has one). Each request keeps its source's
-/// procedures, hooks and policies; the transaction types are `first`'s, then
-/// `second`'s.
-pub struct Both<A, B> {
-    first: A,
-    second: B,
-    /// `first`'s number of transaction types.
-    offset: usize,
-}
-
-/// A request of [`Both`]: one buffer per source, so that a worker whose
-/// requests alternate between them reuses both.
-#[derive(Default)]
-pub struct BothReq<A, B> {
-    first: A,
-    second: B,
-    /// The request is `second`'s.
-    of_second: bool,
-}
-
-impl<A: Workload, B: Workload> Both<A, B> {
-    pub fn new(first: A, second: B) -> Both<A, B> {
-        let offset = first.types().len();
-        Both {
-            first,
-            second,
-            offset,
-        }
-    }
-
-    pub fn first(&self) -> &A {
-        &self.first
-    }
-
-    pub fn second(&self) -> &B {
-        &self.second
-    }
-}
-
-impl<A: Workload, B: Workload> Workload for Both<A, B> {
-    type Req = BothReq<A::Req, B::Req>;
-
-    fn types(&self) -> Vec<&'static str> {
-        let mut t = self.first.types();
-        t.extend(self.second.types());
-        t
-    }
-
-    fn next(&self, worker: usize, rng: &mut FastRng, req: &mut Self::Req) -> usize {
-        match self.poll_next(worker, rng, req) {
-            Some(ty) => ty,
-            None => {
-                req.of_second = true;
-                self.offset + self.second.next(worker, rng, &mut req.second)
-            }
-        }
-    }
-
-    fn poll_next(&self, worker: usize, rng: &mut FastRng, req: &mut Self::Req) -> Option<usize> {
-        if let Some(ty) = self.first.poll_next(worker, rng, &mut req.first) {
-            req.of_second = false;
-            return Some(ty);
-        }
-        let ty = self.second.poll_next(worker, rng, &mut req.second)?;
-        req.of_second = true;
-        Some(self.offset + ty)
-    }
-
-    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a Self::Req) -> Result<(), Abort> {
-        if req.of_second {
-            self.second.run(tx, &req.second).await
-        } else {
-            self.first.run(tx, &req.first).await
-        }
-    }
-
-    fn committed(&self, worker: usize, req: &Self::Req) {
-        if req.of_second {
-            self.second.committed(worker, &req.second)
-        } else {
-            self.first.committed(worker, &req.first)
-        }
-    }
-
-    fn finished(&self, worker: usize, req: &mut Self::Req, outcome: Outcome) {
-        if req.of_second {
-            self.second.finished(worker, &mut req.second, outcome)
-        } else {
-            self.first.finished(worker, &mut req.first, outcome)
-        }
-    }
-
-    fn max_attempts(&self, req: &Self::Req) -> Option<u32> {
-        if req.of_second {
-            self.second.max_attempts(&req.second)
-        } else {
-            self.first.max_attempts(&req.first)
-        }
-    }
-
-    fn isolates_failures(&self, req: &Self::Req) -> bool {
-        if req.of_second {
-            self.second.isolates_failures(&req.second)
-        } else {
-            self.first.isolates_failures(&req.first)
-        }
-    }
-
-    fn idle(&self, worker: usize) {
-        self.first.idle(worker);
-        self.second.idle(worker);
-    }
-}
-
-/// How a request ended, as [`Workload::finished`] hears it.
-#[derive(Debug)]
-pub enum Outcome {
-    /// Committed and acknowledged under the island's durability mode.
-    Committed,
-    /// The procedure rolled the transaction back ([`Abort::User`]).
-    UserAbort(&'static str),
-    /// Aborted on conflicts as many times as [`Workload::max_attempts`] allows.
-    GaveUp {
-        attempts: u32,
-        last: crate::AbortReason,
-    },
-    /// The procedure panicked; the transaction was rolled back.
-    Panicked(String),
-    /// The procedure failed with an error ([`Abort::Failed`]); rolled back.
-    Failed(Error),
-}
+use crate::Error;
 
 /// How to drive a run.
 #[derive(Clone, Debug)]
@@ -277,29 +78,6 @@ impl Default for DriverConfig {
         }
     }
 }
-
-pub(crate) const WARMUP: u8 = 0;
-pub(crate) const MEASURE: u8 = 1;
-/// The measured phase is over: workers finish what they hold and leave.
-pub(crate) const STOP: u8 = 2;
-/// A worker failed or a log died: every worker leaves at its next round,
-/// without finishing what it has in flight (a log that will never be durable
-/// again cannot finish it; what is in doubt on disk stays for recovery).
-pub(crate) const FAILED: u8 = 3;
-
-/// How often the driver's main thread looks for a failed log while the
-/// workers run: a worker whose island's log died notices when it next hands
-/// the log a batch or waits for one, but a worker of another island may be
-/// waiting only for messages that will never come.
-const WATCH_EVERY: Duration = Duration::from_millis(10);
-
-/// Commits between hand-offs of a worker's log buffer.
-pub(crate) const FLUSH_EVERY: usize = 1024;
-/// Longest a worker waits before handing the island's log buffer over while
-/// it has acknowledgements pending (`sync`).
-pub(crate) const FLUSH_AFTER: Duration = Duration::from_micros(500);
-/// The same in `async` mode, where nobody waits for the flush.
-pub(crate) const ASYNC_FLUSH_AFTER: Duration = Duration::from_millis(1);
 
 /// Runs `workload` on `island` and reports what the measured phase did.
 pub fn run<W: Workload + 'static>(
@@ -387,71 +165,36 @@ pub fn cluster_workers(workers: &[WorkerSpec], islands: usize) -> (Vec<ClusterWo
     (cws, per_island)
 }
 
-/// One worker thread's work: given the run's phase and its progress counter,
-/// it returns its statistics, also when it stopped on an error.
-pub(crate) type WorkerBody =
-    Box<dyn FnOnce(&AtomicU8, &ProgressCounter) -> (WorkerStats, Result<(), Error>) + Send>;
-
-/// Sets the run's phase to [`FAILED`] when dropped by a panicking thread, so
-/// that the other workers leave too.
-pub(crate) struct FailOnPanic<'a>(pub(crate) &'a AtomicU8);
-
-impl Drop for FailOnPanic<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.store(FAILED, Ordering::Release);
-        }
-    }
-}
-
-/// The first failure of one of `islands`' logs, as the error of a run.
-pub(crate) fn log_failure(islands: &[Island]) -> Option<Error> {
-    islands
+/// Runs `workload` on every worker of `cl` and reports the measured phase.
+/// `cfg.workers` and `cfg.pin` are ignored: `workers` says it all.
+pub fn run_cluster<W: Workload + 'static>(
+    cl: &Arc<Cluster>,
+    workers: &[ClusterWorker],
+    workload: Arc<W>,
+    cfg: &DriverConfig,
+) -> Result<Report, Error>
+where
+    W::Req: 'static,
+{
+    let bodies = executor_bodies(cl, workers, &workload, cfg.seed, cfg.inflight)?;
+    let specs: Vec<WorkerSpec> = workers
         .iter()
-        .find_map(|i| i.wal().and_then(|w| w.failed()))
-        .map(Error::from)
-}
-
-/// Sleeps until `until`, looking every [`WATCH_EVERY`] for a worker that
-/// set [`FAILED`] and for a failed log (then it sets [`FAILED`] itself).
-/// Returns whether the run failed.
-pub(crate) fn watch(islands: &[Island], phase: &AtomicU8, until: Instant) -> bool {
-    loop {
-        if phase.load(Ordering::Acquire) == FAILED {
-            return true;
-        }
-        if islands
-            .iter()
-            .any(|i| i.wal().is_some_and(|w| w.failed().is_some()))
-        {
-            phase.store(FAILED, Ordering::Release);
-            return true;
-        }
-        let now = Instant::now();
-        if now >= until {
-            return false;
-        }
-        std::thread::sleep((until - now).min(WATCH_EVERY));
+        .map(|w| WorkerSpec {
+            island: w.island,
+            cpu: w.cpu,
+        })
+        .collect();
+    let mut report = run_threads(cl.islands(), &specs, bodies, &workload.types(), cfg)?;
+    if cl.routes() {
+        let s = &cl.stats;
+        report.notes.push(format!(
+            "islands: {} remote operations served, {} malformed frames rejected, {} protocol violations",
+            s.remote_ops(),
+            s.malformed.load(Ordering::Relaxed),
+            s.protocol_violations.load(Ordering::Relaxed)
+        ));
     }
-}
-
-/// Waits until `done` holds (the workers have all returned), watching as
-/// [`watch`] does, so that a log that dies while the workers finish what
-/// they hold stops them too. Returns whether the run failed.
-pub(crate) fn watch_until(islands: &[Island], phase: &AtomicU8, done: impl Fn() -> bool) -> bool {
-    let mut failed = false;
-    while !done() {
-        if watch(islands, phase, Instant::now() + WATCH_EVERY) {
-            failed = true;
-            std::thread::sleep(WATCH_EVERY);
-        }
-    }
-    failed
-}
-
-/// The seed of worker `w`'s request generator.
-pub(crate) fn worker_seed(seed: u64, w: usize) -> u64 {
-    seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (w as u64 + 1)
+    Ok(report)
 }
 
 /// Runs one thread per body (pinned as `workers` says), times the warm-up

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::fmt::thousands;
-use super::stats::{Progress, ProgressCounter};
+use super::stats::Progress;
+use crate::proc::stats::ProgressCounter;
 
 /// How often the monitor samples the counters.
 pub const TICK: Duration = Duration::from_millis(250);

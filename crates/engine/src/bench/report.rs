@@ -14,8 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::fmt::thousands;
-use super::stats::{TxnTypes, WorkerStats};
+use super::stats::TxnTypes;
 use crate::error::AbortReason;
+use crate::proc::stats::WorkerStats;
 
 /// One transaction type's share of the run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -8,13 +8,15 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use islands::bench::driver::{self, DriverConfig, Workload};
+use islands::bench::driver::run_cluster;
+use islands::bench::driver::{self, DriverConfig};
 use islands::bench::progress::DisplayMode;
 use islands::cc::CcKind;
-use islands::dist::run::{run_cluster, run_to_completion, ClusterWorker};
+use islands::dist::run::{run_to_completion, ClusterWorker};
 use islands::dist::{Cluster, ClusterOptions};
 use islands::island::{Island, IslandConfig, RecoveryReport};
 use islands::proc::rng::FastRng;
+use islands::proc::Workload;
 use islands::route::RangeRouter;
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::txn::Txn;

@@ -14,7 +14,7 @@ use islands_workloads::micro::{self, Micro, MicroConfig};
 use islands_workloads::spec::{check, WorkloadSpec};
 use islands_workloads::ycsb::{self, Ycsb, YcsbConfig};
 
-fn run<W: islands::bench::driver::Workload + 'static>(island: &Island, w: W) {
+fn run<W: islands::proc::Workload + 'static>(island: &Island, w: W) {
     let dcfg = DriverConfig {
         warmup: Duration::ZERO,
         measure: Duration::from_millis(150),

@@ -417,8 +417,8 @@ fn running_out_of_order_capacity_is_a_clear_error() {
 
 #[test]
 fn generator_follows_the_spec_proportions() {
-    use islands::bench::driver::Workload;
     use islands::proc::rng::FastRng;
+    use islands::proc::Workload;
     let gen = |local_only: bool| {
         let cfg = TpccConfig {
             local_only,
