@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use islands::api::{Catalog, Deployment, Options, Partition, ProcDef, Type, Value};
-use islands::bench::driver::run_cluster;
 use islands::bench::driver::DriverConfig;
+use islands::bench::driver::{run_cluster, RunError};
 use islands::bench::progress::DisplayMode;
 use islands::deploy::{self, DeploySpec, Islands};
 use islands::dist::run::ClusterWorker;
@@ -323,7 +323,8 @@ fn generated(cfg: &YcsbConfig, shape: &Shape, plan: &deploy::Plan) -> Result<f64
         workload_name: "ycsb".into(),
         ..Default::default()
     };
-    let report = run_cluster(&cl, &cws, Arc::new(Ycsb::new(cfg.clone())?), &dcfg)?;
+    let report = run_cluster(&cl, &cws, Arc::new(Ycsb::new(cfg.clone())?), &dcfg)
+        .map_err(RunError::into_cause)?;
     for i in &islands {
         i.shutdown();
     }

@@ -17,6 +17,7 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use islands::bench::driver::RunError;
 
 /// islands: an in-memory OLTP engine deployed as hardware islands.
 ///
@@ -99,11 +100,12 @@ fn main() -> ExitCode {
         Command::Bench(a) => match bench_cmd::run(a, matches.subcommand_matches("bench")) {
             // The run began and stopped on an error (a log that died): its
             // report is printed; exit 1, as bad input is 2.
-            Err(islands::Error::Stopped { cause, .. }) => {
+            Err(RunError::Stopped { cause, .. }) => {
                 eprintln!("error: {cause}");
                 return ExitCode::from(1);
             }
-            r => r.map_err(|e| describe(&e)),
+            Err(RunError::Engine(e)) => Err(describe(&e)),
+            Ok(()) => Ok(()),
         },
         Command::Serve(a) => serve_cmd::run(a).map_err(|e| describe(&e)),
         Command::Topology(a) => topology_cmd::run_topology(a),

@@ -387,7 +387,7 @@ pub fn run_experiment(
                     Arc::clone(&workload),
                     &dcfg,
                 )
-                .map_err(message)?;
+                .map_err(|e| message(e.into_cause()))?;
                 if r.committed == 0 {
                     return Err(format!(
                         "{} / {}: no transaction committed in {} s",

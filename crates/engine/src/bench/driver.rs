@@ -14,7 +14,7 @@
 //! A failure stops the whole run: a worker that fails sets the run's phase
 //! to `FAILED`, and the main thread, which looks for a failed log every
 //! 10 ms while the workers run, does the same. Every worker reads the phase
-//! once per round anyway and leaves; the run returns [`Error::Stopped`] with
+//! once per round anyway and leaves; the run returns [`RunError::Stopped`] with
 //! the figures up to then. No worker waits for a log that will not become
 //! durable again.
 
@@ -38,6 +38,37 @@ use crate::proc::Workload;
 use crate::topology::{allowed_cpus, pin_to};
 use crate::wal::Durability;
 use crate::Error;
+
+/// Why a run gave no full report.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The run could not start (bad configuration, a thread that could not
+    /// be spawned, an executor that could not be made).
+    #[error(transparent)]
+    Engine(#[from] Error),
+    /// The run stopped before its end because of `cause` (a log that
+    /// failed, a worker's error): every worker left within a bounded time,
+    /// and `partial` holds the figures measured up to the stop (its
+    /// `stopped` says why). The islands' in-memory state is then not to be
+    /// trusted further (branches that were in flight still hold their
+    /// locks): reopen them, and recovery resolves what was in doubt.
+    #[error("{cause}")]
+    Stopped {
+        cause: Box<Error>,
+        partial: Box<Report>,
+    },
+}
+
+impl RunError {
+    /// The engine's error: the cause of a stopped run, whose partial report
+    /// is dropped.
+    pub fn into_cause(self) -> Error {
+        match self {
+            RunError::Engine(e) => e,
+            RunError::Stopped { cause, .. } => *cause,
+        }
+    }
+}
 
 /// How to drive a run.
 #[derive(Clone, Debug)]
@@ -84,7 +115,7 @@ pub fn run<W: Workload + 'static>(
     island: &Island,
     workload: Arc<W>,
     cfg: &DriverConfig,
-) -> Result<Report, Error>
+) -> Result<Report, RunError>
 where
     W::Req: 'static,
 {
@@ -119,23 +150,22 @@ pub fn run_islands<W: Workload + 'static>(
     workers: &[WorkerSpec],
     workload: Arc<W>,
     cfg: &DriverConfig,
-) -> Result<Report, Error>
+) -> Result<Report, RunError>
 where
     W::Req: 'static,
 {
     if workers.is_empty() {
-        return Err(Error::Config("the driver needs at least one worker".into()));
+        return Err(Error::Config("the driver needs at least one worker".into()).into());
     }
     if let Some(w) = workers.iter().find(|w| w.island >= islands.len()) {
         return Err(Error::Config(format!(
             "a worker is placed on island {}, which does not exist",
             w.island
-        )));
+        ))
+        .into());
     }
     if cfg.measure.is_zero() {
-        return Err(Error::Config(
-            "the measured phase must be longer than zero".into(),
-        ));
+        return Err(Error::Config("the measured phase must be longer than zero".into()).into());
     }
     let (cws, per_island) = cluster_workers(workers, islands.len());
     let opts = ClusterOptions {
@@ -172,7 +202,7 @@ pub fn run_cluster<W: Workload + 'static>(
     workers: &[ClusterWorker],
     workload: Arc<W>,
     cfg: &DriverConfig,
-) -> Result<Report, Error>
+) -> Result<Report, RunError>
 where
     W::Req: 'static,
 {
@@ -205,7 +235,7 @@ pub(crate) fn run_threads(
     bodies: Vec<WorkerBody>,
     type_names: &[&str],
     cfg: &DriverConfig,
-) -> Result<Report, Error> {
+) -> Result<Report, RunError> {
     let types = TxnTypes::new(type_names).map_err(Error::Config)?;
     let phase = Arc::new(AtomicU8::new(WARMUP));
     let counters: Vec<Arc<ProgressCounter>> =
@@ -376,7 +406,7 @@ pub(crate) fn run_threads(
                 "measured phase"
             }
         ));
-        return Err(Error::Stopped {
+        return Err(RunError::Stopped {
             cause: Box::new(cause),
             partial: Box::new(report),
         });
