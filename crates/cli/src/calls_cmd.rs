@@ -19,9 +19,6 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use islands::api::{Catalog, Deployment, Options, Partition, ProcDef, Type, Value};
-use islands::bench::driver::DriverConfig;
-use islands::bench::driver::{run_cluster, RunError};
-use islands::bench::progress::DisplayMode;
 use islands::deploy::{self, DeploySpec, Islands};
 use islands::dist::run::ClusterWorker;
 use islands::dist::{Cluster, ClusterOptions};
@@ -31,6 +28,9 @@ use islands::route::Router;
 use islands::storage::{Col, TableId};
 use islands::topology::Topology;
 use islands::{Abort, Error};
+use islands_bench::driver::DriverConfig;
+use islands_bench::driver::{run_cluster, RunError};
+use islands_bench::progress::DisplayMode;
 use islands_workloads::ycsb::{self, Ycsb, YcsbConfig};
 
 /// Sites the key space is spread over (`key % SITES`): enough for any

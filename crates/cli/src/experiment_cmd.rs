@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use islands::bench::counters::{self, CounterSetup, ExperimentConfig};
-use islands::bench::ipc::{self, IpcConfig};
 use islands::deploy::Placement;
 use islands::topology::{CpuId, CpuSet, Topology};
+use islands_bench::counters::{self, CounterSetup, ExperimentConfig};
+use islands_bench::ipc::{self, IpcConfig};
 
 use crate::args::{list, seconds, write_file};
 

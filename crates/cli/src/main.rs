@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use islands::bench::driver::RunError;
+use islands_bench::driver::RunError;
 
 /// islands: an in-memory OLTP engine deployed as hardware islands.
 ///

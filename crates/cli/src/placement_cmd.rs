@@ -28,14 +28,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use islands::bench::counters::summarize;
-use islands::bench::driver::{self, DriverConfig, WorkerSpec};
-use islands::bench::fmt::{human_rate, thousands};
-use islands::bench::progress::DisplayMode;
 use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, IslandPlan, Islands, Placement, Plan};
 use islands::island::{Island, IslandConfig};
 use islands::topology::{pin_to, CpuId, CpuSet, Topology};
+use islands_bench::counters::summarize;
+use islands_bench::driver::{self, DriverConfig, WorkerSpec};
+use islands_bench::fmt::{human_rate, thousands};
+use islands_bench::progress::DisplayMode;
 use islands_workloads::micro::{self, Micro, MicroConfig};
 use serde::Serialize;
 

@@ -20,13 +20,11 @@
 //!   phase, per-worker counters, and what procedures draw on: random numbers, Zipf.
 //! - [`dist`]: the executor: the islands of a deployment running in this process, one
 //!   executor per worker thread, remote operations and two-phase commit over messages.
-//! - [`bench`]: the closed-loop driver, statistics, reports.
 //! - [`api`]: the application API: a catalog of stored procedures, a deployment, clients.
 //! - `server` (cargo feature `server`, on by default): a deployment served over the
 //!   PostgreSQL wire protocol.
 
 pub mod api;
-pub mod bench;
 pub mod cc;
 pub mod coord;
 pub mod deploy;

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use islands::bench::driver::{self, DriverConfig, WorkerSpec};
-use islands::bench::progress::DisplayMode;
 use islands::cc::CcKind;
 use islands::island::{Island, IslandConfig};
+use islands_bench::driver::{self, DriverConfig, WorkerSpec};
+use islands_bench::progress::DisplayMode;
 use islands_workloads::inserts::{self, Inserts, InsertsConfig};
 use islands_workloads::micro::{self, Micro, MicroConfig};
 use islands_workloads::spec::{check, WorkloadSpec};

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::proc::stats::{ProgressCounter, MAX_TXN_TYPES};
+use islands::proc::stats::{ProgressCounter, MAX_TXN_TYPES};
 
 /// The names of a workload's transaction types; a type is its index here.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,7 +90,7 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proc::stats::WorkerStats;
+    use islands::proc::stats::WorkerStats;
 
     #[test]
     fn txn_types_validate_names() {

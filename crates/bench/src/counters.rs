@@ -38,11 +38,11 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::bench::fmt::human_rate;
-use crate::deploy::Placement;
-use crate::topology::pin_to;
-use crate::topology::{CpuId, Topology};
-use crate::Error;
+use crate::fmt::human_rate;
+use islands::deploy::Placement;
+use islands::topology::pin_to;
+use islands::topology::{CpuId, Topology};
+use islands::Error;
 
 /// How many counters, and which threads share one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -116,12 +116,6 @@ pub struct CounterPlan {
     /// Sockets with at least one allowed CPU.
     pub sockets: usize,
     pub machine: String,
-}
-
-impl serde::Serialize for Placement {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
 }
 
 /// Allowed CPUs in tree order (socket → L3 → core → thread), one list per

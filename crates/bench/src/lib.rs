@@ -1,5 +1,9 @@
-//! bench: the closed-loop driver ([`driver`]) and what it needs.
+//! islands-bench: the benchmark of the islands engine. It runs a workload
+//! ([`islands::proc::Workload`]) on the engine's executors for a warm-up and
+//! a measured phase and reports what the measured phase did; nothing in the
+//! engine depends on it.
 //!
+//! - [`driver`]: the closed-loop driver: threads, phases, the run's report.
 //! - [`stats`]: the names of a workload's transaction types, and the monitor's
 //!   sum of the executors' progress counters.
 //! - [`cpu`]: process and thread CPU time.
@@ -7,11 +11,13 @@
 //! - [`progress`]: a live display (progress bar or plain lines) fed by the
 //!   progress counters.
 //! - [`fmt`]: number formatting shared by the report and the display.
+//! - [`ipc`]: message round trips between two pinned threads.
+//! - [`counters`]: the paper's lock-protected counters experiment.
 //!
 //! Nothing here allocates or synchronises on the worker's update path: a worker
-//! writes only to its own [`crate::proc::stats::WorkerStats`] and, every few
+//! writes only to its own [`islands::proc::stats::WorkerStats`] and, every few
 //! commits, stores one relaxed atomic in its own cache line
-//! ([`crate::proc::stats::ProgressCounter`]).
+//! ([`islands::proc::stats::ProgressCounter`]).
 
 pub mod counters;
 pub mod cpu;
@@ -21,3 +27,5 @@ pub mod ipc;
 pub mod progress;
 pub mod report;
 pub mod stats;
+
+pub use driver::RunError;

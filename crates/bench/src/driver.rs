@@ -1,12 +1,12 @@
 //! The benchmark driver: runs a [`Workload`] for a warm-up and a measured
 //! phase and reports what the measured phase did.
 //!
-//! The workers are executors of a [`crate::dist::Cluster`] and run its one
-//! loop ([`crate::dist::run`]): each generates its own requests on its own
+//! The workers are executors of a [`islands::dist::Cluster`] and run its one
+//! loop ([`islands::dist::run`]): each generates its own requests on its own
 //! thread, runs them, retries what aborts on a conflict, and acknowledges a
 //! commit once its log batch is durable (`sync`), keeping at most `inflight`
 //! commits waiting. [`run`] and [`run_islands`] run islands whose
-//! transactions never cross ([`crate::dist::Cluster::local`]);
+//! transactions never cross ([`islands::dist::Cluster::local`]);
 //! [`run_cluster`] runs a cluster that routes keys across
 //! islands. After the warm-up the statistics are reset and the measured
 //! phase runs for a fixed time.
@@ -23,21 +23,21 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::cpu::CpuTime;
-use super::progress::{DisplayMode, ProgressDisplay};
-use super::report::{LogReport, Machine, Report, RunInfo};
-use super::stats::TxnTypes;
-use crate::dist::run::{executor_bodies, ClusterWorker};
-use crate::dist::{Cluster, ClusterOptions};
-use crate::island::Island;
-use crate::proc::run::{
+use crate::cpu::CpuTime;
+use crate::progress::{DisplayMode, ProgressDisplay};
+use crate::report::{LogReport, Machine, Report, RunInfo};
+use crate::stats::TxnTypes;
+use islands::dist::run::{executor_bodies, ClusterWorker};
+use islands::dist::{Cluster, ClusterOptions};
+use islands::island::Island;
+use islands::proc::run::{
     log_failure, watch, watch_until, FailOnPanic, WorkerBody, FAILED, MEASURE, STOP, WARMUP,
 };
-use crate::proc::stats::{ProgressCounter, WorkerStats};
-use crate::proc::Workload;
-use crate::topology::{allowed_cpus, pin_to};
-use crate::wal::Durability;
-use crate::Error;
+use islands::proc::stats::{ProgressCounter, WorkerStats};
+use islands::proc::Workload;
+use islands::topology::{allowed_cpus, pin_to};
+use islands::wal::Durability;
+use islands::Error;
 
 /// Why a run gave no full report.
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +83,7 @@ pub struct DriverConfig {
     pub display: DisplayMode,
     /// Pin worker `i` to the i-th CPU this process may use.
     pub pin: bool,
-    /// Count where the workers' time goes ([`crate::phases`]; costs a
+    /// Count where the workers' time goes ([`islands::phases`]; costs a
     /// time-stamp read at every phase boundary).
     pub phases: bool,
     /// Shown in the report.
@@ -242,7 +242,7 @@ pub(crate) fn run_threads(
         (0..workers.len()).map(|_| ProgressCounter::new()).collect();
     let cpus = allowed_cpus();
     let started = SystemTime::now();
-    let checkpoints = || -> Vec<crate::island::CheckpointStats> {
+    let checkpoints = || -> Vec<islands::island::CheckpointStats> {
         islands.iter().map(|i| i.checkpoint_stats()).collect()
     };
     let checkpoints_before = checkpoints();
@@ -261,7 +261,7 @@ pub(crate) fn run_threads(
                         // Pinning can fail in a restricted container; the run goes on unpinned.
                         let _ = pin_to(c);
                     }
-                    crate::phases::enable(count_phases);
+                    islands::phases::enable(count_phases);
                     let (stats, r) = body(&phase, &counter);
                     if r.is_err() {
                         phase.store(FAILED, Ordering::Release);
@@ -280,7 +280,7 @@ pub(crate) fn run_threads(
     // stopped in, up to the failure.
     let mut failed = watch(islands, &phase, t_start + cfg.warmup);
     let in_warmup = failed;
-    let wal_stats = || -> Option<Vec<crate::wal::WalStats>> {
+    let wal_stats = || -> Option<Vec<islands::wal::WalStats>> {
         islands.iter().map(|i| i.wal().map(|w| w.stats())).collect()
     };
     let wal_before = wal_stats();
@@ -325,7 +325,7 @@ pub(crate) fn run_threads(
     let cause = log_failure(islands).or(first_err);
     let log = match (wal_before, wal_after) {
         (Some(a), Some(b)) => {
-            let sum = |v: &[crate::wal::WalStats], f: fn(&crate::wal::WalStats) -> u64| {
+            let sum = |v: &[islands::wal::WalStats], f: fn(&islands::wal::WalStats) -> u64| {
                 v.iter().map(f).sum::<u64>()
             };
             let syncs = sum(&b, |s| s.syncs) - sum(&a, |s| s.syncs);
@@ -380,7 +380,7 @@ pub(crate) fn run_threads(
         },
     );
     if cfg.phases {
-        report.phases = Some(crate::bench::report::PhaseReport::new(
+        report.phases = Some(crate::report::PhaseReport::new(
             &merged.phase_ticks,
             merged.total_commits(),
         ));

@@ -8,9 +8,6 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use islands::bench::driver::{self, DriverConfig};
-use islands::bench::driver::{run_cluster, RunError};
-use islands::bench::progress::DisplayMode;
 use islands::cc::CcKind;
 use islands::dist::run::{run_to_completion, ClusterWorker};
 use islands::dist::{Cluster, ClusterOptions};
@@ -22,8 +19,11 @@ use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::txn::Txn;
 use islands::wal::{CappedDevice, Durability};
 use islands::Abort;
+use islands_bench::driver::{self, DriverConfig};
+use islands_bench::driver::{run_cluster, RunError};
+use islands_bench::progress::DisplayMode;
 
-use crate::common::temp_dir;
+use crate::temp_dir;
 
 const COUNTERS: u64 = 400;
 const VALUE: Col = Col(0);
@@ -124,7 +124,7 @@ fn bounded<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 's
 
 /// The error of a stopped run names the full device, and carries what the
 /// run measured before it stopped.
-fn assert_stopped_on_enospc(r: Result<islands::bench::report::Report, RunError>) {
+fn assert_stopped_on_enospc(r: Result<islands_bench::report::Report, RunError>) {
     match r {
         Err(RunError::Stopped { cause, partial }) => {
             let msg = cause.to_string();
