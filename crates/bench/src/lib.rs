@@ -12,14 +12,12 @@
 //!   progress counters.
 //! - [`fmt`]: number formatting shared by the report and the display.
 //! - [`ipc`]: message round trips between two pinned threads.
-//! - [`counters`]: the paper's lock-protected counters experiment.
 //!
 //! Nothing here allocates or synchronises on the worker's update path: a worker
 //! writes only to its own [`islands::proc::stats::WorkerStats`] and, every few
 //! commits, stores one relaxed atomic in its own cache line
 //! ([`islands::proc::stats::ProgressCounter`]).
 
-pub mod counters;
 pub mod cpu;
 pub mod driver;
 pub mod fmt;

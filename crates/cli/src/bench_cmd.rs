@@ -196,7 +196,7 @@ enum WorkloadCmd {
     Tpcc(TpccArgs),
     /// Message round trips between two pinned threads (spin queue, the islands' in-process
     /// transport, crossbeam channel, std mpsc).
-    Ipc(crate::experiment_cmd::IpcArgs),
+    Ipc(crate::ipc_cmd::IpcArgs),
     /// Xi et al.'s insert microbenchmark: each worker (client) inserts one record per
     /// transaction into a private table. No logical contention: what limits it is the log
     /// the clients share (one per island) and the engine itself (try --durability off).
@@ -356,7 +356,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
     let c = args.common.clone();
     if let Some(WorkloadCmd::Ipc(a)) = &args.workload {
         refuse_unused_by_ipc(m)?;
-        return crate::experiment_cmd::run_ipc(a, c.duration, c.warmup, c.json.as_deref())
+        return crate::ipc_cmd::run_ipc(a, c.duration, c.warmup, c.json.as_deref())
             .map_err(|e| Error::Config(e).into());
     }
     if let Some(addr) = c.connect {

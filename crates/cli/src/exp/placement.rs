@@ -32,13 +32,13 @@ use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, IslandPlan, Islands, Placement, Plan};
 use islands::island::{Island, IslandConfig};
 use islands::topology::{pin_to, CpuId, CpuSet, Topology};
-use islands_bench::counters::summarize;
 use islands_bench::driver::{self, DriverConfig, WorkerSpec};
 use islands_bench::fmt::{human_rate, thousands};
 use islands_bench::progress::DisplayMode;
 use islands_workloads::micro::{self, Micro, MicroConfig};
 use serde::Serialize;
 
+use super::counters::summarize;
 use crate::args::{list, seconds, write_file};
 
 /// Runs the microbenchmark on one island with its workers placed spread,
