@@ -272,6 +272,18 @@ impl Ctx {
             None => full.to_vec(),
         }
     }
+    /// Counts of cores (or clients) as x: 1 to `k`; with `--quick`, 1 and `k`.
+    fn xs_up_to_k(&self) -> Vec<f64> {
+        let k = self.k;
+        self.xs(
+            &(1..=k).map(|i| i as f64).collect::<Vec<_>>(),
+            &if k > 1 {
+                vec![1.0, k as f64]
+            } else {
+                vec![1.0]
+            },
+        )
+    }
     fn mode_args(&self, update: bool) -> Vec<String> {
         if update {
             vec!["--durability".into(), self.durability.clone()]

@@ -23,14 +23,7 @@ pub const EXPERIMENT: Experiment = Experiment {
 fn points(c: &Ctx) -> Result<Vec<Point>, String> {
     let k = c.k;
     let mut v = Vec::new();
-    let cores = c.xs(
-        &(1..=k).map(|i| i as f64).collect::<Vec<_>>(),
-        &if k > 1 {
-            vec![1.0, k as f64]
-        } else {
-            vec![1.0]
-        },
-    );
+    let cores = c.xs_up_to_k();
     for &u in &c.modes {
         for &x in &cores {
             let kk = check_cores(x, k)?;
