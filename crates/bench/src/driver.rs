@@ -23,10 +23,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::cpu::CpuTime;
 use crate::progress::{DisplayMode, ProgressDisplay};
 use crate::report::{LogReport, Machine, Report, RunInfo};
 use crate::stats::TxnTypes;
+use islands::cpu::CpuTime;
 use islands::dist::run::{executor_bodies, ClusterWorker};
 use islands::dist::{Cluster, ClusterOptions};
 use islands::island::Island;

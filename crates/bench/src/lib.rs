@@ -6,7 +6,6 @@
 //! - [`driver`]: the closed-loop driver: threads, phases, the run's report.
 //! - [`stats`]: the names of a workload's transaction types, and the monitor's
 //!   sum of the executors' progress counters.
-//! - [`cpu`]: process and thread CPU time.
 //! - [`report`]: what a run produced, as JSON and as a human-readable table.
 //! - [`progress`]: a live display (progress bar or plain lines) fed by the
 //!   progress counters.
@@ -18,7 +17,6 @@
 //! commits, stores one relaxed atomic in its own cache line
 //! ([`islands::proc::stats::ProgressCounter`]).
 
-pub mod cpu;
 pub mod driver;
 pub mod fmt;
 pub mod ipc;

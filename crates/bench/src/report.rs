@@ -141,7 +141,7 @@ pub struct RunInfo {
     pub threads: usize,
     pub warmup: Duration,
     pub measured: Duration,
-    /// Process CPU time over the measured interval ([`crate::cpu::CpuTime::process_now`] difference).
+    /// Process CPU time over the measured interval ([`islands::cpu::CpuTime::process_now`] difference).
     pub cpu_process: Duration,
     /// Cores the run was given, the denominator of the CPU utilisation.
     pub cores: usize,

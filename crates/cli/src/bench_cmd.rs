@@ -971,7 +971,7 @@ fn checkpoint_policy(c: &Common, file: Option<&DeploySpec>) -> Result<Checkpoint
 /// writes with ENOSPC once BYTES have been written through it in all, as a
 /// small file system that fills up would ([`CappedDevice`]). The CLI tests
 /// use it to fill a log without root or a loop device.
-fn test_log_device() -> Result<Option<CappedDevice>, Error> {
+pub(crate) fn test_log_device() -> Result<Option<CappedDevice>, Error> {
     let Ok(v) = std::env::var("ISLANDS_TEST_LOG_CAPACITY") else {
         return Ok(None);
     };

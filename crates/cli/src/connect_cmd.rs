@@ -281,7 +281,7 @@ async fn connection(
 }
 
 fn cpu_seconds() -> f64 {
-    islands_bench::cpu::CpuTime::process_now().as_secs_f64()
+    islands::cpu::CpuTime::process_now().as_secs_f64()
 }
 
 pub fn run(run: NetRun, w: NetWorkload) -> Result<(), Error> {

@@ -105,7 +105,15 @@ fn main() -> ExitCode {
             Err(RunError::Engine(e)) => Err(describe(&e)),
             Ok(()) => Ok(()),
         },
-        Command::Serve(a) => serve_cmd::run(a).map_err(|e| describe(&e)),
+        Command::Serve(a) => match serve_cmd::run(a) {
+            // The server ran and stopped because a log died: exit 1, as
+            // bad input is 2.
+            Err(e @ islands::Error::LogFailed(_)) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+            r => r.map_err(|e| describe(&e)),
+        },
         Command::Topology(a) => topology_cmd::run_topology(a),
         Command::Plan(a) => topology_cmd::run_plan(a),
         Command::Experiment(a) => exp::run_experiment(a),

@@ -15,6 +15,8 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -42,8 +44,10 @@ pub struct ServeArgs {
     /// payment(w_id, d_id, c_w_id, c_d_id, c_id, c_last, h_amount),
     /// order_status(w_id, d_id, c_id, c_last), delivery(w_id, o_carrier_id),
     /// stock_level(w_id, d_id, threshold); micro (--rows): micro_read(keys int8[]),
-    /// micro_update(keys int8[]). See docs/server.md. A directory that is not empty is
-    /// refused. Without --init, the server recovers what the directory holds.
+    /// micro_update(keys int8[]); bank (--accounts): transfer(id, src, dst, amount),
+    /// bank_balance(account), bank_transfer(id), bank_total(). See docs/server.md. A
+    /// directory that is not empty is refused. Without --init, the server recovers
+    /// what the directory holds.
     #[arg(long, value_name = "WORKLOAD")]
     init: Option<String>,
     /// tpcb: branches (100,000 accounts and 10 tellers each), as pgbench -i --scale.
@@ -57,6 +61,9 @@ pub struct ServeArgs {
     /// customers each). They are the deployment's sites. Default 1.
     #[arg(long)]
     warehouses: Option<u32>,
+    /// bank: accounts (default 1000), each opened with a balance of 1000.
+    #[arg(long)]
+    accounts: Option<u64>,
     /// Islands: `1` (the default), `per-socket`, `per-l3`, `per-core`, a number N, or
     /// CPU lists `0-5;6-11` (see `islands plan`).
     #[arg(long, allow_negative_numbers = true)]
@@ -93,6 +100,20 @@ pub struct ServeArgs {
     /// Do not pin executor threads to CPUs.
     #[arg(long)]
     no_pin: bool,
+    /// Serve Prometheus metrics (the figures of SHOW stats and SHOW threads) over
+    /// HTTP at GET /metrics on this address; a port alone means 127.0.0.1:PORT.
+    /// Scrapes need no password. Default: no metrics.
+    #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
+    metrics: Option<SocketAddr>,
+}
+
+/// `--metrics`: an address, or a port on loopback.
+fn metrics_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse()
+        .map_err(|_| format!("{s:?} is neither an address (127.0.0.1:9187) nor a port number"))
 }
 
 /// The file naming the data set a data directory holds.
@@ -104,6 +125,7 @@ fn write_marker(dir: &Path, b: &Builtin) -> Result<(), Error> {
         Builtin::Tpcb { scale } => format!("scale = {scale}"),
         Builtin::Ycsb { rows } | Builtin::Micro { rows } => format!("rows = {rows}"),
         Builtin::Tpcc { warehouses } => format!("warehouses = {warehouses}"),
+        Builtin::Bank { accounts } => format!("accounts = {accounts}"),
     };
     let text = format!("workload = \"{}\"\n{size}\n", b.name());
     let tmp = dir.join(format!("{MARKER}.tmp"));
@@ -142,6 +164,10 @@ fn read_marker(dir: &Path) -> Result<Option<Builtin>, Error> {
             warehouses: small("warehouses")?,
         },
         Some("micro") => Builtin::Micro { rows: rows()? },
+        Some("bank") => Builtin::Bank {
+            accounts: u64::try_from(int("accounts")?)
+                .map_err(|_| bad("accounts out of range".into()))?,
+        },
         w => return Err(bad(format!("unknown workload {w:?} ({BUILTINS})"))),
     };
     b.check()?;
@@ -149,7 +175,7 @@ fn read_marker(dir: &Path) -> Result<Option<Builtin>, Error> {
 }
 
 /// The names `--init` takes.
-const BUILTINS: &str = "tpcb, ycsb, tpcc or micro";
+const BUILTINS: &str = "tpcb, ycsb, tpcc, micro or bank";
 
 /// The built-in data set `--init` names, with its size.
 fn init_builtin(a: &ServeArgs, name: &str) -> Result<Builtin, Error> {
@@ -179,6 +205,12 @@ fn init_builtin(a: &ServeArgs, name: &str) -> Result<Builtin, Error> {
             },
             "--rows",
         ),
+        "bank" => (
+            Builtin::Bank {
+                accounts: a.accounts.unwrap_or(1000),
+            },
+            "--accounts",
+        ),
         other => {
             return Err(Error::Config(format!(
                 "--init {other}: the built-in data sets are {BUILTINS}"
@@ -189,6 +221,7 @@ fn init_builtin(a: &ServeArgs, name: &str) -> Result<Builtin, Error> {
         ("--scale", a.scale.is_some()),
         ("--rows", a.rows.is_some()),
         ("--warehouses", a.warehouses.is_some()),
+        ("--accounts", a.accounts.is_some()),
     ];
     if let Some((flag, _)) = given.iter().find(|(f, g)| *g && *f != takes) {
         return Err(Error::Config(format!(
@@ -288,9 +321,14 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             b
         }
         None => {
-            if a.scale.is_some() || a.rows.is_some() || a.warehouses.is_some() {
+            if a.scale.is_some()
+                || a.rows.is_some()
+                || a.warehouses.is_some()
+                || a.accounts.is_some()
+            {
                 return Err(Error::Config(
-                    "--scale, --rows and --warehouses size a new data set: they go with --init"
+                    "--scale, --rows, --warehouses and --accounts size a new data set: they go \
+                     with --init"
                         .into(),
                 ));
             }
@@ -299,8 +337,8 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
                 None if is_empty_dir(&dir)? => {
                     return Err(Error::Config(format!(
                     "the data directory {} holds no database: start with --init tpcb --scale N, \
-                         --init ycsb --rows N, --init tpcc --warehouses N or --init micro --rows N \
-                         to load one",
+                         --init ycsb --rows N, --init tpcc --warehouses N, --init micro --rows N \
+                         or --init bank --accounts N to load one",
                     dir.display()
                 )))
                 }
@@ -333,6 +371,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
         max_message_bytes: a.max_message_bytes,
         idle_timeout: idle,
         password: password(a)?,
+        metrics: a.metrics,
         ..ServerOptions::default()
     };
     if !sopts.listen.ip().is_loopback() && sopts.password.is_none() {
@@ -361,6 +400,9 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
     let mut opts = Options::new(spec.clone());
     opts.pin = !a.no_pin;
     opts.workload = builtin.workload();
+    if let Some(dev) = crate::bench_cmd::test_log_device()? {
+        opts.log_device = Some(Arc::new(dev));
+    }
     let t = std::time::Instant::now();
     let db = Deployment::open(opts, builtin.catalog(), |load| builtin.load(load))?;
     let recovered: u64 = db.recovered().iter().map(|r| r.checkpoint_rows).sum();
@@ -372,17 +414,38 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
     } else {
         "loaded".to_string()
     };
+    let metrics = server
+        .metrics_addr()
+        .map_or_else(String::new, |m| format!("; metrics on http://{m}/metrics"));
     println!(
-        "islands serve: ready on {} ({builtin}; {summary}; durability {}; data {}; {how} in {:.1} s)",
+        "islands serve: ready on {} ({builtin}; {summary}; durability {}; data {}; {how} in {:.1} s{metrics})",
         server.local_addr(),
         spec.durability,
         dir.display(),
         t.elapsed().as_secs_f64()
     );
     let _ = std::io::stdout().flush();
-    let _ = rx.recv();
+    // Until a signal, or until the deployment fails (a log that died).
+    let failure = loop {
+        match rx.recv_timeout(FAILURE_POLL) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => break None,
+            Err(RecvTimeoutError::Timeout) => {
+                if let Some(cause) = server.failure() {
+                    break Some(cause);
+                }
+            }
+        }
+    };
+    if let Some(cause) = failure {
+        eprintln!("islands serve: stopping: the deployment failed and serves no more calls");
+        // The log's own error, naming the island's log and what failed.
+        return Err(server.shutdown().err().unwrap_or(Error::LogFailed(cause)));
+    }
     eprintln!("islands serve: stopping (finishing calls in flight, then a checkpoint)");
     server.shutdown()?;
     eprintln!("islands serve: stopped");
     Ok(())
 }
+
+/// How often the command looks whether its deployment failed.
+const FAILURE_POLL: Duration = Duration::from_millis(100);

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::cc::{CcKind, ConcurrencyControl};
 use crate::storage::{Catalog, RowCache, TableDef, TableId};
+use crate::threads::{enter, Role, ThreadRegistry};
 use crate::txn::Txn;
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
@@ -78,6 +79,9 @@ pub struct IslandConfig {
     /// on by default. A tool that only reads a database sets it `OFF`, or a
     /// recovered log longer than the threshold gets a checkpoint at once.
     pub checkpoint: CheckpointPolicy,
+    /// Where the island's own threads (its log writer, its checkpointer)
+    /// register; `None`: nowhere.
+    pub threads: Option<ThreadRegistry>,
 }
 
 /// When an island with a log checkpoints by itself, from a background thread
@@ -160,6 +164,7 @@ impl std::fmt::Debug for IslandConfig {
             .field("deployment", &self.deployment)
             .field("workload", &self.workload)
             .field("checkpoint", &self.checkpoint)
+            .field("threads", &self.threads.is_some())
             .finish()
     }
 }
@@ -183,6 +188,7 @@ impl IslandConfig {
             deployment: None,
             workload: String::new(),
             checkpoint: CheckpointPolicy::DEFAULT,
+            threads: None,
         }
     }
 
@@ -562,6 +568,7 @@ impl Island {
                     preallocate: cfg.preallocate_log,
                     identity: cfg.log_identity(tables),
                     on_damage: crate::wal::OnDamage::Refuse,
+                    threads: cfg.threads.clone(),
                 };
                 let (wal, rec) = Wal::open_with_device(wal_cfg, device).map_err(|e| {
                     Error::from(e).context(&format!(
@@ -617,9 +624,13 @@ impl Island {
             let weak = Arc::downgrade(&shared);
             let signal = Arc::clone(&shared.ckpt.signal);
             let policy = shared.cfg.checkpoint;
+            let (threads, id) = (shared.cfg.threads.clone(), shared.cfg.island_id);
             let handle = std::thread::Builder::new()
                 .name(format!("{}-ckpt", shared.cfg.name))
-                .spawn(move || checkpointer(weak, signal, policy))
+                .spawn(move || {
+                    let _registered = enter(threads.as_ref(), Role::Checkpointer, Some(id));
+                    checkpointer(weak, signal, policy)
+                })
                 .map_err(|e| {
                     Error::Config(format!(
                         "{}: cannot start the checkpoint thread: {e}",

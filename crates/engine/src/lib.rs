@@ -5,6 +5,7 @@
 //! is the engine. Its modules follow the data path of a transaction:
 //!
 //! - [`topology`]: the machine as a tree (sockets, L3 domains, cores) and described topologies.
+//! - [`cpu`]: CPU time of the process, the calling thread and any thread of it.
 //! - [`phases`]: per-thread clocks of where a worker's time goes, and the executors'
 //!   protocol clock; the hot path calls it, so it depends on nothing above the machine.
 //! - [`storage`]: tables with a fixed schema, row arenas, hash / ordered / secondary indexes.
@@ -20,6 +21,7 @@
 //!   phase, per-worker counters, and what procedures draw on: random numbers, Zipf.
 //! - [`dist`]: the executor: the islands of a deployment running in this process, one
 //!   executor per worker thread, remote operations and two-phase commit over messages.
+//! - [`threads`]: the threads a deployment runs, with their CPUs and CPU time.
 //! - [`api`]: the application API: a catalog of stored procedures, a deployment, clients.
 //! - `server` (cargo feature `server`, on by default): a deployment served over the
 //!   PostgreSQL wire protocol.
@@ -27,6 +29,7 @@
 pub mod api;
 pub mod cc;
 pub mod coord;
+pub mod cpu;
 pub mod deploy;
 pub mod dist;
 pub mod error;
@@ -37,6 +40,7 @@ pub mod route;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod storage;
+pub mod threads;
 pub mod topology;
 pub mod transport;
 pub mod txn;

@@ -22,13 +22,27 @@
 //!   each row's value), one row per key, `key` and `val`, in the order
 //!   given; a call runs on the island of its first key, so keys of one site
 //!   make a local transaction and keys of others a multisite one.
+//! - `bank`: `accounts` accounts (ids `0..accounts`, each opened with
+//!   [`BANK_INITIAL`]) and a table of transfers keyed by an id the caller
+//!   gives. Both are spread over 64 sites by id, so neighbouring accounts
+//!   lie on different islands. Procedures: `transfer(id, src, dst,
+//!   amount)` (moves `amount` and records the transfer under `id`; an
+//!   overdraft, an unknown account or an id already used is a user abort;
+//!   returns the source's new balance), `bank_balance(account)`,
+//!   `bank_transfer(id)` (the recorded transfer, or a user abort) and
+//!   `bank_total()` (the sum of the balances and the number of accounts:
+//!   an audit, which reads every account and so may give up with a
+//!   serialization failure under load).
 //!
 //! Invariants the procedures keep: in `tpcb` the sum of account balances
 //! equals the sum of teller balances and of branch balances, and each
 //! branch's `hist_seq` counts its history rows (which are keyed by branch
 //! and that sequence); in `ycsb` every row's check word is
 //! [`crate::row_check`] of its key and `f0`, and in `micro` of its key and
-//! `val`; `tpcc` keeps the consistency conditions of Clause 3.3.2.
+//! `val`; `tpcc` keeps the consistency conditions of Clause 3.3.2; in
+//! `bank` the balances sum to `accounts * BANK_INITIAL`, none is negative,
+//! and each account's balance is its opening balance plus what the
+//! recorded transfers moved.
 
 use islands::api::{Catalog, Load, Partition, ProcDef, Type, Value};
 use islands::storage::{Col, ColType, PrimaryKind, TableDef, TableId};
@@ -59,6 +73,7 @@ pub enum Builtin {
     Ycsb { rows: u64 },
     Tpcc { warehouses: u32 },
     Micro { rows: u64 },
+    Bank { accounts: u64 },
 }
 
 /// Orders a district of a served TPC-C database holds at most (the
@@ -94,6 +109,7 @@ impl Builtin {
             Builtin::Ycsb { .. } => "ycsb",
             Builtin::Tpcc { .. } => "tpcc",
             Builtin::Micro { .. } => "micro",
+            Builtin::Bank { .. } => "bank",
         }
     }
 
@@ -142,6 +158,11 @@ impl Builtin {
             )),
             Builtin::Tpcc { warehouses } => Builtin::tpcc(warehouses).check(),
             Builtin::Micro { rows } => Builtin::micro(rows).check(),
+            Builtin::Bank { accounts } if !(2..=BANK_MAX_ACCOUNTS).contains(&accounts) => {
+                Err(Error::Config(format!(
+                    "bank: --accounts {accounts} is outside 2..={BANK_MAX_ACCOUNTS}"
+                )))
+            }
             _ => Ok(()),
         }
     }
@@ -155,6 +176,7 @@ impl Builtin {
                 crate::tpcc::served::catalog(&Builtin::tpcc(warehouses))
             }
             Builtin::Micro { rows } => micro_catalog(rows),
+            Builtin::Bank { accounts } => bank_catalog(accounts),
         }
     }
 
@@ -212,6 +234,7 @@ impl Builtin {
                 }
                 Ok(())
             }
+            Builtin::Bank { accounts } => bank_load(load, accounts),
         }
     }
 }
@@ -224,6 +247,7 @@ impl std::fmt::Display for Builtin {
             Builtin::Ycsb { rows } => write!(f, "ycsb {rows} rows"),
             Builtin::Tpcc { warehouses } => write!(f, "tpcc {warehouses} warehouse(s)"),
             Builtin::Micro { rows } => write!(f, "micro {rows} rows"),
+            Builtin::Bank { accounts } => write!(f, "bank {accounts} accounts"),
         }
     }
 }
@@ -477,5 +501,173 @@ fn micro_catalog(rows: u64) -> Catalog {
         )
         .expect("a fresh catalog");
     }
+    c
+}
+
+// ---- bank ---------------------------------------------------------------
+
+/// Each account's opening balance.
+pub const BANK_INITIAL: i64 = 1_000;
+/// Most accounts `--init bank` makes.
+pub const BANK_MAX_ACCOUNTS: u64 = 1 << 24;
+/// Sites over which accounts and transfers are spread (`id % BANK_SITES`).
+const BANK_SITES: u64 = 64;
+/// Most transfers a deployment records (memory is taken as rows come).
+const BANK_TRANSFERS: u64 = 1 << 28;
+
+const BANK_ACCOUNTS: TableId = 0;
+const BANK_TRANSFER_ROWS: TableId = 1;
+const BANK_BALANCE: Col = Col(0);
+const SRC: Col = Col(0);
+const DST: Col = Col(1);
+const AMOUNT: Col = Col(2);
+
+fn bank_site(id: u64) -> u32 {
+    (id % BANK_SITES) as u32
+}
+
+fn bank_load(load: &mut Load<'_>, accounts: u64) -> Result<(), Error> {
+    for a in 0..accounts {
+        if load.owns(BANK_ACCOUNTS, a) {
+            load.put(BANK_ACCOUNTS, a, |r| r.set_i64(BANK_BALANCE, BANK_INITIAL))?;
+        }
+    }
+    Ok(())
+}
+
+fn bank_catalog(accounts: u64) -> Catalog {
+    let mut c = Catalog::new();
+    let a = c.table(
+        TableDef::new(
+            "bank_accounts",
+            &[("balance", ColType::I64)],
+            accounts,
+            PrimaryKind::Hash,
+        ),
+        Partition::BySite(bank_site),
+    );
+    let t = c.table(
+        TableDef::new(
+            "bank_transfers",
+            &[
+                ("src", ColType::I64),
+                ("dst", ColType::I64),
+                ("amount", ColType::I64),
+            ],
+            BANK_TRANSFERS,
+            // Its index grows with its rows (a hash index is made whole).
+            PrimaryKind::Ordered,
+        ),
+        Partition::BySite(bank_site),
+    );
+    debug_assert_eq!((a, t), (BANK_ACCOUNTS, BANK_TRANSFER_ROWS));
+    let id = |v: i64, what: &'static str| u64::try_from(v).map_err(|_| Abort::User(what));
+    c.procedure(
+        ProcDef::new("transfer", move |tx, args, out| {
+            Box::pin(async move {
+                let (tid, amount) = (
+                    id(args.int(0), "a transfer id is not negative")?,
+                    args.int(3),
+                );
+                let src = id(args.int(1), "no such account")?;
+                let dst = id(args.int(2), "no such account")?;
+                if src == dst {
+                    return Err(Abort::User("a transfer needs two accounts"));
+                }
+                if amount <= 0 {
+                    return Err(Abort::User("a transfer moves a positive amount"));
+                }
+                let s = tx
+                    .get_for_update(BANK_ACCOUNTS, src)
+                    .await?
+                    .ok_or(Abort::User("no such account"))?;
+                let d = tx
+                    .get_for_update(BANK_ACCOUNTS, dst)
+                    .await?
+                    .ok_or(Abort::User("no such account"))?;
+                let (sb, db) = (tx.row(s).i64(BANK_BALANCE), tx.row(d).i64(BANK_BALANCE));
+                if sb < amount {
+                    return Err(Abort::User("insufficient funds"));
+                }
+                tx.row_mut(s).set_i64(BANK_BALANCE, sb - amount);
+                tx.row_mut(d).set_i64(BANK_BALANCE, db + amount);
+                let h = tx
+                    .insert(BANK_TRANSFER_ROWS, tid)
+                    .await?
+                    .ok_or(Abort::User("transfer id already used"))?;
+                let mut row = tx.row_mut(h);
+                row.set_i64(SRC, src as i64);
+                row.set_i64(DST, dst as i64);
+                row.set_i64(AMOUNT, amount);
+                out.push(vec![Value::Int(sb - amount)]);
+                Ok(())
+            })
+        })
+        .param("id", Type::Int)
+        .param("src", Type::Int)
+        .param("dst", Type::Int)
+        .param("amount", Type::Int)
+        .column("balance", Type::Int)
+        .home_by(1, BANK_ACCOUNTS),
+    )
+    .expect("a fresh catalog");
+    c.procedure(
+        ProcDef::new("bank_balance", move |tx, args, out| {
+            Box::pin(async move {
+                let h = tx
+                    .get(BANK_ACCOUNTS, id(args.int(0), "no such account")?)
+                    .await?
+                    .ok_or(Abort::User("no such account"))?;
+                out.push(vec![Value::Int(tx.row(h).i64(BANK_BALANCE))]);
+                Ok(())
+            })
+        })
+        .param("account", Type::Int)
+        .column("balance", Type::Int)
+        .home_by(0, BANK_ACCOUNTS),
+    )
+    .expect("a fresh catalog");
+    c.procedure(
+        ProcDef::new("bank_transfer", move |tx, args, out| {
+            Box::pin(async move {
+                let h = tx
+                    .get(BANK_TRANSFER_ROWS, id(args.int(0), "no such transfer")?)
+                    .await?
+                    .ok_or(Abort::User("no such transfer"))?;
+                let row = tx.row(h);
+                out.push(vec![
+                    Value::Int(row.i64(SRC)),
+                    Value::Int(row.i64(DST)),
+                    Value::Int(row.i64(AMOUNT)),
+                ]);
+                Ok(())
+            })
+        })
+        .param("id", Type::Int)
+        .column("src", Type::Int)
+        .column("dst", Type::Int)
+        .column("amount", Type::Int)
+        .home_by(0, BANK_TRANSFER_ROWS),
+    )
+    .expect("a fresh catalog");
+    c.procedure(
+        ProcDef::new("bank_total", move |tx, _, out| {
+            Box::pin(async move {
+                let mut total = 0i64;
+                for a in 0..accounts {
+                    let h = tx
+                        .get(BANK_ACCOUNTS, a)
+                        .await?
+                        .ok_or(Abort::User("an account is missing"))?;
+                    total += tx.row(h).i64(BANK_BALANCE);
+                }
+                out.push(vec![Value::Int(total), Value::Int(accounts as i64)]);
+                Ok(())
+            })
+        })
+        .column("total", Type::Int)
+        .column("accounts", Type::Int),
+    )
+    .expect("a fresh catalog");
     c
 }

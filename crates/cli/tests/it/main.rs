@@ -9,4 +9,6 @@ mod experiments;
 mod multisite;
 mod placement;
 mod serve;
+mod serve_bank;
+mod serve_observe;
 mod tpcc_crash;

@@ -20,7 +20,7 @@ use islands::{Abort, AbortReason};
 use islands_workloads::served::Builtin;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(super) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -40,7 +40,7 @@ fn spec(dir: Option<&Path>) -> DeploySpec {
     s
 }
 
-fn open(catalog: Catalog, b: Option<Builtin>, dir: Option<&Path>) -> Deployment {
+pub(super) fn open(catalog: Catalog, b: Option<Builtin>, dir: Option<&Path>) -> Deployment {
     let mut o = Options::new(spec(dir));
     o.pin = false;
     Deployment::open(o, catalog, move |l| match b {
@@ -55,14 +55,14 @@ fn start(b: Builtin, opts: ServerOptions) -> Server {
     serve(db, opts).unwrap()
 }
 
-fn local() -> ServerOptions {
+pub(super) fn local() -> ServerOptions {
     ServerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         ..ServerOptions::default()
     }
 }
 
-async fn connect(addr: SocketAddr) -> Result<Client, tokio_postgres::Error> {
+pub(super) async fn connect(addr: SocketAddr) -> Result<Client, tokio_postgres::Error> {
     let (client, conn) = tokio_postgres::connect(
         &format!(
             "host={} port={} user=tester dbname=islands connect_timeout=5",
@@ -76,14 +76,14 @@ async fn connect(addr: SocketAddr) -> Result<Client, tokio_postgres::Error> {
     Ok(client)
 }
 
-fn code(e: &tokio_postgres::Error) -> String {
+pub(super) fn code(e: &tokio_postgres::Error) -> String {
     e.as_db_error()
         .map(|d| d.code().code().to_string())
         .unwrap_or_else(|| format!("no SQLSTATE: {e}"))
 }
 
 /// The single value of a one-row, one-column simple query.
-async fn simple_one(c: &Client, sql: &str) -> String {
+pub(super) async fn simple_one(c: &Client, sql: &str) -> String {
     let msgs = c.simple_query(sql).await.unwrap();
     let rows: Vec<_> = msgs
         .iter()
@@ -558,7 +558,7 @@ fn bench_connect_drives_tpcc_and_the_stopped_server_passes_tpcc_check() {
 }
 
 /// A catalog whose procedure `conflict` always aborts on a conflict.
-fn conflicting() -> Catalog {
+pub(super) fn conflicting() -> Catalog {
     let mut c = Catalog::new();
     c.table(
         TableDef::new("t", &[("v", ColType::I64)], 16, PrimaryKind::Hash),
@@ -953,7 +953,7 @@ fn a_hundred_concurrent_connections_all_commit() {
     server.shutdown().unwrap();
 }
 
-fn temp(tag: &str) -> PathBuf {
+pub(super) fn temp(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("islands-serve-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
@@ -1038,14 +1038,14 @@ fn shutdown_answers_calls_in_flight_and_keeps_what_it_acknowledged() {
 }
 
 /// A child server, killed if the test fails before it stops it.
-struct Served(Option<Child>);
+pub(super) struct Served(Option<Child>);
 
 impl Served {
-    fn child(&mut self) -> &mut Child {
+    pub(super) fn child(&mut self) -> &mut Child {
         self.0.as_mut().expect("running")
     }
 
-    fn take(mut self) -> Child {
+    pub(super) fn take(mut self) -> Child {
         self.0.take().expect("running")
     }
 }
@@ -1060,11 +1060,17 @@ impl Drop for Served {
 }
 
 /// `islands serve …` as a child, the address its ready line names, and the line.
-fn spawn_serve(args: &[&str]) -> (Served, SocketAddr, String) {
+pub(super) fn spawn_serve(args: &[&str]) -> (Served, SocketAddr, String) {
+    spawn_serve_env(args, &[])
+}
+
+/// [`spawn_serve`] with environment variables set.
+pub(super) fn spawn_serve_env(args: &[&str], env: &[(&str, &str)]) -> (Served, SocketAddr, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_islands"))
         .arg("serve")
         .args(args)
         .args(["--listen", "127.0.0.1:0", "--no-pin"])
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -1087,7 +1093,7 @@ fn spawn_serve(args: &[&str]) -> (Served, SocketAddr, String) {
     (Served(Some(child)), addr, line)
 }
 
-fn sigterm(child: &mut Served) {
+pub(super) fn sigterm(child: &mut Served) {
     let child = child.child();
     let ok = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -1208,7 +1214,7 @@ fn serve_refuses_what_it_cannot_serve() {
     );
     let (c, e) = run(&["--init", "nope", "--data-dir", d]);
     assert_eq!(c, Some(2));
-    assert!(e.contains("tpcb, ycsb, tpcc or micro"), "{e}");
+    assert!(e.contains("tpcb, ycsb, tpcc, micro or bank"), "{e}");
     let (c, e) = run(&["--init", "tpcc", "--rows", "5", "--data-dir", d]);
     assert_eq!(c, Some(2));
     assert!(e.contains("--rows does not size --init tpcc"), "{e}");
@@ -1228,6 +1234,12 @@ fn serve_refuses_what_it_cannot_serve() {
     ]);
     assert_eq!(c, Some(2));
     assert!(e.contains("2 islands but only 1 sites"), "{e}");
+    let (c, e) = run(&["--init", "bank", "--rows", "5", "--data-dir", d]);
+    assert_eq!(c, Some(2));
+    assert!(e.contains("--rows does not size --init bank"), "{e}");
+    let (c, e) = run(&["--init", "bank", "--accounts", "1", "--data-dir", d]);
+    assert_eq!(c, Some(2));
+    assert!(e.contains("outside"), "{e}");
     let (c, e) = run(&["--init", "tpcb", "--scale", "0", "--data-dir", d]);
     assert_eq!(c, Some(2));
     assert!(e.contains("outside"), "{e}");

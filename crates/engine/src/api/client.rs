@@ -117,6 +117,11 @@ impl Client {
         self.inner.committed_per_island()
     }
 
+    /// Why the deployment stopped serving, if it failed (a log that died).
+    pub fn failure(&self) -> Option<String> {
+        self.inner.failure()
+    }
+
     /// Looks the procedure up, checks the arguments and picks the executor.
     /// The returned call's reply sender is a placeholder.
     fn prepare(&self, name: &str, args: Vec<Value>) -> Result<(Call, usize), CallError> {

@@ -24,6 +24,7 @@ use crate::proc::stats::ProgressCounter;
 use crate::proc::{Both, Outcome, Workload};
 use crate::route::{IslandId, Router};
 use crate::storage::{RowMut, TableId};
+use crate::threads::{Role, ThreadRegistry};
 use crate::topology::Topology;
 use crate::txn::Txn;
 use crate::wal::Durability;
@@ -286,6 +287,10 @@ pub(crate) struct Inner {
     pub(crate) open: AtomicBool,
     /// Why the deployment stopped, if it failed.
     pub(crate) failure: Mutex<Option<String>>,
+    /// Its islands' logs: one that died is the cause of a failure before
+    /// the watcher has recorded it. Weak, so that a client that outlives
+    /// the deployment does not keep a log (and its directory's lock).
+    logs: Vec<std::sync::Weak<crate::wal::Wal>>,
     max_attempts: u32,
     /// Each executor's published commit count (in mailbox order).
     pub(crate) committed: Vec<Arc<ProgressCounter>>,
@@ -294,10 +299,27 @@ pub(crate) struct Inner {
 impl Inner {
     /// The error of a call that the deployment did not answer.
     pub(crate) fn closed_error(&self) -> CallError {
-        match &*self.failure.lock().unwrap_or_else(|p| p.into_inner()) {
-            Some(cause) => CallError::Stopped(cause.clone()),
+        match self.failure() {
+            Some(cause) => CallError::Stopped(cause),
             None => CallError::ShutDown,
         }
+    }
+
+    /// Why the deployment failed, if it did: what the watcher recorded, or
+    /// a log that died (the executors leave at once, dropping the calls
+    /// they held, before the watcher sees it).
+    pub(crate) fn failure(&self) -> Option<String> {
+        let recorded = self
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        recorded.or_else(|| {
+            self.logs.iter().find_map(|w| {
+                let failed = w.upgrade()?.failed()?;
+                Some(Error::from(failed).to_string())
+            })
+        })
     }
 
     /// Each island's executors' published commit counts, summed.
@@ -448,6 +470,7 @@ pub struct Deployment {
     executors: Vec<JoinHandle<Result<(), Error>>>,
     watcher: Option<JoinHandle<()>>,
     recovered: Vec<RecoveryReport>,
+    threads: ThreadRegistry,
 }
 
 impl std::fmt::Debug for Deployment {
@@ -557,6 +580,7 @@ impl Deployment {
         } else {
             crate::wal::new_deployment_id()
         };
+        let threads = ThreadRegistry::new();
         let mut opened = Vec::with_capacity(n);
         for (i, ip) in plan.islands().iter().enumerate() {
             let mut cfg = IslandConfig::new(CcKind::NoWait, ip.workers as usize);
@@ -569,6 +593,7 @@ impl Deployment {
             cfg.log_dir = logged.then(|| dir_of(i));
             cfg.contexts = copts.contexts_needed(ip.workers as usize);
             cfg.device = opts.log_device.clone();
+            cfg.threads = Some(threads.clone());
             if let Some(mb) = opts.spec.checkpoint_every_mb {
                 cfg.checkpoint.every_bytes = mb << 20;
             }
@@ -644,6 +669,10 @@ impl Deployment {
             first,
             open: AtomicBool::new(true),
             failure: Mutex::new(None),
+            logs: islands
+                .iter()
+                .filter_map(|i| i.wal().map(Arc::downgrade))
+                .collect(),
             max_attempts: opts.max_attempts,
             committed: (0..total).map(|_| ProgressCounter::new()).collect(),
         });
@@ -660,16 +689,20 @@ impl Deployment {
         }
         let phase = Arc::new(AtomicU8::new(MEASURE));
         let calls = Arc::new(workload(Calls(Arc::clone(&inner))));
-        let started = Arc::clone(&inner);
+        let (started, registry) = (Arc::clone(&inner), threads.clone());
+        let island_of: Vec<u32> = cws.iter().map(|c| c.island as u32).collect();
         let executors =
             crate::dist::run::serve(&cluster, &cws, calls, &phase, &inner.committed, move |w| {
                 let _ = started.mailboxes[w].thread.set(std::thread::current());
+                registry.enter(Role::Executor, Some(island_of[w]))
             })?;
         let watcher = {
             let (islands, phase, inner) = (islands.clone(), Arc::clone(&phase), Arc::clone(&inner));
+            let registry = threads.clone();
             std::thread::Builder::new()
                 .name("islands-watch".into())
                 .spawn(move || {
+                    let _registered = registry.enter(Role::Watcher, None);
                     watch_until(&islands, &phase, || phase.load(Ordering::Acquire) >= STOP);
                     if phase.load(Ordering::Acquire) == FAILED {
                         let cause = log_failure(&islands)
@@ -690,6 +723,7 @@ impl Deployment {
             executors,
             watcher: Some(watcher),
             recovered,
+            threads,
         })
     }
 
@@ -721,6 +755,18 @@ impl Deployment {
     /// The cluster its executors run on.
     pub fn cluster(&self) -> &Arc<Cluster> {
         &self.cluster
+    }
+
+    /// Its threads: executors, log writers, checkpointers, the watcher,
+    /// and whatever else registers there (a server's thread).
+    pub fn threads(&self) -> &ThreadRegistry {
+        &self.threads
+    }
+
+    /// Why the deployment stopped serving, if it failed (a log that
+    /// died): every call is then answered [`CallError::Stopped`].
+    pub fn failure(&self) -> Option<String> {
+        self.inner.failure()
     }
 
     /// Stops accepting calls, finishes what is in flight (a call that has

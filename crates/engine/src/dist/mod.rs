@@ -172,9 +172,51 @@ pub struct ClusterStats {
 
 /// One worker's counts (see [`ClusterStats`]).
 #[derive(Debug, Default)]
-struct WorkerCounts {
+pub(crate) struct WorkerCounts {
     distributed_commits: AtomicU64,
     remote_ops: AtomicU64,
+    /// Attempts of its home transactions aborted by the engine, by
+    /// [`AbortReason::index`].
+    aborts: [AtomicU64; AbortReason::ALL.len()],
+    /// Home transactions rolled back by their procedure.
+    user_aborts: AtomicU64,
+    /// Home transactions given up once their attempts ran out.
+    gave_up: AtomicU64,
+}
+
+impl WorkerCounts {
+    /// An aborted attempt of a home transaction (see [`IslandCounts`]).
+    pub(crate) fn abort(&self, reason: AbortReason) {
+        bump(&self.aborts[reason.index()]);
+    }
+
+    /// A home transaction its procedure rolled back.
+    pub(crate) fn user_abort(&self) {
+        bump(&self.user_aborts);
+    }
+
+    /// A home transaction given up after its last attempt.
+    pub(crate) fn gave_up(&self) {
+        bump(&self.gave_up);
+    }
+}
+
+/// One island's counters: its workers' [`ClusterStats`], summed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IslandCounts {
+    /// Committed transactions this island coordinated with two-phase
+    /// commit (or released read-only participants of).
+    pub distributed_commits: u64,
+    /// Operations of other islands' transactions this island served.
+    pub remote_ops: u64,
+    /// Aborted attempts of transactions homed here, by
+    /// [`AbortReason::index`]: a transaction retried three times counts three.
+    pub aborts: [u64; AbortReason::ALL.len()],
+    /// Transactions homed here that their procedure rolled back.
+    pub user_aborts: u64,
+    /// Transactions homed here given up after their last attempt aborted
+    /// (a caller's serialization failure).
+    pub gave_up: u64,
 }
 
 /// Adds one to a counter only its owner thread writes: a plain store, no
@@ -205,6 +247,22 @@ impl ClusterStats {
             .iter()
             .map(|w| w.remote_ops.load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// The counts of endpoints `endpoints`, summed.
+    fn sum(&self, endpoints: std::ops::Range<usize>) -> IslandCounts {
+        let mut c = IslandCounts::default();
+        for w in &self.workers[endpoints] {
+            let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            c.distributed_commits += load(&w.distributed_commits);
+            c.remote_ops += load(&w.remote_ops);
+            for (sum, a) in c.aborts.iter_mut().zip(&w.aborts) {
+                *sum += load(a);
+            }
+            c.user_aborts += load(&w.user_aborts);
+            c.gave_up += load(&w.gave_up);
+        }
+        c
     }
 }
 
@@ -381,6 +439,21 @@ impl Cluster {
     /// Whether transactions may cross islands here (see [`Cluster::local`]).
     pub fn routes(&self) -> bool {
         self.router.is_some()
+    }
+
+    /// The counts of the worker at endpoint `e`, which only that worker
+    /// writes.
+    pub(crate) fn worker_counts(&self, e: Endpoint) -> &WorkerCounts {
+        &self.stats.workers[e.0 as usize]
+    }
+
+    /// Island `island`'s counters, its workers' summed (zero for an island
+    /// it does not have).
+    pub fn island_counts(&self, island: usize) -> IslandCounts {
+        match (self.base.get(island), self.workers.get(island)) {
+            (Some(&b), Some(&w)) => self.stats.sum(b as usize..b as usize + w),
+            _ => IslandCounts::default(),
+        }
     }
 
     fn endpoint(&self, island: IslandId, worker: usize) -> Endpoint {
@@ -761,6 +834,16 @@ impl Executor {
         self.cl.routes()
     }
 
+    /// This worker's endpoint: where its counts are ([`Cluster::worker_counts`]).
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        self.me
+    }
+
+    /// This worker's counts in [`ClusterStats`].
+    fn counts(&self) -> &WorkerCounts {
+        self.cl.worker_counts(self.me)
+    }
+
     /// The protocol clock, read once per round of [`Executor::pump`]: the
     /// state machines' timeouts are milliseconds, and a clock read per
     /// message was a tenth of a worker's time.
@@ -923,7 +1006,7 @@ impl Executor {
             let r = tx.commit();
             self.pool.free_ctx(c);
             if r.is_ok() {
-                bump(&self.cl.stats.workers[self.me.0 as usize].distributed_commits);
+                bump(&self.counts().distributed_commits);
             }
             return r.map(HomeCommit::Released);
         }
@@ -1698,7 +1781,7 @@ impl Executor {
                 }
                 Action::Outcome { gtid, committed } => {
                     if committed {
-                        bump(&self.cl.stats.workers[self.me.0 as usize].distributed_commits);
+                        bump(&self.counts().distributed_commits);
                     }
                     if !committed {
                         self.outcomes.push((gtid, None));
@@ -1956,7 +2039,7 @@ impl Executor {
                 c
             }
         };
-        bump(&self.cl.stats.workers[self.me.0 as usize].remote_ops);
+        bump(&self.counts().remote_ops);
         let tx = self.pool.ctx(c);
         let t = self.cl.islands[self.island as usize].catalog().table(table);
         let row_bytes = (t.schema.row_words() * 8) as u32;

@@ -80,7 +80,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use super::{Cluster, Executor, GtidMap, HomeCommit};
+use super::{Cluster, Executor, GtidMap, HomeCommit, WorkerCounts};
 use crate::island::Island;
 use crate::phases::{self, Phase};
 use crate::proc::rng::FastRng;
@@ -295,6 +295,9 @@ struct Worker<'a, W: Workload> {
     island: Island,
     clock: Clock,
     stats: WorkerStats,
+    /// Its counts in the cluster's stats ([`super::Cluster::island_counts`]),
+    /// which only this worker writes.
+    counts: &'a WorkerCounts,
     /// Committed transactions waiting for their log batch (`sync`), oldest first.
     pending: VecDeque<Pending<W::Req>>,
     /// Distributed commits in flight, and transactions whose ending waits
@@ -378,8 +381,10 @@ impl<W: Workload> Worker<'_, W> {
         self.workload.finished(self.w, req, Outcome::Committed);
     }
 
-    /// An attempt aborted: it is retried after a back-off, or given up when
-    /// the workload bounds its attempts.
+    /// An attempt aborted, for `reason`: counted in the worker's stats and
+    /// the cluster's, it is retried after a back-off, or given up when the
+    /// workload bounds its attempts. Every aborted attempt, in the inline
+    /// lane and in slots alike, comes here.
     fn aborted(
         &mut self,
         p: Parked<W::Req>,
@@ -387,12 +392,15 @@ impl<W: Workload> Worker<'_, W> {
         now: u64,
         conflict: Option<(LockWait, bool)>,
     ) {
+        self.stats.record_abort(reason);
+        self.counts.abort(reason);
         let attempts = p.at.attempt + 1;
         if self
             .workload
             .max_attempts(&p.req)
             .is_some_and(|m| attempts >= m)
         {
+            self.counts.gave_up();
             let mut req = p.req;
             self.workload.finished(
                 self.w,
@@ -458,6 +466,7 @@ impl<W: Workload> Worker<'_, W> {
     fn report_ending(&mut self, ending: Outcome, ty: usize, req: &mut W::Req) {
         if matches!(ending, Outcome::UserAbort(_)) {
             self.stats.record_user_abort(ty);
+            self.counts.user_abort();
         }
         self.workload.finished(self.w, req, ending);
         self.finished += 1;
@@ -514,7 +523,6 @@ impl<W: Workload> Worker<'_, W> {
                 self.parked.insert(g, Parked { req, at });
             }
             Err(Abort::Conflict(reason)) => {
-                self.stats.record_abort(reason);
                 // The context is free but not yet taken again: its conflict
                 // is this attempt's.
                 let conflict = (reason == AbortReason::LockConflict)
@@ -547,7 +555,6 @@ impl<W: Workload> Worker<'_, W> {
                 self.report_ending(ending, p.at.ty, &mut p.req);
                 self.spare.push(p.req);
             } else {
-                self.stats.record_abort(AbortReason::Remote);
                 self.aborted(p, AbortReason::Remote, now, None);
             }
         }
@@ -567,7 +574,6 @@ impl<W: Workload> Worker<'_, W> {
                     self.spare.push(p.req);
                 }
                 None => {
-                    self.stats.record_abort(AbortReason::Remote);
                     self.aborted(p, AbortReason::Remote, now, None);
                 }
             }
@@ -742,6 +748,7 @@ where
         w,
         island,
         stats: WorkerStats::new(),
+        counts: cl.worker_counts(ex.endpoint()),
         pending: VecDeque::new(),
         parked: GtidMap::default(),
         endings: GtidMap::default(),
@@ -902,7 +909,6 @@ where
                                 ..s.at
                             };
                             ex.abort_home(s.ctx);
-                            wk.stats.record_abort(AbortReason::Remote);
                             s.state = St::Free;
                             let req = wk.take_req(&mut s.req);
                             wk.aborted(Parked { req, at }, AbortReason::Remote, now, None);
@@ -1163,19 +1169,20 @@ where
 
 /// Serves `workload` on the given workers until `phase` leaves `MEASURE`:
 /// one named thread per worker (pinned as its `cpu` says), which calls
-/// `on_start` with its worker index before it serves. At `STOP` the workers
+/// `on_start` with its worker index before it serves and keeps what it
+/// returns until it leaves. At `STOP` the workers
 /// finish what they hold and leave together; a worker that fails sets
 /// `FAILED`, and every worker leaves at once. The workers' `limit`s are
 /// ignored. Worker `i` publishes its commit count to `counters[i]` (every
 /// `PUBLISH_EVERY` commits, and when it leaves). Returns the threads, each
 /// answering its worker's error.
-pub fn serve<W: Workload + 'static>(
+pub fn serve<W: Workload + 'static, G: 'static>(
     cl: &Arc<Cluster>,
     workers: &[ClusterWorker],
     workload: Arc<W>,
     phase: &Arc<AtomicU8>,
     counters: &[Arc<ProgressCounter>],
-    on_start: impl Fn(usize) + Send + Sync + 'static,
+    on_start: impl Fn(usize) -> G + Send + Sync + 'static,
 ) -> Result<Vec<std::thread::JoinHandle<Result<(), Error>>>, Error>
 where
     W::Req: 'static,
@@ -1215,7 +1222,7 @@ where
                     // Pinning can fail in a restricted container; serving goes on.
                     let _ = crate::topology::pin_to(c);
                 }
-                on_start(i);
+                let _started = on_start(i);
                 let seed = worker_seed(0, i);
                 let (_, r) = executor_loop(ex, &*workload, i, seed, phase, &counter, None, window);
                 if r.is_err() {

@@ -3236,3 +3236,93 @@ fn no_branch_releases_before_every_branch_has_validated() {
         "item 13 is gone iff U committed"
     );
 }
+
+/// Requests that abort on a conflict until they are given up (every third,
+/// from the first), that their procedure rolls back (the second), and that
+/// commit (the third).
+struct Refusals {
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Workload for Refusals {
+    type Req = usize;
+
+    fn types(&self) -> Vec<&'static str> {
+        vec!["conflict", "rollback", "commit"]
+    }
+
+    fn next(&self, _: usize, _: &mut FastRng, req: &mut usize) -> usize {
+        *req = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 3;
+        *req
+    }
+
+    async fn run<'a>(&'a self, _: &'a mut Txn, req: &'a usize) -> Result<(), Abort> {
+        match *req {
+            0 => Err(Abort::Conflict(crate::AbortReason::ReadValidation)),
+            1 => Err(Abort::User("refused")),
+            _ => Ok(()),
+        }
+    }
+
+    fn max_attempts(&self, _: &usize) -> Option<u32> {
+        Some(3)
+    }
+}
+
+#[test]
+fn every_aborted_attempt_is_counted_by_reason_inline_and_in_slots() {
+    use crate::AbortReason;
+    let open = |i: usize| {
+        let mut cfg = IslandConfig::new(CcKind::NoWait, 1);
+        cfg.name = format!("island-{i}");
+        cfg.contexts = ClusterOptions::default().contexts_needed(1);
+        Island::open(cfg, &tables(8)).unwrap()
+    };
+    // Without a router the executors run attempts inline; with one, in slots.
+    for routed in [false, true] {
+        let lane = if routed { "slots" } else { "inline" };
+        let cl = if routed {
+            let opened = vec![open(0), open(1)];
+            Cluster::new(
+                opened,
+                vec![1, 1],
+                Arc::new(SplitRouter),
+                Default::default(),
+            )
+        } else {
+            Cluster::local(vec![open(0).0, open(1).0], vec![1, 1], Default::default())
+        }
+        .unwrap();
+        assert_eq!(cl.routes(), routed);
+        let workers: Vec<ClusterWorker> = [Some(30), Some(0)]
+            .iter()
+            .enumerate()
+            .map(|(island, &limit)| ClusterWorker {
+                island,
+                worker: 0,
+                cpu: None,
+                limit,
+            })
+            .collect();
+        let wl = Arc::new(Refusals {
+            next: Default::default(),
+        });
+        let stats = run_to_completion(&cl, &workers, wl, 3).unwrap();
+        let c = cl.island_counts(0);
+        let by = |r: AbortReason| c.aborts[r.index()];
+        assert_eq!(
+            by(AbortReason::ReadValidation),
+            30,
+            "{lane}: 10 requests of 3 attempts each ({c:?})"
+        );
+        assert_eq!(c.aborts.iter().sum::<u64>(), 30, "{lane}: {c:?}");
+        assert_eq!(c.gave_up, 10, "{lane}: {c:?}");
+        assert_eq!(c.user_aborts, 10, "{lane}: {c:?}");
+        // The run's own statistics say the same.
+        assert_eq!(stats[0].aborts_for(AbortReason::ReadValidation), 30);
+        assert_eq!(stats[0].user_aborts.iter().sum::<u64>(), 10);
+        assert_eq!(stats[0].total_commits(), 10, "{lane}");
+        assert_eq!(cl.island_counts(1), IslandCounts::default(), "{lane}");
+        assert_eq!(cl.island_counts(2), IslandCounts::default(), "no island 2");
+    }
+}

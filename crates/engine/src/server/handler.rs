@@ -19,20 +19,22 @@ use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
 use pgwire::messages::PgWireBackendMessage;
 
+use super::metrics::Figures;
 use super::sql::{self, Arg, Show, Stmt};
 use crate::api::{CallError, Client, Home, ProcDef, Row, Type, Value};
 use crate::deploy::Plan;
 use crate::dist::Cluster;
 use crate::island::Island;
+use crate::threads::ThreadRegistry;
 
 /// Counters of one procedure's calls through the server. Only the server's
 /// own thread writes them.
 #[derive(Default)]
 pub(crate) struct ProcCounters {
-    committed: AtomicU64,
-    serialization: AtomicU64,
-    rollbacks: AtomicU64,
-    errors: AtomicU64,
+    pub(crate) committed: AtomicU64,
+    pub(crate) serialization: AtomicU64,
+    pub(crate) rollbacks: AtomicU64,
+    pub(crate) errors: AtomicU64,
 }
 
 /// What the handlers read: the deployment's client and what `SHOW` reports.
@@ -42,6 +44,8 @@ pub(crate) struct Shared {
     pub(crate) plan: Plan,
     pub(crate) islands: Vec<Island>,
     pub(crate) cluster: Arc<Cluster>,
+    /// The deployment's threads, the server's own among them.
+    pub(crate) threads: ThreadRegistry,
     pub(crate) counters: Vec<ProcCounters>,
     /// Connections open now, accepted in all, refused (too many).
     pub(crate) open: AtomicU64,
@@ -148,6 +152,10 @@ fn int(s: &str) -> (String, PgType) {
     (s.to_string(), PgType::INT8)
 }
 
+fn float(s: &str) -> (String, PgType) {
+    (s.to_string(), PgType::FLOAT8)
+}
+
 impl Show {
     fn columns(self) -> Vec<(String, PgType)> {
         match self {
@@ -166,6 +174,18 @@ impl Show {
                 int("numa_node"),
                 text("durability"),
                 text("log_dir"),
+            ],
+            Show::Threads => vec![
+                text("thread"),
+                text("role"),
+                int("island"),
+                int("tid"),
+                text("cpus"),
+                int("last_cpu"),
+                float("user_s"),
+                float("system_s"),
+                float("utilisation_pct"),
+                float("running_s"),
             ],
             Show::Stats => vec![text("scope"), text("counter"), int("value")],
         }
@@ -562,61 +582,34 @@ impl Handler {
                     ]
                 })
                 .collect(),
-            Show::Stats => {
-                let mut rows = Vec::new();
-                let mut push = |scope: &str, counter: &str, v: u64| {
-                    rows.push(vec![
-                        str(scope.to_string()),
-                        str(counter.to_string()),
-                        Value::Int(v as i64),
-                    ])
-                };
-                push(
-                    "server",
-                    "connections_open",
-                    sh.open.load(Ordering::Relaxed),
-                );
-                push(
-                    "server",
-                    "connections_accepted",
-                    sh.accepted.load(Ordering::Relaxed),
-                );
-                push(
-                    "server",
-                    "connections_refused",
-                    sh.refused.load(Ordering::Relaxed),
-                );
-                for (p, c) in sh.procs.iter().zip(&sh.counters) {
-                    push(p.name(), "committed", c.committed.load(Ordering::Relaxed));
-                    push(
-                        p.name(),
-                        "serialization_failures",
-                        c.serialization.load(Ordering::Relaxed),
-                    );
-                    push(p.name(), "rollbacks", c.rollbacks.load(Ordering::Relaxed));
-                    push(p.name(), "errors", c.errors.load(Ordering::Relaxed));
-                }
-                let cs = &sh.cluster.stats;
-                push(
-                    "deployment",
-                    "distributed_commits",
-                    cs.distributed_commits(),
-                );
-                push("deployment", "remote_ops", cs.remote_ops());
-                let committed = sh.client.committed_per_island();
-                for (i, island) in sh.islands.iter().enumerate() {
-                    let scope = format!("island-{i}");
-                    push(&scope, "committed", committed.get(i).copied().unwrap_or(0));
-                    if let Some(w) = island.wal() {
-                        let st = w.stats();
-                        push(&scope, "log_bytes", st.bytes_written);
-                        push(&scope, "log_batches", st.batches_written);
-                        push(&scope, "log_syncs", st.syncs);
-                    }
-                    push(&scope, "checkpoints", island.checkpoint_stats().taken);
-                }
-                rows
-            }
+            Show::Stats => Figures::read(sh)
+                .rows()
+                .into_iter()
+                .map(|(scope, counter, v)| vec![str(scope), str(counter), Value::Int(v as i64)])
+                .collect(),
+            Show::Threads => sh
+                .threads
+                .snapshot()
+                .into_iter()
+                .map(|t| {
+                    let secs = |d: Option<std::time::Duration>| {
+                        d.map_or(Value::Null, |d| Value::Float(d.as_secs_f64()))
+                    };
+                    vec![
+                        str(t.name.clone()),
+                        str(t.role.name().to_string()),
+                        t.island.map_or(Value::Null, |i| Value::Int(i.into())),
+                        Value::Int(t.tid.into()),
+                        t.cpus.as_ref().map_or(Value::Null, |c| str(c.to_string())),
+                        t.last_cpu.map_or(Value::Null, |c| Value::Int(c.into())),
+                        secs(t.user),
+                        secs(t.system),
+                        t.utilisation()
+                            .map_or(Value::Null, |u| Value::Float((u * 1000.0).round() / 10.0)),
+                        Value::Float(t.alive_for.as_millis() as f64 / 1000.0),
+                    ]
+                })
+                .collect(),
         }
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! What a connection may send is in [`sql`]: `CALL name(…)` or
 //! `SELECT * FROM name(…)` (one procedure call, one transaction), `SHOW
-//! procedures | islands | stats`, and `BEGIN`/`COMMIT`/`ROLLBACK`/`SET`,
+//! procedures | islands | threads | stats`, and `BEGIN`/`COMMIT`/`ROLLBACK`/`SET`,
 //! which are accepted and do nothing. The simple and the extended query
 //! protocol both work, with `$n` placeholders in text or binary format.
 //!
@@ -26,8 +26,18 @@
 //! message it is processing (a call in flight gets its answer), answers
 //! the next one with `57P01` and closes it, then checkpoints every island
 //! and shuts the deployment down (its logs flushed).
+//!
+//! A deployment that fails (a log that died) stops serving by itself: the
+//! server stops accepting, answers each connection's next message with
+//! `58030` and the cause, and closes it; [`Server::failure`] says why, and
+//! [`Server::shutdown`] returns the log's error.
+//!
+//! With [`ServerOptions::metrics`], the same thread answers `GET /metrics`
+//! over HTTP with the figures of `SHOW stats` and `SHOW threads` in
+//! Prometheus's text format ([`metrics`]).
 
 mod handler;
+mod metrics;
 pub mod sql;
 
 use std::io;
@@ -59,6 +69,7 @@ use tokio_util::codec::Framed;
 
 use self::handler::{fatal_info, Extended, Handler, Parser, ProcCounters, Shared};
 use crate::api::Deployment;
+use crate::threads::Role;
 use crate::Error;
 
 /// How the server listens and what it allows.
@@ -82,6 +93,9 @@ pub struct ServerOptions {
     /// On shutdown, how long connections may take to finish what they are
     /// doing before they are dropped.
     pub shutdown_grace: Duration,
+    /// Where to answer Prometheus scrapes (`GET /metrics` over HTTP);
+    /// `None`: nowhere. Scrapes need no password, on any address.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -93,6 +107,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("idle_timeout", &self.idle_timeout)
             .field("password", &self.password.as_ref().map(|_| "<set>"))
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("metrics", &self.metrics)
             .finish()
     }
 }
@@ -109,6 +124,7 @@ impl Default for ServerOptions {
             idle_timeout: Some(Duration::from_secs(3600)),
             password: None,
             shutdown_grace: Duration::from_secs(10),
+            metrics: None,
         }
     }
 }
@@ -117,8 +133,9 @@ impl Default for ServerOptions {
 /// the deployment it serves.
 pub struct Server {
     addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     deployment: Option<Deployment>,
-    stop: watch::Sender<bool>,
+    stop: Arc<watch::Sender<State>>,
     thread: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
 }
@@ -128,6 +145,20 @@ impl std::fmt::Debug for Server {
         f.debug_struct("Server").field("addr", &self.addr).finish()
     }
 }
+
+/// What the server is doing; its connections follow it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    Running,
+    /// Shutting down: each connection is answered `57P01` and closed.
+    Stopping,
+    /// The deployment failed for this reason: each connection is answered
+    /// `58030` and closed.
+    Failed(String),
+}
+
+/// How often the server looks whether its deployment failed.
+const FAILURE_POLL: Duration = Duration::from_millis(50);
 
 /// Iterations of SCRAM's key derivation (PostgreSQL's default).
 const SCRAM_ITERATIONS: usize = 4096;
@@ -177,6 +208,17 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
     let addr = listener
         .local_addr()
         .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", opts.listen)))?;
+    let scrapes = match opts.metrics {
+        Some(m) => {
+            let cannot = |e: io::Error| Error::Config(format!("cannot serve metrics on {m}: {e}"));
+            let l = StdListener::bind(m).map_err(cannot)?;
+            l.set_nonblocking(true).map_err(cannot)?;
+            let a = l.local_addr().map_err(cannot)?;
+            Some((l, a))
+        }
+        None => None,
+    };
+    let metrics_addr = scrapes.as_ref().map(|(_, a)| *a);
     let procs = deployment.catalog().procedures().to_vec();
     let shared = Arc::new(Shared {
         client: deployment.client(),
@@ -185,26 +227,44 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
         plan: deployment.plan().clone(),
         islands: deployment.islands().to_vec(),
         cluster: Arc::clone(deployment.cluster()),
+        threads: deployment.threads().clone(),
         open: AtomicU64::new(0),
         accepted: AtomicU64::new(0),
         refused: AtomicU64::new(0),
     });
-    let (stop, stop_rx) = watch::channel(false);
+    let (stop, stop_rx) = watch::channel(State::Running);
+    let stop = Arc::new(stop);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::Config(format!("cannot start the server's runtime: {e}")))?;
     let thread = {
-        let shared = Arc::clone(&shared);
+        let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
         std::thread::Builder::new()
             .name("islands-server".into())
             .spawn(move || {
-                runtime.block_on(accept_loop(listener, shared, opts, stop_rx));
+                let _registered = shared.threads.enter(Role::Server, None);
+                runtime.block_on(async {
+                    if let Some((l, _)) = scrapes {
+                        match tokio::net::TcpListener::from_std(l) {
+                            Ok(l) => {
+                                tokio::spawn(metrics::serve_metrics(
+                                    l,
+                                    Arc::clone(&shared),
+                                    stop_rx.clone(),
+                                ));
+                            }
+                            Err(e) => eprintln!("islands server: cannot serve metrics: {e}"),
+                        }
+                    }
+                    accept_loop(listener, shared, opts, stop, stop_rx).await
+                });
             })
             .map_err(|e| Error::Config(format!("cannot start the server thread: {e}")))?
     };
     Ok(Server {
         addr,
+        metrics_addr,
         deployment: Some(deployment),
         stop,
         thread: Some(thread),
@@ -218,22 +278,51 @@ impl Server {
         self.addr
     }
 
+    /// The address metrics are served on ([`ServerOptions::metrics`],
+    /// with the port the system chose for port 0).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
     /// Connections open now.
     pub fn connections(&self) -> u64 {
         self.shared.open.load(Ordering::Relaxed)
+    }
+
+    /// Why the deployment stopped serving, if it failed (a log that died:
+    /// the message names the island's log and the error). The server then
+    /// accepts no more connections and closes the open ones;
+    /// [`Server::shutdown`] returns the error.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.client.failure()
+    }
+
+    /// Whether the server still accepts connections (it stops by itself
+    /// when its deployment fails).
+    pub fn is_serving(&self) -> bool {
+        *self.stop.borrow() == State::Running
+            && self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 
     /// Stops accepting; lets each connection finish the message it is
     /// processing (calls in flight are answered), answers its next one
     /// with `57P01` and closes it (waiting at most the shutdown grace);
     /// writes a checkpoint of every island with a log; shuts the
-    /// deployment down (its logs flushed). Returns the first error.
+    /// deployment down (its logs flushed). Returns the first error: a
+    /// deployment that failed returns its log's error, and takes no
+    /// checkpoint.
     pub fn shutdown(mut self) -> Result<(), Error> {
         self.stop_all()
     }
 
     fn stop_all(&mut self) -> Result<(), Error> {
-        let _ = self.stop.send(true);
+        self.stop.send_if_modified(|s| {
+            let running = *s == State::Running;
+            if running {
+                *s = State::Stopping;
+            }
+            running
+        });
         if let Some(t) = self.thread.take() {
             t.join()
                 .map_err(|_| Error::Config("the server thread panicked".into()))?;
@@ -241,6 +330,14 @@ impl Server {
         let Some(deployment) = self.deployment.take() else {
             return Ok(());
         };
+        if let Some(cause) = deployment.failure() {
+            // The log's own error, as the deployment has it; the cause
+            // if it has none (an executor's error).
+            return match deployment.shutdown() {
+                Err(e) => Err(e),
+                Ok(()) => Err(Error::LogFailed(cause)),
+            };
+        }
         let mut first = None;
         for island in deployment.islands() {
             if island.wal().is_some() {
@@ -269,7 +366,8 @@ async fn accept_loop(
     listener: StdListener,
     shared: Arc<Shared>,
     opts: ServerOptions,
-    mut stop: watch::Receiver<bool>,
+    state: Arc<watch::Sender<State>>,
+    mut stop: watch::Receiver<State>,
 ) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
@@ -300,10 +398,20 @@ async fn accept_loop(
     });
     let noauth = Arc::new(NoAuth);
     let mut tasks = tokio::task::JoinSet::new();
+    let mut poll = tokio::time::interval(FAILURE_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failed = None;
     loop {
         let accepted = tokio::select! {
             biased;
             _ = stop.changed() => break,
+            _ = poll.tick() => {
+                failed = shared.client.failure();
+                if failed.is_some() {
+                    break;
+                }
+                continue;
+            }
             a = listener.accept() => a,
             // Reap finished connections as they go.
             Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
@@ -361,6 +469,10 @@ async fn accept_loop(
         };
     }
     drop(listener);
+    // Closed before it is said: a server that is not serving accepts nothing.
+    if let Some(cause) = failed {
+        state.send_replace(State::Failed(cause));
+    }
     let grace = opts.shutdown_grace;
     let _ = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
     tasks.abort_all();
@@ -371,7 +483,7 @@ struct Conn {
     opts: Arc<ServerOptions>,
     handler: Arc<Handler>,
     extended: Arc<Extended>,
-    stop: watch::Receiver<bool>,
+    stop: watch::Receiver<State>,
     /// Answer its startup with this error and close (too many connections).
     refuse: Option<ErrorInfo>,
 }
@@ -399,15 +511,19 @@ impl Conn {
         );
         let noop = Arc::new(NoopHandler);
         loop {
-            if *self.stop.borrow() {
-                send_fatal(
-                    &mut socket,
-                    fatal_info(
-                        "57P01",
-                        "terminating connection: the server is shutting down",
-                    ),
-                )
-                .await;
+            let closing = match &*self.stop.borrow() {
+                State::Running => None,
+                State::Stopping => Some(fatal_info(
+                    "57P01",
+                    "terminating connection: the server is shutting down",
+                )),
+                State::Failed(cause) => Some(fatal_info(
+                    "58030",
+                    format!("terminating connection: the deployment stopped: {cause}"),
+                )),
+            };
+            if let Some(info) = closing {
+                send_fatal(&mut socket, info).await;
                 return;
             }
             let idle = self.opts.idle_timeout;

@@ -31,6 +31,7 @@ pub enum Arg {
 pub enum Show {
     Procedures,
     Islands,
+    Threads,
     Stats,
 }
 
@@ -76,7 +77,7 @@ pub struct SqlError {
 
 /// What the server runs, for error messages.
 pub const SUPPORTED: &str = "this server runs stored procedures only: CALL name(arg, ...) or \
-     SELECT * FROM name(arg, ...); SHOW procedures | islands | stats; BEGIN, COMMIT, ROLLBACK \
+     SELECT * FROM name(arg, ...); SHOW procedures | islands | threads | stats; BEGIN, COMMIT, ROLLBACK \
      and SET are accepted and ignored (each call is its own transaction)";
 
 /// Placeholders above this are refused (PostgreSQL's own limit is 65535).
@@ -477,12 +478,13 @@ impl<'a> Parser<'a> {
                 match &what {
                     Some((_, Tok::Word(w))) if w == "procedures" => Stmt::Show(Show::Procedures),
                     Some((_, Tok::Word(w))) if w == "islands" => Stmt::Show(Show::Islands),
+                    Some((_, Tok::Word(w))) if w == "threads" => Stmt::Show(Show::Threads),
                     Some((_, Tok::Word(w))) if w == "stats" => Stmt::Show(Show::Stats),
                     _ => {
                         return Err(SqlError {
                             code: "0A000",
                             message: format!(
-                                "SHOW {}: this server shows procedures, islands or stats",
+                                "SHOW {}: this server shows procedures, islands, threads or stats",
                                 describe(&what)
                             ),
                         })
@@ -656,6 +658,10 @@ mod tests {
         );
         assert_eq!(parse("set x = 'a;b'; SET y TO 1").unwrap().len(), 2);
         assert_eq!(parse("show STATS").unwrap(), vec![Stmt::Show(Show::Stats)]);
+        assert_eq!(
+            parse("SHOW threads").unwrap(),
+            vec![Stmt::Show(Show::Threads)]
+        );
     }
 
     #[test]
@@ -677,7 +683,11 @@ mod tests {
                 "stored procedures only",
             ),
             ("frobnicate", "42601", "stored procedures only"),
-            ("SHOW tables", "0A000", "procedures, islands or stats"),
+            (
+                "SHOW tables",
+                "0A000",
+                "procedures, islands, threads or stats",
+            ),
             ("SELECT 1", "42601", "* after SELECT"),
             ("CALL x(1) /* open", "42601", "unterminated /*"),
             ("CALL x(#)", "42601", "unexpected character"),

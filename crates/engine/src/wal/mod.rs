@@ -125,6 +125,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::threads::{enter, Role, ThreadRegistry};
+
 pub use capped::CappedDevice;
 pub use control::{new_deployment_id, read as read_control, Control, LogIdentity, CONTROL_VERSION};
 pub use device::{FsDevice, LogDevice, LogFile};
@@ -208,6 +210,9 @@ pub struct WalConfig {
     pub identity: LogIdentity,
     /// What recovery does with damage that is not a torn tail.
     pub on_damage: OnDamage,
+    /// Where the log's threads (its writer, its preallocator) register;
+    /// `None`: nowhere.
+    pub threads: Option<ThreadRegistry>,
 }
 
 /// What recovery does with damage it cannot explain as a torn tail (see the module
@@ -236,6 +241,7 @@ impl WalConfig {
             preallocate: false,
             identity: LogIdentity::default(),
             on_damage: OnDamage::Refuse,
+            threads: None,
         }
     }
 }
@@ -1065,18 +1071,26 @@ impl Wal {
             staged_through: next_seq - 1,
             written_through: next_seq - 1,
         };
+        let (threads, island) = (shared.cfg.threads.clone(), shared.cfg.identity.island);
         let handle = std::thread::Builder::new()
-            .name("wal-writer".into())
-            .spawn(move || writer.run())
+            .name(format!("i{island}-wal"))
+            .spawn(move || {
+                let _registered = enter(threads.as_ref(), Role::LogWriter, Some(island));
+                writer.run()
+            })
             .map_err(|e| WalError::io("spawn the log writer for", &dir, e))?;
         // After the writer, so that no early return leaves it waiting for
         // ever; without it the log runs on segments it creates, as when a
         // preallocation fails.
         let preallocator = if shared.cfg.preallocate {
             let pre_shared = Arc::clone(&shared);
+            let threads = shared.cfg.threads.clone();
             std::thread::Builder::new()
-                .name("wal-prealloc".into())
-                .spawn(move || preallocate_segments(&pre_shared))
+                .name(format!("i{island}-wal-prealloc"))
+                .spawn(move || {
+                    let _registered = enter(threads.as_ref(), Role::LogPreallocator, Some(island));
+                    preallocate_segments(&pre_shared)
+                })
                 .ok()
         } else {
             None

@@ -39,9 +39,42 @@ impl CpuTime {
                 format!("/proc/self/stat has no utime/stime fields: {stat:?}"),
             )
         })?;
-        let tick = |t: u64| Duration::from_millis(t * 1000 / PROC_STAT_TICKS_PER_S);
-        Ok((tick(user), tick(system)))
+        Ok((ticks(user), ticks(system)))
     }
+
+    /// CPU time and last CPU of thread `tid` of this process, from
+    /// `/proc/self/task/<tid>/stat` (10 ms resolution). An error when the
+    /// kernel does not list the thread (it has ended).
+    pub fn task_from_proc_stat(tid: i32) -> std::io::Result<TaskCpu> {
+        let path = format!("/proc/self/task/{tid}/stat");
+        let stat = std::fs::read_to_string(&path)?;
+        let bad = || {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{path} lacks utime, stime or processor: {stat:?}"),
+            )
+        };
+        let (user, system) = parse_proc_stat_ticks(&stat).ok_or_else(bad)?;
+        let last_cpu = parse_proc_stat_processor(&stat).ok_or_else(bad)?;
+        Ok(TaskCpu {
+            user: ticks(user),
+            system: ticks(system),
+            last_cpu,
+        })
+    }
+}
+
+/// One thread's CPU figures ([`CpuTime::task_from_proc_stat`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskCpu {
+    pub user: Duration,
+    pub system: Duration,
+    /// The CPU it last ran on.
+    pub last_cpu: u32,
+}
+
+fn ticks(t: u64) -> Duration {
+    Duration::from_millis(t * 1000 / PROC_STAT_TICKS_PER_S)
 }
 
 fn to_duration(t: Timespec) -> Duration {
@@ -62,6 +95,13 @@ fn parse_proc_stat_ticks(stat: &str) -> Option<(u64, u64)> {
     let utime = fields.nth(11)?.parse().ok()?;
     let stime = fields.next()?.parse().ok()?;
     Some((utime, stime))
+}
+
+/// The CPU a task last ran on (field 39 of a `/proc/<pid>/stat` line).
+fn parse_proc_stat_processor(stat: &str) -> Option<u32> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    // Field 3 is the first after the comm.
+    after_comm.split_whitespace().nth(39 - 3)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -89,6 +129,20 @@ mod tests {
         assert_eq!(parse_proc_stat_ticks(line), Some((250, 31)));
         assert_eq!(parse_proc_stat_ticks("1 (x) R 1 2"), None);
         assert_eq!(parse_proc_stat_ticks("no parenthesis"), None);
+        assert_eq!(parse_proc_stat_processor(line), None);
+        let fields: Vec<String> = (3..=52).map(|f| f.to_string()).collect();
+        let full = format!("77 (w) x) {}", fields.join(" "));
+        assert_eq!(parse_proc_stat_processor(&full), Some(39));
+        assert_eq!(parse_proc_stat_ticks(&full), Some((14, 15)));
+    }
+
+    #[test]
+    fn this_threads_task_stat_is_read() {
+        let tid = rustix::thread::gettid().as_raw_nonzero().get();
+        spin_cpu(Duration::from_millis(30));
+        let t = CpuTime::task_from_proc_stat(tid).unwrap();
+        assert!(t.user + t.system >= Duration::from_millis(20), "{t:?}");
+        assert!(CpuTime::task_from_proc_stat(-1).is_err());
     }
 
     #[test]

@@ -1,0 +1,477 @@
+//! What `SHOW stats` and `SHOW threads` report, and the same figures in
+//! Prometheus's text exposition format (version 0.0.4) over HTTP.
+//!
+//! Every figure is read when asked: the executors' counters are per worker
+//! (each on its own cache line, written only by its worker) and summed per
+//! island here; the server's own counters are written by its one thread;
+//! the threads' CPU time comes from the kernel ([`crate::threads`]).
+//!
+//! The HTTP side answers `GET /metrics` (and `HEAD`) with HTTP/1.1 and
+//! closes the connection; any other path is 404, any other method 405.
+//! It is written here, in a few dozen lines on the server's tokio runtime,
+//! because no HTTP server crate is among the project's dependencies nor in
+//! the offline registry this project builds from, and a scrape needs no
+//! more than one request line and one response.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use super::handler::Shared;
+use super::State;
+use crate::dist::IslandCounts;
+use crate::threads::ThreadInfo;
+use crate::wal::WalStats;
+use crate::AbortReason;
+
+/// One procedure's calls through the server.
+pub(crate) struct ProcFigures {
+    pub(crate) name: String,
+    pub(crate) committed: u64,
+    pub(crate) serialization: u64,
+    pub(crate) rollbacks: u64,
+    pub(crate) errors: u64,
+}
+
+/// One island's figures.
+pub(crate) struct IslandFigures {
+    /// Transactions its executors committed (published every 256).
+    pub(crate) committed: u64,
+    pub(crate) counts: IslandCounts,
+    /// Its log's, if it has one.
+    pub(crate) log: Option<WalStats>,
+    pub(crate) checkpoints: u64,
+}
+
+/// Everything `SHOW stats` reports, read at one moment.
+pub(crate) struct Figures {
+    pub(crate) connections_open: u64,
+    pub(crate) connections_accepted: u64,
+    pub(crate) connections_refused: u64,
+    pub(crate) procs: Vec<ProcFigures>,
+    pub(crate) islands: Vec<IslandFigures>,
+    /// Why the deployment stopped, if it failed.
+    pub(crate) failure: Option<String>,
+}
+
+impl Figures {
+    pub(crate) fn read(sh: &Shared) -> Figures {
+        let committed = sh.client.committed_per_island();
+        Figures {
+            connections_open: sh.open.load(Ordering::Relaxed),
+            connections_accepted: sh.accepted.load(Ordering::Relaxed),
+            connections_refused: sh.refused.load(Ordering::Relaxed),
+            procs: sh
+                .procs
+                .iter()
+                .zip(&sh.counters)
+                .map(|(p, c)| ProcFigures {
+                    name: p.name().to_string(),
+                    committed: c.committed.load(Ordering::Relaxed),
+                    serialization: c.serialization.load(Ordering::Relaxed),
+                    rollbacks: c.rollbacks.load(Ordering::Relaxed),
+                    errors: c.errors.load(Ordering::Relaxed),
+                })
+                .collect(),
+            islands: sh
+                .islands
+                .iter()
+                .enumerate()
+                .map(|(i, island)| IslandFigures {
+                    committed: committed.get(i).copied().unwrap_or(0),
+                    counts: sh.cluster.island_counts(i),
+                    log: island.wal().map(|w| w.stats()),
+                    checkpoints: island.checkpoint_stats().taken,
+                })
+                .collect(),
+            failure: sh.client.failure(),
+        }
+    }
+
+    /// The rows of `SHOW stats`: (scope, counter, value).
+    pub(crate) fn rows(&self) -> Vec<(String, String, u64)> {
+        let mut rows = Vec::new();
+        let mut push = |scope: &str, counter: &str, v: u64| {
+            rows.push((scope.to_string(), counter.to_string(), v));
+        };
+        push("server", "connections_open", self.connections_open);
+        push("server", "connections_accepted", self.connections_accepted);
+        push("server", "connections_refused", self.connections_refused);
+        for p in &self.procs {
+            push(&p.name, "committed", p.committed);
+            push(&p.name, "serialization_failures", p.serialization);
+            push(&p.name, "rollbacks", p.rollbacks);
+            push(&p.name, "errors", p.errors);
+        }
+        let sum = |f: fn(&IslandFigures) -> u64| self.islands.iter().map(f).sum::<u64>();
+        push(
+            "deployment",
+            "distributed_commits",
+            sum(|i| i.counts.distributed_commits),
+        );
+        push("deployment", "remote_ops", sum(|i| i.counts.remote_ops));
+        for (i, f) in self.islands.iter().enumerate() {
+            let scope = format!("island-{i}");
+            push(&scope, "committed", f.committed);
+            push(&scope, "distributed_commits", f.counts.distributed_commits);
+            push(&scope, "remote_ops", f.counts.remote_ops);
+            for r in AbortReason::ALL {
+                push(
+                    &scope,
+                    &format!("aborts_{}", snake(r.name())),
+                    f.counts.aborts[r.index()],
+                );
+            }
+            push(&scope, "user_aborts", f.counts.user_aborts);
+            push(&scope, "gave_up", f.counts.gave_up);
+            if let Some(st) = &f.log {
+                push(&scope, "log_bytes", st.bytes_written);
+                push(&scope, "log_batches", st.batches_written);
+                push(&scope, "log_syncs", st.syncs);
+            }
+            push(&scope, "checkpoints", f.checkpoints);
+        }
+        rows
+    }
+}
+
+/// `lock-conflict` as `lock_conflict`.
+fn snake(name: &str) -> String {
+    name.replace('-', "_")
+}
+
+/// A label value, escaped as the text format requires.
+fn label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Writes one metric family: its HELP and TYPE lines, then a sample per
+/// (labels, value).
+fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, f64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (labels, v) in samples {
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name} {v}");
+        } else {
+            let _ = writeln!(out, "{name}{{{labels}}} {v}");
+        }
+    }
+}
+
+/// Reads one counter of an island's figures (`None`: it has none, as an
+/// island without a log has no log bytes).
+type IslandFigure = fn(&IslandFigures) -> Option<u64>;
+
+/// The figures and the threads in Prometheus's text format.
+pub(crate) fn render(f: &Figures, threads: &[ThreadInfo]) -> String {
+    let mut out = String::with_capacity(8192);
+    let one = |v: u64| vec![(String::new(), v as f64)];
+    family(
+        &mut out,
+        "islands_deployment_failed",
+        "gauge",
+        "1 once the deployment stopped on a failure (a log that died), else 0.",
+        &one(u64::from(f.failure.is_some())),
+    );
+    family(
+        &mut out,
+        "islands_connections_open",
+        "gauge",
+        "Client connections open now.",
+        &one(f.connections_open),
+    );
+    family(
+        &mut out,
+        "islands_connections_accepted_total",
+        "counter",
+        "Client connections accepted.",
+        &one(f.connections_accepted),
+    );
+    family(
+        &mut out,
+        "islands_connections_refused_total",
+        "counter",
+        "Client connections refused: too many open.",
+        &one(f.connections_refused),
+    );
+    let mut calls = Vec::new();
+    for p in &f.procs {
+        for (outcome, v) in [
+            ("committed", p.committed),
+            ("serialization_failure", p.serialization),
+            ("rollback", p.rollbacks),
+            ("error", p.errors),
+        ] {
+            calls.push((
+                format!("procedure=\"{}\",outcome=\"{outcome}\"", label(&p.name)),
+                v as f64,
+            ));
+        }
+    }
+    family(
+        &mut out,
+        "islands_procedure_calls_total",
+        "counter",
+        "Calls through the server by procedure and outcome.",
+        &calls,
+    );
+    let per_island = |get: IslandFigure| -> Vec<(String, f64)> {
+        f.islands
+            .iter()
+            .enumerate()
+            .filter_map(|(i, isl)| get(isl).map(|v| (format!("island=\"{i}\""), v as f64)))
+            .collect()
+    };
+    let island_families: [(&str, &str, IslandFigure); 9] = [
+        (
+            "islands_commits_total",
+            "Transactions committed by the island's executors (published every 256 per executor).",
+            |i| Some(i.committed),
+        ),
+        (
+            "islands_distributed_commits_total",
+            "Committed transactions the island coordinated with two-phase commit.",
+            |i| Some(i.counts.distributed_commits),
+        ),
+        (
+            "islands_remote_ops_total",
+            "Operations of other islands' transactions the island served.",
+            |i| Some(i.counts.remote_ops),
+        ),
+        (
+            "islands_user_aborts_total",
+            "Transactions homed on the island that their procedure rolled back.",
+            |i| Some(i.counts.user_aborts),
+        ),
+        (
+            "islands_gave_up_total",
+            "Transactions homed on the island given up after their last attempt aborted.",
+            |i| Some(i.counts.gave_up),
+        ),
+        (
+            "islands_log_bytes_total",
+            "Bytes the island's log wrote.",
+            |i| i.log.as_ref().map(|l| l.bytes_written),
+        ),
+        (
+            "islands_log_batches_total",
+            "Batches the island's log wrote.",
+            |i| i.log.as_ref().map(|l| l.batches_written),
+        ),
+        (
+            "islands_log_syncs_total",
+            "fdatasyncs of the island's log.",
+            |i| i.log.as_ref().map(|l| l.syncs),
+        ),
+        (
+            "islands_checkpoints_total",
+            "Checkpoints the island took.",
+            |i| Some(i.checkpoints),
+        ),
+    ];
+    for (name, help, get) in island_families {
+        family(&mut out, name, "counter", help, &per_island(get));
+    }
+    let mut aborts = Vec::new();
+    for (i, isl) in f.islands.iter().enumerate() {
+        for r in AbortReason::ALL {
+            aborts.push((
+                format!("island=\"{i}\",reason=\"{}\"", snake(r.name())),
+                isl.counts.aborts[r.index()] as f64,
+            ));
+        }
+    }
+    family(
+        &mut out,
+        "islands_aborts_total",
+        "counter",
+        "Attempts of transactions homed on the island aborted by the engine, by reason (each retry counts).",
+        &aborts,
+    );
+    let thread_labels = |t: &ThreadInfo| {
+        let island = t.island.map_or_else(String::new, |i| i.to_string());
+        format!(
+            "thread=\"{}\",role=\"{}\",island=\"{island}\"",
+            label(&t.name),
+            t.role.name()
+        )
+    };
+    let mut cpu = Vec::new();
+    let mut util = Vec::new();
+    for t in threads {
+        let l = thread_labels(t);
+        if let (Some(u), Some(s)) = (t.user, t.system) {
+            cpu.push((format!("{l},mode=\"user\""), u.as_secs_f64()));
+            cpu.push((format!("{l},mode=\"system\""), s.as_secs_f64()));
+        }
+        if let Some(u) = t.utilisation() {
+            util.push((l, u));
+        }
+    }
+    family(
+        &mut out,
+        "islands_thread_cpu_seconds_total",
+        "counter",
+        "CPU time of each thread of the deployment since it started, by mode (10 ms resolution).",
+        &cpu,
+    );
+    family(
+        &mut out,
+        "islands_thread_utilisation_ratio",
+        "gauge",
+        "Each thread's CPU time over its wall time since it started (1 is a core busy all along).",
+        &util,
+    );
+    out
+}
+
+/// Most metrics connections answered at once; one more is answered 503.
+const MAX_SCRAPES: usize = 16;
+/// The longest request head read, and how long a client may take to send it.
+const MAX_HEAD_BYTES: usize = 8192;
+const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Answers scrapes on `listener` until the server stops.
+pub(crate) async fn serve_metrics(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut state: watch::Receiver<State>,
+) {
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            changed = state.changed() => {
+                if changed.is_err() || *state.borrow() != State::Running {
+                    break;
+                }
+                continue;
+            }
+            a = listener.accept() => a,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+        };
+        let Ok((tcp, _)) = accepted else {
+            // Out of file descriptors and the like: back off, go on.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        if tasks.len() >= MAX_SCRAPES {
+            // A fresh socket takes these few bytes without blocking.
+            let _ = tcp.try_write(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+            continue;
+        }
+        let shared = Arc::clone(&shared);
+        tasks.spawn(async move {
+            let _ = tokio::time::timeout(HEAD_TIMEOUT, answer(tcp, &shared)).await;
+        });
+    }
+    tasks.abort_all();
+}
+
+/// Reads one request head and answers it.
+async fn answer(mut tcp: TcpStream, shared: &Shared) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tcp.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > MAX_HEAD_BYTES {
+            return respond(&mut tcp, "431 Request Header Fields Too Large", "", false).await;
+        }
+    }
+    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.split_whitespace();
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET" | "HEAD", "/metrics") => {
+            let body = render(&Figures::read(shared), &shared.threads.snapshot());
+            respond(&mut tcp, "200 OK", &body, method == "HEAD").await
+        }
+        ("GET" | "HEAD", _) => {
+            respond(
+                &mut tcp,
+                "404 Not Found",
+                "this server answers GET /metrics only\n",
+                method == "HEAD",
+            )
+            .await
+        }
+        _ => {
+            respond(
+                &mut tcp,
+                "405 Method Not Allowed",
+                "this server answers GET /metrics only\n",
+                false,
+            )
+            .await
+        }
+    }
+}
+
+async fn respond(
+    tcp: &mut TcpStream,
+    status: &str,
+    body: &str,
+    head_only: bool,
+) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await?;
+    if !head_only {
+        tcp.write_all(body.as_bytes()).await?;
+    }
+    tcp.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_escaped() {
+        assert_eq!(label(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(label("x\ny"), "x\\ny");
+    }
+
+    #[test]
+    fn families_have_help_type_and_samples() {
+        let mut out = String::new();
+        family(
+            &mut out,
+            "islands_x_total",
+            "counter",
+            "X.",
+            &[("island=\"0\"".into(), 3.0), (String::new(), 1.5)],
+        );
+        assert_eq!(
+            out,
+            "# HELP islands_x_total X.\n# TYPE islands_x_total counter\n\
+             islands_x_total{island=\"0\"} 3\nislands_x_total 1.5\n"
+        );
+    }
+}
