@@ -1,12 +1,12 @@
 //! The benchmark driver: runs a [`Workload`] for a warm-up and a measured
 //! phase and reports what the measured phase did.
 //!
-//! The workers are executors of a [`islands::dist::Cluster`] and run its one
-//! loop ([`islands::dist::run`]): each generates its own requests on its own
+//! The workers are executors of a [`islands::executor::Cluster`] and run its one
+//! loop ([`islands::executor::run`]): each generates its own requests on its own
 //! thread, runs them, retries what aborts on a conflict, and acknowledges a
 //! commit once its log batch is durable (`sync`), keeping at most `inflight`
 //! commits waiting. [`run`] and [`run_islands`] run islands whose
-//! transactions never cross ([`islands::dist::Cluster::local`]);
+//! transactions never cross ([`islands::executor::Cluster::local`]);
 //! [`run_cluster`] runs a cluster that routes keys across
 //! islands. After the warm-up the statistics are reset and the measured
 //! phase runs for a fixed time.
@@ -27,8 +27,8 @@ use crate::progress::{DisplayMode, ProgressDisplay};
 use crate::report::{LogReport, Machine, Report, RunInfo};
 use crate::stats::TxnTypes;
 use islands::cpu::CpuTime;
-use islands::dist::run::{executor_bodies, ClusterWorker};
-use islands::dist::{Cluster, ClusterOptions};
+use islands::executor::run::{executor_bodies, ClusterWorker};
+use islands::executor::{Cluster, ClusterOptions};
 use islands::island::Island;
 use islands::proc::run::{
     log_failure, watch, watch_until, FailOnPanic, WorkerBody, FAILED, MEASURE, STOP, WARMUP,

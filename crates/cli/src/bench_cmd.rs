@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, EvenSplit, Islands, Placement, Plan};
-use islands::dist::{Cluster, ClusterOptions};
+use islands::executor::{Cluster, ClusterOptions};
 use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
 use islands::proc::Workload;
 use islands::route::{IslandId, RangeRouter, Router};

@@ -6,9 +6,10 @@
 //! is newer than the row's (the per-row version order), so batches that
 //! different workers handed to the log in any order replay to the same state.
 //!
-//! Invariant for a single-worker island (`cc = none`): at most one [`Txn`]
-//! exists at a time. Its tables use single-owner indexes and plain stores, so a
-//! second worker would race; [`Island::worker`] refuses to create one.
+//! Invariant for a single-worker island (`cc = none`): at most one
+//! [`Txn`](crate::txn::Txn) exists at a time. Its tables use single-owner
+//! indexes and plain stores, so a second worker would race;
+//! [`Island::worker`] refuses to create one.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -20,7 +21,6 @@ use std::time::{Duration, Instant};
 use crate::cc::{CcKind, ConcurrencyControl};
 use crate::storage::{Catalog, RowCache, TableDef, TableId};
 use crate::threads::{enter, Role, ThreadRegistry};
-use crate::txn::Txn;
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
 
@@ -340,7 +340,7 @@ pub(crate) struct Shared {
     pub(crate) committing: Vec<CachePadded<AtomicU64>>,
     /// Which worker handles are taken.
     slot_used: Vec<AtomicBool>,
-    recovered_tid: u64,
+    pub(crate) recovered_tid: u64,
     ckpt: CkptState,
     pub(crate) cfg: IslandConfig,
 }
@@ -450,7 +450,7 @@ impl Shared {
         self.ts.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    fn claim_slot(&self) -> Option<usize> {
+    pub(crate) fn claim_slot(&self) -> Option<usize> {
         self.slot_used.iter().position(|u| {
             u.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
@@ -690,21 +690,6 @@ impl Island {
             .by_name(name)
             .map(|t| t.id)
             .ok_or_else(|| Error::Config(format!("no table named '{name}'")))
-    }
-
-    /// A transaction context for one worker thread. At most `workers` exist at once.
-    pub fn worker(&self) -> Result<Txn, Error> {
-        let slot = self.shared.claim_slot().ok_or_else(|| {
-            Error::Config(format!(
-                "{}: all {} worker handles are in use",
-                self.shared.cfg.name, self.shared.cfg.workers
-            ))
-        })?;
-        Ok(Txn::new(
-            Arc::clone(&self.shared),
-            slot as u16,
-            self.shared.recovered_tid,
-        ))
     }
 
     /// A bulk loader: puts rows directly, outside transactions. It counts as a

@@ -12,14 +12,15 @@
 //! - [`route`]: island numbers, and which island holds a key.
 //! - [`cc`]: concurrency control, one scheme chosen when the island opens.
 //! - [`txn`]: the transaction handle stored procedures run against.
-//! - [`transport`]: how islands exchange messages: batched frames over bounded mailboxes.
+//! - [`transport`]: how islands exchange messages: batched frames over bounded mailboxes,
+//!   and the wire form of remote operations.
 //! - [`wal`]: the island's write-ahead log, group commit, checkpoints, recovery.
 //! - [`coord`]: two-phase commit: coordinator and participant state machines, presumed abort.
 //! - [`deploy`]: deployments: how many islands, which cores, which sites each holds.
 //! - [`island`]: one island: tables + scheme + log + workers.
 //! - [`proc`]: the procedure contract executors run ([`proc::Workload`]), the run's
 //!   phase, per-worker counters, and what procedures draw on: random numbers, Zipf.
-//! - [`dist`]: the executor: the islands of a deployment running in this process, one
+//! - [`executor`]: the executor: the islands of a deployment running in this process, one
 //!   executor per worker thread, remote operations and two-phase commit over messages.
 //! - [`threads`]: the threads a deployment runs, with their CPUs and CPU time.
 //! - [`api`]: the application API: a catalog of stored procedures, a deployment, clients.
@@ -31,8 +32,8 @@ pub mod cc;
 pub mod coord;
 pub mod cpu;
 pub mod deploy;
-pub mod dist;
 pub mod error;
+pub mod executor;
 pub mod island;
 pub mod phases;
 pub mod proc;

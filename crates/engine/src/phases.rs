@@ -12,7 +12,7 @@
 //! The same clock, [`ticks`], is the distributed executors' protocol clock,
 //! and there readings of different threads, so of different CPUs, are
 //! compared: a participant's idle-abort deadline for a branch against the
-//! home's reading of when the transaction began (`dist::Executor::
+//! home's reading of when the transaction began (`executor::Executor::
 //! commit_home`), and an unpinned thread's readings as it migrates. That
 //! needs a counter that ticks at one rate always (`constant_tsc`), also in
 //! deep sleep states (`nonstop_tsc`), and that reads the same on every CPU

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use islands::cc::CcKind;
-use islands::dist::run::{run_to_completion, ClusterWorker};
-use islands::dist::{Cluster, ClusterOptions};
+use islands::executor::run::{run_to_completion, ClusterWorker};
+use islands::executor::{Cluster, ClusterOptions};
 use islands::island::{Island, IslandConfig, RecoveryReport};
 use islands::proc::rng::FastRng;
 use islands::proc::Workload;

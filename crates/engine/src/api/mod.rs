@@ -12,7 +12,7 @@
 //! answered once its commit is acknowledged under the deployment's
 //! durability mode (`sync`: after the fdatasync of its log batch).
 //!
-//! The executor threads run the engine's one executor loop (`dist::run`),
+//! The executor threads run the engine's one executor loop (`executor::run`),
 //! the same that runs a benchmark's generated requests;
 //! [`Deployment::open_generating`] gives them both sources at once. On
 //! several islands a worker interleaves several transactions, and every

@@ -168,7 +168,7 @@ pub trait ConcurrencyControl: Send + Sync {
     /// Whether a request for the row (`exclusive`, or shared) would conflict
     /// with its holders now. A hint, read without synchronising with them: a
     /// transaction that aborted on the row's lock retries once this reads
-    /// false instead of after blind backoffs (see `dist::run`). The default
+    /// false instead of after blind backoffs (see `executor::run`). The default
     /// says false (retry at once), right for a scheme whose reads never
     /// conflict on a lock (OCC validates at commit instead).
     fn is_locked(&self, t: &Table, rid: RowId, exclusive: bool) -> bool {

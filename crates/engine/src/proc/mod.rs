@@ -1,5 +1,5 @@
 //! The procedure contract and what an executor needs to run requests: what
-//! the executors of [`crate::dist`] run, and what stored procedures and their
+//! the executors of [`crate::executor`] run, and what stored procedures and their
 //! request generators draw on. Nothing here knows of the benchmark driver;
 //! workloads, tests, the application API and the driver import it alike.
 //!

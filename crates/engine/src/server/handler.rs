@@ -23,7 +23,7 @@ use super::metrics::Figures;
 use super::sql::{self, Arg, Show, Stmt};
 use crate::api::{CallError, Client, Home, ProcDef, Row, Type, Value};
 use crate::deploy::Plan;
-use crate::dist::Cluster;
+use crate::executor::Cluster;
 use crate::island::Island;
 use crate::threads::ThreadRegistry;
 

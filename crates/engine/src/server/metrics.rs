@@ -24,7 +24,7 @@ use tokio::sync::watch;
 
 use super::handler::Shared;
 use super::State;
-use crate::dist::IslandCounts;
+use crate::executor::IslandCounts;
 use crate::threads::ThreadInfo;
 use crate::wal::WalStats;
 use crate::AbortReason;

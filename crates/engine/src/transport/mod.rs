@@ -1,11 +1,11 @@
 //! How islands exchange messages.
 //!
-//! A message is an encoded frame (the `coord` and remote-operation layers own
-//! the encodings); frames travel in *batches*, one batch per destination per
-//! round of a worker's loop, so one hand-off carries many messages. The
-//! addresses are [`Endpoint`]s: one mailbox per worker thread of an island, so
-//! every message about one transaction branch reaches the worker that holds the
-//! branch's state.
+//! A message is an encoded frame (`coord` encodes the 2PC messages, [`wire`]
+//! the remote operations beside them); frames travel in *batches*, one batch
+//! per destination per round of a worker's loop, so one hand-off carries many
+//! messages. The addresses are [`Endpoint`]s: one mailbox per worker thread
+//! of an island, so every message about one transaction branch reaches the
+//! worker that holds the branch's state.
 //!
 //! [`Transport`] is the seam: [`InProc`] (islands as thread groups of one
 //! process, bounded lock-free mailboxes) is here; Unix sockets and TCP
@@ -22,9 +22,11 @@
 //! order sent. A transport that may deliver a batch twice, or hold one back
 //! while later ones overtake it, must say so with
 //! [`Transport::redelivery_window`]; the engine then keeps the extra state that
-//! makes late copies harmless (see `dist`). A stream transport (Unix socket,
+//! makes late copies harmless (see `executor`). A stream transport (Unix socket,
 //! TCP) that keeps one connection per pair of endpoints and never resends a
 //! batch on another connection meets the default.
+
+pub mod wire;
 
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
@@ -61,7 +63,7 @@ pub trait Transport: Send + Sync {
     /// later than `w` after it was sent. The engine then remembers the
     /// transaction branches it finished for longer than `w`, so that a late
     /// copy of a remote operation cannot open a finished branch again (see
-    /// `dist`'s module documentation). A transport that can deliver a copy
+    /// `executor`'s module documentation). A transport that can deliver a copy
     /// arbitrarily late cannot be used.
     fn redelivery_window(&self) -> Option<std::time::Duration> {
         None

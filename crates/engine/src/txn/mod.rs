@@ -151,7 +151,7 @@
 //! and every new secondary entry of the transaction is in its island's
 //! index, before any branch validates or releases anything; and every
 //! branch has validated before any branch releases anything.** The home's
-//! commit (`dist::Executor::commit_home`) takes the pending locks of its own
+//! commit (`executor::Executor::commit_home`) takes the pending locks of its own
 //! island and adds its own entries (`Txn::add_secondary_entries`), then
 //! runs a LOCK round over the other islands where a row's lock is pending
 //! or a row adds entries (`Txn::lock_round_islands`): the changes to that
@@ -168,7 +168,7 @@
 //! Releases: a read-only branch releases at its prepare (it votes
 //! read-only) when no other branch of the transaction validates a scan or
 //! a miss at its prepare; otherwise it holds its locks until the decision
-//! (PREP with hold, set by `dist::Executor::start_commit`), because the
+//! (PREP with hold, set by `executor::Executor::start_commit`), because the
 //! branches prepare in parallel and a release before another branch's
 //! validation lets a writer slip in between and restore what that scan
 //! saw (a row inserted and deleted again: a cycle). A writing branch
@@ -191,7 +191,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use crate::cc::{CcKind, TxnMeta, WriteLock};
-use crate::island::Shared;
+use crate::island::{Island, Shared};
 use crate::route::IslandId;
 use crate::storage::{RowCache, RowId, Table, TableId};
 use crate::wal::BatchSeq;
@@ -298,6 +298,25 @@ pub struct Txn {
     pub(crate) prepared: Option<(u64, BatchSeq)>,
 }
 
+// Defined here rather than in `island`, which then needs nothing of `txn`.
+impl Island {
+    /// A transaction context for one worker thread. At most `workers` exist at once.
+    pub fn worker(&self) -> Result<Txn, Error> {
+        let shared = self.shared();
+        let slot = shared.claim_slot().ok_or_else(|| {
+            Error::Config(format!(
+                "{}: all {} worker handles are in use",
+                shared.cfg.name, shared.cfg.workers
+            ))
+        })?;
+        Ok(Txn::new(
+            Arc::clone(shared),
+            slot as u16,
+            shared.recovered_tid,
+        ))
+    }
+}
+
 impl Txn {
     pub(crate) fn new(shared: Arc<Shared>, worker: u16, last_tid: u64) -> Txn {
         let n = shared.catalog.tables.len();
@@ -401,7 +420,7 @@ impl Txn {
     /// Runs a stored procedure to completion on this worker, retrying conflicts
     /// (with back-off) up to `max_retries` times. A convenience for tests,
     /// examples and loaders; everything else runs in the executor loop
-    /// (`dist::run`).
+    /// (`executor::run`).
     pub fn execute<T>(
         &mut self,
         max_retries: u32,

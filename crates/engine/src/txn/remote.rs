@@ -3,7 +3,7 @@
 //! A transaction that runs under a distributed executor carries a [`Dist`]:
 //! the deployment's [`Router`] (which island holds a key) and the state of
 //! the one remote request it may have outstanding. An operation on a key of
-//! another island encodes a request (see `dist::wire`) into the transaction,
+//! another island encodes a request (see `transport::wire`) into the transaction,
 //! marks the island as touched and suspends; the executor sends the request
 //! (batched with everything else for that island), keeps running other
 //! transactions, and polls this one again when the reply has arrived. The
@@ -22,9 +22,9 @@ use super::access::{Access, Kind};
 use super::{RowH, Txn, LOCAL, REMOTE_RID};
 use crate::cc::{Held, Observed};
 use crate::coord::IslandSet;
-use crate::dist::wire::{self, Frame, Status};
 use crate::route::{IslandId, Router};
 use crate::storage::{SecondaryId, TableId};
+use crate::transport::wire::{self, Frame, Status};
 use crate::wal::WriteEntry;
 use crate::{Abort, AbortReason, Error};
 
@@ -571,7 +571,7 @@ impl Txn {
 
     /// The other islands that a LOCK round must reach before this
     /// transaction's two-phase commit starts (see
-    /// `dist::Executor::commit_home`): those that hold a row whose write
+    /// `executor::Executor::commit_home`): those that hold a row whose write
     /// lock is still to be taken ([`Access::lock_pending`]: read without it,
     /// then changed or deleted), or a row whose new secondary entries are
     /// still to be added ([`Txn::adds_secondary_entries`]).
@@ -594,7 +594,7 @@ impl Txn {
         self.acc.iter().any(|a| a.lock_pending())
     }
 
-    /// Starts a LOCK round (see `dist::Executor::commit_home`): a fresh
+    /// Starts a LOCK round (see `executor::Executor::commit_home`): a fresh
     /// request tag, which every island's reply echoes. Returns it.
     pub(crate) fn begin_lock_round(&mut self) -> u32 {
         let d = self

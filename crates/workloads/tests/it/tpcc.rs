@@ -501,8 +501,8 @@ fn generator_follows_the_spec_proportions() {
 /// counts show that distributed transactions really ran.
 #[test]
 fn full_mix_across_three_islands_with_two_phase_commit_stays_consistent() {
-    use islands::dist::run::{run_to_completion, ClusterWorker};
-    use islands::dist::{Cluster, ClusterOptions};
+    use islands::executor::run::{run_to_completion, ClusterWorker};
+    use islands::executor::{Cluster, ClusterOptions};
     use islands::island::RecoveryReport;
     let cfg = small(3, 120);
     let opts = ClusterOptions {

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use islands::cc::CcKind;
 use islands::coord::Timeouts;
-use islands::dist::fault::{Faults, FaultyTransport};
-use islands::dist::run::{run_to_completion, ClusterWorker};
-use islands::dist::{Cluster, ClusterOptions};
+use islands::executor::fault::{Faults, FaultyTransport};
+use islands::executor::run::{run_to_completion, ClusterWorker};
+use islands::executor::{Cluster, ClusterOptions};
 use islands::island::{Island, IslandConfig};
 use islands::proc::rng::FastRng;
 use islands::proc::Workload;
@@ -268,7 +268,7 @@ fn cross_island_histories_over_a_faulty_transport_are_serializable() {
 /// Every operation over a lossy transport, with timeouts that fire all the
 /// time. A copy of an INSERT served twice in one branch answered "present"
 /// for the branch's own row, and a zeroed row committed (see
-/// `dist::tests::a_copy_of_a_request_is_served_once`); this run is the one
+/// `executor::tests::a_copy_of_a_request_is_served_once`); this run is the one
 /// that exposes such timeout paths.
 #[test]
 fn cross_island_histories_over_a_faulty_transport_with_timeouts_are_serializable() {

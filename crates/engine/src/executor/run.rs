@@ -119,6 +119,9 @@ struct Attempt {
 
 /// An executing attempt: a slot polls its procedure.
 struct Slot<R> {
+    /// Borrows `req` and a context of the executor (see [`start_attempt`]):
+    /// declared first, so it drops before `req` even when a slot is dropped
+    /// whole (an unwinding worker).
     fut: Option<Proc>,
     req: Box<R>,
     state: St,
@@ -896,7 +899,14 @@ where
                             } else {
                                 s.loaded = false;
                             }
-                            start_attempt(s, &ex, c, workload);
+                            // SAFETY: `c` was just taken for this attempt. A slot's
+                            // request is replaced or taken only while the slot is
+                            // free, after its future was dropped (`s.fut = None`);
+                            // every slot, so every future, drops before `ex` and
+                            // `workload` (at the end of this function, or on an
+                            // unwind, `fut` before `req`); and the executor touches
+                            // a context only between polls of its future.
+                            unsafe { start_attempt(s, &ex, c, workload) };
                             if slot_of.len() <= c as usize {
                                 slot_of.resize(c as usize + 1, 0);
                             }
@@ -1065,15 +1075,29 @@ where
     (stats, result)
 }
 
-/// Starts an attempt of the slot's request on context `c`.
-fn start_attempt<W: Workload + 'static>(s: &mut Slot<W::Req>, ex: &Executor, c: u32, workload: &W)
-where
+/// Starts an attempt of the slot's request on context `c`: stores in `s.fut`
+/// a future that borrows context `c` of `ex`, the request in `s.req` and
+/// `workload` as if for `'static`.
+///
+/// # Safety
+///
+/// The caller guarantees that the future is dropped (`s.fut` taken, or the
+/// slot dropped) before any of what it borrows goes or moves: before `s.req`
+/// is replaced or dropped, before `ex` is dropped (its contexts live as long
+/// as it does) and before `workload` is; that `c` was just taken for this
+/// attempt ([`Executor::begin_home`], [`Executor::begin_retry`]), so no other
+/// future borrows it; and that the executor touches context `c` only while
+/// the future is not being polled.
+unsafe fn start_attempt<W: Workload + 'static>(
+    s: &mut Slot<W::Req>,
+    ex: &Executor,
+    c: u32,
+    workload: &W,
+) where
     W::Req: 'static,
 {
-    // SAFETY: the future may outlive this call but not the slot (which owns
-    // the boxed request and drops the future before itself) nor the executor
-    // (whose contexts live until it drops, after every slot); `workload`
-    // outlives the worker loop. See the module documentation.
+    // SAFETY: the caller keeps what the future borrows alive and in place
+    // for as long as the future lives (see the function's contract).
     let tx: &'static mut crate::txn::Txn = unsafe { &mut *ex.ctx_ptr(c) };
     let req: &'static W::Req = unsafe { &*(&*s.req as *const W::Req) };
     let wl: &'static W = unsafe { &*(workload as *const W) };

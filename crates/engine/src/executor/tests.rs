@@ -3,15 +3,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::atomic::Ordering;
+
 use super::fault::{Faults, FaultyTransport};
 use super::run::{run_to_completion, ClusterWorker};
 use super::*;
+use crate::cc::CcKind;
+use crate::coord::{self, LogRec};
 use crate::island::IslandConfig;
+use crate::island::{Island, RecoveryReport};
 use crate::proc::rng::FastRng;
 use crate::proc::Workload;
 use crate::route::RangeRouter;
+use crate::route::Router;
 use crate::storage::{Col, ColType, PrimaryKind, TableDef};
+use crate::transport::frames;
+use crate::transport::wire::{self, Frame};
 use crate::txn::Txn;
+use crate::{Abort, Error};
 
 const ACCOUNTS: u16 = 0;
 const RECEIPTS: u16 = 1;
@@ -2299,7 +2308,7 @@ fn read_only_vote_waits_for_its_reads(durability: crate::wal::Durability) {
     // Once everything island 1 appended is durable, the same audit reads
     // only durable data there, and commits by releasing its branch.
     let shared = Arc::clone(handles[1].shared());
-    while super::undurable_reads(&shared) {
+    while super::serve::undurable_reads(&shared) {
         assert!(
             std::time::Instant::now() < deadline,
             "island 1 never synced"

@@ -25,11 +25,14 @@ use std::time::{Duration, Instant};
 
 use super::tests::run_by_hand;
 use super::*;
-use crate::island::IslandConfig;
+use crate::cc::CcKind;
+use crate::island::{Island, IslandConfig, RecoveryReport};
+use crate::route::Router;
 use crate::storage::{Col, ColType, PrimaryKind, TableDef};
 use crate::txn::{poll_local, Txn};
 use crate::wal::sim::{damage_mid_log, SimDevice};
 use crate::wal::{Durability, Recovery};
+use crate::{Abort, Error};
 
 const ACCOUNTS: u16 = 0;
 const RECEIPTS: u16 = 1;

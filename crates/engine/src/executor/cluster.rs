@@ -1,0 +1,558 @@
+//! The [`Cluster`]: the islands of a deployment running in this process, the
+//! options it runs with, its counters, where each worker is reached (its
+//! endpoint, the worker that holds a gtid's branch), and the making of each
+//! worker's [`Executor`].
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::pool::Pool;
+use super::{home_worker, Executor, GtidMap, MAX_CONTEXTS, MAX_WORKERS_PER_ISLAND};
+use crate::cc::CcKind;
+use crate::coord::{self, home_of, Coordinator, Gtid, Participant, Timeouts};
+use crate::island::{Island, RecoveryReport};
+use crate::phases;
+use crate::route::{IslandId, Router};
+use crate::transport::{Endpoint, InProc, Outbox, Transport};
+use crate::wal::BatchSeq;
+use crate::{AbortReason, Error};
+
+/// How a cluster runs.
+#[derive(Clone)]
+pub struct ClusterOptions {
+    /// Home transactions a worker keeps executing (polling their procedures).
+    pub inflight: usize,
+    /// Distributed commits a worker keeps in flight beyond `inflight`: a
+    /// transaction whose procedure finished and whose two-phase commit is
+    /// under way gives its slot to the next transaction (its request is kept
+    /// for a retry should the commit abort). With a log, each such commit
+    /// waits for a participant's forced prepare (a group commit), and a slot
+    /// held across it would leave the worker idle or need a deep window of
+    /// executing transactions (whose rows go cold, and whose locks collide).
+    /// 0: a transaction holds its slot until its outcome.
+    pub commit_window: usize,
+    /// Branches of other islands' transactions a worker holds at once.
+    pub max_branches: usize,
+    pub timeouts: Timeouts,
+    /// A home transaction waiting this long for a remote reply aborts (lost
+    /// messages, a crashed island).
+    pub op_timeout: Duration,
+    /// Mailbox depth (batches) of the default in-process transport.
+    pub mailbox_depth: usize,
+    /// The transport; `None` is an [`InProc`] with one mailbox per worker.
+    pub transport: Option<Arc<dyn Transport>>,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            inflight: 8,
+            commit_window: 16,
+            max_branches: 64,
+            timeouts: Timeouts::default(),
+            op_timeout: Duration::from_millis(200),
+            mailbox_depth: 1024,
+            transport: None,
+        }
+    }
+}
+
+impl ClusterOptions {
+    /// Transaction contexts an island with `workers` workers must have beyond
+    /// one per worker ([`crate::island::IslandConfig::contexts`]).
+    pub fn contexts_needed(&self, workers: usize) -> usize {
+        workers * self.contexts_per_worker()
+    }
+
+    /// Transaction contexts one worker's executor may take: its executing
+    /// transactions, the home branches of its commits in flight, and the
+    /// branches it holds for other workers' transactions.
+    pub(super) fn contexts_per_worker(&self) -> usize {
+        self.inflight + self.commit_window + self.max_branches
+    }
+}
+
+/// Counters of one cluster. The rare events are shared; those counted on
+/// every remote operation or distributed commit are per worker, each on its
+/// own cache line and written only by its worker, and summed when read.
+#[derive(Debug, Default)]
+pub struct ClusterStats {
+    /// Frames or batches that failed to decode: counted, never executed.
+    pub malformed: AtomicU64,
+    pub protocol_violations: AtomicU64,
+    /// Requests refused because they continue a branch that was aborted
+    /// meanwhile (idle too long): their transactions abort and retry.
+    pub lost_branches: AtomicU64,
+    /// By endpoint.
+    pub(super) workers: Box<[crossbeam_utils::CachePadded<WorkerCounts>]>,
+}
+
+/// One worker's counts (see [`ClusterStats`]).
+#[derive(Debug, Default)]
+pub(crate) struct WorkerCounts {
+    pub(super) distributed_commits: AtomicU64,
+    pub(super) remote_ops: AtomicU64,
+    /// Attempts of its home transactions aborted by the engine, by
+    /// [`AbortReason::index`].
+    aborts: [AtomicU64; AbortReason::ALL.len()],
+    /// Home transactions rolled back by their procedure.
+    user_aborts: AtomicU64,
+    /// Home transactions given up once their attempts ran out.
+    gave_up: AtomicU64,
+}
+
+impl WorkerCounts {
+    /// An aborted attempt of a home transaction (see [`IslandCounts`]).
+    pub(crate) fn abort(&self, reason: AbortReason) {
+        bump(&self.aborts[reason.index()]);
+    }
+
+    /// A home transaction its procedure rolled back.
+    pub(crate) fn user_abort(&self) {
+        bump(&self.user_aborts);
+    }
+
+    /// A home transaction given up after its last attempt.
+    pub(crate) fn gave_up(&self) {
+        bump(&self.gave_up);
+    }
+}
+
+/// One island's counters: its workers' [`ClusterStats`], summed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IslandCounts {
+    /// Committed transactions this island coordinated with two-phase
+    /// commit (or released read-only participants of).
+    pub distributed_commits: u64,
+    /// Operations of other islands' transactions this island served.
+    pub remote_ops: u64,
+    /// Aborted attempts of transactions homed here, by
+    /// [`AbortReason::index`]: a transaction retried three times counts three.
+    pub aborts: [u64; AbortReason::ALL.len()],
+    /// Transactions homed here that their procedure rolled back.
+    pub user_aborts: u64,
+    /// Transactions homed here given up after their last attempt aborted
+    /// (a caller's serialization failure).
+    pub gave_up: u64,
+}
+
+/// Adds one to a counter only its owner thread writes: a plain store, no
+/// atomic read-modify-write.
+pub(super) fn bump(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+impl ClusterStats {
+    fn new(endpoints: usize) -> ClusterStats {
+        ClusterStats {
+            workers: (0..endpoints).map(|_| Default::default()).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Committed transactions that ran two-phase commit.
+    pub fn distributed_commits(&self) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| w.distributed_commits.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Remote operations served.
+    pub fn remote_ops(&self) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| w.remote_ops.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The counts of endpoints `endpoints`, summed.
+    fn sum(&self, endpoints: std::ops::Range<usize>) -> IslandCounts {
+        let mut c = IslandCounts::default();
+        for w in &self.workers[endpoints] {
+            let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            c.distributed_commits += load(&w.distributed_commits);
+            c.remote_ops += load(&w.remote_ops);
+            for (sum, a) in c.aborts.iter_mut().zip(&w.aborts) {
+                *sum += load(a);
+            }
+            c.user_aborts += load(&w.user_aborts);
+            c.gave_up += load(&w.gave_up);
+        }
+        c
+    }
+}
+
+/// A deployment of islands in this process. See the module documentation.
+pub struct Cluster {
+    pub(super) islands: Vec<Island>,
+    workers: Vec<usize>,
+    base: Vec<u32>,
+    pub(super) transport: Arc<dyn Transport>,
+    /// `None`: no transaction crosses islands (one island, or islands whose
+    /// transactions each touch only their own rows). Contexts then carry no
+    /// routing state and no executor sends a message (see [`Executor::messages`]).
+    pub(super) router: Option<Arc<dyn Router>>,
+    pub(super) recovered: Vec<RecoveryReport>,
+    /// Executors take their share of `recovered` when they start (see
+    /// [`Cluster::executor`]); a [`Cluster::local`] made without reports does not.
+    recovers: bool,
+    pub(super) opts: ClusterOptions,
+    /// Workers still running client transactions: the others keep serving.
+    pub(super) clients: AtomicUsize,
+    /// Workers of the run that still hold or expect something (see
+    /// `run::executor_loop`'s exit): a worker leaves only when every worker
+    /// has been settled for a while, since a settled worker's peer may still
+    /// resend it a commit whose acknowledgement was lost.
+    pub(super) unsettled: AtomicUsize,
+    /// Per worker (by endpoint): its executor has recovered. When all of an
+    /// island's have, they hold their own pins on the log records recovery
+    /// found unfinished, and the island's recovery pins go
+    /// (`Shared::release_recovery_pins`).
+    recovered_worker: Vec<AtomicBool>,
+    /// Per worker (by endpoint): an executor was made for it. Each takes
+    /// the worker's share of `recovered` when it starts: a second one would
+    /// replay what the first resolved.
+    has_executor: Vec<AtomicBool>,
+    pub stats: ClusterStats,
+}
+
+impl Cluster {
+    /// A cluster over islands opened with their recovery reports (in-doubt
+    /// branches are resolved by the executors), `workers[i]` worker threads
+    /// on island `i`, `router` saying which island holds a key. A cluster of
+    /// one island has nowhere to route to and keeps no router.
+    pub fn new(
+        islands: Vec<(Island, RecoveryReport)>,
+        workers: Vec<usize>,
+        router: Arc<dyn Router>,
+        opts: ClusterOptions,
+    ) -> Result<Arc<Cluster>, Error> {
+        let router = (islands.len() > 1).then_some(router);
+        Cluster::build(islands, workers, router, true, opts)
+    }
+
+    /// A cluster whose transactions never cross islands: one island, or
+    /// several whose workloads each keep to their own island's rows (a key
+    /// of another island is simply not found here). Its executors never
+    /// message each other, so every concurrency control scheme serves, and
+    /// an island may have no workers. The islands' recovery is left as
+    /// their opening made it: branches in doubt stay pinned in their logs
+    /// for a cluster that routes across islands to resolve.
+    pub fn local(
+        islands: Vec<Island>,
+        workers: Vec<usize>,
+        opts: ClusterOptions,
+    ) -> Result<Arc<Cluster>, Error> {
+        let islands = islands
+            .into_iter()
+            .map(|i| (i, RecoveryReport::default()))
+            .collect();
+        Cluster::build(islands, workers, None, false, opts)
+    }
+
+    fn build(
+        islands: Vec<(Island, RecoveryReport)>,
+        workers: Vec<usize>,
+        router: Option<Arc<dyn Router>>,
+        recovers: bool,
+        opts: ClusterOptions,
+    ) -> Result<Arc<Cluster>, Error> {
+        let routes = router.is_some();
+        if islands.is_empty() || islands.len() != workers.len() {
+            return Err(Error::Config(
+                "a cluster needs one worker count per island".into(),
+            ));
+        }
+        if routes && islands.len() > coord::MAX_ISLANDS {
+            return Err(Error::Config(format!(
+                "{} islands: at most {} can run two-phase commit together",
+                islands.len(),
+                coord::MAX_ISLANDS
+            )));
+        }
+        if opts.inflight == 0 || opts.max_branches == 0 {
+            return Err(Error::Config(
+                "a worker needs at least one transaction and one branch in flight".into(),
+            ));
+        }
+        if opts.contexts_per_worker() > MAX_CONTEXTS {
+            return Err(Error::Config(format!(
+                "{} transactions + {} commits + {} branches in flight per worker: at most {MAX_CONTEXTS} contexts",
+                opts.inflight, opts.commit_window, opts.max_branches
+            )));
+        }
+        check_identities(&islands)?;
+        let mut base = Vec::with_capacity(islands.len());
+        let mut n = 0u32;
+        for (i, ((island, _), &w)) in islands.iter().zip(&workers).enumerate() {
+            let cfg = island.config();
+            if (w == 0 && routes) || w > MAX_WORKERS_PER_ISLAND || w > cfg.workers {
+                return Err(Error::Config(format!(
+                    "island {i}: {w} workers (the island was opened for {}, at most {MAX_WORKERS_PER_ISLAND})",
+                    cfg.workers
+                )));
+            }
+            if routes && cfg.cc != CcKind::NoWait {
+                return Err(Error::Config(format!(
+                    "island {i} runs '{}': islands that take part in distributed transactions run no_wait \
+                     (a worker interleaves transactions, so it cannot wait for a lock; OCC validation at \
+                     each island's prepare is not serializable across islands)",
+                    cfg.cc
+                )));
+            }
+            if routes && cfg.contexts < opts.contexts_needed(w) {
+                return Err(Error::Config(format!(
+                    "island {i} was opened with {} extra transaction contexts; its executors need {}",
+                    cfg.contexts,
+                    opts.contexts_needed(w)
+                )));
+            }
+            base.push(n);
+            n += w as u32;
+        }
+        let transport = match &opts.transport {
+            Some(t) => {
+                if t.endpoints() < n as usize {
+                    return Err(Error::Config(format!(
+                        "the transport has {} endpoints; the cluster needs {n}",
+                        t.endpoints()
+                    )));
+                }
+                Arc::clone(t)
+            }
+            None => Arc::new(InProc::new(n as usize, opts.mailbox_depth)) as Arc<dyn Transport>,
+        };
+        let (islands, recovered) = islands.into_iter().unzip();
+        Ok(Arc::new(Cluster {
+            recovered_worker: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            has_executor: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            islands,
+            workers,
+            base,
+            transport,
+            router,
+            recovered,
+            recovers,
+            opts,
+            clients: AtomicUsize::new(0),
+            unsettled: AtomicUsize::new(0),
+            stats: ClusterStats::new(n as usize),
+        }))
+    }
+
+    pub fn islands(&self) -> &[Island] {
+        &self.islands
+    }
+
+    pub fn workers(&self, island: usize) -> usize {
+        self.workers[island]
+    }
+
+    pub fn options(&self) -> &ClusterOptions {
+        &self.opts
+    }
+
+    /// Whether transactions may cross islands here (see [`Cluster::local`]).
+    pub fn routes(&self) -> bool {
+        self.router.is_some()
+    }
+
+    /// The counts of the worker at endpoint `e`, which only that worker
+    /// writes.
+    pub(crate) fn worker_counts(&self, e: Endpoint) -> &WorkerCounts {
+        &self.stats.workers[e.0 as usize]
+    }
+
+    /// Island `island`'s counters, its workers' summed (zero for an island
+    /// it does not have).
+    pub fn island_counts(&self, island: usize) -> IslandCounts {
+        match (self.base.get(island), self.workers.get(island)) {
+            (Some(&b), Some(&w)) => self.stats.sum(b as usize..b as usize + w),
+            _ => IslandCounts::default(),
+        }
+    }
+
+    pub(super) fn endpoint(&self, island: IslandId, worker: usize) -> Endpoint {
+        Endpoint(self.base[island as usize] + worker as u32)
+    }
+
+    pub(super) fn island_of_endpoint(&self, e: Endpoint) -> Option<IslandId> {
+        let i = self.base.partition_point(|&b| b <= e.0);
+        (i > 0 && (e.0 - self.base[i - 1]) < self.workers[i - 1] as u32)
+            .then(|| (i - 1) as IslandId)
+    }
+
+    /// The worker of `island` that holds the branch of `gtid`: the home worker
+    /// on the home island, a hash of the gtid elsewhere.
+    pub(super) fn branch_worker(&self, island: IslandId, gtid: Gtid) -> usize {
+        if island == home_of(gtid) {
+            self.home_worker(gtid)
+        } else {
+            (crate::storage::hash::hash_key(gtid) % self.workers[island as usize] as u64) as usize
+        }
+    }
+
+    /// The worker of its home island that coordinates `gtid`: the one that
+    /// began it, or, for a transaction of an earlier run with more workers
+    /// there (found by recovery), one of today's, the same on every island.
+    pub(super) fn home_worker(&self, gtid: Gtid) -> usize {
+        let w = home_worker(gtid);
+        self.workers
+            .get(home_of(gtid) as usize)
+            .map_or(w, |&n| w % n.max(1))
+    }
+
+    /// Starts the executor of worker `worker` of island `island`; it takes
+    /// over that worker's share of recovery (in-doubt branches, undecided
+    /// commits) at once. A worker has one executor in the cluster's life: a
+    /// second one is refused (it would replay a recovery the first one
+    /// resolved, and undo what came after). A new run opens the islands
+    /// again and makes a new cluster.
+    pub fn executor(self: &Arc<Self>, island: usize, worker: usize) -> Result<Executor, Error> {
+        if island >= self.islands.len() || worker >= self.workers[island] {
+            return Err(Error::Config(format!(
+                "no worker {worker} on island {island}"
+            )));
+        }
+        let id = island as IslandId;
+        let e = self.endpoint(id, worker).0 as usize;
+        if self.has_executor[e].swap(true, Ordering::AcqRel) {
+            return Err(Error::Config(format!(
+                "worker {worker} of island {island} already had an executor in this cluster: \
+                 each worker takes its share of the recovery report once (open the islands \
+                 again for a new cluster)"
+            )));
+        }
+        let cfg = coord::Config {
+            island: id,
+            islands: self.islands.len(),
+            // A branch outlives its context: after the engine commits it, the
+            // participant still waits for its decision record to be durable;
+            // and the home island's own branches count here too.
+            max_in_flight: 4 * self.opts.contexts_per_worker(),
+            timeouts: self.opts.timeouts,
+        };
+        let mut ex = Executor {
+            cl: Arc::clone(self),
+            transport: Arc::clone(&self.transport),
+            shared: Arc::clone(self.islands[island].shared()),
+            island: id,
+            worker,
+            me: self.endpoint(id, worker),
+            pool: Pool {
+                cl: Arc::clone(self),
+                island: id,
+                ctxs: Vec::new(),
+                free: Vec::new(),
+                branches: GtidMap::default(),
+                in_doubt: GtidMap::default(),
+                decided: GtidMap::default(),
+                failed: None,
+            },
+            coord: Coordinator::new(coord::Config {
+                max_in_flight: (self.opts.inflight + self.opts.commit_window).max(1) * 4,
+                ..cfg
+            }),
+            part: {
+                let mut p = Participant::new(cfg);
+                if let Some(window) = self.transport.redelivery_window() {
+                    p.keep_tombstones(tombstone_us(window));
+                }
+                p
+            },
+            outbox: Outbox::new(self.transport.endpoints()),
+            actions: Vec::new(),
+            local: VecDeque::new(),
+            forces: Vec::new(),
+            coord_pins: GtidMap::default(),
+            deferred: Vec::new(),
+            waiting_from: BatchSeq::MAX,
+            early_stale: false,
+            next_seq: 1,
+            ticks_per_us: (phases::ticks_per_us().round() as u64).max(1),
+            now: 0,
+            last_tick: 0,
+            woken: Vec::new(),
+            outcomes: Vec::new(),
+            confirmed: Vec::new(),
+            reported: Vec::new(),
+            flush_due: false,
+            early: Vec::new(),
+            locking: Vec::new(),
+        };
+        if self.router.is_none() {
+            // Its one context, taken now so that an island without a free
+            // worker slot is refused before the run rather than stalling it.
+            let c = ex.pool.alloc_ctx().ok_or_else(|| {
+                Error::Config(format!(
+                    "island {island} has no free worker slot for worker {worker}'s executor"
+                ))
+            })?;
+            ex.pool.free_ctx(c);
+        }
+        if !self.recovers {
+            return Ok(ex);
+        }
+        ex.recover()?;
+        let base = self.base[island] as usize;
+        let mine = &self.recovered_worker[base..base + self.workers[island]];
+        mine[worker].store(true, Ordering::Release);
+        // Releasing twice (two workers finishing at once) is harmless.
+        if mine.iter().all(|r| r.load(Ordering::Acquire)) {
+            self.islands[island].shared().release_recovery_pins();
+        }
+        Ok(ex)
+    }
+}
+
+/// Islands opened as numbered islands of a deployment (`IslandConfig::islands` above 1)
+/// must be the cluster's islands in their order, and all of one deployment: the one their
+/// configurations name, or else the one their log directories hold. (Islands opened
+/// without numbers, each the only island of its own log, are not checked.)
+fn check_identities(islands: &[(Island, RecoveryReport)]) -> Result<(), Error> {
+    let mut deployment = None;
+    for (i, (island, report)) in islands.iter().enumerate() {
+        let c = island.config();
+        if c.islands <= 1 {
+            continue;
+        }
+        if c.islands as usize != islands.len() || c.island_id as usize != i {
+            return Err(Error::Config(format!(
+                "{} was opened as island {} of {}, but it is island {i} of this cluster of {}",
+                c.name,
+                c.island_id,
+                c.islands,
+                islands.len()
+            )));
+        }
+        let d = c
+            .deployment
+            .or_else(|| report.control.as_ref().map(|ctl| ctl.deployment));
+        match (deployment, d) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(Error::Config(format!(
+                    "{} belongs to deployment {b:032x}, island 0 of this cluster to {a:032x}",
+                    c.name
+                )))
+            }
+            (None, Some(b)) => deployment = Some(b),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// How long a participant remembers a finished branch over a transport that
+/// may deliver a copy of a batch up to `window` late: the copy was sent
+/// before the branch finished, so `window` would do on one clock; the
+/// protocol clock (calibrated TSC ticks) and the transport's may disagree, so
+/// twice as long, plus a millisecond for the participant's timer tick.
+pub fn tombstone_us(window: Duration) -> u64 {
+    u64::try_from(window.as_micros())
+        .unwrap_or(u64::MAX)
+        .saturating_mul(2)
+        .saturating_add(1_000)
+}
