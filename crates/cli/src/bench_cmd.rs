@@ -5,21 +5,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use islands::bench::driver::{self, DriverConfig, WorkerSpec, Workload};
-use islands::bench::ipc;
-use islands::bench::progress::DisplayMode;
-use islands::bench::report::HostProbe;
 use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, EvenSplit, Islands, Placement, Plan};
-use islands::executor::run::run_cluster;
 use islands::executor::{Cluster, ClusterOptions};
 use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
+use islands::proc::Workload;
 use islands::route::{IslandId, RangeRouter, Router};
 use islands::storage::TableDef;
 use islands::topology::memory;
 use islands::topology::{allowed_cpus, pin_to, CpuId, Topology};
 use islands::wal::{CappedDevice, Durability};
 use islands::Error;
+use islands_bench::driver::{self, DriverConfig, WorkerSpec};
+use islands_bench::driver::{run_cluster, RunError};
+use islands_bench::ipc;
+use islands_bench::progress::DisplayMode;
+use islands_bench::report::HostProbe;
 use islands_workloads::inserts::{self, Inserts, InsertsConfig};
 use islands_workloads::micro::{self, Micro, MicroConfig};
 use islands_workloads::spec::WorkloadSpec;
@@ -197,7 +198,7 @@ enum WorkloadCmd {
     Tpcc(TpccArgs),
     /// Message round trips between two pinned threads (spin queue, the islands' in-process
     /// transport, crossbeam channel, std mpsc).
-    Ipc(crate::experiment_cmd::IpcArgs),
+    Ipc(crate::ipc_cmd::IpcArgs),
     /// Xi et al.'s insert microbenchmark: each worker (client) inserts one record per
     /// transaction into a private table. No logical contention: what limits it is the log
     /// the clients share (one per island) and the engine itself (try --durability off).
@@ -353,12 +354,12 @@ fn refuse_unused_by_ipc(m: Option<&clap::ArgMatches>) -> Result<(), Error> {
 }
 
 /// `m`: bench's own matches (which options were given, not defaulted).
-pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> {
+pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunError> {
     let c = args.common.clone();
     if let Some(WorkloadCmd::Ipc(a)) = &args.workload {
         refuse_unused_by_ipc(m)?;
-        return crate::experiment_cmd::run_ipc(a, c.duration, c.warmup, c.json.as_deref())
-            .map_err(Error::Config);
+        return crate::ipc_cmd::run_ipc(a, c.duration, c.warmup, c.json.as_deref())
+            .map_err(|e| Error::Config(e).into());
     }
     if let Some(addr) = c.connect {
         let w = match &args.workload {
@@ -372,7 +373,8 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
                     return Err(Error::Config(
                         "--connect ycsb makes one request per call: --ops 1 (the silo preset)"
                             .into(),
-                    ));
+                    )
+                    .into());
                 }
                 crate::connect_cmd::NetWorkload::Ycsb {
                     rows: a.rows.unwrap_or(p.rows),
@@ -401,14 +403,16 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
             None => {
                 return Err(Error::Config(
                     "--connect needs a workload: ycsb, tpcb, tpcc or micro".into(),
-                ))
+                )
+                .into())
             }
             Some(_) => {
                 return Err(Error::Config(
                     "--connect drives ycsb, tpcb, tpcc or micro (what `islands serve --init` \
                      loads)"
                         .into(),
-                ))
+                )
+                .into())
             }
         };
         return crate::connect_cmd::run(
@@ -421,13 +425,14 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
                 seed: c.seed,
             },
             w,
-        );
+        )
+        .map_err(RunError::from);
     }
     if let Some(WorkloadCmd::Tpcb(_)) = &args.workload {
         return Err(Error::Config(
             "bench tpcb runs against a server: give --connect ADDR (see `islands serve --init tpcb`)"
                 .into(),
-        ));
+        ).into());
     }
     if let Some(WorkloadCmd::Calls(a)) = &args.workload {
         let shape = crate::calls_cmd::Shape {
@@ -439,11 +444,11 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
             warmup: secs("--warmup", c.warmup)?,
             pin: !c.no_pin,
         };
-        return crate::calls_cmd::run(a, &shape);
+        return crate::calls_cmd::run(a, &shape).map_err(RunError::from);
     }
     let (file, named) = match c.config.as_deref() {
         Some(path) => {
-            let (spec, named) = DeploySpec::from_toml_file_named(path)?;
+            let (spec, named) = DeploySpec::from_toml_file_named(path).map_err(Error::from)?;
             (Some(spec), named)
         }
         None => (None, deploy::Named::default()),
@@ -492,7 +497,8 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
         if w == 0 || w > 1024 {
             return Err(Error::Config(format!(
                 "--workers-per-island {w} (or workers_per_island in --config) is outside 1..=1024"
-            )));
+            ))
+            .into());
         }
     }
     let display = match c.progress.as_str() {
@@ -503,46 +509,47 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
         other => {
             return Err(Error::Config(format!(
                 "--progress '{other}' is not one of auto, bar, plain, quiet"
-            )))
+            ))
+            .into())
         }
     };
     let warmup = secs("warmup", c.warmup)?;
     let measure = secs("duration", c.duration)?;
     if measure.is_zero() {
-        return Err(Error::Config(
-            "--duration must be more than 0 seconds".into(),
-        ));
+        return Err(Error::Config("--duration must be more than 0 seconds".into()).into());
     }
     if c.inflight == 0 {
-        return Err(Error::Config("--inflight must be at least 1".into()));
+        return Err(Error::Config("--inflight must be at least 1".into()).into());
     }
     if c.resume && (c.log_dir.is_none() || durability == Durability::Off) {
         return Err(Error::Config(
             "--resume goes on from the database in --log-dir: give --log-dir and --durability \
              sync or async"
                 .into(),
-        ));
+        )
+        .into());
     }
     if c.group_delay_us > 1_000_000 {
         return Err(Error::Config(format!(
             "--group-delay-us {} is more than a second",
             c.group_delay_us
-        )));
+        ))
+        .into());
     }
     let quiet = display == DisplayMode::Quiet;
     let checkpoint = checkpoint_policy(&c, file.as_ref())?;
 
     // The deployment: plan it on this machine's topology.
-    let topology = Topology::discover()?;
+    let topology = Topology::discover().map_err(Error::from)?;
     let islands_label = match (&c.islands, &file) {
-        (Some(l), _) => Islands::parse(l)?,
+        (Some(l), _) => Islands::parse(l).map_err(Error::from)?,
         (None, Some(f)) => f.islands.clone(),
         (None, None) => Islands::Count(1),
     };
     let single = islands_label == Islands::Count(1);
     let mut spec = DeploySpec::new(islands_label);
     spec.placement = match (&c.placement, &file) {
-        (Some(p), _) => p.parse::<Placement>()?,
+        (Some(p), _) => p.parse::<Placement>().map_err(Error::from)?,
         (None, Some(f)) => f.placement,
         (None, None) => Placement::Grouped,
     };
@@ -552,14 +559,15 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
             (Some(w), _) => Some(w),
             (None, Some(w)) if single => {
                 if w == 0 || w > 1024 {
-                    return Err(Error::Config(format!("--workers {w} is outside 1..=1024")));
+                    return Err(Error::Config(format!("--workers {w} is outside 1..=1024")).into());
                 }
                 Some(w as u32)
             }
             (None, Some(_)) => return Err(Error::Config(
                 "--workers sizes a single island; with several islands use --workers-per-island"
                     .into(),
-            )),
+            )
+            .into()),
             (None, None) if single => Some(allowed_cpus().len().max(1) as u32),
             (None, None) => None,
         };
@@ -599,7 +607,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), Error> 
             spec.sites = Some(w);
         }
     }
-    let plan = deploy::plan(&topology, &spec)?;
+    let plan = deploy::plan(&topology, &spec).map_err(Error::from)?;
     // Every island of one database shares its deployment id: a new one, or the one of
     // the database a run resumes (each island's open checks it against its directory).
     let deployment = match (&log_base, c.resume) {
@@ -1007,7 +1015,7 @@ fn execute<W: Workload + 'static>(
     cluster: Option<(Arc<dyn Router>, ClusterOptions)>,
     resume: bool,
     on_resume: impl FnOnce(&W, &[Island]),
-) -> Result<(), Error> {
+) -> Result<(), RunError> {
     // Every refusal before any island opens: opening one creates its
     // directory, a lock file and a segment.
     let holds = |d: &std::path::Path| {
@@ -1021,14 +1029,15 @@ fn execute<W: Workload + 'static>(
             return Err(Error::Config(format!(
                 "log directory {} is not empty: the benchmark loads a fresh database (remove it or pick another)",
                 d.display()
-            )));
+            )).into());
         }
         if resume && !holds(d) {
             return Err(Error::Config(format!(
                 "--resume: log directory {} holds no database to go on from (leave --resume out to \
                  load a new one)",
                 d.display()
-            )));
+            ))
+            .into());
         }
     }
     let needed = check_memory(&configs, &tables, sizing.rows)?;
@@ -1057,7 +1066,7 @@ fn execute<W: Workload + 'static>(
                 "--resume: the logs hold {in_doubt} branch(es) of distributed transactions in doubt, \
                  and this run does not run two-phase commit to resolve them: resume with options \
                  that do (e.g. --multisite above 0), or check the database with `islands check`"
-            )));
+            )).into());
         }
         on_resume(&workload, &islands);
         return run_loaded(
@@ -1138,7 +1147,7 @@ fn run_loaded<W: Workload + 'static>(
     quiet: bool,
     cluster: Option<(Arc<dyn Router>, ClusterOptions)>,
     memory_note: String,
-) -> Result<(), Error> {
+) -> Result<(), RunError> {
     let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
     let probe_at = probe_cpus(workers);
     let probe = || probe_at.and_then(|(a, b)| ipc::probe(a as CpuId, b as CpuId));
@@ -1162,7 +1171,7 @@ fn run_loaded<W: Workload + 'static>(
     // measured up to then; its error comes after the report.
     let (mut report, stopped) = match run {
         Ok(r) => (r, None),
-        Err(Error::Stopped { cause, partial }) => (*partial, Some(cause)),
+        Err(RunError::Stopped { cause, partial }) => (*partial, Some(cause)),
         Err(e) => return Err(e),
     };
     if let (Some((a, b)), Some(before)) = (probe_at, probe_before) {
@@ -1192,7 +1201,7 @@ fn run_loaded<W: Workload + 'static>(
         }
     }
     match stopped {
-        Some(cause) => Err(Error::Stopped {
+        Some(cause) => Err(RunError::Stopped {
             cause,
             partial: Box::new(report),
         }),

@@ -19,10 +19,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use islands::api::{Catalog, Deployment, Options, Partition, ProcDef, Type, Value};
-use islands::bench::driver::DriverConfig;
-use islands::bench::progress::DisplayMode;
 use islands::deploy::{self, DeploySpec, Islands};
-use islands::executor::run::{run_cluster, ClusterWorker};
+use islands::executor::run::ClusterWorker;
 use islands::executor::{Cluster, ClusterOptions};
 use islands::island::{Island, IslandConfig};
 use islands::proc::rng::FastRng;
@@ -30,6 +28,9 @@ use islands::route::Router;
 use islands::storage::{Col, TableId};
 use islands::topology::Topology;
 use islands::{Abort, Error};
+use islands_bench::driver::DriverConfig;
+use islands_bench::driver::{run_cluster, RunError};
+use islands_bench::progress::DisplayMode;
 use islands_workloads::ycsb::{self, Ycsb, YcsbConfig};
 
 /// Sites the key space is spread over (`key % SITES`): enough for any
@@ -322,7 +323,8 @@ fn generated(cfg: &YcsbConfig, shape: &Shape, plan: &deploy::Plan) -> Result<f64
         workload_name: "ycsb".into(),
         ..Default::default()
     };
-    let report = run_cluster(&cl, &cws, Arc::new(Ycsb::new(cfg.clone())?), &dcfg)?;
+    let report = run_cluster(&cl, &cws, Arc::new(Ycsb::new(cfg.clone())?), &dcfg)
+        .map_err(RunError::into_cause)?;
     for i in &islands {
         i.shutdown();
     }

@@ -25,10 +25,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use islands::bench::driver::Workload;
-use islands::bench::fmt::thousands;
 use islands::proc::rng::FastRng;
+use islands::proc::Workload;
 use islands::Error;
+use islands_bench::fmt::thousands;
 use islands_workloads::micro::{Micro, MicroConfig, MicroReq};
 use islands_workloads::tpcc::{self, Mix, Tpcc, TpccConfig, TpccReq};
 use tokio_postgres::types::ToSql;
@@ -375,7 +375,7 @@ async fn connection(
 }
 
 fn cpu_seconds() -> f64 {
-    islands::bench::cpu::CpuTime::process_now().as_secs_f64()
+    islands::cpu::CpuTime::process_now().as_secs_f64()
 }
 
 pub fn run(run: NetRun, mut w: NetWorkload) -> Result<(), Error> {

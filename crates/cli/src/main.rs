@@ -6,8 +6,7 @@ mod calls_cmd;
 mod check_cmd;
 mod connect_cmd;
 mod exp;
-mod experiment_cmd;
-mod placement_cmd;
+mod ipc_cmd;
 mod recovery;
 mod serve_cmd;
 mod topology_cmd;
@@ -17,6 +16,7 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use islands_bench::driver::RunError;
 
 /// islands: an in-memory OLTP engine deployed as hardware islands.
 ///
@@ -45,7 +45,7 @@ enum Command {
     /// The seeds' experiments, each a sweep with CSV, JSON, SVG and PNG: counters, placement,
     /// local-tpcc, multisite, cost, breakdown, scaling, skew, inserts; `all --quick` writes
     /// report.md.
-    Experiment(experiment_cmd::ExperimentArgs),
+    Experiment(exp::ExperimentArgs),
     /// TPC-C tools: check a recovered database's consistency conditions.
     Tpcc(tpcc_cmd::TpccArgs),
     /// Recover a deployment's logs into memory, writing nothing to them, and check the
@@ -76,8 +76,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("experiment") {
         if let Some(name) = args.get(2).filter(|n| !n.starts_with('-')) {
-            let known = ["counters", "placement", "all", "help"];
-            if !known.contains(&name.as_str()) && !exp::NAMES.contains(&name.as_str()) {
+            if name != "help" && !exp::known(name) {
                 eprintln!("error: {}", exp::unknown(name));
                 return ExitCode::from(2);
             }
@@ -99,11 +98,12 @@ fn main() -> ExitCode {
         Command::Bench(a) => match bench_cmd::run(a, matches.subcommand_matches("bench")) {
             // The run began and stopped on an error (a log that died): its
             // report is printed; exit 1, as bad input is 2.
-            Err(islands::Error::Stopped { cause, .. }) => {
+            Err(RunError::Stopped { cause, .. }) => {
                 eprintln!("error: {cause}");
                 return ExitCode::from(1);
             }
-            r => r.map_err(|e| describe(&e)),
+            Err(RunError::Engine(e)) => Err(describe(&e)),
+            Ok(()) => Ok(()),
         },
         Command::Serve(a) => match serve_cmd::run(a) {
             // The server ran and stopped because a log died: exit 1, as
@@ -116,7 +116,7 @@ fn main() -> ExitCode {
         },
         Command::Topology(a) => topology_cmd::run_topology(a),
         Command::Plan(a) => topology_cmd::run_plan(a),
-        Command::Experiment(a) => experiment_cmd::run_experiment(a),
+        Command::Experiment(a) => exp::run_experiment(a),
         Command::Tpcc(a) => match tpcc_cmd::run(a) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),

@@ -122,17 +122,6 @@ pub enum Error {
     Io(String),
     #[error("protocol error between islands: {0}")]
     Protocol(String),
-    /// A benchmark run stopped before its end because of `cause` (a log
-    /// that failed, a worker's error): every worker left within a bounded
-    /// time, and `partial` holds the figures measured up to the stop (its
-    /// `stopped` says why). The islands' in-memory state is then not to be
-    /// trusted further (branches that were in flight still hold their
-    /// locks): reopen them, and recovery resolves what was in doubt.
-    #[error("{cause}")]
-    Stopped {
-        cause: Box<Error>,
-        partial: Box<crate::bench::report::Report>,
-    },
 }
 
 impl Error {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::bench::cpu::CpuTime;
+use crate::cpu::CpuTime;
 use crate::topology::CpuSet;
 
 /// What a registered thread does.

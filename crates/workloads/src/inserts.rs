@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
-use islands::bench::driver::Workload;
 use islands::proc::rng::FastRng;
+use islands::proc::Workload;
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::txn::Txn;
 use islands::{Abort, AbortReason, Error};

@@ -47,8 +47,8 @@ impl LoadProgress {
                 eprintln!(
                     "[load] {}: {}/{} rows ({:.1}s)",
                     self.label,
-                    islands::bench::fmt::thousands(done),
-                    islands::bench::fmt::thousands(self.total),
+                    islands_bench::fmt::thousands(done),
+                    islands_bench::fmt::thousands(self.total),
                     self.start.elapsed().as_secs_f64()
                 );
             }

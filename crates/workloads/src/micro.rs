@@ -13,11 +13,11 @@
 
 use std::collections::BTreeMap;
 
-use islands::bench::driver::Workload;
 use islands::deploy::EvenSplit;
 use islands::island::Island;
 use islands::proc::rng::FastRng;
 use islands::proc::zipf::Zipf;
+use islands::proc::Workload;
 use islands::storage::{Col, ColType, PrimaryKind, RowMut, TableDef};
 use islands::txn::Txn;
 use islands::{Abort, Error};

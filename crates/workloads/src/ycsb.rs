@@ -14,10 +14,10 @@
 
 use std::collections::BTreeMap;
 
-use islands::bench::driver::Workload;
 use islands::island::Island;
 use islands::proc::rng::FastRng;
 use islands::proc::zipf::Zipf;
+use islands::proc::Workload;
 use islands::storage::{Col, ColType, Prefetch, PrimaryKind, TableDef};
 use islands::txn::Txn;
 use islands::{Abort, Error};

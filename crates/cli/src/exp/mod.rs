@@ -6,29 +6,127 @@
 //! and a verdict: the paper's claim next to what this machine measured.
 //! `islands experiment all --quick` runs them all, small, and writes `report.md`.
 
+pub mod breakdown;
+pub mod cost;
+pub mod counters;
+pub mod inserts;
+pub mod local_tpcc;
+pub mod multisite;
+pub mod placement;
 pub mod plot;
+pub mod scaling;
+pub mod skew;
 pub mod sweep;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use clap::Args;
+use clap::{Args, Subcommand};
 use islands::topology::{CpuId, Topology};
 use serde::Serialize;
 
 use plot::{Bar, BarFigure, BarPanel, Figure, LineFigure, LinePanel, Series};
 use sweep::{Measured, Point, Runner, Spread, PHASES};
 
-/// The experiments this module runs, in the order `all` runs them.
-pub const NAMES: [&str; 7] = [
-    "local-tpcc",
-    "multisite",
-    "cost",
-    "breakdown",
-    "scaling",
-    "skew",
-    "inserts",
+/// Experiments from Section 3 of the paper.
+#[derive(Args, Debug)]
+pub struct ExperimentArgs {
+    #[command(subcommand)]
+    experiment: ExperimentCmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum ExperimentCmd {
+    /// Threads increment lock-protected counters: one counter, one per socket or one
+    /// per core, under spread, grouped and OS placement (Table 1 and Figure 2).
+    Counters(counters::CountersArgs),
+    /// The paper's microbenchmark (read-only and update) on one shared-everything island
+    /// whose workers are placed spread, grouped or by the OS: the counters experiment with
+    /// real transactions.
+    Placement(placement::PlacementArgs),
+    /// TPC-C Payment, local only: fine-grained islands vs shared-everything, by active cores
+    /// (paper Fig. 7).
+    #[command(name = "local-tpcc")]
+    LocalTpcc(SweepArgs),
+    /// Read / update 10 rows, throughput vs % multisite, for 1ISL … NISL (paper Fig. 9).
+    Multisite(SweepArgs),
+    /// Cost per transaction vs rows touched (2-100), local and multisite, read and update,
+    /// per deployment (paper Fig. 10).
+    Cost(SweepArgs),
+    /// Time of a 4-row transaction split into execution, transaction management,
+    /// communication, locking and logging at 0/50/100% multisite (paper Fig. 11).
+    Breakdown(SweepArgs),
+    /// 20% multisite, throughput vs active cores, FG / CG / SE (paper Fig. 12).
+    Scaling(SweepArgs),
+    /// Zipfian skew θ 0-0.99 at 0/20/50% multisite, read and update, fine / coarse / one
+    /// island (paper Fig. 13).
+    Skew(SweepArgs),
+    /// Insert-only clients with private tables: one shared log vs a log per island, log on vs
+    /// off, by clients (Xi et al.).
+    Inserts(SweepArgs),
+    /// The seven sweeps above, local-tpcc to inserts (use --quick for a few minutes), then
+    /// report.md beside the results: each plot next to the paper's claim and whether this
+    /// machine shows the trend. Run counters and placement on their own.
+    All(SweepArgs),
+}
+
+pub fn run_experiment(args: &ExperimentArgs) -> Result<(), String> {
+    match &args.experiment {
+        ExperimentCmd::Counters(a) => counters::run_counters(a),
+        ExperimentCmd::Placement(a) => placement::run_placement(a),
+        ExperimentCmd::LocalTpcc(a) => run(&local_tpcc::EXPERIMENT, a).map(|_| ()),
+        ExperimentCmd::Multisite(a) => run(&multisite::EXPERIMENT, a).map(|_| ()),
+        ExperimentCmd::Cost(a) => run(&cost::EXPERIMENT, a).map(|_| ()),
+        ExperimentCmd::Breakdown(a) => run(&breakdown::EXPERIMENT, a).map(|_| ()),
+        ExperimentCmd::Scaling(a) => run(&scaling::EXPERIMENT, a).map(|_| ()),
+        ExperimentCmd::Skew(a) => run(&skew::EXPERIMENT, a).map(|_| ()),
+        ExperimentCmd::Inserts(a) => run(&inserts::EXPERIMENT, a).map(|_| ()),
+        ExperimentCmd::All(a) => run_all(a),
+    }
+}
+
+/// The sweeps, in the order `all` runs them.
+pub const SWEEPS: [&Experiment; 7] = [
+    &local_tpcc::EXPERIMENT,
+    &multisite::EXPERIMENT,
+    &cost::EXPERIMENT,
+    &breakdown::EXPERIMENT,
+    &scaling::EXPERIMENT,
+    &skew::EXPERIMENT,
+    &inserts::EXPERIMENT,
 ];
+
+/// A sweep experiment: its points, the paper's claim, and its verdict on what
+/// this machine measured. One module per experiment defines one.
+pub struct Experiment {
+    /// Its name on the command line and in file names.
+    pub name: &'static str,
+    /// The paper's figure it repeats.
+    pub figure: &'static str,
+    /// The paper's claim.
+    pub claim: &'static str,
+    pub x_label: &'static str,
+    pub y_label: &'static str,
+    /// Its metric is core time per transaction rather than throughput.
+    pub cost: bool,
+    /// It shows where a transaction's time goes ([`PHASES`]) as bars, rather
+    /// than its metric as lines.
+    pub phases: bool,
+    /// Its points on this machine, or why the options given do not fit.
+    pub points: fn(&Ctx) -> Result<Vec<Point>, String>,
+    /// What it observed in `measured` on `k` cores: the numbers, the caveats,
+    /// and each check of the paper's trend.
+    pub verdict: fn(&[Measured], usize, &mut Findings),
+}
+
+/// What an experiment's verdict found.
+#[derive(Default)]
+pub struct Findings {
+    pub observed: Vec<String>,
+    pub caveats: Vec<String>,
+    /// One entry per check of the paper's trend: whether it held.
+    pub checks: Vec<bool>,
+}
 
 /// Options every sweep takes.
 #[derive(Args, Clone, Debug)]
@@ -155,7 +253,9 @@ fn divisors(k: usize) -> Vec<usize> {
     (1..=k).filter(|d| k.is_multiple_of(*d)).collect()
 }
 
-struct Ctx {
+/// What an experiment's points are made for: the machine, the first `k` cores,
+/// and the options given.
+pub struct Ctx {
     m: Machine,
     k: usize,
     quick: bool,
@@ -171,6 +271,18 @@ impl Ctx {
             None if self.quick => quick.to_vec(),
             None => full.to_vec(),
         }
+    }
+    /// Counts of cores (or clients) as x: 1 to `k`; with `--quick`, 1 and `k`.
+    fn xs_up_to_k(&self) -> Vec<f64> {
+        let k = self.k;
+        self.xs(
+            &(1..=k).map(|i| i as f64).collect::<Vec<_>>(),
+            &if k > 1 {
+                vec![1.0, k as f64]
+            } else {
+                vec![1.0]
+            },
+        )
     }
     fn mode_args(&self, update: bool) -> Vec<String> {
         if update {
@@ -225,195 +337,6 @@ fn point(panel: String, series: &str, x: f64, parts: &[Vec<String>]) -> Point {
     }
 }
 
-/// The points of an experiment.
-fn points(name: &str, c: &Ctx) -> Result<Vec<Point>, String> {
-    let k = c.k;
-    let fine = || islands_of(&c.m, k, k);
-    let mut v = Vec::new();
-    match name {
-        "local-tpcc" => {
-            let cores = c.xs(
-                &(1..=k).map(|i| i as f64).collect::<Vec<_>>(),
-                &if k > 1 {
-                    vec![1.0, k as f64]
-                } else {
-                    vec![1.0]
-                },
-            );
-            for x in cores {
-                let kk = check_cores(x, k)?;
-                for (label, d) in [
-                    ("fine-grained (1 island per core)", islands_of(&c.m, kk, kk)),
-                    ("shared-everything (1 island)", islands_of(&c.m, kk, 1)),
-                ] {
-                    v.push(point(
-                        "TPC-C Payment, local only".into(),
-                        label,
-                        x,
-                        &[d.args(), s(&["tpcc", "--mix", "payment", "--local-only"])],
-                    ));
-                }
-            }
-        }
-        "multisite" => {
-            let xs = c.xs(&[0.0, 20.0, 40.0, 60.0, 80.0, 100.0], &[0.0, 50.0, 100.0]);
-            for &u in &c.modes {
-                for d in divisors(k) {
-                    let dep = islands_of(&c.m, k, d);
-                    for &x in &xs {
-                        check_pct(x)?;
-                        v.push(point(
-                            format!("{} 10 rows", mode_name(u)),
-                            &dep.label,
-                            x,
-                            &[dep.args(), c.mode_args(u), micro(u, 10, x, 0.0)],
-                        ));
-                    }
-                }
-            }
-        }
-        "cost" => {
-            let xs = c.xs(
-                &[
-                    2.0, 4.0, 8.0, 12.0, 18.0, 24.0, 30.0, 40.0, 60.0, 80.0, 100.0,
-                ],
-                &[2.0, 10.0, 100.0],
-            );
-            for &u in &c.modes {
-                for (kind, ms) in [("local", 0.0), ("multisite", 100.0)] {
-                    for d in divisors(k) {
-                        let dep = islands_of(&c.m, k, d);
-                        for &x in &xs {
-                            let n = check_rows(x)?;
-                            v.push(point(
-                                format!("{kind} {}", mode_name(u)),
-                                &dep.label,
-                                x,
-                                &[dep.args(), c.mode_args(u), micro(u, n, ms, 0.0)],
-                            ));
-                        }
-                    }
-                }
-            }
-        }
-        "breakdown" => {
-            let xs = c.xs(&[0.0, 50.0, 100.0], &[0.0, 50.0, 100.0]);
-            let dep = fine();
-            for &u in &c.modes {
-                for &x in &xs {
-                    check_pct(x)?;
-                    v.push(point(
-                        format!("{} 4 rows", mode_name(u)),
-                        &dep.label,
-                        x,
-                        &[
-                            dep.args(),
-                            c.mode_args(u),
-                            s(&["--phases"]),
-                            micro(u, 4, x, 0.0),
-                        ],
-                    ));
-                }
-            }
-        }
-        "scaling" => {
-            let cores = c.xs(
-                &(1..=k).map(|i| i as f64).collect::<Vec<_>>(),
-                &if k > 1 {
-                    vec![1.0, k as f64]
-                } else {
-                    vec![1.0]
-                },
-            );
-            for &u in &c.modes {
-                for &x in &cores {
-                    let kk = check_cores(x, k)?;
-                    let mut deps = vec![
-                        ("FG (1 island per core)", islands_of(&c.m, kk, kk)),
-                        ("CG (1 island per socket)", per_socket(&c.m, kk)),
-                        ("SE (1 island)", islands_of(&c.m, kk, 1)),
-                    ];
-                    // On one socket CG is SE: run it once (the notes say so).
-                    if deps[1].1.groups == deps[2].1.groups {
-                        deps.remove(1);
-                    }
-                    for (label, d) in deps {
-                        v.push(point(
-                            format!("{} 10 rows, 20% multisite", mode_name(u)),
-                            label,
-                            x,
-                            &[d.args(), c.mode_args(u), micro(u, 10, 20.0, 0.0)],
-                        ));
-                    }
-                }
-            }
-        }
-        "skew" => {
-            let xs = c.xs(&[0.0, 0.25, 0.5, 0.75, 0.99], &[0.0, 0.5, 0.99]);
-            let pcts: &[f64] = if c.quick {
-                &[0.0, 50.0]
-            } else {
-                &[0.0, 20.0, 50.0]
-            };
-            let mut deps = vec![
-                islands_of(&c.m, k, k),
-                per_socket(&c.m, k),
-                islands_of(&c.m, k, 1),
-            ];
-            deps[0].label = format!("{k}ISL (fine)");
-            deps[2].label = "1ISL".into();
-            dedup_deployments(&mut deps);
-            for &u in &c.modes {
-                for &pct in pcts {
-                    for d in &deps {
-                        for &x in &xs {
-                            if !(0.0..1.0).contains(&x) {
-                                return Err(format!(
-                                    "--x {x}: a skew θ must be at least 0 and less than 1"
-                                ));
-                            }
-                            v.push(point(
-                                format!("{} 2 rows, {}% multisite", mode_name(u), num(pct)),
-                                &d.label,
-                                x,
-                                &[d.args(), c.mode_args(u), micro(u, 2, pct, x)],
-                            ));
-                        }
-                    }
-                }
-            }
-        }
-        "inserts" => {
-            let clients = c.xs(
-                &(1..=k).map(|i| i as f64).collect::<Vec<_>>(),
-                &if k > 1 {
-                    vec![1.0, k as f64]
-                } else {
-                    vec![1.0]
-                },
-            );
-            for &x in &clients {
-                let kk = check_cores(x, k)?;
-                for (log, dur) in [("log on (sync)", c.durability.as_str()), ("log off", "off")] {
-                    for (label, d) in [
-                        ("one shared log (1 island)", islands_of(&c.m, kk, 1)),
-                        ("a log per island (1 per client)", islands_of(&c.m, kk, kk)),
-                    ] {
-                        v.push(point(
-                            log.to_string(),
-                            label,
-                            x,
-                            &[d.args(), s(&["--durability", dur, "inserts"])],
-                        ));
-                    }
-                }
-            }
-        }
-        other => return Err(unknown(other)),
-    }
-    Ok(v)
-}
-
 fn dedup_deployments(deps: &mut Vec<Deployment>) {
     let mut seen: Vec<Vec<Vec<CpuId>>> = Vec::new();
     deps.retain(|d| {
@@ -453,80 +376,22 @@ fn check_rows(x: f64) -> Result<usize, String> {
     Ok(x as usize)
 }
 
+/// Whether `name` names an experiment (or `all`).
+pub fn known(name: &str) -> bool {
+    ["counters", "placement", "all"].contains(&name) || SWEEPS.iter().any(|e| e.name == name)
+}
+
+/// The error for an experiment name that does not exist.
 pub fn unknown(name: &str) -> String {
+    let names: Vec<&str> = SWEEPS.iter().map(|e| e.name).collect();
     format!(
         "no experiment '{name}'; the experiments are: counters, placement, {}, all",
-        NAMES.join(", ")
+        names.join(", ")
     )
 }
 
-/// What each experiment shows, the seed's figure and claim, and what this
-/// machine cannot show.
-struct About {
-    figure: &'static str,
-    claim: &'static str,
-    x_label: &'static str,
-    y_label: &'static str,
-    cost: bool,
-}
-
-fn about(name: &str) -> About {
-    match name {
-        "local-tpcc" => About {
-            figure: "paper Fig. 7",
-            claim: "TPC-C Payment with only local transactions: fine-grained shared-nothing (one island per core) is 4.5x faster than shared-everything on 24 cores, mostly from contention on the Warehouse table.",
-            x_label: "active cores",
-            y_label: "K txn/s",
-            cost: false,
-        },
-        "multisite" => About {
-            figure: "paper Fig. 9",
-            claim: "Reading or updating 10 rows: shared-everything (1ISL) is not affected by the share of multisite transactions; shared-nothing deployments lose throughput as it grows, the fine-grained ones most.",
-            x_label: "% multisite transactions",
-            y_label: "K txn/s",
-            cost: false,
-        },
-        "cost" => About {
-            figure: "paper Fig. 10",
-            claim: "Local transactions cost least on the finest islands (single-threaded, no locks); multisite transactions cost most there, and less on coarser islands, because fewer islands take part in each one.",
-            x_label: "rows per transaction",
-            y_label: "core time per transaction (us)",
-            cost: true,
-        },
-        "breakdown" => About {
-            figure: "paper Fig. 11",
-            claim: "For a 4-row transaction, communication dominates the extra cost of distributed read-only transactions; for updates the overhead splits between communication and additional logging.",
-            x_label: "% multisite transactions",
-            y_label: "time per transaction (us)",
-            cost: false,
-        },
-        "scaling" => About {
-            figure: "paper Fig. 12",
-            claim: "At 20% multisite, shared-nothing deployments scale linearly with the active cores and coarse-grained islands are competitive with the best; shared-everything does not scale linearly on many sockets.",
-            x_label: "active cores",
-            y_label: "K txn/s",
-            cost: false,
-        },
-        "skew" => About {
-            figure: "paper Fig. 13",
-            claim: "As Zipfian skew grows, shared-everything suffers from contention (mostly for updates) and fine-grained islands from one overloaded island that slows the others; coarse-grained islands cope best.",
-            x_label: "skew θ",
-            y_label: "K txn/s",
-            cost: false,
-        },
-        "inserts" => About {
-            figure: "Xi et al., Figs. 1-5",
-            claim: "Insert-only clients with private tables: with one shared log, log writing is the bottleneck as clients grow; an instance (and log) per client group removes it; with the log off, both scale.",
-            x_label: "clients",
-            y_label: "K txn/s",
-            cost: false,
-        },
-        _ => unreachable!("names are checked before"),
-    }
-}
-
-fn metric(a: &About) -> impl Fn(&sweep::Sample) -> f64 {
-    let cost = a.cost;
+fn metric(e: &Experiment) -> impl Fn(&sweep::Sample) -> f64 {
+    let cost = e.cost;
     move |s: &sweep::Sample| {
         if cost {
             s.cost_us
@@ -556,13 +421,12 @@ fn series_of<'a>(measured: &'a [Measured], panel: &str) -> Vec<&'a str> {
     s
 }
 
-fn figure(name: &str, measured: &[Measured], machine: &str, k: usize) -> Figure {
-    let a = about(name);
+fn figure(e: &Experiment, measured: &[Measured], machine: &str, k: usize) -> Figure {
     let title = format!(
-        "islands experiment {name} ({}), {machine}, {k} cores",
-        a.figure
+        "islands experiment {} ({}), {machine}, {k} cores",
+        e.name, e.figure
     );
-    if name == "breakdown" {
+    if e.phases {
         let panels = panels_of(measured)
             .into_iter()
             .map(|panel| BarPanel {
@@ -590,12 +454,12 @@ fn figure(name: &str, measured: &[Measured], machine: &str, k: usize) -> Figure 
             .collect();
         return Figure::Bars(BarFigure {
             title,
-            y_label: a.y_label.into(),
+            y_label: e.y_label.into(),
             segments: PHASES.iter().map(|p| p.to_string()).collect(),
             panels,
         });
     }
-    let f = metric(&a);
+    let f = metric(e);
     let panels = panels_of(measured)
         .into_iter()
         .map(|panel| LinePanel {
@@ -618,8 +482,8 @@ fn figure(name: &str, measured: &[Measured], machine: &str, k: usize) -> Figure 
         .collect();
     Figure::Lines(LineFigure {
         title,
-        x_label: a.x_label.into(),
-        y_label: a.y_label.into(),
+        x_label: e.x_label.into(),
+        y_label: e.y_label.into(),
         panels,
     })
 }
@@ -667,191 +531,29 @@ fn xs_of(measured: &[Measured], panel: &str) -> Vec<f64> {
     v
 }
 
-fn verdict(name: &str, measured: &[Measured], k: usize, sockets: usize) -> Verdict {
-    let tput = |s: &sweep::Sample| s.throughput_tps / 1e3;
-    let cost = |s: &sweep::Sample| s.cost_us;
-    let mut obs = Vec::new();
-    let mut cav = Vec::new();
-    let mut ok: Vec<bool> = Vec::new();
+fn verdict(e: &Experiment, measured: &[Measured], k: usize, sockets: usize) -> Verdict {
+    let mut f = Findings::default();
     if k < 2 {
-        cav.push("one core: every deployment is the same single island, so no trend between deployments can show".into());
+        f.caveats.push("one core: every deployment is the same single island, so no trend between deployments can show".into());
     }
     if sockets < 2 {
-        cav.push(format!(
+        f.caveats.push(format!(
             "one socket: no island boundary crosses a socket here, so the paper's cross-socket costs (and coarse- versus fine-grained islands, CG = SE) cannot show; {k} cores compare 1 island against {k}"
         ));
     }
-    let fine = format!("{k}ISL");
-    match name {
-        "local-tpcc" => {
-            let p = "TPC-C Payment, local only";
-            let x = k as f64;
-            if let (Some(fg), Some(se)) = (
-                at(measured, p, "fine-grained (1 island per core)", x, &tput),
-                at(measured, p, "shared-everything (1 island)", x, &tput),
-            ) {
-                obs.push(format!("at {k} cores fine-grained {fg:.1} K txn/s vs shared-everything {se:.1} K: {:.2}x (paper: 4.5x on 24 cores)", fg / se));
-                ok.push(fg > se * 1.05);
-            }
-        }
-        "multisite" => {
-            for panel in panels_of(measured) {
-                let xs = xs_of(measured, &panel);
-                let (Some(&lo), Some(&hi)) = (xs.first(), xs.last()) else {
-                    continue;
-                };
-                for series in ["1ISL", fine.as_str()] {
-                    if let (Some(a), Some(b)) = (
-                        at(measured, &panel, series, lo, &tput),
-                        at(measured, &panel, series, hi, &tput),
-                    ) {
-                        obs.push(format!("{panel}, {series}: {a:.1} K at {}% -> {b:.1} K at {}% multisite ({:.2}x)", num(lo), num(hi), b / a));
-                        if k > 1 && lo == 0.0 && hi == 100.0 {
-                            ok.push(if series == "1ISL" {
-                                b / a > 0.8
-                            } else {
-                                b / a < 0.8
-                            });
-                        }
-                    }
-                }
-            }
-        }
-        "cost" => {
-            for panel in panels_of(measured) {
-                let xs = xs_of(measured, &panel);
-                let Some(&x) = xs.last() else { continue };
-                if let (Some(one), Some(f)) = (
-                    at(measured, &panel, "1ISL", x, &cost),
-                    at(measured, &panel, &fine, x, &cost),
-                ) {
-                    obs.push(format!(
-                        "{panel}, {} rows: 1ISL {one:.1} us, {fine} {f:.1} us per transaction",
-                        num(x)
-                    ));
-                    if k > 1 {
-                        ok.push(if panel.starts_with("local") {
-                            f <= one * 1.05
-                        } else {
-                            f > one
-                        });
-                    }
-                }
-            }
-        }
-        "breakdown" => {
-            for panel in panels_of(measured) {
-                let c0 = phase(measured, &panel, 0.0, "communication");
-                let c1 = phase(measured, &panel, 100.0, "communication");
-                if let (Some(c0), Some(c1)) = (c0, c1) {
-                    obs.push(format!(
-                        "{panel}: communication {c0:.2} us at 0% -> {c1:.2} us at 100% multisite"
-                    ));
-                    ok.push(c1 > c0);
-                }
-                if panel.starts_with("update") {
-                    let l0 = phase(measured, &panel, 0.0, "logging");
-                    let l1 = phase(measured, &panel, 100.0, "logging");
-                    if let (Some(l0), Some(l1)) = (l0, l1) {
-                        obs.push(format!(
-                            "{panel}: logging {l0:.2} us at 0% -> {l1:.2} us at 100% multisite"
-                        ));
-                        ok.push(l1 > l0);
-                    }
-                }
-            }
-            if measured
-                .iter()
-                .all(|m| m.samples.iter().all(|s| s.phases.is_empty()))
-            {
-                cav.push("the bench reports carried no phase counters".into());
-            }
-        }
-        "scaling" => {
-            for panel in panels_of(measured) {
-                let xs = xs_of(measured, &panel);
-                let (Some(&lo), Some(&hi)) = (xs.first(), xs.last()) else {
-                    continue;
-                };
-                for series in series_of(measured, &panel) {
-                    if let (Some(a), Some(b)) = (
-                        at(measured, &panel, series, lo, &tput),
-                        at(measured, &panel, series, hi, &tput),
-                    ) {
-                        obs.push(format!(
-                            "{panel}, {series}: {a:.1} K at {} core(s) -> {b:.1} K at {} ({:.2}x)",
-                            num(lo),
-                            num(hi),
-                            b / a
-                        ));
-                        if series.starts_with("FG") && hi > lo {
-                            ok.push(b > a * 1.2);
-                        }
-                    }
-                }
-            }
-            cav.push("the paper's point is on 24 and 80 cores of 4 and 8 sockets; 2 cores show only the first step".into());
-        }
-        "skew" => {
-            for panel in panels_of(measured) {
-                let xs = xs_of(measured, &panel);
-                let (Some(&lo), Some(&hi)) = (xs.first(), xs.last()) else {
-                    continue;
-                };
-                for series in series_of(measured, &panel) {
-                    if let (Some(a), Some(b)) = (
-                        at(measured, &panel, series, lo, &tput),
-                        at(measured, &panel, series, hi, &tput),
-                    ) {
-                        obs.push(format!(
-                            "{panel}, {series}: {a:.1} K at θ={} -> {b:.1} K at θ={} ({:.2}x)",
-                            num(lo),
-                            num(hi),
-                            b / a
-                        ));
-                        if series.starts_with("1ISL") && panel.starts_with("update") && hi >= 0.9 {
-                            ok.push(b < a);
-                        }
-                    }
-                }
-            }
-        }
-        "inserts" => {
-            let x = k as f64;
-            for panel in panels_of(measured) {
-                if let (Some(shared), Some(per)) = (
-                    at(measured, &panel, "one shared log (1 island)", x, &tput),
-                    at(
-                        measured,
-                        &panel,
-                        "a log per island (1 per client)",
-                        x,
-                        &tput,
-                    ),
-                ) {
-                    obs.push(format!("{panel}, {k} clients: one shared log {shared:.1} K, a log per island {per:.1} K ({:.2}x)", per / shared));
-                    if panel.starts_with("log on") && k > 1 {
-                        ok.push(per > shared);
-                    }
-                }
-            }
-            cav.push("Xi et al. measured up to 64 clients on a 4-socket machine with separate log devices; here every log shares one virtual disk".into());
-        }
-        _ => {}
-    }
+    (e.verdict)(measured, k, &mut f);
     Verdict {
-        reproduced: if ok.is_empty() {
+        reproduced: if f.checks.is_empty() {
             None
         } else {
-            Some(ok.iter().all(|&b| b))
+            Some(f.checks.iter().all(|&b| b))
         },
-        observed: obs,
-        caveats: cav,
+        observed: f.observed,
+        caveats: f.caveats,
     }
 }
 
-fn table(name: &str, measured: &[Measured]) -> String {
-    let a = about(name);
+fn table(e: &Experiment, measured: &[Measured]) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -873,7 +575,7 @@ fn table(name: &str, measured: &[Measured]) -> String {
             c.median,
             d.median
         );
-        if name == "breakdown" {
+        if e.phases {
             let parts: Vec<String> = PHASES
                 .iter()
                 .map(|ph| {
@@ -884,7 +586,6 @@ fn table(name: &str, measured: &[Measured]) -> String {
             let _ = writeln!(t, "{:>36}us/txn: {}", "", parts.join("  "));
         }
     }
-    let _ = a;
     t
 }
 
@@ -920,7 +621,7 @@ struct PointJson<'a> {
 
 /// What one experiment produced.
 pub struct Outcome {
-    pub name: String,
+    pub experiment: &'static Experiment,
     pub png: PathBuf,
     pub verdict: Verdict,
     /// [`sweep::host_summary`] of its runs.
@@ -929,11 +630,9 @@ pub struct Outcome {
     pub points: usize,
 }
 
-/// Runs experiment `name` with `a`, writing into `a.out`.
-pub fn run(name: &str, a: &SweepArgs) -> Result<Outcome, String> {
-    if !NAMES.contains(&name) {
-        return Err(unknown(name));
-    }
+/// Runs experiment `e` with `a`, writing into `a.out`.
+pub fn run(e: &'static Experiment, a: &SweepArgs) -> Result<Outcome, String> {
+    let name = e.name;
     if a.reps == 0 {
         return Err("--reps must be at least 1".into());
     }
@@ -991,7 +690,7 @@ pub fn run(name: &str, a: &SweepArgs) -> Result<Outcome, String> {
         modes,
         x,
     };
-    let pts = points(name, &ctx)?;
+    let pts = (e.points)(&ctx)?;
     let out_dir = a.out.join(name);
     let common = vec![
         "--warmup".to_string(),
@@ -1009,18 +708,17 @@ pub fn run(name: &str, a: &SweepArgs) -> Result<Outcome, String> {
         name: name.to_string(),
         quiet: a.quiet,
     };
-    let about = about(name);
     if !a.quiet {
         eprintln!(
             "experiment {name} ({}): {} points x {} reps, {warmup} s warm-up + {duration} s each, on {machine_name} ({k} cores); results in {}",
-            about.figure,
+            e.figure,
             pts.len(),
             a.reps,
             out_dir.display()
         );
     }
     let (measured, interrupted) = runner.run(&pts)?;
-    let v = verdict(name, &measured, k, sockets);
+    let v = verdict(e, &measured, k, sockets);
     sweep::write(
         &out_dir,
         &format!("{name}.csv"),
@@ -1028,8 +726,8 @@ pub fn run(name: &str, a: &SweepArgs) -> Result<Outcome, String> {
     )?;
     let json = ExperimentJson {
         experiment: name,
-        figure: about.figure,
-        claim: about.claim,
+        figure: e.figure,
+        claim: e.claim,
         machine: &machine_name,
         cores: k,
         reps: a.reps,
@@ -1062,10 +760,10 @@ pub fn run(name: &str, a: &SweepArgs) -> Result<Outcome, String> {
     let (svg, png) = if measured.is_empty() {
         (stem.with_extension("svg"), stem.with_extension("png"))
     } else {
-        plot::save(&figure(name, &measured, &machine_name, k), &stem)?
+        plot::save(&figure(e, &measured, &machine_name, k), &stem)?
     };
-    print!("{}", table(name, &measured));
-    println!("paper ({}): {}", about.figure, about.claim);
+    print!("{}", table(e, &measured));
+    println!("paper ({}): {}", e.figure, e.claim);
     for o in &v.observed {
         println!("here: {o}");
     }
@@ -1102,7 +800,7 @@ pub fn run(name: &str, a: &SweepArgs) -> Result<Outcome, String> {
         );
     }
     Ok(Outcome {
-        name: name.to_string(),
+        experiment: e,
         png,
         verdict: v,
         host,
@@ -1111,11 +809,11 @@ pub fn run(name: &str, a: &SweepArgs) -> Result<Outcome, String> {
     })
 }
 
-/// `islands experiment all`: the seven sweeps of `NAMES`, then `report.md` beside them.
+/// `islands experiment all`: the seven sweeps of [`SWEEPS`], then `report.md` beside them.
 pub fn run_all(a: &SweepArgs) -> Result<(), String> {
     let mut outcomes = Vec::new();
-    for name in NAMES {
-        let o = run(name, a)?;
+    for e in SWEEPS {
+        let o = run(e, a)?;
         let stop = o.interrupted;
         outcomes.push(o);
         if stop {
@@ -1147,9 +845,9 @@ fn report_md(outcomes: &[Outcome], a: &SweepArgs) -> Result<String, String> {
         let _ = writeln!(
             r,
             "| [{}](#{}) | {} | {} |",
-            o.name,
-            o.name,
-            about(&o.name).figure,
+            o.experiment.name,
+            o.experiment.name,
+            o.experiment.figure,
             match o.verdict.reproduced {
                 Some(true) => "shows",
                 Some(false) => "does not show",
@@ -1158,14 +856,14 @@ fn report_md(outcomes: &[Outcome], a: &SweepArgs) -> Result<String, String> {
         );
     }
     for o in outcomes {
-        let ab = about(&o.name);
-        let _ = writeln!(r, "\n## {}\n", o.name);
+        let ab = o.experiment;
+        let _ = writeln!(r, "\n## {}\n", ab.name);
         let rel = o
             .png
             .strip_prefix(&a.out)
             .map(Path::to_path_buf)
             .unwrap_or_else(|_| o.png.clone());
-        let _ = writeln!(r, "![{}]({})\n", o.name, rel.display());
+        let _ = writeln!(r, "![{}]({})\n", ab.name, rel.display());
         let _ = writeln!(r, "**The seed ({}):** {}\n", ab.figure, ab.claim);
         let _ = writeln!(r, "**Here:**\n");
         for ob in &o.verdict.observed {
@@ -1192,7 +890,7 @@ fn report_md(outcomes: &[Outcome], a: &SweepArgs) -> Result<String, String> {
         let _ = writeln!(
             r,
             "\nData: `{0}/{0}.csv` (medians), `{0}/{0}-runs.csv` (every run), `{0}/{0}.json`.",
-            o.name
+            ab.name
         );
     }
     Ok(r)
@@ -1241,14 +939,14 @@ mod tests {
             modes: vec![false, true],
             x: None,
         };
-        let p = points("multisite", &ctx).unwrap();
+        let p = (multisite::EXPERIMENT.points)(&ctx).unwrap();
         // 2 modes x (1ISL, 2ISL) x 6 percentages.
         assert_eq!(p.len(), 24);
         assert!(p.iter().any(|p| p.args.join(" ").contains("--update")
             && p.args.join(" ").contains("--durability sync")));
-        let c = points("cost", &ctx).unwrap();
+        let c = (cost::EXPERIMENT.points)(&ctx).unwrap();
         assert_eq!(c.len(), 2 * 2 * 2 * 11);
-        let s = points("scaling", &ctx).unwrap();
+        let s = (scaling::EXPERIMENT.points)(&ctx).unwrap();
         assert!(
             s.iter().all(|p| !p.series.starts_with("CG")),
             "CG = SE here"
@@ -1257,7 +955,10 @@ mod tests {
             x: Some(vec![150.0]),
             ..ctx
         };
-        assert!(points("multisite", &bad).unwrap_err().contains("0..=100"));
-        assert!(points("nope", &bad).unwrap_err().contains("local-tpcc"));
+        assert!((multisite::EXPERIMENT.points)(&bad)
+            .unwrap_err()
+            .contains("0..=100"));
+        assert!(!known("nope"));
+        assert!(unknown("nope").contains("local-tpcc"));
     }
 }

@@ -46,7 +46,7 @@ pub struct Sample {
     pub phases: BTreeMap<String, f64>,
     pub deployment: String,
     /// The host probe's cross-core round trip before and after the run, in
-    /// ns (see `islands::bench::report::HostProbe`): which host state the run
+    /// ns (see `islands_bench::report::HostProbe`): which host state the run
     /// saw, and whether it changed during the run.
     pub host_rt_ns: Option<u64>,
     pub host_rt_after_ns: Option<u64>,
@@ -332,7 +332,7 @@ impl Runner {
 }
 
 /// What the host probe read over an experiment's runs (see
-/// `islands::bench::report::HostProbe`): the range and median of the
+/// `islands_bench::report::HostProbe`): the range and median of the
 /// cross-core round trip before the runs, and how many runs saw it move by
 /// more than half between before and after. `None` when no run was probed.
 pub fn host_summary(measured: &[Measured]) -> Option<String> {

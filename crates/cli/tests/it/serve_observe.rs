@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use islands::api::{Deployment, Options};
-use islands::bench::cpu::CpuTime;
+use islands::cpu::CpuTime;
 use islands::deploy::{DeploySpec, Islands};
 use islands::server::{serve, ServerOptions};
 use islands::wal::{CappedDevice, LogDevice};

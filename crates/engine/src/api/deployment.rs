@@ -14,14 +14,15 @@ use super::catalog::{Catalog, Home, Partition, ProcDef, SiteOf};
 use super::client::CancelFlag;
 use super::value::{Args, Row, Value};
 use super::CallError;
-use crate::bench::driver::{Both, Outcome, Workload};
-use crate::bench::stats::ProgressCounter;
 use crate::cc::CcKind;
 use crate::deploy::{self, DeploySpec, Plan};
 use crate::executor::run::ClusterWorker;
 use crate::executor::{Cluster, ClusterOptions};
 use crate::island::{Island, IslandConfig, RecoveryReport};
 use crate::proc::rng::FastRng;
+use crate::proc::run::{log_failure, watch_until, FAILED, MEASURE, STOP};
+use crate::proc::stats::ProgressCounter;
+use crate::proc::{Both, Outcome, Workload};
 use crate::route::{IslandId, Router};
 use crate::storage::{RowMut, TableId};
 use crate::threads::{Role, ThreadRegistry};
@@ -729,15 +730,21 @@ impl Deployment {
                 });
             }
         }
-        let phase = Arc::new(AtomicU8::new(crate::bench::driver::MEASURE));
+        let phase = Arc::new(AtomicU8::new(MEASURE));
         let calls = Arc::new(workload(Calls(Arc::clone(&inner))));
         let (started, registry) = (Arc::clone(&inner), threads.clone());
         let island_of: Vec<u32> = cws.iter().map(|c| c.island as u32).collect();
-        let executors =
-            crate::executor::run::serve(&cluster, &cws, calls, &phase, &inner.committed, move |w| {
+        let executors = crate::executor::run::serve(
+            &cluster,
+            &cws,
+            calls,
+            &phase,
+            &inner.committed,
+            move |w| {
                 let _ = started.mailboxes[w].thread.set(std::thread::current());
                 registry.enter(Role::Executor, Some(island_of[w]))
-            })?;
+            },
+        )?;
         let watcher = {
             let (islands, phase, inner) = (islands.clone(), Arc::clone(&phase), Arc::clone(&inner));
             let registry = threads.clone();
@@ -745,11 +752,9 @@ impl Deployment {
                 .name("islands-watch".into())
                 .spawn(move || {
                     let _registered = registry.enter(Role::Watcher, None);
-                    crate::bench::driver::watch_until(&islands, &phase, || {
-                        phase.load(Ordering::Acquire) >= crate::bench::driver::STOP
-                    });
-                    if phase.load(Ordering::Acquire) == crate::bench::driver::FAILED {
-                        let cause = crate::bench::driver::log_failure(&islands)
+                    watch_until(&islands, &phase, || phase.load(Ordering::Acquire) >= STOP);
+                    if phase.load(Ordering::Acquire) == FAILED {
+                        let cause = log_failure(&islands)
                             .map_or_else(|| "an executor failed".to_string(), |e| e.to_string());
                         *inner.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(cause);
                         inner.open.store(false, Ordering::SeqCst);
@@ -825,12 +830,9 @@ impl Deployment {
             return Ok(());
         }
         self.inner.open.store(false, Ordering::SeqCst);
-        let _ = self.phase.compare_exchange(
-            crate::bench::driver::MEASURE,
-            crate::bench::driver::STOP,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        let _ = self
+            .phase
+            .compare_exchange(MEASURE, STOP, Ordering::AcqRel, Ordering::Acquire);
         for mb in self.inner.mailboxes.iter() {
             if let Some(t) = mb.thread.get() {
                 t.unpark();
@@ -856,7 +858,7 @@ impl Deployment {
         for i in &self.islands {
             i.shutdown();
         }
-        match crate::bench::driver::log_failure(&self.islands).or(first_err) {
+        match log_failure(&self.islands).or(first_err) {
             Some(e) => Err(e),
             None => Ok(()),
         }

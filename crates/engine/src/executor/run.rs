@@ -67,7 +67,7 @@
 //! after the end is not counted, since the measured phase is over. A worker
 //! that exchanges messages leaves once every worker has settled (a settled
 //! worker may still owe a peer an answer); one that does not leaves at once.
-//! When the run fails instead (a worker's error, a dead log: the driver's
+//! When the run fails instead (a worker's error, a dead log: the run's
 //! `FAILED` phase) it leaves at once: its peers may be gone, so settling could
 //! wait for ever. Branches and decisions in flight stay as the logs have them,
 //! for the next recovery to resolve.
@@ -81,16 +81,15 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use super::{Cluster, Executor, GtidMap, HomeCommit, WorkerCounts};
-use crate::bench::driver::{
-    log_failure, run_threads, watch_until, worker_seed, DriverConfig, FailOnPanic, Outcome,
-    WorkerBody, WorkerSpec, Workload, ASYNC_FLUSH_AFTER, FAILED, FLUSH_AFTER, FLUSH_EVERY, MEASURE,
-    STOP, WARMUP,
-};
-use crate::bench::report::Report;
-use crate::bench::stats::{ProgressCounter, WorkerStats};
 use crate::island::Island;
 use crate::phases::{self, Phase};
 use crate::proc::rng::FastRng;
+use crate::proc::run::{
+    log_failure, watch_until, worker_seed, FailOnPanic, WorkerBody, ASYNC_FLUSH_AFTER, FAILED,
+    FLUSH_AFTER, FLUSH_EVERY, MEASURE, STOP, WARMUP,
+};
+use crate::proc::stats::{ProgressCounter, WorkerStats};
+use crate::proc::{Outcome, Workload};
 use crate::txn::{LockWait, Txn};
 use crate::wal::{BatchSeq, Durability};
 use crate::{Abort, AbortReason, Error};
@@ -199,19 +198,22 @@ pub struct ClusterWorker {
     pub limit: Option<u64>,
 }
 
-/// Runs `workload` on every worker of `cl` and reports the measured phase.
-/// `cfg.workers` and `cfg.pin` are ignored: `workers` says it all.
-pub fn run_cluster<W: Workload + 'static>(
+/// The work of each of `workers` (one [`WorkerBody`] per worker, in order):
+/// the executor loop running `workload` on `cl`, with worker `i`'s requests
+/// drawn from seed [`worker_seed`]`(seed, i)` and at most `window` commits
+/// waiting for their log batch. Whoever runs the bodies, one thread each,
+/// owns the run's phase: see [`crate::proc::run`].
+pub fn executor_bodies<W: Workload + 'static>(
     cl: &Arc<Cluster>,
     workers: &[ClusterWorker],
-    workload: Arc<W>,
-    cfg: &DriverConfig,
-) -> Result<Report, Error>
+    workload: &Arc<W>,
+    seed: u64,
+    window: usize,
+) -> Result<Vec<WorkerBody>, Error>
 where
     W::Req: 'static,
 {
     let mut bodies: Vec<WorkerBody> = Vec::with_capacity(workers.len());
-    let mut specs = Vec::with_capacity(workers.len());
     let clients = workers.iter().filter(|w| w.limit != Some(0)).count();
     let executors = workers
         .iter()
@@ -220,29 +222,15 @@ where
     cl.clients.store(clients, Ordering::Release);
     cl.unsettled.store(workers.len(), Ordering::Release);
     for ((i, w), ex) in workers.iter().enumerate().zip(executors) {
-        let workload = Arc::clone(&workload);
-        let seed = worker_seed(cfg.seed, i);
+        let workload = Arc::clone(workload);
+        let seed = worker_seed(seed, i);
         let limit = w.limit;
-        let window = cfg.inflight.max(1);
-        specs.push(WorkerSpec {
-            island: w.island,
-            cpu: w.cpu,
-        });
+        let window = window.max(1);
         bodies.push(Box::new(move |phase, counter| {
             executor_loop(ex, &*workload, i, seed, phase, counter, limit, window)
         }));
     }
-    let mut report = run_threads(cl.islands(), &specs, bodies, &workload.types(), cfg)?;
-    if cl.routes() {
-        let s = &cl.stats;
-        report.notes.push(format!(
-            "islands: {} remote operations served, {} malformed frames rejected, {} protocol violations",
-            s.remote_ops(),
-            s.malformed.load(Ordering::Relaxed),
-            s.protocol_violations.load(Ordering::Relaxed)
-        ));
-    }
-    Ok(report)
+    Ok(bodies)
 }
 
 /// The message of a caught panic.
@@ -1159,7 +1147,7 @@ where
             handles.push(scope.spawn(move || {
                 let _fail = FailOnPanic(phase);
                 if let Some(c) = w.cpu {
-                    let _ = crate::bench::driver::pin_to(c);
+                    let _ = crate::topology::pin_to(c);
                 }
                 let counter = ProgressCounter::new();
                 let (stats, r) = executor_loop(
@@ -1256,7 +1244,7 @@ where
                 let _fail = FailOnPanic(phase);
                 if let Some(c) = w.cpu {
                     // Pinning can fail in a restricted container; serving goes on.
-                    let _ = crate::bench::driver::pin_to(c);
+                    let _ = crate::topology::pin_to(c);
                 }
                 let _started = on_start(i);
                 let seed = worker_seed(0, i);

@@ -8,12 +8,12 @@ use std::sync::atomic::Ordering;
 use super::fault::{Faults, FaultyTransport};
 use super::run::{run_to_completion, ClusterWorker};
 use super::*;
-use crate::bench::driver::Workload;
 use crate::cc::CcKind;
 use crate::coord::{self, LogRec};
 use crate::island::IslandConfig;
 use crate::island::{Island, RecoveryReport};
 use crate::proc::rng::FastRng;
+use crate::proc::Workload;
 use crate::route::RangeRouter;
 use crate::route::Router;
 use crate::storage::{Col, ColType, PrimaryKind, TableDef};
@@ -272,7 +272,7 @@ fn accounts_and_receipts(islands: &[Island], accounts: u64) -> (Vec<i64>, Vec<i6
     (balances, transfers, receipts)
 }
 
-fn check_bank(islands: &[Island], accounts: u64, stats: &[crate::bench::stats::WorkerStats]) {
+fn check_bank(islands: &[Island], accounts: u64, stats: &[crate::proc::stats::WorkerStats]) {
     let (balances, transfers, receipts) = accounts_and_receipts(islands, accounts);
     assert_eq!(
         transfers.iter().sum::<i64>(),
@@ -2046,11 +2046,8 @@ impl Workload for TornAudits {
         Ok(())
     }
 
-    fn finished(&self, _w: usize, _req: &mut TornReq, outcome: crate::bench::driver::Outcome) {
-        if matches!(
-            outcome,
-            crate::bench::driver::Outcome::UserAbort("torn total")
-        ) {
+    fn finished(&self, _w: usize, _req: &mut TornReq, outcome: crate::proc::Outcome) {
+        if matches!(outcome, crate::proc::Outcome::UserAbort("torn total")) {
             self.reported.fetch_add(1, Ordering::Relaxed);
         }
     }

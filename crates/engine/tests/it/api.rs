@@ -10,9 +10,9 @@ use islands::api::{
     CallError, CallFuture, CancelFlag, Catalog, Client, Deployment, Options, Partition, ProcDef,
     Type, Value,
 };
-use islands::bench::driver::{Outcome, Workload};
 use islands::deploy::{DeploySpec, Islands};
 use islands::proc::rng::FastRng;
+use islands::proc::{Outcome, Workload};
 use islands::storage::{Col, ColType, PrimaryKind, SecondaryId, TableDef, TableId};
 use islands::txn::Txn;
 use islands::Abort;

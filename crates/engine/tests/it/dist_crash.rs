@@ -21,12 +21,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use islands::bench::driver::Workload;
 use islands::cc::CcKind;
 use islands::executor::run::{run_to_completion, ClusterWorker};
 use islands::executor::{Cluster, ClusterOptions};
 use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
 use islands::proc::rng::FastRng;
+use islands::proc::Workload;
 use islands::route::Router;
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::txn::Txn;

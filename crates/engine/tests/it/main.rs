@@ -5,7 +5,6 @@ mod bank;
 mod checkpoints;
 mod common;
 mod crash;
-mod dead_log;
 mod dist_crash;
 mod history;
 mod isolation;

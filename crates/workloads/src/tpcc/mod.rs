@@ -21,8 +21,8 @@ pub mod txns;
 
 use std::collections::BTreeMap;
 
-use islands::bench::driver::Workload;
 use islands::proc::rng::FastRng;
+use islands::proc::Workload;
 use islands::txn::Txn;
 use islands::{Abort, Error};
 

@@ -5,16 +5,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use islands::bench::driver::{self, DriverConfig, WorkerSpec};
-use islands::bench::progress::DisplayMode;
 use islands::cc::CcKind;
 use islands::island::{Island, IslandConfig};
+use islands_bench::driver::{self, DriverConfig, WorkerSpec};
+use islands_bench::progress::DisplayMode;
 use islands_workloads::inserts::{self, Inserts, InsertsConfig};
 use islands_workloads::micro::{self, Micro, MicroConfig};
 use islands_workloads::spec::{check, WorkloadSpec};
 use islands_workloads::ycsb::{self, Ycsb, YcsbConfig};
 
-fn run<W: islands::bench::driver::Workload + 'static>(island: &Island, w: W) {
+fn run<W: islands::proc::Workload + 'static>(island: &Island, w: W) {
     let dcfg = DriverConfig {
         warmup: Duration::ZERO,
         measure: Duration::from_millis(150),

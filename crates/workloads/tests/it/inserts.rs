@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use islands::bench::driver::{self, DriverConfig, WorkerSpec};
-use islands::bench::progress::DisplayMode;
 use islands::cc::CcKind;
 use islands::island::{Island, IslandConfig};
+use islands_bench::driver::{self, DriverConfig, WorkerSpec};
+use islands_bench::progress::DisplayMode;
 use islands_workloads::inserts::{self, Inserts, InsertsConfig};
 
 /// Records of table `t`, read back: they must be 0..n in order.

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use islands::bench::driver::{self, DriverConfig, WorkerSpec};
-use islands::bench::progress::DisplayMode;
 use islands::cc::CcKind;
 use islands::island::{Island, IslandConfig};
 use islands::storage::Col;
+use islands_bench::driver::{self, DriverConfig, WorkerSpec};
+use islands_bench::progress::DisplayMode;
 use islands_workloads::micro::{self, Micro, MicroConfig};
 
 const VAL: Col = Col(0);

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use islands::bench::driver::{self, DriverConfig};
-use islands::bench::progress::DisplayMode;
 use islands::cc::CcKind;
 use islands::island::{Island, IslandConfig};
 use islands::txn::Txn;
 use islands::{Abort, Error};
+use islands_bench::driver::{self, DriverConfig};
+use islands_bench::progress::DisplayMode;
 use islands_workloads::tpcc::schema::{
     self, cust, customer_key, dist, district_key, ol, ord, order_key, order_line_key, wh, CUSTOMER,
     DISTRICT, NEW_ORDER, ORDERS, ORDER_LINE, WAREHOUSE,
@@ -288,7 +288,7 @@ fn payment_by_last_name_takes_the_middle_customer_by_first_name() {
     assert!(check(&island, &cfg).unwrap().is_empty());
 }
 
-fn run_and_check(cfg: TpccConfig, cc: CcKind, workers: usize) -> islands::bench::report::Report {
+fn run_and_check(cfg: TpccConfig, cc: CcKind, workers: usize) -> islands_bench::report::Report {
     let island = open(&cfg, cc, workers);
     let homes = Tpcc::default_homes(workers, cfg.warehouses);
     let w = Tpcc::new(cfg.clone(), homes).unwrap();
@@ -309,7 +309,7 @@ fn run_and_check(cfg: TpccConfig, cc: CcKind, workers: usize) -> islands::bench:
     report
 }
 
-fn committed(r: &islands::bench::report::Report, name: &str) -> u64 {
+fn committed(r: &islands_bench::report::Report, name: &str) -> u64 {
     r.per_type
         .iter()
         .find(|t| t.name == name)
@@ -417,8 +417,8 @@ fn running_out_of_order_capacity_is_a_clear_error() {
 
 #[test]
 fn generator_follows_the_spec_proportions() {
-    use islands::bench::driver::Workload;
     use islands::proc::rng::FastRng;
+    use islands::proc::Workload;
     let gen = |local_only: bool| {
         let cfg = TpccConfig {
             local_only,

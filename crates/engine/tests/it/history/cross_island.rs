@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use islands::bench::driver::Workload;
 use islands::cc::CcKind;
 use islands::coord::Timeouts;
 use islands::executor::fault::{Faults, FaultyTransport};
@@ -18,6 +17,7 @@ use islands::executor::run::{run_to_completion, ClusterWorker};
 use islands::executor::{Cluster, ClusterOptions};
 use islands::island::{Island, IslandConfig};
 use islands::proc::rng::FastRng;
+use islands::proc::Workload;
 use islands::route::Router;
 use islands::txn::Txn;
 use islands::wal::Durability;

@@ -28,17 +28,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use islands::bench::counters::summarize;
-use islands::bench::driver::{self, DriverConfig, WorkerSpec};
-use islands::bench::fmt::{human_rate, thousands};
-use islands::bench::progress::DisplayMode;
 use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, IslandPlan, Islands, Placement, Plan};
 use islands::island::{Island, IslandConfig};
 use islands::topology::{pin_to, CpuId, CpuSet, Topology};
+use islands_bench::driver::{self, DriverConfig, WorkerSpec};
+use islands_bench::fmt::{human_rate, thousands};
+use islands_bench::progress::DisplayMode;
 use islands_workloads::micro::{self, Micro, MicroConfig};
 use serde::Serialize;
 
+use super::counters::summarize;
 use crate::args::{list, seconds, write_file};
 
 /// Runs the microbenchmark on one island with its workers placed spread,
@@ -387,7 +387,7 @@ pub fn run_experiment(
                     Arc::clone(&workload),
                     &dcfg,
                 )
-                .map_err(message)?;
+                .map_err(|e| message(e.into_cause()))?;
                 if r.committed == 0 {
                     return Err(format!(
                         "{} / {}: no transaction committed in {} s",

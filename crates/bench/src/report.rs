@@ -13,9 +13,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::fmt::thousands;
-use super::stats::{TxnTypes, WorkerStats};
-use crate::error::AbortReason;
+use crate::fmt::thousands;
+use crate::stats::TxnTypes;
+use islands::error::AbortReason;
+use islands::proc::stats::WorkerStats;
 
 /// One transaction type's share of the run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -74,7 +75,7 @@ pub struct LogReport {
 /// A reading of the host's cross-core state around a run: the median round
 /// trip of a spin-queue ping-pong between two of the run's worker CPUs
 /// (those of two islands when there are several), taken just before the
-/// warm-up and again just after the run (see [`crate::bench::ipc::probe`]).
+/// warm-up and again just after the run (see [`crate::ipc::probe`]).
 ///
 /// Why: on a virtual machine the hypervisor may place two vCPUs on cores
 /// that share a last-level cache or on cores that do not, and move them
@@ -140,7 +141,7 @@ pub struct RunInfo {
     pub threads: usize,
     pub warmup: Duration,
     pub measured: Duration,
-    /// Process CPU time over the measured interval ([`super::cpu::CpuTime::process_now`] difference).
+    /// Process CPU time over the measured interval ([`islands::cpu::CpuTime::process_now`] difference).
     pub cpu_process: Duration,
     /// Cores the run was given, the denominator of the CPU utilisation.
     pub cores: usize,
@@ -184,7 +185,7 @@ pub struct Report {
     pub host: Option<HostProbe>,
     pub started_unix_s: u64,
     /// The clock the workers time with and the distributed executors' timeouts
-    /// count on ([`crate::phases::clock`]): the time-stamp counter,
+    /// count on ([`islands::phases::clock`]): the time-stamp counter,
     /// checked invariant and synchronised across CPUs, or the monotonic
     /// clock, and why.
     #[serde(default)]
@@ -199,7 +200,7 @@ pub struct Report {
 }
 
 /// Core time per committed transaction in each phase (see
-/// [`crate::phases`]), in microseconds, summed over the workers.
+/// [`islands::phases`]), in microseconds, summed over the workers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PhaseReport {
     pub execution_us_per_txn: f64,
@@ -213,8 +214,8 @@ pub struct PhaseReport {
 
 impl PhaseReport {
     /// From the workers' merged ticks and the transactions they committed.
-    pub fn new(ticks: &[u64; crate::phases::PHASES], committed: u64) -> PhaseReport {
-        use crate::phases::{ticks_per_us, Phase};
+    pub fn new(ticks: &[u64; islands::phases::PHASES], committed: u64) -> PhaseReport {
+        use islands::phases::{ticks_per_us, Phase};
         let per = |p: Phase| {
             if committed == 0 {
                 0.0
@@ -304,7 +305,7 @@ impl Report {
                 .started
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
-            clock: crate::phases::clock().to_string(),
+            clock: islands::phases::clock().to_string(),
             phases: None,
             notes: Vec::new(),
             stopped: None,
@@ -667,7 +668,7 @@ mod tests {
             "{t}"
         );
         // The clock, as this process checked it.
-        let clock = crate::phases::clock().to_string();
+        let clock = islands::phases::clock().to_string();
         assert!(clock.starts_with("tsc (") || clock.starts_with("monotonic ("));
         assert!(t.contains(&format!("clock       {clock}")), "{t}");
     }
@@ -676,7 +677,7 @@ mod tests {
     fn the_clock_is_in_the_json_and_old_json_reads_without_it() {
         let (r, _) = sample();
         let v: serde_json::Value = serde_json::from_str(&r.to_json_pretty()).unwrap();
-        assert_eq!(v["clock"], crate::phases::clock().to_string());
+        assert_eq!(v["clock"], islands::phases::clock().to_string());
         let mut v = v;
         v.as_object_mut().unwrap().remove("clock");
         let old = Report::from_json(&v.to_string()).unwrap();

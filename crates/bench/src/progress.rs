@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::fmt::thousands;
-use super::stats::{Progress, ProgressCounter};
+use crate::fmt::thousands;
+use crate::stats::Progress;
+use islands::proc::stats::ProgressCounter;
 
 /// How often the monitor samples the counters.
 pub const TICK: Duration = Duration::from_millis(250);

@@ -1,5 +1,6 @@
-//! The paper's Section 3 counter experiment (Table 1 and Figure 2): threads
-//! increment counters in a tight loop, each counter protected by its own lock.
+//! `islands experiment counters`: the paper's Section 3 counter experiment
+//! (Table 1 and Figure 2): threads increment counters in a tight loop, each
+//! counter protected by its own lock.
 //!
 //! - [`CounterSetup`]: one counter for all threads, one per socket, one per core.
 //! - [`Placement`]: `grouped` fills a socket before the next, `spread` deals
@@ -30,19 +31,22 @@
 //! and its own page, so that first touch puts it on its home socket's NUMA node.
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use clap::Args;
+use islands::deploy::Placement;
+use islands::topology::pin_to;
+use islands::topology::{CpuId, CpuSet, Topology};
+use islands::Error;
+use islands_bench::fmt::human_rate;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::bench::fmt::human_rate;
-use crate::deploy::Placement;
-use crate::topology::pin_to;
-use crate::topology::{CpuId, Topology};
-use crate::Error;
+use crate::args::{list, seconds, write_file};
 
 /// How many counters, and which threads share one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -116,12 +120,6 @@ pub struct CounterPlan {
     /// Sockets with at least one allowed CPU.
     pub sockets: usize,
     pub machine: String,
-}
-
-impl serde::Serialize for Placement {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
 }
 
 /// Allowed CPUs in tree order (socket → L3 → core → thread), one list per
@@ -621,6 +619,132 @@ impl CounterReport {
     }
 }
 
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Thread i's counter is the counter of the socket (or core) where grouped \
+placement puts thread i; spread runs the same groups scattered across the sockets, as in the \
+paper's Figure 2. The lock is a parking_lot::Mutex, one counter per 4 KiB page."
+)]
+pub struct CountersArgs {
+    /// Counter configurations, comma-separated: 1 (one shared counter), per-socket, per-core.
+    #[arg(long, value_name = "LIST", default_value = "1,per-socket,per-core")]
+    configs: String,
+    /// Placements, comma-separated: spread, grouped, os (no pinning).
+    #[arg(long, value_name = "LIST", default_value = "spread,grouped,os")]
+    placements: String,
+    /// Threads (default: one per allowed CPU).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    /// Runs per configuration and placement.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Write the results as CSV to FILE.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Print which thread goes where (CPU, socket, core, counter) and do not run.
+    #[arg(long)]
+    plan: bool,
+    /// Plan on a described machine (4x6, 2x12x2, sockets=…); only with --plan.
+    #[arg(long, value_name = "SPEC")]
+    topology: Option<String>,
+    /// Use only these CPUs (numactl syntax, e.g. 0-5,12-17).
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<String>,
+    /// No per-run progress lines.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn machine(topology: Option<&str>, cpus: Option<&str>) -> Result<Topology, String> {
+    let t = match topology {
+        Some(spec) => Topology::described(spec),
+        None => Topology::discover(),
+    }
+    .map_err(|e| e.to_string())?;
+    match cpus {
+        None => Ok(t),
+        Some(list) => {
+            let set = if topology.is_some() {
+                CpuSet::parse(list).map_err(|e| e.to_string())?
+            } else {
+                t.parse_cpu_list(list).map_err(|e| e.to_string())?
+            };
+            if set.is_empty() {
+                return Err(format!("--cpus '{list}' names no CPU"));
+            }
+            t.with_allowed(&set).map_err(|e| e.to_string())
+        }
+    }
+}
+
+pub fn run_counters(a: &CountersArgs) -> Result<(), String> {
+    let setups = list("configs", &a.configs, |p| {
+        p.parse::<CounterSetup>().map_err(|e| match e {
+            islands::Error::Config(s) => s,
+            e => e.to_string(),
+        })
+    })?;
+    let placements = list("placements", &a.placements, |p| {
+        p.parse::<Placement>().map_err(|e| e.to_string())
+    })?;
+    let duration = seconds("duration", a.duration)?;
+    if a.reps == 0 {
+        return Err("--reps must be at least 1".into());
+    }
+    if a.topology.is_some() && !a.plan {
+        return Err(
+            "--topology describes a machine this process does not run on: add --plan to print \
+             where the threads would go, or drop --topology to run here"
+                .into(),
+        );
+    }
+    let t = machine(a.topology.as_deref(), a.cpus.as_deref())?;
+    let cfg = ExperimentConfig {
+        setups,
+        placements,
+        threads: a.threads,
+        duration,
+        reps: a.reps,
+    };
+    cfg.validate().map_err(|e| e.to_string())?;
+    if a.plan {
+        for (i, &setup) in cfg.setups.iter().enumerate() {
+            for (j, &placement) in cfg.placements.iter().enumerate() {
+                let p = plan(&t, setup, placement, cfg.threads).map_err(|e| e.to_string())?;
+                if i + j > 0 {
+                    println!();
+                }
+                print!("{}", p.render(&t));
+            }
+        }
+        for n in machine_notes(&t, &cfg) {
+            println!("\nnote: {n}");
+        }
+        return Ok(());
+    }
+    let quiet = a.quiet;
+    let mut progress = |line: &str| {
+        if !quiet {
+            eprintln!("{line}");
+        }
+    };
+    let report = run_experiment(&t, &cfg, &mut progress).map_err(|e| e.to_string())?;
+    print!("{}", report.render_table());
+    if let Some(p) = &a.csv {
+        write_file(p, &report.to_csv())?;
+    }
+    if let Some(p) = &a.json {
+        write_file(p, &report.to_json_pretty())?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -781,5 +905,81 @@ mod tests {
         assert_eq!(mean, 2.0);
         assert!((sd - 1.0).abs() < 1e-12);
         assert_eq!(summarize(&[5.0]), (5.0, 5.0, 0.0));
+    }
+}
+
+#[cfg(test)]
+mod cli_tests {
+    use crate::exp::{run_experiment, ExperimentArgs};
+    use clap::{CommandFactory, Parser, Subcommand};
+
+    /// The shape main.rs gives the command.
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Cmd,
+    }
+
+    #[derive(Subcommand, Debug)]
+    enum Cmd {
+        Experiment(ExperimentArgs),
+    }
+
+    fn run(argv: &[&str]) -> Result<(), String> {
+        let mut full = vec!["islands", "experiment", "counters", "--quiet"];
+        full.extend_from_slice(argv);
+        let Cmd::Experiment(a) = Cli::try_parse_from(full).unwrap().command;
+        run_experiment(&a)
+    }
+
+    #[test]
+    fn clap_definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn bad_input_is_one_error() {
+        for (argv, want) in [
+            (&["--configs", "per-rack"][..], "per-rack"),
+            (&["--duration", "0"], "--duration"),
+            (&["--reps", "0"], "--reps"),
+            (&["--cpus", "9999"], "9999"),
+            (&["--placements", "wild"], "wild"),
+            (&["--topology", "4x6"], "--plan"),
+            (&["--topology", "4x6", "--plan", "--cpus", "30"], "30"),
+        ] {
+            let e = run(argv).unwrap_err();
+            assert!(e.contains(want), "{argv:?}: {e}");
+            assert!(!e.contains('\n'), "{argv:?}: one line: {e}");
+        }
+    }
+
+    #[test]
+    fn plans_on_a_described_machine_and_runs_here() {
+        run(&["--topology", "4x6", "--plan"]).unwrap();
+        let dir = std::env::temp_dir().join(format!("islands-counters-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (csv, json) = (dir.join("c.csv"), dir.join("c.json"));
+        run(&[
+            "--duration",
+            "0.1",
+            "--reps",
+            "2",
+            "--configs",
+            "1,per-core",
+            "--placements",
+            "grouped",
+            "--csv",
+            csv.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+        ])
+        .unwrap();
+        let csv = std::fs::read_to_string(&csv).unwrap();
+        assert_eq!(csv.lines().count(), 3, "{csv}");
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(json["cells"].as_array().unwrap().len(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

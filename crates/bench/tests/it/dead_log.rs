@@ -8,20 +8,22 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use islands::bench::driver::{self, DriverConfig, Workload};
-use islands::bench::progress::DisplayMode;
 use islands::cc::CcKind;
-use islands::executor::run::{run_cluster, run_to_completion, ClusterWorker};
+use islands::executor::run::{run_to_completion, ClusterWorker};
 use islands::executor::{Cluster, ClusterOptions};
 use islands::island::{Island, IslandConfig, RecoveryReport};
 use islands::proc::rng::FastRng;
+use islands::proc::Workload;
 use islands::route::RangeRouter;
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::txn::Txn;
 use islands::wal::{CappedDevice, Durability};
-use islands::{Abort, Error};
+use islands::Abort;
+use islands_bench::driver::{self, DriverConfig};
+use islands_bench::driver::{run_cluster, RunError};
+use islands_bench::progress::DisplayMode;
 
-use crate::common::temp_dir;
+use crate::temp_dir;
 
 const COUNTERS: u64 = 400;
 const VALUE: Col = Col(0);
@@ -122,9 +124,9 @@ fn bounded<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 's
 
 /// The error of a stopped run names the full device, and carries what the
 /// run measured before it stopped.
-fn assert_stopped_on_enospc(r: Result<islands::bench::report::Report, Error>) {
+fn assert_stopped_on_enospc(r: Result<islands_bench::report::Report, RunError>) {
     match r {
-        Err(Error::Stopped { cause, partial }) => {
+        Err(RunError::Stopped { cause, partial }) => {
             let msg = cause.to_string();
             assert!(
                 msg.contains("No space left on device"),
@@ -251,7 +253,7 @@ fn a_full_log_device_stops_a_two_island_run_with_two_phase_commit_in_flight() {
             t.elapsed()
         );
         let committed = match &r {
-            Err(Error::Stopped { partial, .. }) => partial.committed,
+            Err(RunError::Stopped { partial, .. }) => partial.committed,
             _ => 0,
         };
         assert_stopped_on_enospc(r);

@@ -9,7 +9,7 @@
 //! Transports measured here:
 //! - `spin`: two `crossbeam_queue::ArrayQueue`s, both sides spinning (the floor:
 //!   nothing but the cache-line transfers of the queue);
-//! - `inproc`: the islands' own transport ([`crate::transport::InProc`]) used
+//! - `inproc`: the islands' own transport ([`islands::transport::InProc`]) used
 //!   as a worker uses it: each message is a 16-byte frame (the `u64` and
 //!   padding, the size of a small 2PC message), the client's frames go out as
 //!   one batch from its [`Outbox`], the server decodes the batch with
@@ -29,10 +29,10 @@ use crossbeam_queue::ArrayQueue;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::topology::pin_to;
-use crate::topology::CpuId;
-use crate::transport::{self, frames, push_frame, InProc, Outbox, Transport};
-use crate::Error;
+use islands::topology::pin_to;
+use islands::topology::CpuId;
+use islands::transport::{self, frames, push_frame, InProc, Outbox, Transport};
+use islands::Error;
 
 /// The end-of-run message; a transport never sees it as a payload.
 pub const STOP: u64 = u64::MAX;
@@ -459,7 +459,7 @@ pub fn measure(name: &str, cfg: &IpcConfig) -> Result<IpcResult, Error> {
 
 /// Reads the host's cross-core state: the median round trip of a spin-queue
 /// ping-pong between CPUs `a` and `b` for a few tens of milliseconds (see
-/// [`crate::bench::report::HostProbe`]). `None` if it could not run (the
+/// [`crate::report::HostProbe`]). `None` if it could not run (the
 /// same CPU twice, or pinning refused).
 pub fn probe(a: CpuId, b: CpuId) -> Option<u64> {
     let cfg = IpcConfig {
@@ -509,10 +509,10 @@ pub fn render_table(results: &[IpcResult], header: &str) -> String {
             "{:<21} {:>5} {:>12} {:>10} {:>11} {:>8} {:>17.1} {:>7}",
             r.transport,
             r.batch,
-            crate::bench::fmt::thousands(r.round_trips),
-            crate::bench::fmt::human_rate(r.round_trips_per_s),
-            crate::bench::fmt::thousands(r.median_ns),
-            crate::bench::fmt::thousands(r.p99_ns),
+            crate::fmt::thousands(r.round_trips),
+            crate::fmt::human_rate(r.round_trips_per_s),
+            crate::fmt::thousands(r.median_ns),
+            crate::fmt::thousands(r.p99_ns),
             r.median_ns_per_msg,
             vs_spin
         );
@@ -528,8 +528,8 @@ pub fn render_table(results: &[IpcResult], header: &str) -> String {
             let _ = write!(
                 out,
                 "\ninproc: median round trip {} ns, target under {} ns: {}",
-                crate::bench::fmt::thousands(r.median_ns),
-                crate::bench::fmt::thousands(INPROC_TARGET_NS),
+                crate::fmt::thousands(r.median_ns),
+                crate::fmt::thousands(INPROC_TARGET_NS),
                 if r.median_ns < INPROC_TARGET_NS {
                     "met"
                 } else {
@@ -570,7 +570,7 @@ mod tests {
 
     #[test]
     fn a_timed_run_and_pinning() {
-        let cpus = crate::topology::allowed_cpus();
+        let cpus = islands::topology::allowed_cpus();
         let mut c = cfg(2, 0);
         c.round_trips = None;
         c.duration = Duration::from_millis(100);
@@ -584,25 +584,33 @@ mod tests {
 
     #[test]
     fn inproc_ends_round_trip_values_in_one_batch_each_way() {
+        // Takes the one batch waiting for `to`, checks that it holds `n`
+        // frames and that no other batch waits, and puts it back.
+        fn one_batch_of(t: &InProc, from: transport::Endpoint, to: transport::Endpoint, n: usize) {
+            let (sender, batch) = t.recv(to).expect("a batch waits");
+            assert_eq!(sender, from);
+            assert_eq!(frames(&batch).count(), n, "every message in one batch");
+            assert!(t.recv(to).is_none(), "only one batch");
+            t.send(from, to, batch).unwrap();
+        }
         let (mut client, mut server) = inproc_pair();
         let sent = [7u64, 0, u64::MAX - 1, 123_456_789];
         for &m in &sent {
             client.send(m);
         }
-        assert_eq!(
-            client.t.batches_sent(),
-            0,
+        assert!(
+            client.t.recv(server.me).is_none(),
             "send only appends to the outbox"
         );
         client.flush();
-        assert_eq!(client.t.batches_sent(), 1, "one batch for four messages");
+        one_batch_of(&client.t, client.me, server.me, sent.len());
         for &m in &sent {
             let got = server.recv();
             assert_eq!(got, m);
             server.send(got);
         }
         server.flush();
-        assert_eq!(client.t.batches_sent(), 2, "the echo is one batch too");
+        one_batch_of(&server.t, server.me, client.me, sent.len());
         let back: Vec<u64> = sent.iter().map(|_| client.recv()).collect();
         assert_eq!(back, sent);
         assert_eq!((client.malformed(), server.malformed()), (0, 0));

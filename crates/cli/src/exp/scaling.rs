@@ -1,0 +1,82 @@
+//! `islands experiment scaling`: 20% multisite, throughput by active cores, fine-grained,
+//! coarse-grained and shared-everything (paper Fig. 12).
+//! Its points, the paper's claim and the verdict on what this machine showed.
+
+use super::sweep::{Measured, Point, Sample};
+use super::{
+    at, check_cores, islands_of, micro, mode_name, num, panels_of, per_socket, point, series_of,
+    xs_of, Ctx, Experiment, Findings,
+};
+
+pub const EXPERIMENT: Experiment = Experiment {
+    name: "scaling",
+    figure: "paper Fig. 12",
+    claim: "At 20% multisite, shared-nothing deployments scale linearly with the active cores and coarse-grained islands are competitive with the best; shared-everything does not scale linearly on many sockets.",
+    x_label: "active cores",
+    y_label: "K txn/s",
+    cost: false,
+    phases: false,
+    points,
+    verdict,
+};
+
+fn points(c: &Ctx) -> Result<Vec<Point>, String> {
+    let k = c.k;
+    let mut v = Vec::new();
+    let cores = c.xs_up_to_k();
+    for &u in &c.modes {
+        for &x in &cores {
+            let kk = check_cores(x, k)?;
+            let mut deps = vec![
+                ("FG (1 island per core)", islands_of(&c.m, kk, kk)),
+                ("CG (1 island per socket)", per_socket(&c.m, kk)),
+                ("SE (1 island)", islands_of(&c.m, kk, 1)),
+            ];
+            // On one socket CG is SE: run it once (the notes say so).
+            if deps[1].1.groups == deps[2].1.groups {
+                deps.remove(1);
+            }
+            for (label, d) in deps {
+                v.push(point(
+                    format!("{} 10 rows, 20% multisite", mode_name(u)),
+                    label,
+                    x,
+                    &[d.args(), c.mode_args(u), micro(u, 10, 20.0, 0.0)],
+                ));
+            }
+        }
+    }
+    Ok(v)
+}
+
+fn verdict(measured: &[Measured], _k: usize, f: &mut Findings) {
+    let Findings {
+        observed: obs,
+        caveats: cav,
+        checks: ok,
+    } = f;
+    let tput = |s: &Sample| s.throughput_tps / 1e3;
+    for panel in panels_of(measured) {
+        let xs = xs_of(measured, &panel);
+        let (Some(&lo), Some(&hi)) = (xs.first(), xs.last()) else {
+            continue;
+        };
+        for series in series_of(measured, &panel) {
+            if let (Some(a), Some(b)) = (
+                at(measured, &panel, series, lo, &tput),
+                at(measured, &panel, series, hi, &tput),
+            ) {
+                obs.push(format!(
+                    "{panel}, {series}: {a:.1} K at {} core(s) -> {b:.1} K at {} ({:.2}x)",
+                    num(lo),
+                    num(hi),
+                    b / a
+                ));
+                if series.starts_with("FG") && hi > lo {
+                    ok.push(b > a * 1.2);
+                }
+            }
+        }
+    }
+    cav.push("the paper's point is on 24 and 80 cores of 4 and 8 sockets; 2 cores show only the first step".into());
+}

@@ -1,0 +1,91 @@
+//! `islands experiment skew`: Zipfian skew θ 0-0.99 at 0/20/50% multisite, read and
+//! update, fine, coarse and one island (paper Fig. 13).
+//! Its points, the paper's claim and the verdict on what this machine showed.
+
+use super::sweep::{Measured, Point, Sample};
+use super::{
+    at, dedup_deployments, islands_of, micro, mode_name, num, panels_of, per_socket, point,
+    series_of, xs_of, Ctx, Experiment, Findings,
+};
+
+pub const EXPERIMENT: Experiment = Experiment {
+    name: "skew",
+    figure: "paper Fig. 13",
+    claim: "As Zipfian skew grows, shared-everything suffers from contention (mostly for updates) and fine-grained islands from one overloaded island that slows the others; coarse-grained islands cope best.",
+    x_label: "skew θ",
+    y_label: "K txn/s",
+    cost: false,
+    phases: false,
+    points,
+    verdict,
+};
+
+fn points(c: &Ctx) -> Result<Vec<Point>, String> {
+    let k = c.k;
+    let mut v = Vec::new();
+    let xs = c.xs(&[0.0, 0.25, 0.5, 0.75, 0.99], &[0.0, 0.5, 0.99]);
+    let pcts: &[f64] = if c.quick {
+        &[0.0, 50.0]
+    } else {
+        &[0.0, 20.0, 50.0]
+    };
+    let mut deps = vec![
+        islands_of(&c.m, k, k),
+        per_socket(&c.m, k),
+        islands_of(&c.m, k, 1),
+    ];
+    deps[0].label = format!("{k}ISL (fine)");
+    deps[2].label = "1ISL".into();
+    dedup_deployments(&mut deps);
+    for &u in &c.modes {
+        for &pct in pcts {
+            for d in &deps {
+                for &x in &xs {
+                    if !(0.0..1.0).contains(&x) {
+                        return Err(format!(
+                            "--x {x}: a skew θ must be at least 0 and less than 1"
+                        ));
+                    }
+                    v.push(point(
+                        format!("{} 2 rows, {}% multisite", mode_name(u), num(pct)),
+                        &d.label,
+                        x,
+                        &[d.args(), c.mode_args(u), micro(u, 2, pct, x)],
+                    ));
+                }
+            }
+        }
+    }
+    Ok(v)
+}
+
+fn verdict(measured: &[Measured], _k: usize, f: &mut Findings) {
+    let Findings {
+        observed: obs,
+        checks: ok,
+        ..
+    } = f;
+    let tput = |s: &Sample| s.throughput_tps / 1e3;
+    for panel in panels_of(measured) {
+        let xs = xs_of(measured, &panel);
+        let (Some(&lo), Some(&hi)) = (xs.first(), xs.last()) else {
+            continue;
+        };
+        for series in series_of(measured, &panel) {
+            if let (Some(a), Some(b)) = (
+                at(measured, &panel, series, lo, &tput),
+                at(measured, &panel, series, hi, &tput),
+            ) {
+                obs.push(format!(
+                    "{panel}, {series}: {a:.1} K at θ={} -> {b:.1} K at θ={} ({:.2}x)",
+                    num(lo),
+                    num(hi),
+                    b / a
+                ));
+                if series.starts_with("1ISL") && panel.starts_with("update") && hi >= 0.9 {
+                    ok.push(b < a);
+                }
+            }
+        }
+    }
+}
