@@ -690,11 +690,17 @@ impl Deployment {
         let calls = Arc::new(workload(Calls(Arc::clone(&inner))));
         let (started, registry) = (Arc::clone(&inner), threads.clone());
         let island_of: Vec<u32> = cws.iter().map(|c| c.island as u32).collect();
-        let executors =
-            crate::executor::run::serve(&cluster, &cws, calls, &phase, &inner.committed, move |w| {
+        let executors = crate::executor::run::serve(
+            &cluster,
+            &cws,
+            calls,
+            &phase,
+            &inner.committed,
+            move |w| {
                 let _ = started.mailboxes[w].thread.set(std::thread::current());
                 registry.enter(Role::Executor, Some(island_of[w]))
-            })?;
+            },
+        )?;
         let watcher = {
             let (islands, phase, inner) = (islands.clone(), Arc::clone(&phase), Arc::clone(&inner));
             let registry = threads.clone();

@@ -79,8 +79,8 @@ mod serve;
 #[cfg(test)]
 mod tests;
 
-pub use cluster::{tombstone_us, Cluster, ClusterOptions, ClusterStats, IslandCounts};
 pub(crate) use cluster::WorkerCounts;
+pub use cluster::{tombstone_us, Cluster, ClusterOptions, ClusterStats, IslandCounts};
 pub use home::HomeCommit;
 
 use std::collections::{HashMap, VecDeque};
