@@ -1727,6 +1727,54 @@ fn wait_until_branches_idle_out(part: &mut Executor, deadline: std::time::Instan
     }
 }
 
+/// Account `key`'s balance, read through `tx`.
+async fn balance(tx: &mut Txn, key: u64) -> Result<i64, Abort> {
+    let h = tx
+        .get(ACCOUNTS, key)
+        .await?
+        .ok_or(Abort::User("no account"))?;
+    Ok(tx.row(h).i64(BAL))
+}
+
+/// The schedule of the idle-out tests below: audit g (home island 0) reads
+/// account 9 on island 1, its branch there idles out, and h (home island 1)
+/// moves 100 from account 9 to account 2 and commits across both islands.
+/// Returns g's context, still running, and the balance g read.
+fn g_reads_9_then_its_branch_idles_out_and_h_moves_9_to_2(
+    home: &mut Executor,
+    part: &mut Executor,
+    deadline: std::time::Instant,
+) -> (u32, i64) {
+    home.pump().unwrap();
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: the context outlives the procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
+    let mut seen = 0;
+    run_by_hand(home, &mut [&mut *part], c, async {
+        seen = balance(tx, 9).await?;
+        Ok(())
+    })
+    .unwrap();
+    wait_until_branches_idle_out(part, deadline);
+    let c2 = part.begin_home(false).unwrap();
+    // SAFETY: as above.
+    let tx2: &mut Txn = unsafe { &mut *part.ctx_ptr(c2) };
+    run_by_hand(
+        part,
+        &mut [&mut *home],
+        c2,
+        move_money(tx2, &[(9, -100), (2, 100)]),
+    )
+    .unwrap();
+    assert!(matches!(
+        part.commit_home(c2),
+        Ok(HomeCommit::Distributed(_))
+    ));
+    settle(&mut [home, part], deadline);
+    (c, seen)
+}
+
 /// A participant aborts a branch that waits longer than `branch_idle_us` for
 /// more work, and its locks go with it, while the home transaction may still
 /// be running. Here audit g (home island 0) reads account 9 on island 1, its
@@ -1810,46 +1858,15 @@ fn a_request_that_continues_an_idle_aborted_branch_is_refused() {
 #[test]
 fn a_read_only_commit_asks_for_votes_once_a_branch_may_have_idled_out() {
     let (cl, islands, mut home, mut part) = two_islands_idling_out_after_2ms();
-    home.pump().unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut seen = Vec::new();
-    let c = home.begin_home(false).unwrap();
-    // SAFETY: the context outlives each procedure, which runs to its end
+    let (c, first) =
+        g_reads_9_then_its_branch_idles_out_and_h_moves_9_to_2(&mut home, &mut part, deadline);
+    let mut seen = vec![first];
+    // SAFETY: g's context outlives its procedure, which runs to its end
     // before the executor touches the context again.
-    let tx: *mut Txn = home.ctx_ptr(c);
-    let read = |key: u64| async move {
-        // SAFETY: as above; one procedure at a time uses the context.
-        let tx = unsafe { &mut *tx };
-        let h = tx
-            .get(ACCOUNTS, key)
-            .await?
-            .ok_or(Abort::User("no account"))?;
-        Ok::<i64, Abort>(tx.row(h).i64(BAL))
-    };
-    let first = async {
-        seen.push(read(9).await?);
-        Ok(())
-    };
-    run_by_hand(&mut home, &mut [&mut part], c, first).unwrap();
-    wait_until_branches_idle_out(&mut part, deadline);
-    // h: account 9 (island 1) pays 100 to account 2 (island 0).
-    let c2 = part.begin_home(false).unwrap();
-    // SAFETY: as above.
-    let tx2: &mut Txn = unsafe { &mut *part.ctx_ptr(c2) };
-    run_by_hand(
-        &mut part,
-        &mut [&mut home],
-        c2,
-        move_money(tx2, &[(9, -100), (2, 100)]),
-    )
-    .unwrap();
-    assert!(matches!(
-        part.commit_home(c2),
-        Ok(HomeCommit::Distributed(_))
-    ));
-    settle(&mut [&mut home, &mut part], deadline);
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
     let second = async {
-        seen.push(read(2).await?);
+        seen.push(balance(tx, 2).await?);
         Ok(())
     };
     run_by_hand(&mut home, &mut [&mut part], c, second).unwrap();
@@ -1883,48 +1900,14 @@ fn a_read_only_commit_asks_for_votes_once_a_branch_may_have_idled_out() {
 #[test]
 fn a_user_abort_after_a_branch_idled_out_is_retried_not_reported() {
     let (cl, islands, mut home, mut part) = two_islands_idling_out_after_2ms();
-    home.pump().unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let c = home.begin_home(false).unwrap();
-    // SAFETY: the context outlives each procedure, which runs to its end
+    let (c, first) =
+        g_reads_9_then_its_branch_idles_out_and_h_moves_9_to_2(&mut home, &mut part, deadline);
+    // SAFETY: g's context outlives its procedure, which runs to its end
     // before the executor touches the context again.
-    let tx: *mut Txn = home.ctx_ptr(c);
-    let seen = std::cell::RefCell::new(Vec::new());
-    let read = |key: u64| async move {
-        // SAFETY: as above; one procedure at a time uses the context.
-        let tx = unsafe { &mut *tx };
-        let h = tx
-            .get(ACCOUNTS, key)
-            .await?
-            .ok_or(Abort::User("no account"))?;
-        Ok::<i64, Abort>(tx.row(h).i64(BAL))
-    };
-    run_by_hand(&mut home, &mut [&mut part], c, async {
-        let v = read(9).await?;
-        seen.borrow_mut().push(v);
-        Ok(())
-    })
-    .unwrap();
-    wait_until_branches_idle_out(&mut part, deadline);
-    let c2 = part.begin_home(false).unwrap();
-    // SAFETY: as above.
-    let tx2: &mut Txn = unsafe { &mut *part.ctx_ptr(c2) };
-    run_by_hand(
-        &mut part,
-        &mut [&mut home],
-        c2,
-        move_money(tx2, &[(9, -100), (2, 100)]),
-    )
-    .unwrap();
-    assert!(matches!(
-        part.commit_home(c2),
-        Ok(HomeCommit::Distributed(_))
-    ));
-    settle(&mut [&mut home, &mut part], deadline);
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
     let ending = run_by_hand(&mut home, &mut [&mut part], c, async {
-        let v = read(2).await?;
-        seen.borrow_mut().push(v);
-        if seen.borrow().iter().sum::<i64>() != 2 * INITIAL {
+        if first + balance(tx, 2).await? != 2 * INITIAL {
             return Err(Abort::User("torn total"));
         }
         Ok(())
