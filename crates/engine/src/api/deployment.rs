@@ -2,10 +2,10 @@
 
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{JoinHandle, Thread};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
@@ -258,6 +258,9 @@ pub(crate) struct Mailbox {
     thread: OnceLock<Thread>,
     /// Rounds in a row its executor found nothing to do (its own counter).
     idle: AtomicU32,
+    /// When those rounds reached the deployment's `park_after`, in
+    /// nanoseconds since `Inner::epoch` (written by its executor only).
+    idle_since: AtomicU64,
 }
 
 impl Mailbox {
@@ -277,11 +280,16 @@ impl Mailbox {
 /// bursts keep it spinning.
 const PARK_AFTER: u32 = 20_000;
 /// The same on one island, where no peer messages an executor and only a
-/// caller's push (which unparks it) brings work: a few dozen rounds, tens
-/// of microseconds. An executor that spins longer between calls takes its
-/// core from the callers (the server's threads, the clients) when they
+/// caller's push (which unparks it) brings work: a few dozen rounds and
+/// [`PARK_SOON_IDLE`]. An executor that spins longer between calls takes
+/// its core from the callers (the server's threads, the clients) when they
 /// share the cores, as they do on a small machine.
 const PARK_SOON: u32 = 64;
+/// How long an executor of one island stays idle before it parks, once it
+/// has idled [`PARK_SOON`] rounds: a round of a durability-`off` executor
+/// takes well under a microsecond, and parking after a few dozen of them
+/// made callers that keep calls in flight pay an unpark per call.
+const PARK_SOON_IDLE: Duration = Duration::from_micros(200);
 /// How long a parked executor sleeps before it looks at its peers'
 /// messages again (a caller's push wakes it at once).
 const PARK_FOR: Duration = Duration::from_millis(1);
@@ -304,6 +312,11 @@ pub(crate) struct Inner {
     max_attempts: u32,
     /// Idle rounds before an executor parks ([`PARK_AFTER`], [`PARK_SOON`]).
     park_after: u32,
+    /// How long past those rounds it stays idle first ([`PARK_SOON_IDLE`],
+    /// or zero).
+    park_idle_ns: u64,
+    /// The origin of `Mailbox::idle_since`.
+    epoch: Instant,
     /// Each executor's published commit count (in mailbox order).
     pub(crate) committed: Vec<Arc<ProgressCounter>>,
 }
@@ -487,8 +500,19 @@ impl Workload for Calls {
 
     fn idle(&self, worker: usize) {
         let mb = &self.0.mailboxes[worker];
-        if mb.idle.fetch_add(1, Ordering::Relaxed) < self.0.park_after {
+        let rounds = mb.idle.fetch_add(1, Ordering::Relaxed);
+        if rounds < self.0.park_after {
             return;
+        }
+        if self.0.park_idle_ns > 0 {
+            let now = self.0.epoch.elapsed().as_nanos() as u64;
+            if rounds == self.0.park_after {
+                mb.idle_since.store(now, Ordering::Relaxed);
+                return;
+            }
+            if now.saturating_sub(mb.idle_since.load(Ordering::Relaxed)) < self.0.park_idle_ns {
+                return;
+            }
         }
         mb.sleeping.store(true, Ordering::SeqCst);
         // A push after this check sees `sleeping` and unparks.
@@ -701,6 +725,7 @@ impl Deployment {
                     sleeping: AtomicBool::new(false),
                     thread: OnceLock::new(),
                     idle: AtomicU32::new(0),
+                    idle_since: AtomicU64::new(0),
                 })
             })
             .collect();
@@ -717,6 +742,12 @@ impl Deployment {
                 .collect(),
             max_attempts: opts.max_attempts,
             park_after: if n == 1 { PARK_SOON } else { PARK_AFTER },
+            park_idle_ns: if n == 1 {
+                PARK_SOON_IDLE.as_nanos() as u64
+            } else {
+                0
+            },
+            epoch: Instant::now(),
             committed: (0..total).map(|_| ProgressCounter::new()).collect(),
         });
         let mut cws = Vec::with_capacity(total);
