@@ -138,8 +138,11 @@ pub fn run_topology(args: &TopologyArgs) -> Result<(), String> {
         None => None,
     };
     if let Some(path) = &args.svg {
-        std::fs::write(path, t.render_svg(plan.as_ref()))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(
+            path,
+            t.render_svg(plan.as_ref().map(|p| p.marks()).as_ref()),
+        )
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())

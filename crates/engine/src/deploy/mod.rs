@@ -611,6 +611,38 @@ impl Plan {
         &self.machine
     }
 
+    /// How a picture of the machine shows this plan: its summary as the
+    /// title, and each island's CPUs and legend line, in island order.
+    pub fn marks(&self) -> crate::topology::Marks {
+        let islands = self
+            .islands()
+            .iter()
+            .map(|i| {
+                let text = match &i.cpus {
+                    Some(c) => format!(
+                        "island {}: cpus {c}, {}, {} workers, sites {}-{}",
+                        i.id,
+                        plural(i.cores, "core"),
+                        i.workers,
+                        i.sites.start,
+                        i.sites.end - 1
+                    ),
+                    None => format!(
+                        "island {}: not pinned ({} intended), {} workers",
+                        i.id,
+                        plural(i.cores, "core"),
+                        i.workers
+                    ),
+                };
+                (i.cpus.clone(), text)
+            })
+            .collect();
+        crate::topology::Marks {
+            title: self.summary(),
+            islands,
+        }
+    }
+
     /// One line: "4 islands on 4x6 (24 cores), grouped: no island crosses a socket".
     pub fn summary(&self) -> String {
         let n = self.islands.len();

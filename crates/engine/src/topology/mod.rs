@@ -17,6 +17,7 @@ mod cpulist;
 mod described;
 pub mod memory;
 mod render;
+pub use render::Marks;
 mod sysfs;
 
 use std::collections::BTreeMap;

@@ -3,8 +3,16 @@
 
 use std::fmt::Write as _;
 
-use super::{plural, CpuId, Topology};
-use crate::deploy::Plan;
+use super::{plural, CpuId, CpuSet, Topology};
+
+/// What a picture shows of a deployment on the machine: its title, and per
+/// island the CPUs it is pinned to (`None`: not pinned) and its legend line.
+/// A deployment plan describes itself this way (`deploy::Plan::marks`).
+#[derive(Clone, Debug, Default)]
+pub struct Marks {
+    pub title: String,
+    pub islands: Vec<(Option<CpuSet>, String)>,
+}
 
 struct Node {
     label: String,
@@ -87,7 +95,7 @@ impl Topology {
     /// An SVG picture: sockets as boxes holding L3 domains holding cores, each
     /// hardware thread labelled with its CPU id and filled with the colour of
     /// the island it is pinned to. CPUs not allowed are grey.
-    pub fn render_svg(&self, plan: Option<&Plan>) -> String {
+    pub fn render_svg(&self, plan: Option<&Marks>) -> String {
         const CPU_W: usize = 34;
         const CPU_H: usize = 22;
         const CORE_PAD: usize = 3;
@@ -99,9 +107,9 @@ impl Topology {
 
         let island_of = |cpu: CpuId| -> Option<usize> {
             plan?
-                .islands()
+                .islands
                 .iter()
-                .position(|i| i.cpus.as_ref().is_some_and(|set| set.contains(cpu)))
+                .position(|(cpus, _)| cpus.as_ref().is_some_and(|set| set.contains(cpu)))
         };
         let threads = self.threads_per_core_max().max(1);
         let core_w = threads * CPU_W + 2 * CORE_PAD;
@@ -131,10 +139,10 @@ impl Topology {
         let scols = self.sockets.len().clamp(1, SOCKETS_PER_ROW);
         let srows = self.sockets.len().div_ceil(SOCKETS_PER_ROW).max(1);
         let title_h = 34;
-        let legend_rows = plan.map_or(0, |p| p.islands().len()) + 2;
+        let legend_rows = plan.map_or(0, |p| p.islands.len()) + 2;
         debug_assert_eq!(legend_rows, legend_entries(plan).len());
         let title = match plan {
-            Some(p) => p.summary(),
+            Some(p) => p.title.clone(),
             None => format!("machine {} ({})", self.name, self.summary()),
         };
         let legend: Vec<(String, String)> = legend_entries(plan);
@@ -247,27 +255,11 @@ impl Topology {
 }
 
 /// (fill, text) of each legend line: the islands, then free and not-allowed CPUs.
-fn legend_entries(plan: Option<&Plan>) -> Vec<(String, String)> {
+fn legend_entries(plan: Option<&Marks>) -> Vec<(String, String)> {
     let mut out = Vec::new();
     if let Some(p) = plan {
-        for i in p.islands() {
-            let text = match &i.cpus {
-                Some(c) => format!(
-                    "island {}: cpus {c}, {}, {} workers, sites {}-{}",
-                    i.id,
-                    plural(i.cores, "core"),
-                    i.workers,
-                    i.sites.start,
-                    i.sites.end - 1
-                ),
-                None => format!(
-                    "island {}: not pinned ({} intended), {} workers",
-                    i.id,
-                    plural(i.cores, "core"),
-                    i.workers
-                ),
-            };
-            out.push((colour(usize::from(i.id)), text));
+        for (i, (_, text)) in p.islands.iter().enumerate() {
+            out.push((colour(i), text.clone()));
         }
     }
     out.push((
@@ -330,7 +322,7 @@ mod tests {
     fn svg_colours_islands_and_has_a_legend() {
         let t = Topology::described("2x4x2").unwrap();
         let p = plan(&t, &DeploySpec::new(Islands::PerSocket)).unwrap();
-        let svg = t.render_svg(Some(&p));
+        let svg = t.render_svg(Some(&p.marks()));
         assert!(svg.starts_with("<svg "));
         assert!(svg.trim_end().ends_with("</svg>"));
         // 16 CPUs: 8 in each island's colour.
