@@ -153,30 +153,22 @@ fn read_marker(dir: &Path) -> Result<Option<Builtin>, Error> {
     };
     let bad = |why: String| Error::Config(format!("{}: {why}", path.display()));
     let v: toml::Table = text.parse().map_err(|e| bad(format!("{e}")))?;
-    let int = |k: &str| {
-        v.get(k)
-            .and_then(|x| x.as_integer())
-            .ok_or_else(|| bad(format!("no integer {k}")))
-    };
-    let small = |k: &str| u32::try_from(int(k)?).map_err(|_| bad(format!("{k} out of range")));
-    let rows = || u64::try_from(int("rows")?).map_err(|_| bad("rows out of range".into()));
-    let b = match v.get("workload").and_then(|w| w.as_str()) {
-        Some("tpcb") => Builtin::Tpcb {
-            scale: small("scale")?,
-        },
-        Some("ycsb") => Builtin::Ycsb { rows: rows()? },
-        Some("tpcc") => Builtin::Tpcc {
-            warehouses: small("warehouses")?,
-        },
-        Some("micro") => Builtin::Micro { rows: rows()? },
-        Some("bank") => Builtin::Bank {
-            accounts: u64::try_from(int("accounts")?)
-                .map_err(|_| bad("accounts out of range".into()))?,
-        },
-        w => return Err(bad(format!("unknown workload {w:?} ({BUILTINS})"))),
-    };
-    b.check()?;
-    Ok(Some(b))
+    let name = v
+        .get("workload")
+        .and_then(|w| w.as_str())
+        .ok_or_else(|| bad(format!("no workload ({BUILTINS})")))?;
+    // The one size `write_marker` wrote: `Builtin::size`'s key.
+    let (key, value) = ["scale", "rows", "warehouses", "accounts"]
+        .into_iter()
+        .find_map(|k| v.get(k).map(|x| (k, x)))
+        .ok_or_else(|| bad("no scale, rows, warehouses or accounts".into()))?;
+    let value = value
+        .as_integer()
+        .and_then(|i| u64::try_from(i).ok())
+        .ok_or_else(|| bad(format!("{key} is not a count")))?;
+    Builtin::with_size(name, key, value)
+        .map(Some)
+        .map_err(|e| bad(e.to_string()))
 }
 
 /// The names `--init` takes.

@@ -286,9 +286,9 @@ const PARK_AFTER: u32 = 20_000;
 /// share the cores, as they do on a small machine.
 const PARK_SOON: u32 = 64;
 /// How long an executor of one island stays idle before it parks, once it
-/// has idled [`PARK_SOON`] rounds: a round of a durability-`off` executor
-/// takes well under a microsecond, and parking after a few dozen of them
-/// made callers that keep calls in flight pay an unpark per call.
+/// has idled [`PARK_SOON`] rounds (which at durability `off` take well under
+/// a microsecond): callers that keep calls in flight refill its queue
+/// within that time, so they do not pay an unpark per call.
 const PARK_SOON_IDLE: Duration = Duration::from_micros(200);
 /// How long a parked executor sleeps before it looks at its peers'
 /// messages again (a caller's push wakes it at once).

@@ -136,8 +136,7 @@ pub struct Executor {
     deferred: Vec<(BatchSeq, IslandId, Msg)>,
     /// The lowest batch any entry of `forces` or `deferred` waits for
     /// (`BatchSeq::MAX`: none): a round whose durable batch is below it has
-    /// nothing to complete and skips the scan (with 128 transactions in
-    /// flight per worker the scan of every round was 9% of the CPU).
+    /// nothing to complete and skips the scan.
     waiting_from: BatchSeq,
     /// Home transactions whose remote branches are being prepared early
     /// ([`Txn::prepare_remote`](crate::txn::Txn::prepare_remote)): (gtid, context), until every remote vote is in.
