@@ -45,10 +45,10 @@ impl LoadProgress {
             self.next += self.step;
             if !self.quiet && self.total >= 100_000 {
                 eprintln!(
-                    "[load] {}: {}/{} rows ({:.1}s)",
+                    "[load] {}: {}% of {:.2}M rows ({:.1}s)",
                     self.label,
-                    islands_bench::fmt::thousands(done),
-                    islands_bench::fmt::thousands(self.total),
+                    done.min(self.total) * 100 / self.total,
+                    self.total as f64 / 1e6,
                     self.start.elapsed().as_secs_f64()
                 );
             }

@@ -46,6 +46,8 @@ use islands_bench::fmt::human_rate;
 use parking_lot::Mutex;
 use serde::Serialize;
 
+use super::sweep::Spread;
+use super::{Findings, Verdict};
 use crate::args::{list, seconds, write_file};
 
 /// How many counters, and which threads share one.
@@ -415,12 +417,9 @@ pub struct Cell {
     pub threads: usize,
     /// Increments per second of each repetition.
     pub rates: Vec<f64>,
-    pub median: f64,
-    pub mean: f64,
-    /// Sample standard deviation (n − 1) of the rates; 0 with one repetition.
-    pub stddev: f64,
-    /// `stddev / mean`, in percent (the paper's Table 1 column).
-    pub stddev_pct: f64,
+    /// Median, mean and standard deviation of `rates`.
+    #[serde(flatten)]
+    pub stats: Spread,
     /// Median over the single-counter median of the same placement, if run.
     pub speedup: Option<f64>,
 }
@@ -436,28 +435,116 @@ pub struct CounterReport {
     pub lock: &'static str,
     pub cells: Vec<Cell>,
     pub notes: Vec<String>,
+    pub verdict: Verdict,
 }
 
-/// Median, mean, sample standard deviation.
-pub fn summarize(xs: &[f64]) -> (f64, f64, f64) {
-    if xs.is_empty() {
-        return (0.0, 0.0, 0.0);
+/// The paper's figures this experiment repeats.
+pub const FIGURE: &str = "paper Table 1 and Fig. 2";
+
+/// The paper's claim, from its Section 3 (80 threads on 8 sockets of 10 cores).
+pub const CLAIM: &str = "More counters, each behind its own lock, give super-linear speedups: \
+a counter per socket 18.5x one counter, a counter per core 517x, and less variation (std. dev. \
+9.3%, 0.9%, 0.03%). With a counter per socket, threads grouped on their counter's socket beat \
+threads spread over the sockets, and the OS's placement is slower and varies more.";
+
+/// What the cells show of [`CLAIM`] on a machine with `sockets` sockets.
+///
+/// Checks, for each placement, that every setup with more counters than the
+/// one before it (single, per socket, per core) increments faster; and, with
+/// per-socket counters on two sockets or more, that grouped beats spread and
+/// the OS. Setups with as many counters as the one before them, and
+/// placements that one socket cannot tell apart, are said, not checked.
+pub fn verdict(cells: &[Cell], sockets: usize, reps: usize) -> Verdict {
+    let mut f = Findings::default();
+    let cell =
+        |s: CounterSetup, p: Placement| cells.iter().find(|c| c.setup == s && c.placement == p);
+    let mut placements: Vec<Placement> = Vec::new();
+    for c in cells {
+        if !placements.contains(&c.placement) {
+            placements.push(c.placement);
+        }
     }
-    let mut v = xs.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let mid = v.len() / 2;
-    let median = if v.len() % 2 == 1 {
-        v[mid]
+    let mut same_counters: Vec<String> = Vec::new();
+    for &p in &placements {
+        let row: Vec<&Cell> = CounterSetup::ALL
+            .iter()
+            .filter_map(|&s| cell(s, p))
+            .collect();
+        if row.len() < 2 {
+            continue;
+        }
+        let parts: Vec<String> = row
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} ({} counter{}) {} M/s, std. dev. {:.2}%",
+                    c.setup,
+                    c.counters,
+                    if c.counters == 1 { "" } else { "s" },
+                    millions(c.stats.median),
+                    c.stats.std_pct()
+                )
+            })
+            .collect();
+        f.observed.push(format!("{p}: {}", parts.join("; ")));
+        for w in row.windows(2) {
+            if w[1].counters > w[0].counters {
+                f.checks.push(w[1].stats.median > w[0].stats.median);
+            } else {
+                let why = format!(
+                    "{} has as many counters as {} here ({}), so the two measure the same thing",
+                    w[1].setup, w[0].setup, w[1].counters
+                );
+                if !same_counters.contains(&why) {
+                    same_counters.push(why);
+                }
+            }
+        }
+    }
+    f.caveats.extend(same_counters);
+    if let Some(g) = cell(CounterSetup::PerSocket, Placement::Grouped) {
+        for other in [Placement::Spread, Placement::Os] {
+            let Some(o) = cell(CounterSetup::PerSocket, other) else {
+                continue;
+            };
+            f.observed.push(format!(
+                "per-socket counters: {other} {} M/s = {:.2}x grouped's {} M/s; std. dev. {:.2}% against {:.2}%",
+                millions(o.stats.median),
+                o.stats.median / g.stats.median,
+                millions(g.stats.median),
+                o.stats.std_pct(),
+                g.stats.std_pct()
+            ));
+            if sockets >= 2 {
+                f.checks.push(g.stats.median > o.stats.median);
+            }
+        }
+        if sockets < 2 {
+            f.caveats.push(
+                "one socket: no lock hand-off crosses a socket and grouped and spread place the \
+                 threads alike, so Figure 2 (grouped against spread and the OS) cannot be tested \
+                 here; --plan --topology 4x6 shows where the threads would go on four sockets"
+                    .into(),
+            );
+        }
+    }
+    if reps < 5 {
+        f.caveats.push(format!(
+            "{reps} repetition{} per cell: the standard deviations are rough",
+            if reps == 1 { "" } else { "s" }
+        ));
+    }
+    f.verdict()
+}
+
+/// A rate per second in millions: two decimals, four below 0.1 M.
+fn millions(rate: f64) -> String {
+    let m = rate / 1e6;
+    if m < 0.1 {
+        format!("{m:.4}")
     } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    };
-    let mean = v.iter().sum::<f64>() / v.len() as f64;
-    let sd = if v.len() > 1 {
-        (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
-    } else {
-        0.0
-    };
-    (median, mean, sd)
+        format!("{m:.2}")
+    }
 }
 
 /// Notes on what this machine can and cannot show.
@@ -512,21 +599,13 @@ pub fn run_experiment(
                     human_rate(r.rate())
                 ));
             }
-            let (median, mean, stddev) = summarize(&rates);
             cells.push(Cell {
                 setup,
                 placement,
                 counters: p.counters(),
                 threads: p.threads.len(),
+                stats: Spread::of(&rates),
                 rates,
-                median,
-                mean,
-                stddev,
-                stddev_pct: if mean > 0.0 {
-                    stddev / mean * 100.0
-                } else {
-                    0.0
-                },
                 speedup: None,
             });
         }
@@ -534,19 +613,21 @@ pub fn run_experiment(
     let base: Vec<(Placement, f64)> = cells
         .iter()
         .filter(|c| c.setup == CounterSetup::Single)
-        .map(|c| (c.placement, c.median))
+        .map(|c| (c.placement, c.stats.median))
         .collect();
     for c in &mut cells {
         c.speedup = base
             .iter()
             .find(|(p, _)| *p == c.placement)
             .filter(|(_, m)| *m > 0.0)
-            .map(|(_, m)| c.median / m);
+            .map(|(_, m)| c.stats.median / m);
     }
+    let sockets = per_socket_cpus(t).len();
     Ok(CounterReport {
         machine: t.name().to_string(),
         topology: t.summary(),
-        sockets: per_socket_cpus(t).len(),
+        verdict: verdict(&cells, sockets, cfg.reps),
+        sockets,
         duration_s: cfg.duration.as_secs_f64(),
         reps: cfg.reps,
         lock: "parking_lot::Mutex<u64>, one per 4 KiB page",
@@ -556,7 +637,8 @@ pub fn run_experiment(
 }
 
 impl CounterReport {
-    /// A table like the paper's Table 1, one row per configuration × placement.
+    /// A table like the paper's Table 1, one row per configuration × placement,
+    /// then the notes, the paper's claim and the verdict.
     pub fn render_table(&self) -> String {
         let mut out = format!(
             "counters: {} ({}); {} x {} s per cell; lock: {}\n\n",
@@ -574,41 +656,34 @@ impl CounterReport {
                 c.placement.name(),
                 c.counters,
                 c.threads,
-                c.median / 1e6,
+                c.stats.median / 1e6,
                 speedup,
-                c.stddev / 1e6,
-                c.stddev_pct
+                c.stats.std / 1e6,
+                c.stats.std_pct()
             );
         }
-        for n in &self.notes {
-            let _ = write!(out, "\nnote: {n}");
-        }
-        out.push('\n');
-        out
+        out + &super::notes_and_verdict(&self.notes, &self.verdict, FIGURE, CLAIM)
     }
 
     /// CSV, one row per cell, the repetitions' rates joined by `;`.
     pub fn to_csv(&self) -> String {
-        let mut out = String::from(
-            "setup,placement,counters,threads,reps,duration_s,median_per_s,mean_per_s,stddev_per_s,stddev_pct,speedup,rates_per_s\n",
+        let mut out = format!(
+            "setup,placement,counters,threads,reps,duration_s,{},speedup,rates_per_s\n",
+            Spread::csv_header("per_s")
         );
         for c in &self.cells {
-            let rates: Vec<String> = c.rates.iter().map(|r| format!("{r:.0}")).collect();
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.3},{},{}",
+                "{},{},{},{},{},{},{},{},{}",
                 c.setup,
                 c.placement,
                 c.counters,
                 c.threads,
                 self.reps,
                 self.duration_s,
-                c.median,
-                c.mean,
-                c.stddev,
-                c.stddev_pct,
+                c.stats.csv(),
                 c.speedup.map_or(String::new(), |s| format!("{s:.3}")),
-                rates.join(";")
+                super::rates_csv(&c.rates)
             );
         }
         out
@@ -871,6 +946,66 @@ mod tests {
         assert!(cfg.validate().is_err());
     }
 
+    fn cell(setup: CounterSetup, placement: Placement, counters: usize, rates: &[f64]) -> Cell {
+        Cell {
+            setup,
+            placement,
+            counters,
+            threads: 80,
+            rates: rates.to_vec(),
+            stats: Spread::of(rates),
+            speedup: None,
+        }
+    }
+
+    /// Table 1 and Figure 2's cells, in millions per second.
+    fn paper_cells(spread_per_socket: f64) -> Vec<Cell> {
+        use CounterSetup::*;
+        let m = |x: f64| [x * 0.98e6, x * 1e6, x * 1.03e6];
+        vec![
+            cell(Single, Placement::Grouped, 1, &m(18.4)),
+            cell(PerSocket, Placement::Grouped, 8, &m(341.7)),
+            cell(PerCore, Placement::Grouped, 80, &m(9527.8)),
+            cell(PerSocket, Placement::Spread, 8, &m(spread_per_socket)),
+            cell(PerSocket, Placement::Os, 8, &m(200.0)),
+        ]
+    }
+
+    #[test]
+    fn the_verdict_shows_the_papers_trend_and_fails_without_it() {
+        let v = verdict(&paper_cells(120.0), 8, 5);
+        assert_eq!(v.reproduced, Some(true), "{v:?}");
+        assert!(v.observed[0].starts_with("grouped: single (1 counter) 18.40 M/s"));
+        assert!(v.caveats.is_empty(), "{v:?}");
+        // Spread beating grouped on 8 sockets contradicts Figure 2.
+        let v = verdict(&paper_cells(400.0), 8, 5);
+        assert_eq!(v.reproduced, Some(false), "{v:?}");
+        // A counter per core slower than one counter contradicts Table 1.
+        let mut cells = paper_cells(120.0);
+        cells[2].stats = Spread::of(&[10e6]);
+        assert_eq!(verdict(&cells, 8, 5).reproduced, Some(false));
+    }
+
+    #[test]
+    fn one_socket_tests_only_what_has_more_counters() {
+        use CounterSetup::*;
+        // This machine's shape: 1 socket of 2 cores; per-socket is one counter too.
+        let mut cells = vec![
+            cell(Single, Placement::Grouped, 1, &[30e6, 31e6]),
+            cell(PerSocket, Placement::Grouped, 1, &[35e6, 29e6]),
+            cell(PerSocket, Placement::Spread, 1, &[40e6]),
+        ];
+        let v = verdict(&cells, 1, 2);
+        assert_eq!(v.reproduced, None, "nothing here can be tested: {v:?}");
+        assert!(v.caveats[0].contains("per-socket has as many counters as single here (1)"));
+        assert!(v.caveats.iter().any(|c| c.starts_with("one socket")));
+        assert!(v.caveats.iter().any(|c| c.contains("2 repetitions")));
+        cells.push(cell(PerCore, Placement::Grouped, 2, &[300e6]));
+        assert_eq!(verdict(&cells, 1, 2).reproduced, Some(true));
+        cells[3].stats = Spread::of(&[20e6]);
+        assert_eq!(verdict(&cells, 1, 2).reproduced, Some(false));
+    }
+
     #[test]
     fn a_short_run_loses_no_increments() {
         let t = Topology::discover().unwrap();
@@ -896,15 +1031,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn summary_statistics() {
-        let (m, mean, sd) = summarize(&[1.0, 3.0, 2.0]);
-        assert_eq!(m, 2.0);
-        assert_eq!(mean, 2.0);
-        assert!((sd - 1.0).abs() < 1e-12);
-        assert_eq!(summarize(&[5.0]), (5.0, 5.0, 0.0));
     }
 }
 
@@ -980,6 +1106,8 @@ mod cli_tests {
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         assert_eq!(json["cells"].as_array().unwrap().len(), 2);
+        assert_eq!(json["verdict"]["observed"].as_array().unwrap().len(), 1);
+        assert!(json["cells"][0]["median"].as_f64().unwrap() > 0.0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

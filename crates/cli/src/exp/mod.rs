@@ -542,15 +542,109 @@ fn verdict(e: &Experiment, measured: &[Measured], k: usize, sockets: usize) -> V
         ));
     }
     (e.verdict)(measured, k, &mut f);
-    Verdict {
-        reproduced: if f.checks.is_empty() {
-            None
-        } else {
-            Some(f.checks.iter().all(|&b| b))
-        },
-        observed: f.observed,
-        caveats: f.caveats,
+    f.verdict()
+}
+
+impl Findings {
+    /// The trend shows when every check held, does not when one failed, and
+    /// this machine cannot tell when nothing could be checked.
+    pub fn verdict(self) -> Verdict {
+        Verdict {
+            reproduced: if self.checks.is_empty() {
+                None
+            } else {
+                Some(self.checks.iter().all(|&b| b))
+            },
+            observed: self.observed,
+            caveats: self.caveats,
+        }
     }
+}
+
+impl Verdict {
+    /// The verdict as a sentence, without its full stop.
+    pub fn says(&self) -> &'static str {
+        match self.reproduced {
+            Some(true) => "the trend shows on this machine",
+            Some(false) => "the trend does not show on this machine",
+            None => "this machine cannot tell",
+        }
+    }
+
+    /// The paper's claim, what this machine measured, the caveats and the
+    /// verdict, a line each (`paper:`, `here:`, `note:`, `verdict:`).
+    pub fn render(&self, figure: &str, claim: &str) -> String {
+        let mut out = format!("paper ({figure}): {claim}\n");
+        for o in &self.observed {
+            let _ = writeln!(out, "here: {o}");
+        }
+        for c in &self.caveats {
+            let _ = writeln!(out, "note: {c}");
+        }
+        let _ = writeln!(out, "verdict: {}", self.says());
+        out
+    }
+}
+
+/// The notes under a table (`note:` lines after a blank line each), then the
+/// paper's claim and the verdict ([`Verdict::render`]) after a blank line.
+pub fn notes_and_verdict(notes: &[String], v: &Verdict, figure: &str, claim: &str) -> String {
+    let mut out = String::new();
+    for n in notes {
+        let _ = write!(out, "\nnote: {n}");
+    }
+    out.push_str("\n\n");
+    out + &v.render(figure, claim)
+}
+
+/// Per-repetition rates for a CSV cell: whole numbers joined by `;`.
+pub fn rates_csv(rates: &[f64]) -> String {
+    rates
+        .iter()
+        .map(|r| format!("{r:.0}"))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// A series' median throughput (K txn/s) at the smallest and at the largest
+/// x measured in its panel.
+struct Ends {
+    panel: String,
+    series: String,
+    lo: f64,
+    hi: f64,
+    /// At `lo`.
+    a: f64,
+    /// At `hi`.
+    b: f64,
+}
+
+/// [`Ends`] of every series of every panel, in the order measured.
+fn throughput_ends(measured: &[Measured]) -> Vec<Ends> {
+    let tput = |s: &sweep::Sample| s.throughput_tps / 1e3;
+    let mut v = Vec::new();
+    for panel in panels_of(measured) {
+        let xs = xs_of(measured, &panel);
+        let (Some(&lo), Some(&hi)) = (xs.first(), xs.last()) else {
+            continue;
+        };
+        for series in series_of(measured, &panel) {
+            if let (Some(a), Some(b)) = (
+                at(measured, &panel, series, lo, &tput),
+                at(measured, &panel, series, hi, &tput),
+            ) {
+                v.push(Ends {
+                    panel: panel.clone(),
+                    series: series.to_string(),
+                    lo,
+                    hi,
+                    a,
+                    b,
+                });
+            }
+        }
+    }
+    v
 }
 
 fn table(e: &Experiment, measured: &[Measured]) -> String {
@@ -763,21 +857,7 @@ pub fn run(e: &'static Experiment, a: &SweepArgs) -> Result<Outcome, String> {
         plot::save(&figure(e, &measured, &machine_name, k), &stem)?
     };
     print!("{}", table(e, &measured));
-    println!("paper ({}): {}", e.figure, e.claim);
-    for o in &v.observed {
-        println!("here: {o}");
-    }
-    for c in &v.caveats {
-        println!("note: {c}");
-    }
-    println!(
-        "verdict: {}",
-        match v.reproduced {
-            Some(true) => "the trend shows on this machine",
-            Some(false) => "the trend does not show on this machine",
-            None => "this machine cannot tell",
-        }
-    );
+    print!("{}", v.render(e.figure, e.claim));
     let host = sweep::host_summary(&measured);
     if let Some(h) = &host {
         println!("host: {h}");
@@ -869,15 +949,7 @@ fn report_md(outcomes: &[Outcome], a: &SweepArgs) -> Result<String, String> {
         for ob in &o.verdict.observed {
             let _ = writeln!(r, "- {ob}");
         }
-        let _ = writeln!(
-            r,
-            "\n**Verdict:** {}\n",
-            match o.verdict.reproduced {
-                Some(true) => "the trend shows on this machine.",
-                Some(false) => "the trend does not show on this machine.",
-                None => "this machine cannot tell.",
-            }
-        );
+        let _ = writeln!(r, "\n**Verdict:** {}.\n", o.verdict.says());
         for c in &o.verdict.caveats {
             let _ = writeln!(r, "- Note: {c}");
         }
@@ -927,6 +999,80 @@ mod tests {
         let mut deps = vec![islands_of(&m, 2, 1), per_socket(&m, 2)];
         dedup_deployments(&mut deps);
         assert_eq!(deps.len(), 1, "on one socket CG is SE");
+    }
+
+    fn measured(panel: &str, series: &str, x: f64, tps: f64) -> Measured {
+        Measured {
+            point: Point {
+                panel: panel.into(),
+                series: series.into(),
+                x,
+                args: Vec::new(),
+            },
+            samples: vec![sweep::Sample {
+                rep: 0,
+                throughput_tps: tps,
+                committed: 1,
+                threads: 1,
+                measured_s: 1.0,
+                distributed_pct: 0.0,
+                abort_rate: 0.0,
+                cost_us: 1.0,
+                p50_us: 1.0,
+                p99_us: 1.0,
+                phases: Default::default(),
+                deployment: String::new(),
+                host_rt_ns: None,
+                host_rt_after_ns: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn sweep_verdicts_compare_each_series_at_its_ends() {
+        let p = "update 10 rows, 20% multisite";
+        let scaling = |fg_at_2: f64| {
+            vec![
+                measured(p, "FG (1 island per core)", 1.0, 100e3),
+                measured(p, "SE (1 island)", 1.0, 90e3),
+                measured(p, "FG (1 island per core)", 2.0, fg_at_2),
+                measured(p, "SE (1 island)", 2.0, 95e3),
+            ]
+        };
+        let ends = throughput_ends(&scaling(190e3));
+        assert_eq!(ends.len(), 2);
+        assert_eq!(
+            (ends[0].lo, ends[0].hi, ends[0].a, ends[0].b),
+            (1.0, 2.0, 100.0, 190.0)
+        );
+        let v = verdict(&scaling::EXPERIMENT, &scaling(190e3), 2, 1);
+        assert_eq!(v.reproduced, Some(true), "{v:?}");
+        assert!(v.observed[0].ends_with("100.0 K at 1 core(s) -> 190.0 K at 2 (1.90x)"));
+        assert!(v.caveats.iter().any(|c| c.starts_with("one socket")));
+        let v = verdict(&scaling::EXPERIMENT, &scaling(110e3), 2, 1);
+        assert_eq!(v.reproduced, Some(false), "FG did not scale: {v:?}");
+        let multi = |fine_at_100: f64| {
+            let q = "read 10 rows";
+            vec![
+                measured(q, "1ISL", 0.0, 100e3),
+                measured(q, "2ISL", 0.0, 180e3),
+                measured(q, "1ISL", 100.0, 95e3),
+                measured(q, "2ISL", 100.0, fine_at_100),
+            ]
+        };
+        assert_eq!(
+            verdict(&multisite::EXPERIMENT, &multi(60e3), 2, 1).reproduced,
+            Some(true)
+        );
+        assert_eq!(
+            verdict(&multisite::EXPERIMENT, &multi(170e3), 2, 1).reproduced,
+            Some(false)
+        );
+        assert_eq!(verdict(&skew::EXPERIMENT, &[], 2, 1).reproduced, None);
+        let v = Findings::default().verdict();
+        assert!(v
+            .render("F", "C")
+            .ends_with("verdict: this machine cannot tell\n"));
     }
 
     #[test]

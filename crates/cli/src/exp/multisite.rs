@@ -2,9 +2,9 @@
 //! multisite transactions, for 1ISL … NISL (paper Fig. 9).
 //! Its points, the paper's claim and the verdict on what this machine showed.
 
-use super::sweep::{Measured, Point, Sample};
+use super::sweep::{Measured, Point};
 use super::{
-    at, check_pct, divisors, islands_of, micro, mode_name, num, panels_of, point, xs_of, Ctx,
+    check_pct, divisors, islands_of, micro, mode_name, num, point, throughput_ends, Ctx,
     Experiment, Findings,
 };
 
@@ -42,37 +42,28 @@ fn points(c: &Ctx) -> Result<Vec<Point>, String> {
 }
 
 fn verdict(measured: &[Measured], k: usize, f: &mut Findings) {
-    let Findings {
-        observed: obs,
-        checks: ok,
-        ..
-    } = f;
-    let tput = |s: &Sample| s.throughput_tps / 1e3;
     let fine = format!("{k}ISL");
-    for panel in panels_of(measured) {
-        let xs = xs_of(measured, &panel);
-        let (Some(&lo), Some(&hi)) = (xs.first(), xs.last()) else {
+    for e in throughput_ends(measured) {
+        let one = e.series == "1ISL";
+        if !one && e.series != fine {
             continue;
-        };
-        for series in ["1ISL", fine.as_str()] {
-            if let (Some(a), Some(b)) = (
-                at(measured, &panel, series, lo, &tput),
-                at(measured, &panel, series, hi, &tput),
-            ) {
-                obs.push(format!(
-                    "{panel}, {series}: {a:.1} K at {}% -> {b:.1} K at {}% multisite ({:.2}x)",
-                    num(lo),
-                    num(hi),
-                    b / a
-                ));
-                if k > 1 && lo == 0.0 && hi == 100.0 {
-                    ok.push(if series == "1ISL" {
-                        b / a > 0.8
-                    } else {
-                        b / a < 0.8
-                    });
-                }
-            }
+        }
+        f.observed.push(format!(
+            "{}, {}: {:.1} K at {}% -> {:.1} K at {}% multisite ({:.2}x)",
+            e.panel,
+            e.series,
+            e.a,
+            num(e.lo),
+            e.b,
+            num(e.hi),
+            e.b / e.a
+        ));
+        if k > 1 && e.lo == 0.0 && e.hi == 100.0 {
+            f.checks.push(if one {
+                e.b / e.a > 0.8
+            } else {
+                e.b / e.a < 0.8
+            });
         }
     }
 }

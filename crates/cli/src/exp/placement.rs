@@ -38,7 +38,8 @@ use islands_bench::progress::DisplayMode;
 use islands_workloads::micro::{self, Micro, MicroConfig};
 use serde::Serialize;
 
-use super::counters::summarize;
+use super::sweep::Spread;
+use super::{Findings, Verdict};
 use crate::args::{list, seconds, write_file};
 
 /// Runs the microbenchmark on one island with its workers placed spread,
@@ -199,15 +200,19 @@ fn cpus_label(cpus: &[CpuId]) -> String {
     }
 }
 
+/// Sockets with at least one allowed CPU.
+fn allowed_sockets(t: &Topology) -> usize {
+    t.sockets()
+        .iter()
+        .filter(|s| s.cpus.iter().any(|c| t.is_allowed(c)))
+        .count()
+}
+
 /// Notes on what this machine (or plan) can and cannot show.
 fn machine_notes(t: &Topology, cfg: &PlacementConfig, placed: &[Placed]) -> Vec<String> {
     let mut notes = Vec::new();
     let cpus_of = |p: Placement| placed.iter().find(|x| x.placement == p).map(|x| &x.cpus);
-    let sockets = t
-        .sockets()
-        .iter()
-        .filter(|s| s.cpus.iter().any(|c| t.is_allowed(c)))
-        .count();
+    let sockets = allowed_sockets(t);
     if let (Some(s), Some(g)) = (cpus_of(Placement::Spread), cpus_of(Placement::Grouped)) {
         let mut ss = s.clone();
         let mut gs = g.clone();
@@ -262,12 +267,9 @@ pub struct Cell {
     pub sockets: Option<usize>,
     /// Committed transactions per second of each repetition.
     pub rates_tps: Vec<f64>,
-    pub median_tps: f64,
-    pub mean_tps: f64,
-    /// Sample standard deviation (n − 1) of the rates; 0 with one repetition.
-    pub stddev_tps: f64,
-    /// `stddev / mean`, in percent.
-    pub stddev_pct: f64,
+    /// Median, mean and standard deviation of `rates_tps`.
+    #[serde(flatten)]
+    pub stats: Spread,
     /// Median over the repetitions of the engine aborts over all attempts.
     pub abort_rate: f64,
     /// Median over the grouped median of the same transaction kind, if run.
@@ -287,8 +289,73 @@ pub struct PlacementReport {
     pub reps: usize,
     /// The CPU of the thread that loaded (first touched) the table; `None` if it could not be pinned.
     pub loaded_on_cpu: Option<CpuId>,
+    /// Sockets with an allowed CPU.
+    pub sockets: usize,
     pub cells: Vec<Cell>,
     pub notes: Vec<String>,
+    pub verdict: Verdict,
+}
+
+/// The paper's figure this experiment repeats.
+pub const FIGURE: &str = "paper Fig. 3";
+
+/// The paper's claim, from its Section 3 (TPC-C Payment, 4 workers, 4 sockets of 6 cores).
+pub const CLAIM: &str = "A database's workers placed topology-aware run faster and vary less: \
+4 workers all on one socket give 20-30% more throughput than one worker per socket or the OS's \
+placement.";
+
+/// What the cells show of [`CLAIM`] on a machine with `sockets` sockets.
+///
+/// Checks, for each transaction kind, that grouped beats spread when spread
+/// put the workers on more sockets than grouped did, and that grouped beats
+/// the OS on a machine of two sockets or more. What one socket cannot tell
+/// apart is said, not checked.
+pub fn verdict(cells: &[Cell], sockets: usize) -> Verdict {
+    let mut f = Findings::default();
+    let mut untested = false;
+    for g in cells.iter().filter(|c| c.placement == Placement::Grouped) {
+        for o in cells
+            .iter()
+            .filter(|c| c.mode == g.mode && c.placement != Placement::Grouped)
+        {
+            f.observed.push(format!(
+                "{}: {} {} txn/s = {:.2}x grouped's {} txn/s; std. dev. {:.2}% against {:.2}%",
+                g.mode,
+                o.placement,
+                thousands(o.stats.median.round() as u64),
+                o.stats.median / g.stats.median,
+                thousands(g.stats.median.round() as u64),
+                o.stats.std_pct(),
+                g.stats.std_pct()
+            ));
+            let testable = match o.placement {
+                Placement::Os => sockets >= 2,
+                _ => o.sockets > g.sockets,
+            };
+            if testable {
+                f.checks.push(g.stats.median > o.stats.median);
+            } else {
+                untested = true;
+            }
+        }
+    }
+    if untested {
+        f.caveats.push(if sockets < 2 {
+            "one socket: every placement keeps the workers and the table on the one socket, so \
+             the paper's cross-socket cost cannot show here; --plan --topology 4x6 shows where \
+             the workers would go on four sockets"
+                .to_string()
+        } else {
+            "spread put the workers on no more sockets than grouped did (one worker per allowed \
+             CPU): --workers 4 on a 4-socket machine, as in the paper"
+                .to_string()
+        });
+    }
+    f.caveats.push(
+        "the paper ran TPC-C Payment; this runs the microbenchmark on one shared-everything island"
+            .into(),
+    );
+    f.verdict()
 }
 
 /// An engine error as one line, without the `invalid configuration:` prefix.
@@ -417,23 +484,15 @@ pub fn run_experiment(
             let runs = &rates[m * placed.len() + k];
             let tps: Vec<f64> = runs.iter().map(|r| r.0).collect();
             let aborts: Vec<f64> = runs.iter().map(|r| r.1).collect();
-            let (median, mean, stddev) = summarize(&tps);
             cells.push(Cell {
                 mode: mode_name(update),
                 placement: p.placement,
                 workers: cfg.workers,
                 cpus: p.cpus.iter().flatten().copied().collect(),
                 sockets: p.sockets(t),
+                stats: Spread::of(&tps),
                 rates_tps: tps,
-                median_tps: median,
-                mean_tps: mean,
-                stddev_tps: stddev,
-                stddev_pct: if mean > 0.0 {
-                    stddev / mean * 100.0
-                } else {
-                    0.0
-                },
-                abort_rate: summarize(&aborts).0,
+                abort_rate: Spread::of(&aborts).median,
                 vs_grouped: None,
             });
         }
@@ -441,13 +500,13 @@ pub fn run_experiment(
     let grouped_median: Vec<(&str, f64)> = cells
         .iter()
         .filter(|c| c.placement == Placement::Grouped)
-        .map(|c| (c.mode, c.median_tps))
+        .map(|c| (c.mode, c.stats.median))
         .collect();
     for c in &mut cells {
         c.vs_grouped = grouped_median
             .iter()
             .find(|(m, g)| *m == c.mode && *g > 0.0)
-            .map(|(_, g)| c.median_tps / g);
+            .map(|(_, g)| c.stats.median / g);
     }
     let mut notes = machine_notes(t, cfg, &placed);
     let same = |a: Placement, b: Placement| {
@@ -473,7 +532,10 @@ pub fn run_experiment(
     });
     let mut parameters = base.parameters();
     parameters.remove("mode");
+    let sockets = allowed_sockets(t);
     Ok(PlacementReport {
+        sockets,
+        verdict: verdict(&cells, sockets),
         machine: t.name().to_string(),
         topology: t.summary(),
         workers: cfg.workers,
@@ -517,31 +579,27 @@ impl PlacementReport {
                 c.placement.name(),
                 c.sockets.map_or("-".to_string(), |s| s.to_string()),
                 cpus_label(&c.cpus),
-                thousands(c.median_tps.round() as u64),
-                thousands(c.stddev_tps.round() as u64),
-                c.stddev_pct,
+                thousands(c.stats.median.round() as u64),
+                thousands(c.stats.std.round() as u64),
+                c.stats.std_pct(),
                 c.abort_rate * 100.0,
                 c.vs_grouped.map_or("-".to_string(), |x| format!("{x:.2}x"))
             );
         }
-        for n in &self.notes {
-            let _ = write!(out, "\nnote: {n}");
-        }
-        out.push('\n');
-        out
+        out + &super::notes_and_verdict(&self.notes, &self.verdict, FIGURE, CLAIM)
     }
 
     /// CSV, one row per cell; the worker CPUs joined by spaces, the rates by `;`.
     pub fn to_csv(&self) -> String {
-        let mut out = String::from(
-            "mode,placement,workers,cpus,sockets,reps,duration_s,median_tps,mean_tps,stddev_tps,stddev_pct,abort_rate,vs_grouped,rates_tps\n",
+        let mut out = format!(
+            "mode,placement,workers,cpus,sockets,reps,duration_s,{},abort_rate,vs_grouped,rates_tps\n",
+            Spread::csv_header("tps")
         );
         for c in &self.cells {
             let cpus: Vec<String> = c.cpus.iter().map(|x| x.to_string()).collect();
-            let rates: Vec<String> = c.rates_tps.iter().map(|r| format!("{r:.0}")).collect();
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.3},{:.6},{},{}",
+                "{},{},{},{},{},{},{},{},{:.6},{},{}",
                 c.mode,
                 c.placement,
                 c.workers,
@@ -549,13 +607,10 @@ impl PlacementReport {
                 c.sockets.map_or(String::new(), |s| s.to_string()),
                 self.reps,
                 self.duration_s,
-                c.median_tps,
-                c.mean_tps,
-                c.stddev_tps,
-                c.stddev_pct,
+                c.stats.csv(),
                 c.abort_rate,
                 c.vs_grouped.map_or(String::new(), |x| format!("{x:.4}")),
-                rates.join(";")
+                super::rates_csv(&c.rates_tps)
             );
         }
         out
@@ -803,6 +858,57 @@ mod tests {
         );
     }
 
+    fn cell(mode: &'static str, placement: Placement, sockets: Option<usize>, tps: f64) -> Cell {
+        let rates = [tps * 0.97, tps, tps * 1.02];
+        Cell {
+            mode,
+            placement,
+            workers: 4,
+            cpus: Vec::new(),
+            sockets,
+            rates_tps: rates.to_vec(),
+            stats: Spread::of(&rates),
+            abort_rate: 0.0,
+            vs_grouped: None,
+        }
+    }
+
+    #[test]
+    fn the_verdict_checks_grouped_against_what_differs() {
+        let paper = |spread: f64| {
+            vec![
+                cell("update", Placement::Spread, Some(4), spread),
+                cell("update", Placement::Grouped, Some(1), 130e3),
+                cell("update", Placement::Os, None, 105e3),
+            ]
+        };
+        let v = verdict(&paper(100e3), 4);
+        assert_eq!(v.reproduced, Some(true), "{v:?}");
+        assert!(
+            v.observed[0].starts_with("update: spread 100,000 txn/s = 0.77x grouped's 130,000"),
+            "{v:?}"
+        );
+        assert_eq!(verdict(&paper(150e3), 4).reproduced, Some(false));
+        // One socket: spread is grouped and the OS keeps to the socket; nothing to test.
+        let one = vec![
+            cell("update", Placement::Spread, Some(1), 150e3),
+            cell("update", Placement::Grouped, Some(1), 130e3),
+            cell("update", Placement::Os, None, 90e3),
+        ];
+        let v = verdict(&one, 1);
+        assert_eq!(v.reproduced, None, "{v:?}");
+        assert!(v.caveats[0].starts_with("one socket"), "{v:?}");
+        // Every CPU of 4 sockets: spread and grouped both cover the 4 sockets, the OS is tested.
+        let all = vec![
+            cell("read-only", Placement::Spread, Some(4), 150e3),
+            cell("read-only", Placement::Grouped, Some(4), 130e3),
+            cell("read-only", Placement::Os, None, 140e3),
+        ];
+        let v = verdict(&all, 4);
+        assert_eq!(v.reproduced, Some(false), "grouped lost to the OS: {v:?}");
+        assert!(v.caveats[0].contains("no more sockets"), "{v:?}");
+    }
+
     #[test]
     fn a_tiny_run_fills_every_cell() {
         let t = Topology::discover().unwrap();
@@ -843,8 +949,8 @@ mod tests {
             assert_eq!(c.rates_tps.len(), 2);
             assert!(c.rates_tps.iter().all(|&x| x > 0.0), "{c:?}");
             assert!(
-                c.median_tps > 0.0
-                    && c.median_tps <= c.rates_tps.iter().cloned().fold(0.0, f64::max)
+                c.stats.median > 0.0
+                    && c.stats.median <= c.rates_tps.iter().cloned().fold(0.0, f64::max)
             );
             assert_eq!(c.workers, cfg.workers);
         }
@@ -858,6 +964,11 @@ mod tests {
         assert_eq!(json["cells"][2]["placement"], "os");
         let table = r.render_table();
         assert!(table.contains("2,000 rows"), "{table}");
+        assert!(
+            table.contains("\npaper (paper Fig. 3): ") && table.contains("\nverdict: "),
+            "{table}"
+        );
+        assert_eq!(json["verdict"]["observed"].as_array().unwrap().len(), 4);
         assert_eq!(cpus_label(&[]), "(not pinned)");
         assert_eq!(
             cpus_label(&[0, 6, 12, 18, 1, 7, 13, 19]),

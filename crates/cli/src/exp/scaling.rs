@@ -2,10 +2,10 @@
 //! coarse-grained and shared-everything (paper Fig. 12).
 //! Its points, the paper's claim and the verdict on what this machine showed.
 
-use super::sweep::{Measured, Point, Sample};
+use super::sweep::{Measured, Point};
 use super::{
-    at, check_cores, islands_of, micro, mode_name, num, panels_of, per_socket, point, series_of,
-    xs_of, Ctx, Experiment, Findings,
+    check_cores, islands_of, micro, mode_name, num, per_socket, point, throughput_ends, Ctx,
+    Experiment, Findings,
 };
 
 pub const EXPERIMENT: Experiment = Experiment {
@@ -50,33 +50,20 @@ fn points(c: &Ctx) -> Result<Vec<Point>, String> {
 }
 
 fn verdict(measured: &[Measured], _k: usize, f: &mut Findings) {
-    let Findings {
-        observed: obs,
-        caveats: cav,
-        checks: ok,
-    } = f;
-    let tput = |s: &Sample| s.throughput_tps / 1e3;
-    for panel in panels_of(measured) {
-        let xs = xs_of(measured, &panel);
-        let (Some(&lo), Some(&hi)) = (xs.first(), xs.last()) else {
-            continue;
-        };
-        for series in series_of(measured, &panel) {
-            if let (Some(a), Some(b)) = (
-                at(measured, &panel, series, lo, &tput),
-                at(measured, &panel, series, hi, &tput),
-            ) {
-                obs.push(format!(
-                    "{panel}, {series}: {a:.1} K at {} core(s) -> {b:.1} K at {} ({:.2}x)",
-                    num(lo),
-                    num(hi),
-                    b / a
-                ));
-                if series.starts_with("FG") && hi > lo {
-                    ok.push(b > a * 1.2);
-                }
-            }
+    for e in throughput_ends(measured) {
+        f.observed.push(format!(
+            "{}, {}: {:.1} K at {} core(s) -> {:.1} K at {} ({:.2}x)",
+            e.panel,
+            e.series,
+            e.a,
+            num(e.lo),
+            e.b,
+            num(e.hi),
+            e.b / e.a
+        ));
+        if e.series.starts_with("FG") && e.hi > e.lo {
+            f.checks.push(e.b > e.a * 1.2);
         }
     }
-    cav.push("the paper's point is on 24 and 80 cores of 4 and 8 sockets; 2 cores show only the first step".into());
+    f.caveats.push("the paper's point is on 24 and 80 cores of 4 and 8 sockets; 2 cores show only the first step".into());
 }

@@ -2,10 +2,10 @@
 //! update, fine, coarse and one island (paper Fig. 13).
 //! Its points, the paper's claim and the verdict on what this machine showed.
 
-use super::sweep::{Measured, Point, Sample};
+use super::sweep::{Measured, Point};
 use super::{
-    at, dedup_deployments, islands_of, micro, mode_name, num, panels_of, per_socket, point,
-    series_of, xs_of, Ctx, Experiment, Findings,
+    dedup_deployments, islands_of, micro, mode_name, num, per_socket, point, throughput_ends, Ctx,
+    Experiment, Findings,
 };
 
 pub const EXPERIMENT: Experiment = Experiment {
@@ -60,32 +60,19 @@ fn points(c: &Ctx) -> Result<Vec<Point>, String> {
 }
 
 fn verdict(measured: &[Measured], _k: usize, f: &mut Findings) {
-    let Findings {
-        observed: obs,
-        checks: ok,
-        ..
-    } = f;
-    let tput = |s: &Sample| s.throughput_tps / 1e3;
-    for panel in panels_of(measured) {
-        let xs = xs_of(measured, &panel);
-        let (Some(&lo), Some(&hi)) = (xs.first(), xs.last()) else {
-            continue;
-        };
-        for series in series_of(measured, &panel) {
-            if let (Some(a), Some(b)) = (
-                at(measured, &panel, series, lo, &tput),
-                at(measured, &panel, series, hi, &tput),
-            ) {
-                obs.push(format!(
-                    "{panel}, {series}: {a:.1} K at θ={} -> {b:.1} K at θ={} ({:.2}x)",
-                    num(lo),
-                    num(hi),
-                    b / a
-                ));
-                if series.starts_with("1ISL") && panel.starts_with("update") && hi >= 0.9 {
-                    ok.push(b < a);
-                }
-            }
+    for e in throughput_ends(measured) {
+        f.observed.push(format!(
+            "{}, {}: {:.1} K at θ={} -> {:.1} K at θ={} ({:.2}x)",
+            e.panel,
+            e.series,
+            e.a,
+            num(e.lo),
+            e.b,
+            num(e.hi),
+            e.b / e.a
+        ));
+        if e.series.starts_with("1ISL") && e.panel.starts_with("update") && e.hi >= 0.9 {
+            f.checks.push(e.b < e.a);
         }
     }
 }

@@ -124,8 +124,10 @@ impl Sample {
 pub struct Spread {
     pub n: usize,
     pub median: f64,
+    pub mean: f64,
     pub min: f64,
     pub max: f64,
+    /// Sample standard deviation (n − 1); 0 with one value.
     pub std: f64,
 }
 
@@ -151,10 +153,37 @@ impl Spread {
         Spread {
             n,
             median,
+            mean,
             min: v[0],
             max: v[n - 1],
             std: var.sqrt(),
         }
+    }
+
+    /// The standard deviation over the mean, in percent (the paper's Table 1
+    /// column); 0 when the mean is not positive.
+    pub fn std_pct(&self) -> f64 {
+        if self.mean > 0.0 {
+            self.std / self.mean * 100.0
+        } else {
+            0.0
+        }
+    }
+
+    /// `median,mean,std,std_pct`, for a CSV row under [`Spread::CSV_HEADER`].
+    pub fn csv(&self) -> String {
+        format!(
+            "{:.0},{:.0},{:.0},{:.3}",
+            self.median,
+            self.mean,
+            self.std,
+            self.std_pct()
+        )
+    }
+
+    /// The header of [`Spread::csv`]'s columns, each named with `unit`.
+    pub fn csv_header(unit: &str) -> String {
+        format!("median_{unit},mean_{unit},stddev_{unit},stddev_pct")
     }
 }
 
@@ -419,8 +448,14 @@ mod tests {
     #[test]
     fn spread_median_and_std() {
         let s = Spread::of(&[3.0, 1.0, 2.0]);
-        assert_eq!((s.n, s.median, s.min, s.max), (3, 2.0, 1.0, 3.0));
+        assert_eq!(
+            (s.n, s.median, s.mean, s.min, s.max),
+            (3, 2.0, 2.0, 1.0, 3.0)
+        );
         assert!((s.std - 1.0).abs() < 1e-12);
+        assert!((s.std_pct() - 50.0).abs() < 1e-9);
+        assert_eq!(s.csv(), "2,2,1,50.000");
+        assert_eq!(Spread::of(&[5.0]).std, 0.0);
         let s = Spread::of(&[4.0, 1.0]);
         assert_eq!(s.median, 2.5);
         assert_eq!(Spread::of(&[f64::NAN]).n, 0);
