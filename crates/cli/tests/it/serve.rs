@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -1308,10 +1309,14 @@ fn serve_recovers_acknowledged_calls_after_sigkill_and_stops_cleanly_on_sigterm(
     let dir = temp("kill");
     let d = dir.to_str().unwrap();
     let (mut child, addr, _) = spawn_serve(&["--init", "tpcb", "--scale", "1", "--data-dir", d]);
-    // 8 clients, each on its own account, delta 1 per call.
+    // 8 clients, each on its own account, delta 1 per call. The kill comes
+    // once 64 calls are acknowledged (not after a fixed time, which a loaded
+    // machine may spend connecting), or after 20 s.
+    let total = Arc::new(AtomicU64::new(0));
     let acked: Vec<i64> = runtime().block_on(async {
         let mut tasks = Vec::new();
         for k in 1..=8i64 {
+            let total = Arc::clone(&total);
             tasks.push(tokio::spawn(async move {
                 let c = connect(addr).await.unwrap();
                 let mut n = 0i64;
@@ -1319,14 +1324,20 @@ fn serve_recovers_acknowledged_calls_after_sigkill_and_stops_cleanly_on_sigterm(
                 while t.elapsed() < Duration::from_secs(30) {
                     let tid = 1 + k % 10;
                     match c.execute("CALL tpcb($1, $2, 1, 1)", &[&k, &tid]).await {
-                        Ok(_) => n += 1,
+                        Ok(_) => {
+                            n += 1;
+                            total.fetch_add(1, Ordering::Relaxed);
+                        }
                         Err(_) => break,
                     }
                 }
                 n
             }));
         }
-        tokio::time::sleep(Duration::from_millis(800)).await;
+        let t = Instant::now();
+        while total.load(Ordering::Relaxed) < 64 && t.elapsed() < Duration::from_secs(20) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         child.child().kill().unwrap(); // SIGKILL
         let mut out = Vec::new();
         for t in tasks {
