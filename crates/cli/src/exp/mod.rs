@@ -619,6 +619,21 @@ struct Ends {
     b: f64,
 }
 
+impl Ends {
+    /// "panel, series: a K at `lo` -> b K at `hi` (b/a x)", with `lo` and
+    /// `hi` the ends as the experiment names them.
+    fn said(&self, lo: &str, hi: &str) -> String {
+        format!(
+            "{}, {}: {:.1} K at {lo} -> {:.1} K at {hi} ({:.2}x)",
+            self.panel,
+            self.series,
+            self.a,
+            self.b,
+            self.b / self.a
+        )
+    }
+}
+
 /// [`Ends`] of every series of every panel, in the order measured.
 fn throughput_ends(measured: &[Measured]) -> Vec<Ends> {
     let tput = |s: &sweep::Sample| s.throughput_tps / 1e3;

@@ -48,15 +48,9 @@ fn verdict(measured: &[Measured], k: usize, f: &mut Findings) {
         if !one && e.series != fine {
             continue;
         }
-        f.observed.push(format!(
-            "{}, {}: {:.1} K at {}% -> {:.1} K at {}% multisite ({:.2}x)",
-            e.panel,
-            e.series,
-            e.a,
-            num(e.lo),
-            e.b,
-            num(e.hi),
-            e.b / e.a
+        f.observed.push(e.said(
+            &format!("{}%", num(e.lo)),
+            &format!("{}% multisite", num(e.hi)),
         ));
         if k > 1 && e.lo == 0.0 && e.hi == 100.0 {
             f.checks.push(if one {

@@ -51,16 +51,8 @@ fn points(c: &Ctx) -> Result<Vec<Point>, String> {
 
 fn verdict(measured: &[Measured], _k: usize, f: &mut Findings) {
     for e in throughput_ends(measured) {
-        f.observed.push(format!(
-            "{}, {}: {:.1} K at {} core(s) -> {:.1} K at {} ({:.2}x)",
-            e.panel,
-            e.series,
-            e.a,
-            num(e.lo),
-            e.b,
-            num(e.hi),
-            e.b / e.a
-        ));
+        f.observed
+            .push(e.said(&format!("{} core(s)", num(e.lo)), &num(e.hi)));
         if e.series.starts_with("FG") && e.hi > e.lo {
             f.checks.push(e.b > e.a * 1.2);
         }

@@ -61,16 +61,8 @@ fn points(c: &Ctx) -> Result<Vec<Point>, String> {
 
 fn verdict(measured: &[Measured], _k: usize, f: &mut Findings) {
     for e in throughput_ends(measured) {
-        f.observed.push(format!(
-            "{}, {}: {:.1} K at θ={} -> {:.1} K at θ={} ({:.2}x)",
-            e.panel,
-            e.series,
-            e.a,
-            num(e.lo),
-            e.b,
-            num(e.hi),
-            e.b / e.a
-        ));
+        f.observed
+            .push(e.said(&format!("θ={}", num(e.lo)), &format!("θ={}", num(e.hi))));
         if e.series.starts_with("1ISL") && e.panel.starts_with("update") && e.hi >= 0.9 {
             f.checks.push(e.b < e.a);
         }
