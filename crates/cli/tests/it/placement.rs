@@ -65,9 +65,11 @@ fn a_tiny_run_prints_every_placement_with_a_throughput() {
     let cells = report["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 6);
     for c in cells {
-        assert!(c["median_tps"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(c["median"].as_f64().unwrap() > 0.0, "{c}");
         assert_eq!(c["rates_tps"].as_array().unwrap().len(), 2, "{c}");
     }
+    assert_eq!(report["verdict"]["observed"].as_array().unwrap().len(), 4);
+    assert!(stdout.contains("\nverdict: "), "{stdout}");
     // On one socket the output says that spread and grouped are the same.
     let topology = Command::new(env!("CARGO_BIN_EXE_islands"))
         .arg("topology")
