@@ -170,22 +170,6 @@ impl Builtin {
         }
     }
 
-    /// What its islands' control files record as the workload (see
-    /// [`islands::api::Options::workload`]), so that `islands check`
-    /// rebuilds its tables and checks it: TPC-C's description (`islands
-    /// tpcc check` reads it too), or the data set's
-    /// ([`crate::spec::WorkloadSpec::Served`]).
-    pub fn workload(&self) -> String {
-        match *self {
-            Builtin::Tpcc { warehouses } => crate::spec::WorkloadSpec::Tpcc {
-                warehouses,
-                max_orders_per_district: TPCC_MAX_ORDERS_PER_DISTRICT,
-            }
-            .to_string(),
-            b => crate::spec::WorkloadSpec::Served(b).to_string(),
-        }
-    }
-
     /// The parameter that sizes it, and its value: `scale`, `rows`,
     /// `warehouses` or `accounts`.
     pub fn size(&self) -> (&'static str, u64) {

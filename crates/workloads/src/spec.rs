@@ -15,7 +15,7 @@ use islands::Error;
 
 use crate::inserts::{self, InsertsConfig};
 use crate::micro::{self, MicroConfig};
-use crate::served::Builtin;
+use crate::served::{Builtin, TPCC_MAX_ORDERS_PER_DISTRICT};
 use crate::tpcc::{self, TpccConfig};
 use crate::ycsb::{self, YcsbConfig};
 
@@ -311,6 +311,24 @@ pub fn check(islands: &[(&Island, &WorkloadSpec)]) -> Result<Vec<String>, Error>
             b.check_islands(&all, true).violations
         }
     })
+}
+
+impl Builtin {
+    /// What its islands' control files record as the workload (see
+    /// [`islands::api::Options::workload`]), so that `islands check`
+    /// rebuilds its tables and checks it: TPC-C's description (`islands
+    /// tpcc check` reads it too), or the data set's
+    /// ([`WorkloadSpec::Served`]).
+    pub fn workload(&self) -> String {
+        match *self {
+            Builtin::Tpcc { warehouses } => WorkloadSpec::Tpcc {
+                warehouses,
+                max_orders_per_district: TPCC_MAX_ORDERS_PER_DISTRICT,
+            }
+            .to_string(),
+            b => WorkloadSpec::Served(b).to_string(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,12 +3,12 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::deployment::{Call, Deployment, Inner};
+use super::deployment::{Call, CancelFlag, Deployment, Inner};
 use super::value::{Row, Value};
 use super::CallError;
 
@@ -33,41 +33,6 @@ impl std::fmt::Debug for Client {
 /// yielding its core, before it parks.
 const SPIN_FOR: Duration = Duration::from_micros(5);
 const POLL_FOR: Duration = Duration::from_micros(50);
-
-/// Cancels the calls it goes with ([`Client::call_async_cancelable`]): a
-/// call whose flag is set before its transaction commits is rolled back and
-/// answered [`CallError::Canceled`]; a call that committed is answered with
-/// its rows as usual, so a cancel never loses or fakes a commit. The
-/// executor reads the flag when it begins each attempt of the call's
-/// transaction (a call still queued is never run) and when the procedure
-/// returns, just before the commit; a procedure's body, once begun, runs to
-/// its end. Cheap to clone (clones share the flag); one flag may serve many
-/// calls one after another, cleared between them ([`CancelFlag::clear`]).
-#[derive(Clone, Debug, Default)]
-pub struct CancelFlag(Arc<AtomicBool>);
-
-impl CancelFlag {
-    pub fn new() -> CancelFlag {
-        CancelFlag::default()
-    }
-
-    /// Cancels the call (or calls) in flight with this flag.
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::Release);
-    }
-
-    /// Unsets the flag, for the next call. A read first: the flag's line
-    /// stays shared with the executors that read it when nobody canceled.
-    pub fn clear(&self) {
-        if self.0.load(Ordering::Relaxed) {
-            self.0.store(false, Ordering::Relaxed);
-        }
-    }
-
-    pub fn is_canceled(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-}
 
 thread_local! {
     /// Spreads a thread's calls over the executors that may take them.

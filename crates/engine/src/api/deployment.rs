@@ -11,7 +11,6 @@ use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 
 use super::catalog::{Catalog, Home, Partition, ProcDef, SiteOf};
-use super::client::CancelFlag;
 use super::value::{Args, Row, Value};
 use super::CallError;
 use crate::cc::CcKind;
@@ -239,6 +238,41 @@ impl Router for SiteRouter {
     ) -> Option<u16> {
         let site = (*self.secondary.get(table as usize)?.get(index.0 as usize)?)?;
         Some(self.island_of_site(site(skey)))
+    }
+}
+
+/// Cancels the calls it goes with ([`super::Client::call_async_cancelable`]): a
+/// call whose flag is set before its transaction commits is rolled back and
+/// answered [`CallError::Canceled`]; a call that committed is answered with
+/// its rows as usual, so a cancel never loses or fakes a commit. The
+/// executor reads the flag when it begins each attempt of the call's
+/// transaction (a call still queued is never run) and when the procedure
+/// returns, just before the commit; a procedure's body, once begun, runs to
+/// its end. Cheap to clone (clones share the flag); one flag may serve many
+/// calls one after another, cleared between them ([`CancelFlag::clear`]).
+#[derive(Clone, Debug, Default)]
+pub struct CancelFlag(Arc<AtomicBool>);
+
+impl CancelFlag {
+    pub fn new() -> CancelFlag {
+        CancelFlag::default()
+    }
+
+    /// Cancels the call (or calls) in flight with this flag.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Unsets the flag, for the next call. A read first: the flag's line
+    /// stays shared with the executors that read it when nobody canceled.
+    pub fn clear(&self) {
+        if self.0.load(Ordering::Relaxed) {
+            self.0.store(false, Ordering::Relaxed);
+        }
+    }
+
+    pub fn is_canceled(&self) -> bool {
+        self.0.load(Ordering::Acquire)
     }
 }
 

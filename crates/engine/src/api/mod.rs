@@ -70,8 +70,8 @@ mod deployment;
 mod value;
 
 pub use catalog::{Catalog, Home, Partition, ProcBody, ProcDef, ProcFuture, SiteOf};
-pub use client::{CallFuture, CancelFlag, Client};
-pub use deployment::{Deployment, Load, Options};
+pub use client::{CallFuture, Client};
+pub use deployment::{CancelFlag, Deployment, Load, Options};
 pub use value::{Args, Row, Type, Value};
 
 /// Why a call has no result rows.
