@@ -586,14 +586,17 @@ impl Verdict {
     }
 }
 
-/// The notes under a table (`note:` lines after a blank line each), then the
-/// paper's claim and the verdict ([`Verdict::render`]) after a blank line.
+/// What follows a table that ends with a newline: a blank line, its notes
+/// (a `note:` line each), and, after another blank line if there were
+/// notes, the paper's claim and the verdict ([`Verdict::render`]).
 pub fn notes_and_verdict(notes: &[String], v: &Verdict, figure: &str, claim: &str) -> String {
-    let mut out = String::new();
+    let mut out = String::from("\n");
     for n in notes {
-        let _ = write!(out, "\nnote: {n}");
+        let _ = writeln!(out, "note: {n}");
     }
-    out.push_str("\n\n");
+    if !notes.is_empty() {
+        out.push('\n');
+    }
     out + &v.render(figure, claim)
 }
 
