@@ -39,7 +39,7 @@ use islands_workloads::micro::{self, Micro, MicroConfig};
 use serde::Serialize;
 
 use super::sweep::Spread;
-use super::{Findings, Verdict};
+use super::{ratio, times, Findings, Verdict, AHEAD};
 use crate::args::{list, seconds, write_file};
 
 /// Runs the microbenchmark on one island with its workers placed spread,
@@ -268,7 +268,7 @@ pub struct Cell {
     /// Committed transactions per second of each repetition.
     pub rates_tps: Vec<f64>,
     /// Median, mean and standard deviation of `rates_tps`.
-    #[serde(flatten)]
+    #[serde(rename = "throughput_tps")]
     pub stats: Spread,
     /// Median over the repetitions of the engine aborts over all attempts.
     pub abort_rate: f64,
@@ -306,11 +306,12 @@ placement.";
 
 /// What the cells show of [`CLAIM`] on a machine with `sockets` sockets.
 ///
-/// Checks, for each transaction kind, that grouped beats spread when spread
-/// put the workers on more sockets than grouped did, and that grouped beats
-/// the OS on a machine of two sockets or more. What one socket cannot tell
-/// apart is said, not checked.
-pub fn verdict(cells: &[Cell], sockets: usize) -> Verdict {
+/// Checks, for each transaction kind, that grouped is [`AHEAD`] of spread
+/// when spread put the workers on more sockets than grouped did, and ahead
+/// of the OS when grouped left a socket of a machine of two or more free.
+/// What this machine or these options cannot tell apart is said, not
+/// checked; so is the variation.
+pub fn verdict(cells: &[Cell], sockets: usize, reps: usize) -> Verdict {
     let mut f = Findings::default();
     let mut untested = false;
     for g in cells.iter().filter(|c| c.placement == Placement::Grouped) {
@@ -318,36 +319,42 @@ pub fn verdict(cells: &[Cell], sockets: usize) -> Verdict {
             .iter()
             .filter(|c| c.mode == g.mode && c.placement != Placement::Grouped)
         {
+            let x = ratio(o.stats.median, g.stats.median);
             f.observed.push(format!(
-                "{}: {} {} txn/s = {:.2}x grouped's {} txn/s; std. dev. {:.2}% against {:.2}%",
+                "{}: {} {} txn/s = {} grouped's {} txn/s; std. dev. {:.2}% against {:.2}%",
                 g.mode,
                 o.placement,
                 thousands(o.stats.median.round() as u64),
-                o.stats.median / g.stats.median,
+                times(x),
                 thousands(g.stats.median.round() as u64),
-                o.stats.std_pct(),
-                g.stats.std_pct()
+                o.stats.std_pct,
+                g.stats.std_pct
             ));
             let testable = match o.placement {
-                Placement::Os => sockets >= 2,
+                Placement::Os => sockets >= 2 && g.sockets.is_some_and(|s| s < sockets),
                 _ => o.sockets > g.sockets,
             };
-            if testable {
-                f.checks.push(g.stats.median > o.stats.median);
-            } else {
-                untested = true;
+            match x {
+                Some(x) if testable => f.checks.push(x * AHEAD < 1.0),
+                _ => untested = true,
             }
         }
     }
+    if !cells.is_empty() && !cells.iter().any(|c| c.placement == Placement::Grouped) {
+        f.caveats.push(
+            "grouped was not run: the other placements have nothing to compare against".into(),
+        );
+    }
     if untested {
         f.caveats.push(if sockets < 2 {
-            "one socket: every placement keeps the workers and the table on the one socket, so \
-             the paper's cross-socket cost cannot show here; --plan --topology 4x6 shows where \
-             the workers would go on four sockets"
+            "on one socket every placement keeps the workers and the table there, so the \
+             paper's cross-socket cost is not tested; --plan --topology 4x6 shows where the \
+             workers would go on four sockets"
                 .to_string()
         } else {
-            "spread put the workers on no more sockets than grouped did (one worker per allowed \
-             CPU): --workers 4 on a 4-socket machine, as in the paper"
+            "grouped spreads the workers over as many sockets as spread does, or over every \
+             socket: run fewer workers than CPUs (--workers 4 on a 4-socket machine, as in the \
+             paper) to test it"
                 .to_string()
         });
     }
@@ -355,6 +362,7 @@ pub fn verdict(cells: &[Cell], sockets: usize) -> Verdict {
         "the paper ran TPC-C Payment; this runs the microbenchmark on one shared-everything island"
             .into(),
     );
+    f.few_reps(reps);
     f.verdict()
 }
 
@@ -535,7 +543,7 @@ pub fn run_experiment(
     let sockets = allowed_sockets(t);
     Ok(PlacementReport {
         sockets,
-        verdict: verdict(&cells, sockets),
+        verdict: verdict(&cells, sockets, cfg.reps),
         machine: t.name().to_string(),
         topology: t.summary(),
         workers: cfg.workers,
@@ -551,7 +559,8 @@ pub fn run_experiment(
 }
 
 impl PlacementReport {
-    /// A table, one row per transaction kind × placement, then the notes.
+    /// A table, one row per transaction kind × placement, then the notes,
+    /// the paper's claim and the verdict.
     pub fn render_table(&self) -> String {
         let p = |k: &str| self.parameters.get(k).map_or("?", String::as_str);
         let mut out = format!(
@@ -581,7 +590,7 @@ impl PlacementReport {
                 cpus_label(&c.cpus),
                 thousands(c.stats.median.round() as u64),
                 thousands(c.stats.std.round() as u64),
-                c.stats.std_pct(),
+                c.stats.std_pct,
                 c.abort_rate * 100.0,
                 c.vs_grouped.map_or("-".to_string(), |x| format!("{x:.2}x"))
             );
@@ -882,31 +891,48 @@ mod tests {
                 cell("update", Placement::Os, None, 105e3),
             ]
         };
-        let v = verdict(&paper(100e3), 4);
+        let v = verdict(&paper(100e3), 4, 5);
         assert_eq!(v.reproduced, Some(true), "{v:?}");
         assert!(
             v.observed[0].starts_with("update: spread 100,000 txn/s = 0.77x grouped's 130,000"),
             "{v:?}"
         );
-        assert_eq!(verdict(&paper(150e3), 4).reproduced, Some(false));
+        assert_eq!(verdict(&paper(150e3), 4, 5).reproduced, Some(false));
+        // 5% behind grouped: within the noise, not the paper's 20-30%.
+        assert_eq!(verdict(&paper(124e3), 4, 5).reproduced, Some(false));
         // One socket: spread is grouped and the OS keeps to the socket; nothing to test.
         let one = vec![
             cell("update", Placement::Spread, Some(1), 150e3),
             cell("update", Placement::Grouped, Some(1), 130e3),
             cell("update", Placement::Os, None, 90e3),
         ];
-        let v = verdict(&one, 1);
+        let v = verdict(&one, 1, 3);
         assert_eq!(v.reproduced, None, "{v:?}");
-        assert!(v.caveats[0].starts_with("one socket"), "{v:?}");
+        assert!(v.caveats[0].starts_with("on one socket"), "{v:?}");
+        assert!(
+            v.caveats.iter().any(|c| c.contains("3 repetitions")),
+            "{v:?}"
+        );
         // Every CPU of 4 sockets: spread and grouped both cover the 4 sockets, the OS is tested.
         let all = vec![
             cell("read-only", Placement::Spread, Some(4), 150e3),
             cell("read-only", Placement::Grouped, Some(4), 130e3),
-            cell("read-only", Placement::Os, None, 140e3),
+            cell("read-only", Placement::Os, None, 90e3),
         ];
-        let v = verdict(&all, 4);
-        assert_eq!(v.reproduced, Some(false), "grouped lost to the OS: {v:?}");
-        assert!(v.caveats[0].contains("no more sockets"), "{v:?}");
+        // Every CPU of 4 sockets: grouped covers them all, so neither is tested.
+        let v = verdict(&all, 4, 5);
+        assert_eq!(v.reproduced, None, "{v:?}");
+        assert!(v.caveats[0].contains("or over every socket"), "{v:?}");
+        // Grouped on one socket of two: the OS is tested.
+        let os = vec![
+            cell("update", Placement::Grouped, Some(1), 130e3),
+            cell("update", Placement::Os, None, 100e3),
+        ];
+        assert_eq!(verdict(&os, 2, 5).reproduced, Some(true));
+        let missing = vec![cell("update", Placement::Os, None, 100e3)];
+        let v = verdict(&missing, 2, 5);
+        assert_eq!(v.reproduced, None);
+        assert!(v.caveats[0].starts_with("grouped was not run"), "{v:?}");
     }
 
     #[test]

@@ -17,16 +17,15 @@ fn temp(tag: &str) -> std::path::PathBuf {
     d
 }
 
-/// Runs a short `async` micro update bench with `extra` options; returns the
-/// report's `log` object. `async` checkpoints as `sync` does, and its log
-/// volume does not hang on fsync latency, which a loaded machine stretches.
+/// Runs a short sync micro update bench with `extra` options; returns the
+/// report's `log` object.
 fn log_of(tag: &str, extra: &[&str]) -> serde_json::Value {
     let dir = temp(tag);
     let json = dir.with_extension("json");
     let mut args = vec![
         "bench",
         "--durability",
-        "async",
+        "sync",
         "--workers",
         "1",
         "--warmup",

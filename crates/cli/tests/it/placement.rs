@@ -65,7 +65,7 @@ fn a_tiny_run_prints_every_placement_with_a_throughput() {
     let cells = report["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 6);
     for c in cells {
-        assert!(c["median"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(c["throughput_tps"]["median"].as_f64().unwrap() > 0.0, "{c}");
         assert_eq!(c["rates_tps"].as_array().unwrap().len(), 2, "{c}");
     }
     assert_eq!(report["verdict"]["observed"].as_array().unwrap().len(), 4);
