@@ -52,9 +52,8 @@ impl Client {
     /// Calls procedure `name` with `args` and waits for its result rows,
     /// which come once its commit is acknowledged (durable in `sync` mode).
     pub fn call(&self, name: &str, args: &[Value]) -> Result<Vec<Row>, CallError> {
-        let (call, mailbox) = self.prepare(name, args.to_vec())?;
         let (tx, rx) = oneshot::channel();
-        let mut call = Call { reply: tx, ..call };
+        let (mut call, mailbox) = self.prepare(name, args.to_vec(), tx)?;
         loop {
             match self.push(mailbox, call) {
                 Ok(()) => break,
@@ -108,17 +107,10 @@ impl Client {
 
     fn call_future(&self, name: &str, args: Vec<Value>, cancel: Option<CancelFlag>) -> CallFuture {
         let (tx, rx) = oneshot::channel();
-        match self.prepare(name, args) {
+        match self.prepare(name, args, tx) {
             Ok((call, mailbox)) => CallFuture {
                 inner: Arc::clone(&self.inner),
-                to_push: Some((
-                    Call {
-                        reply: tx,
-                        cancel,
-                        ..call
-                    },
-                    mailbox,
-                )),
+                to_push: Some((Call { cancel, ..call }, mailbox)),
                 rx: Some(std::future::IntoFuture::into_future(rx)),
                 failed: None,
             },
@@ -144,9 +136,14 @@ impl Client {
         self.inner.failure()
     }
 
-    /// Looks the procedure up, checks the arguments and picks the executor.
-    /// The returned call's reply sender is a placeholder.
-    fn prepare(&self, name: &str, args: Vec<Value>) -> Result<(Call, usize), CallError> {
+    /// Looks the procedure up, checks the arguments and picks the executor;
+    /// the call's answer goes to `reply`.
+    fn prepare(
+        &self,
+        name: &str,
+        args: Vec<Value>,
+        reply: oneshot::Sender<Result<Vec<Row>, CallError>>,
+    ) -> Result<(Call, usize), CallError> {
         if !self.inner.open.load(Ordering::Acquire) {
             return Err(self.inner.closed_error());
         }
@@ -164,7 +161,6 @@ impl Client {
         let island = self.inner.home_island(def, &args).unwrap_or(n % islands);
         let workers = first[island + 1] - first[island];
         let mailbox = first[island] + n % workers;
-        let (reply, _) = oneshot::channel();
         Ok((
             Call {
                 proc: id,
