@@ -844,7 +844,7 @@ impl Raw {
     }
 
     /// Messages up to ReadyForQuery (or the end of the stream): their types
-    /// and, for errors, the SQLSTATE.
+    /// and, for errors, the SQLSTATE; for CommandComplete, the tag.
     fn until_ready(&mut self) -> Vec<(u8, String)> {
         let mut out = Vec::new();
         loop {
@@ -860,6 +860,9 @@ impl Raw {
             if h[0] == b'K' && body.len() >= 8 {
                 let pid = i32::from_be_bytes(body[..4].try_into().unwrap());
                 self.key = Some((pid, body[4..].to_vec()));
+            }
+            if h[0] == b'C' {
+                code = String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(&body)).into();
             }
             if h[0] == b'E' {
                 for f in body.split(|b| *b == 0) {
@@ -966,6 +969,91 @@ fn bad_protocol_input_is_answered_never_panics_the_server_on(threads: usize) {
     let _ = s.read_to_end(&mut buf);
     let mut r = Raw::connect(addr);
     assert!(errors(&r.query("CALL tpcb_balance(2)")).is_empty());
+    server.shutdown().unwrap();
+}
+
+/// The types of `msgs`, with each CommandComplete's tag after a `:`.
+fn shape(msgs: &[(u8, String)]) -> Vec<String> {
+    msgs.iter()
+        .map(|(t, c)| match t {
+            b'C' => format!("C:{c}"),
+            t => (*t as char).to_string(),
+        })
+        .collect()
+}
+
+#[test]
+fn extended_execute_describes_answers_and_suspends_at_max_rows() {
+    let server = start(Builtin::Tpcb { scale: 1 }, on_threads(1));
+    let mut r = Raw::connect(server.local_addr());
+    let parse = |sql: &str| {
+        let mut b = vec![0];
+        b.extend_from_slice(sql.as_bytes());
+        b.extend_from_slice(&[0, 0, 0]);
+        b
+    };
+    // Bind of the unnamed statement, text parameters, text results.
+    let bind = |params: &[&str]| {
+        let mut b = vec![0, 0, 0, 0];
+        b.extend_from_slice(&(params.len() as u16).to_be_bytes());
+        for p in params {
+            b.extend_from_slice(&(p.len() as u32).to_be_bytes());
+            b.extend_from_slice(p.as_bytes());
+        }
+        b.extend_from_slice(&0u16.to_be_bytes());
+        b
+    };
+    let execute = |max_rows: u32| {
+        let mut b = vec![0];
+        b.extend_from_slice(&max_rows.to_be_bytes());
+        b
+    };
+    // pgbench's sequence for a prepared call: Bind, Describe portal,
+    // Execute, Sync; a call's row and its tag with the count.
+    r.send(b'P', &parse("CALL tpcb_balance($1)"));
+    r.send(b'S', b"");
+    assert_eq!(shape(&r.until_ready()), ["1", "Z"]);
+    for aid in ["1", "2", "1"] {
+        r.send(b'B', &bind(&[aid]));
+        r.send(b'D', b"P\0");
+        r.send(b'E', &execute(0));
+        r.send(b'S', b"");
+        assert_eq!(shape(&r.until_ready()), ["2", "T", "D", "C:CALL 1", "Z"]);
+    }
+    // Arguments not in placeholder order, and a literal among them.
+    r.send(b'P', &parse("CALL tpcb($2, 1, 1, $1)"));
+    r.send(b'B', &bind(&["7", "3"]));
+    r.send(b'E', &execute(0));
+    r.send(b'S', b"");
+    assert_eq!(shape(&r.until_ready()), ["1", "2", "D", "C:CALL 1", "Z"]);
+    // A statement without rows: NoData, its own tag.
+    r.send(b'P', &parse("BEGIN"));
+    r.send(b'B', &bind(&[]));
+    r.send(b'D', b"P\0");
+    r.send(b'E', &execute(0));
+    r.send(b'S', b"");
+    assert_eq!(shape(&r.until_ready()), ["1", "2", "n", "C:BEGIN", "Z"]);
+    // More rows than the client asks for: the portal is suspended and the
+    // next Execute sends the rest.
+    let all = r.query("SHOW procedures");
+    let rows = all.iter().filter(|m| m.0 == b'D').count();
+    assert!(rows >= 2, "{all:?}");
+    r.send(b'P', &parse("SHOW procedures"));
+    r.send(b'B', &bind(&[]));
+    r.send(b'E', &execute(1));
+    r.send(b'E', &execute(0));
+    r.send(b'S', b"");
+    let mut want = ["1", "2", "D", "s"].map(String::from).to_vec();
+    want.extend((1..rows).map(|_| "D".to_string()));
+    want.push(format!("C:SHOW {}", rows - 1));
+    want.push("Z".into());
+    assert_eq!(shape(&r.until_ready()), want);
+    // Exactly as many rows as asked for: suspended too, as PostgreSQL does.
+    r.send(b'P', &parse("CALL tpcb_balance($1)"));
+    r.send(b'B', &bind(&["1"]));
+    r.send(b'E', &execute(1));
+    r.send(b'S', b"");
+    assert_eq!(shape(&r.until_ready()), ["1", "2", "D", "s", "Z"]);
     server.shutdown().unwrap();
 }
 

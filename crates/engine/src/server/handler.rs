@@ -10,15 +10,19 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use crossbeam_utils::CachePadded;
-use futures::{stream, Sink};
-use pgwire::api::portal::{Format, Portal};
+use futures::{stream, Sink, SinkExt};
+use pgwire::api::portal::{Format, Portal, PortalExecutionState};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::{QueryParser, StoredStatement};
-use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, Type as PgType};
+use pgwire::api::store::{Entry, PortalStore};
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, PgWireConnectionState, Type as PgType, DEFAULT_NAME,
+};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::data::DataRow;
+use pgwire::messages::data::{DataRow, FieldDescription, NoData, RowDescription};
+use pgwire::messages::extendedquery::{Describe, Execute, TARGET_TYPE_BYTE_PORTAL};
+use pgwire::messages::response::CommandComplete;
 use pgwire::messages::startup::SecretKey;
 use pgwire::messages::PgWireBackendMessage;
 
@@ -126,11 +130,19 @@ impl Drop for CancelKey {
 }
 
 /// A statement prepared by Parse: the procedure a call names is resolved
-/// then (an unknown one is an error at once, as PostgreSQL's is).
+/// then (an unknown one is an error at once, as PostgreSQL's is), and what
+/// each of its executions would otherwise build again is kept.
 #[derive(Debug)]
 pub(crate) struct Prepared {
     stmt: Stmt,
     proc: Option<usize>,
+    /// The type of each placeholder ([`param_types`]).
+    params: Vec<PgType>,
+    /// The columns it answers with ([`columns`]).
+    cols: Vec<(String, PgType)>,
+    /// `cols` as fields all in text format: the schema of its rows unless
+    /// the client asks for binary columns.
+    text_schema: Arc<Vec<FieldInfo>>,
 }
 
 pub(crate) fn user_error(code: &str, message: impl Into<String>) -> PgWireError {
@@ -285,8 +297,8 @@ impl Show {
 }
 
 /// The columns a statement answers with (none: a command tag only).
-fn columns(sh: &Shared, p: &Prepared) -> Vec<(String, PgType)> {
-    match (&p.stmt, p.proc) {
+fn columns(sh: &Shared, stmt: &Stmt, proc: Option<usize>) -> Vec<(String, PgType)> {
+    match (stmt, proc) {
         (Stmt::Call { .. }, Some(i)) => sh.procs[i]
             .columns()
             .iter()
@@ -299,9 +311,9 @@ fn columns(sh: &Shared, p: &Prepared) -> Vec<(String, PgType)> {
 
 /// The type each placeholder stands for: the parameter it is passed as
 /// (an element of an `ARRAY[…]` is an int8); text for one not used.
-fn param_types(sh: &Shared, p: &Prepared) -> Vec<PgType> {
-    let mut out = vec![PgType::TEXT; p.stmt.params()];
-    if let (Stmt::Call { args, .. }, Some(i)) = (&p.stmt, p.proc) {
+fn param_types(sh: &Shared, stmt: &Stmt, proc: Option<usize>) -> Vec<PgType> {
+    let mut out = vec![PgType::TEXT; stmt.params()];
+    if let (Stmt::Call { args, .. }, Some(i)) = (stmt, proc) {
         for (arg, (_, t)) in args.iter().zip(sh.procs[i].params()) {
             match arg {
                 Arg::Param(n) => out[n - 1] = pg_type(*t),
@@ -350,7 +362,16 @@ fn prepare(sh: &Shared, stmt: Stmt) -> PgWireResult<Prepared> {
         }
         _ => None,
     };
-    Ok(Prepared { stmt, proc })
+    let params = param_types(sh, &stmt, proc);
+    let cols = columns(sh, &stmt, proc);
+    let text_schema = Arc::new(fields(&cols, None)?);
+    Ok(Prepared {
+        stmt,
+        proc,
+        params,
+        cols,
+        text_schema,
+    })
 }
 
 /// Decodes placeholder `i` (0-based) sent as `bytes` in `format`, of the
@@ -501,7 +522,20 @@ fn decode_int_array(b: &[u8]) -> Result<Vec<i64>, String> {
 /// float parameter becomes a float), placeholders from `params`. An
 /// argument of another type than its parameter is refused here, in
 /// PostgreSQL's type names (a null is left to the call to refuse).
-fn bind_args(def: &ProcDef, args: &[Arg], params: &[Value]) -> PgWireResult<Vec<Value>> {
+fn bind_args(def: &ProcDef, args: &[Arg], mut params: Vec<Value>) -> PgWireResult<Vec<Value>> {
+    // Each placeholder once and in order ($1, $2, …): the arguments are
+    // the parameters themselves, checked in place.
+    let in_order = args.len() == params.len()
+        && args
+            .iter()
+            .enumerate()
+            .all(|(i, a)| matches!(a, Arg::Param(n) if *n == i + 1));
+    if in_order {
+        for (i, (v, (name, t))) in params.iter_mut().zip(def.params()).enumerate() {
+            *v = check_arg(def, i, name, *t, std::mem::replace(v, Value::Null))?;
+        }
+        return Ok(params);
+    }
     let param = |n: usize| -> PgWireResult<Value> {
         params.get(n - 1).cloned().ok_or_else(|| {
             user_error(
@@ -541,56 +575,89 @@ fn bind_args(def: &ProcDef, args: &[Arg], params: &[Value]) -> PgWireResult<Vec<
                     Value::Ints(keys)
                 }
             };
-            let v = match (v, t) {
-                (Value::Int(i), Type::Float) => Value::Float(i as f64),
-                (v, _) => v,
-            };
-            match v.type_of() {
-                Some(vt) if vt != *t => Err(user_error(
-                    "42804",
-                    format!(
-                        "argument {} ({name}) of {} is {} {v}; the parameter is {}",
-                        i + 1,
-                        sql_signature(def),
-                        sql_name(&pg_type(vt)),
-                        sql_name(&pg_type(*t))
-                    ),
-                )),
-                _ => Ok(v),
-            }
+            check_arg(def, i, name, *t, v)
         })
         .collect()
+}
+
+/// Argument `i` (0-based, parameter `name` of type `t`) of a call to
+/// `def`: an integer for a float parameter becomes a float; another type
+/// than the parameter's is refused.
+fn check_arg(def: &ProcDef, i: usize, name: &str, t: Type, v: Value) -> PgWireResult<Value> {
+    let v = match (v, t) {
+        (Value::Int(i), Type::Float) => Value::Float(i as f64),
+        (v, _) => v,
+    };
+    match v.type_of() {
+        Some(vt) if vt != t => Err(user_error(
+            "42804",
+            format!(
+                "argument {} ({name}) of {} is {} {v}; the parameter is {}",
+                i + 1,
+                sql_signature(def),
+                sql_name(&pg_type(vt)),
+                sql_name(&pg_type(t))
+            ),
+        )),
+        _ => Ok(v),
+    }
+}
+
+fn encode_row(enc: &mut DataRowEncoder, row: Row) -> PgWireResult<DataRow> {
+    for v in row {
+        match v {
+            Value::Null => enc.encode_field(&None::<i64>)?,
+            Value::Int(i) => enc.encode_field(&i)?,
+            Value::Float(f) => enc.encode_field(&f)?,
+            Value::Str(s) => enc.encode_field(&s)?,
+            Value::Ints(v) => enc.encode_field(&v)?,
+        }
+    }
+    Ok(enc.take_row())
 }
 
 fn encode_rows(schema: &Arc<Vec<FieldInfo>>, rows: Vec<Row>) -> Vec<PgWireResult<DataRow>> {
     let mut enc = DataRowEncoder::new(Arc::clone(schema));
     rows.into_iter()
-        .map(|row| {
-            for v in row {
-                match v {
-                    Value::Null => enc.encode_field(&None::<i64>)?,
-                    Value::Int(i) => enc.encode_field(&i)?,
-                    Value::Float(f) => enc.encode_field(&f)?,
-                    Value::Str(s) => enc.encode_field(&s)?,
-                    Value::Ints(v) => enc.encode_field(&v)?,
-                }
-            }
-            Ok(enc.take_row())
-        })
+        .map(|row| encode_row(&mut enc, row))
         .collect()
 }
 
-fn rows_response(
-    cols: &[(String, PgType)],
-    format: Option<&Format>,
-    tag: &str,
-    rows: Vec<Row>,
-) -> PgWireResult<Response> {
-    let schema = Arc::new(fields(cols, format)?);
+/// The schema of `p`'s rows in `format`: its text schema, shared, when
+/// every column is asked for in text as one format code (or none); built
+/// for any other list of format codes.
+fn schema(p: &Prepared, format: Option<&Format>) -> PgWireResult<Arc<Vec<FieldInfo>>> {
+    match format {
+        None | Some(Format::UnifiedText) => Ok(Arc::clone(&p.text_schema)),
+        Some(f) => Ok(Arc::new(fields(&p.cols, Some(f))?)),
+    }
+}
+
+fn rows_response(schema: Arc<Vec<FieldInfo>>, tag: &str, rows: Vec<Row>) -> PgWireResult<Response> {
     let data = encode_rows(&schema, rows);
     let mut r = QueryResponse::new(schema, stream::iter(data));
     r.set_command_tag(tag);
     Ok(Response::Query(r))
+}
+
+/// What a statement answers: a command tag alone, or rows (in `schema`)
+/// and then a command tag with their count.
+enum Answer {
+    Done(&'static str),
+    Rows {
+        schema: Arc<Vec<FieldInfo>>,
+        tag: &'static str,
+        rows: Vec<Row>,
+    },
+}
+
+impl Answer {
+    fn into_response(self) -> PgWireResult<Response> {
+        match self {
+            Answer::Done(tag) => Ok(Response::Execution(Tag::new(tag))),
+            Answer::Rows { schema, tag, rows } => rows_response(schema, tag, rows),
+        }
+    }
 }
 
 /// A connection's handler.
@@ -609,13 +676,28 @@ impl Handler {
     async fn run(
         &self,
         p: &Prepared,
-        params: &[Value],
+        params: Vec<Value>,
         format: Option<&Format>,
     ) -> PgWireResult<Response> {
+        self.answer(p, params, format).await?.into_response()
+    }
+
+    /// Runs one statement: [`Handler::run`]'s answer before it becomes a
+    /// [`Response`].
+    async fn answer(
+        &self,
+        p: &Prepared,
+        params: Vec<Value>,
+        format: Option<&Format>,
+    ) -> PgWireResult<Answer> {
         let sh = &*self.shared;
         match &p.stmt {
-            Stmt::NoOp(tag) => Ok(Response::Execution(Tag::new(tag))),
-            Stmt::Show(s) => rows_response(&s.columns(), format, "SHOW", self.show(*s)),
+            Stmt::NoOp(tag) => Ok(Answer::Done(tag)),
+            Stmt::Show(s) => Ok(Answer::Rows {
+                schema: schema(p, format)?,
+                tag: "SHOW",
+                rows: self.show(*s),
+            }),
             Stmt::Call { proc, args } => {
                 let i = p.proc.expect("a prepared call has its procedure");
                 let def = &sh.procs[i];
@@ -642,9 +724,13 @@ impl Handler {
                     }
                 };
                 if def.columns().is_empty() {
-                    return Ok(Response::Execution(Tag::new("CALL")));
+                    return Ok(Answer::Done("CALL"));
                 }
-                rows_response(&columns(sh, p), format, "CALL", rows)
+                Ok(Answer::Rows {
+                    schema: schema(p, format)?,
+                    tag: "CALL",
+                    rows,
+                })
             }
         }
     }
@@ -739,7 +825,7 @@ impl SimpleQueryHandler for Handler {
         let mut out = Vec::with_capacity(stmts.len());
         for stmt in stmts {
             let r = match prepare(&self.shared, stmt) {
-                Ok(p) => self.run(&p, &[], None).await,
+                Ok(p) => self.run(&p, Vec::new(), None).await,
                 Err(e) => Err(e),
             };
             match r {
@@ -786,7 +872,7 @@ impl QueryParser for Parser {
     }
 
     fn get_parameter_types(&self, stmt: &Arc<Prepared>) -> PgWireResult<Vec<PgType>> {
-        Ok(param_types(&self.shared, stmt))
+        Ok(stmt.params.clone())
     }
 
     fn get_result_schema(
@@ -794,7 +880,7 @@ impl QueryParser for Parser {
         stmt: &Arc<Prepared>,
         column_format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
-        fields(&columns(&self.shared, stmt), column_format)
+        fields(&stmt.cols, column_format)
     }
 }
 
@@ -825,29 +911,143 @@ impl ExtendedQueryHandler for Extended {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let stored: &StoredStatement<Arc<Prepared>> = &portal.statement;
-        let p = &*stored.statement;
-        let expected = param_types(&self.handler.shared, p);
-        if portal.parameters.len() != expected.len() {
-            return Err(user_error(
-                "08P01",
-                format!(
-                    "bind message supplies {} parameter(s), the statement takes {}",
-                    portal.parameters.len(),
-                    expected.len()
-                ),
-            ));
-        }
-        let mut params = Vec::with_capacity(expected.len());
-        for (i, (bytes, want)) in portal.parameters.iter().zip(&expected).enumerate() {
-            let binary = format_of(&portal.parameter_format, i)? == FieldFormat::Binary;
-            let declared = stored.parameter_types.get(i).and_then(|t| t.as_ref());
-            params.push(decode_param(i, bytes.as_ref(), binary, declared, want)?);
-        }
+        let params = bind_params(portal)?;
         self.handler
-            .run(p, &params, Some(&portal.result_column_format))
+            .run(
+                &portal.statement.statement,
+                params,
+                Some(&portal.result_column_format),
+            )
             .await
     }
+
+    /// Executes a portal as pgwire's default does, without building the
+    /// [`Response`] and the portal's row stream when the answer fits: a
+    /// command tag, or rows fewer than `max_rows` (or any number when it
+    /// is 0), go out at once. Anything else (a client not ready, a portal
+    /// that is missing, empty or already started, rows to suspend at
+    /// `max_rows`) takes the default path. The default's cancel receiver
+    /// is not polled: this server registers no connection manager, so it
+    /// never has one (a cancel request sets [`Handler::cancel`]).
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return self._on_execute(client, message).await;
+        }
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        let Some(Entry::Value(portal)) = client.portal_store().get_portal(name) else {
+            return self._on_execute(client, message).await;
+        };
+        if !matches!(*portal.state.lock().await, PortalExecutionState::Initial) {
+            return self._on_execute(client, message).await;
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let max_rows = message.max_rows as usize;
+        let params = bind_params(&portal)?;
+        let answer = self
+            .handler
+            .answer(
+                &portal.statement.statement,
+                params,
+                Some(&portal.result_column_format),
+            )
+            .await?;
+        match answer {
+            Answer::Done(tag) => {
+                let done = CommandComplete::new(tag.to_owned());
+                client
+                    .feed(PgWireBackendMessage::CommandComplete(done))
+                    .await?;
+            }
+            Answer::Rows { schema, tag, rows } if max_rows == 0 || rows.len() < max_rows => {
+                // All encoded before any is sent: an error sends none.
+                let mut enc = DataRowEncoder::new(schema);
+                let data = rows
+                    .into_iter()
+                    .map(|row| encode_row(&mut enc, row))
+                    .collect::<PgWireResult<Vec<DataRow>>>()?;
+                let n = data.len();
+                for row in data {
+                    client.feed(PgWireBackendMessage::DataRow(row)).await?;
+                }
+                let done = CommandComplete::new(format!("{tag} {n}"));
+                client
+                    .send(PgWireBackendMessage::CommandComplete(done))
+                    .await?;
+            }
+            rows => {
+                // The default fetches from the started portal and
+                // suspends it at `max_rows`.
+                let Response::Query(r) = rows.into_response()? else {
+                    unreachable!("rows answer as a query response");
+                };
+                portal.start(r).await;
+                client.set_state(PgWireConnectionState::ReadyForQuery);
+                return self._on_execute(client, message).await;
+            }
+        }
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        Ok(())
+    }
+
+    /// Describes a portal whose columns are all in text format from its
+    /// statement's text schema (what pgwire's default would build from
+    /// [`Parser::get_result_schema`]); anything else as the default does.
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if message.target_type == TARGET_TYPE_BYTE_PORTAL {
+            let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+            if let Some(Entry::Value(portal)) = client.portal_store().get_portal(name) {
+                if matches!(portal.result_column_format, Format::UnifiedText) {
+                    let schema = &portal.statement.statement.text_schema;
+                    let msg = if schema.is_empty() {
+                        PgWireBackendMessage::NoData(NoData::new())
+                    } else {
+                        let fields = schema.iter().map(FieldDescription::from).collect();
+                        PgWireBackendMessage::RowDescription(RowDescription::new(fields))
+                    };
+                    client.send(msg).await?;
+                    return Ok(());
+                }
+            }
+        }
+        self._on_describe(client, message).await
+    }
+}
+
+/// Decodes a portal's parameters: as many as its statement takes, each in
+/// its format and type.
+fn bind_params(portal: &Portal<Arc<Prepared>>) -> PgWireResult<Vec<Value>> {
+    let stored: &StoredStatement<Arc<Prepared>> = &portal.statement;
+    let p = &*stored.statement;
+    let expected = &p.params;
+    if portal.parameters.len() != expected.len() {
+        return Err(user_error(
+            "08P01",
+            format!(
+                "bind message supplies {} parameter(s), the statement takes {}",
+                portal.parameters.len(),
+                expected.len()
+            ),
+        ));
+    }
+    let mut params = Vec::with_capacity(expected.len());
+    for (i, (bytes, want)) in portal.parameters.iter().zip(expected).enumerate() {
+        let binary = format_of(&portal.parameter_format, i)? == FieldFormat::Binary;
+        let declared = stored.parameter_types.get(i).and_then(|t| t.as_ref());
+        params.push(decode_param(i, bytes.as_ref(), binary, declared, want)?);
+    }
+    Ok(params)
 }
 
 #[cfg(test)]
