@@ -35,16 +35,16 @@ enum Command {
     /// latency percentiles, aborts by reason and CPU time.
     Bench(Box<bench_cmd::BenchArgs>),
     /// Serve a deployment over the PostgreSQL wire protocol (psql, pgbench, drivers):
-    /// stored procedures of a built-in data set (tpcb, ycsb, tpcc, micro), loaded with
+    /// stored procedures of a built-in data set (tpcb, ycsb, tpcc, micro, bank), loaded with
     /// --init into an empty data directory and recovered from it on every later start.
     Serve(Box<serve_cmd::ServeArgs>),
     /// Show the machine's topology: sockets, NUMA nodes, L3 domains, cores, CPUs.
     Topology(topology_cmd::TopologyArgs),
     /// Print what a deployment would do, without running it.
     Plan(topology_cmd::PlanArgs),
-    /// The seeds' experiments, each a sweep with CSV, JSON, SVG and PNG: counters, placement,
-    /// local-tpcc, multisite, cost, breakdown, scaling, skew, inserts; `all --quick` writes
-    /// report.md.
+    /// The seeds' experiments, each ending with the paper's claim and a verdict on this
+    /// machine: counters, placement, and the sweeps (CSV, JSON, SVG and PNG) local-tpcc,
+    /// multisite, cost, breakdown, scaling, skew, inserts; `all --quick` writes report.md.
     Experiment(exp::ExperimentArgs),
     /// TPC-C tools: check a recovered database's consistency conditions.
     Tpcc(tpcc_cmd::TpccArgs),

@@ -38,11 +38,11 @@ pub struct ExperimentArgs {
 #[derive(Subcommand, Debug)]
 enum ExperimentCmd {
     /// Threads increment lock-protected counters: one counter, one per socket or one
-    /// per core, under spread, grouped and OS placement (Table 1 and Figure 2).
+    /// per core, under spread, grouped and OS placement (paper Table 1 and Fig. 2).
     Counters(counters::CountersArgs),
     /// The paper's microbenchmark (read-only and update) on one shared-everything island
     /// whose workers are placed spread, grouped or by the OS: the counters experiment with
-    /// real transactions.
+    /// real transactions (paper Fig. 3).
     Placement(placement::PlacementArgs),
     /// TPC-C Payment, local only: fine-grained islands vs shared-everything, by active cores
     /// (paper Fig. 7).
