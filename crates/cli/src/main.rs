@@ -51,8 +51,8 @@ enum Command {
     /// Recover a deployment's logs into memory, writing nothing to them, and check the
     /// invariants of the workload that made it (named in its control files): TPC-C's
     /// consistency conditions, micro's and YCSB's rows and check words, every insert of
-    /// inserts. Exit code 1 when one fails; 2 when the log is damaged or not this
-    /// deployment's.
+    /// inserts, and a served tpcb's or bank's sums. Exit code 1 when one fails; 2 when the
+    /// log is damaged or not this deployment's.
     Check(check_cmd::CheckArgs),
     /// Cut damaged logs (--truncate-damaged-log): each island's log is truncated at its
     /// damage and later segments are deleted; the records and transactions dropped are
