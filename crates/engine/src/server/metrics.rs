@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use super::handler::Shared;
+use super::shared::Shared;
 use super::State;
 use crate::executor::IslandCounts;
 use crate::threads::ThreadInfo;

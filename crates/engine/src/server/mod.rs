@@ -38,6 +38,7 @@
 
 mod handler;
 mod metrics;
+mod shared;
 pub mod sql;
 
 use std::io;
@@ -68,7 +69,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio_util::codec::Framed;
 
-use self::handler::{fatal_info, CancelKey, Extended, Handler, Parser, ProcCounters, Shared};
+use self::handler::{fatal_info, Extended, Handler, Parser};
+use self::shared::{CancelKey, ProcCounters, Shared};
 use crate::api::{CancelFlag, Deployment};
 use crate::deploy::Plan;
 use crate::threads::Role;
