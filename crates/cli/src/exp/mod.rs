@@ -1186,6 +1186,13 @@ mod tests {
             s.iter().all(|p| !p.series.starts_with("CG")),
             "CG = SE here"
         );
+        // Skew keeps the one island its verdict checks, not its twin CG.
+        let sk = (skew::EXPERIMENT.points)(&ctx).unwrap();
+        assert!(sk.iter().any(|p| p.series == "1ISL"));
+        assert!(
+            sk.iter().all(|p| !p.series.starts_with("CG")),
+            "CG = 1ISL here"
+        );
         let bad = Ctx {
             x: Some(vec![150.0]),
             ..ctx
