@@ -48,7 +48,7 @@ use serde::Serialize;
 
 use super::sweep::Spread;
 use super::{ratio, times, Findings, Verdict, AHEAD};
-use crate::args::{list, seconds, write_file};
+use crate::args::{list, seconds};
 
 /// How many counters, and which threads share one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -849,21 +849,15 @@ pub fn run_counters(a: &CountersArgs) -> Result<(), String> {
         }
         return Ok(());
     }
-    let quiet = a.quiet;
-    let mut progress = |line: &str| {
-        if !quiet {
-            eprintln!("{line}");
-        }
-    };
-    let report = run_experiment(&t, &cfg, &mut progress).map_err(|e| e.to_string())?;
-    print!("{}", report.render_table());
-    if let Some(p) = &a.csv {
-        write_file(p, &report.to_csv())?;
-    }
-    if let Some(p) = &a.json {
-        write_file(p, &report.to_json_pretty())?;
-    }
-    Ok(())
+    let report =
+        run_experiment(&t, &cfg, &mut super::progress_lines(a.quiet)).map_err(|e| e.to_string())?;
+    super::print_and_write(
+        &report.render_table(),
+        a.csv.as_deref(),
+        || report.to_csv(),
+        a.json.as_deref(),
+        || report.to_json_pretty(),
+    )
 }
 
 #[cfg(test)]

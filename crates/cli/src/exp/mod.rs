@@ -613,6 +613,34 @@ impl Findings {
     }
 }
 
+/// A progress line per run on stderr, unless `quiet`.
+pub fn progress_lines(quiet: bool) -> impl FnMut(&str) {
+    move |line| {
+        if !quiet {
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// Prints a report's `table`, then writes its CSV and JSON to the files
+/// asked for (each built only when asked).
+pub fn print_and_write(
+    table: &str,
+    csv: Option<&Path>,
+    to_csv: impl FnOnce() -> String,
+    json: Option<&Path>,
+    to_json: impl FnOnce() -> String,
+) -> Result<(), String> {
+    print!("{table}");
+    if let Some(p) = csv {
+        crate::args::write_file(p, &to_csv())?;
+    }
+    if let Some(p) = json {
+        crate::args::write_file(p, &to_json())?;
+    }
+    Ok(())
+}
+
 /// What follows a table that ends with a newline: a blank line, its notes
 /// (a `note:` line each), and, after another blank line if there were
 /// notes, the paper's claim and the verdict ([`Verdict::render`]).

@@ -40,7 +40,7 @@ use serde::Serialize;
 
 use super::sweep::Spread;
 use super::{ratio, times, Findings, Verdict, AHEAD};
-use crate::args::{list, seconds, write_file};
+use crate::args::{list, seconds};
 
 /// Runs the microbenchmark on one island with its workers placed spread,
 /// grouped and by the OS.
@@ -739,21 +739,14 @@ pub fn run_placement(a: &PlacementArgs) -> Result<(), String> {
         }
         return Ok(());
     }
-    let quiet = a.quiet;
-    let mut progress = |line: &str| {
-        if !quiet {
-            eprintln!("{line}");
-        }
-    };
-    let report = run_experiment(&t, &cfg, &mut progress)?;
-    print!("{}", report.render_table());
-    if let Some(p) = &a.csv {
-        write_file(p, &report.to_csv())?;
-    }
-    if let Some(p) = &a.json {
-        write_file(p, &report.to_json_pretty())?;
-    }
-    Ok(())
+    let report = run_experiment(&t, &cfg, &mut super::progress_lines(a.quiet))?;
+    super::print_and_write(
+        &report.render_table(),
+        a.csv.as_deref(),
+        || report.to_csv(),
+        a.json.as_deref(),
+        || report.to_json_pretty(),
+    )
 }
 
 #[cfg(test)]
