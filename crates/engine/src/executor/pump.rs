@@ -458,20 +458,8 @@ impl Executor {
                 {
                     // An abort of a branch that wrote nothing is a release;
                     // the home wants no answer.
-                    let mut actions = std::mem::take(&mut self.actions);
-                    actions.clear();
                     let now = self.now_us();
-                    let mut eng = Engine(&mut self.pool);
-                    self.part.on_message(
-                        from_island,
-                        Msg::AbortReq { gtid },
-                        now,
-                        &mut eng,
-                        &mut actions,
-                    );
-                    actions.retain(|a| !matches!(a, Action::Send { .. }));
-                    self.run_actions(&mut actions, false);
-                    self.actions = actions;
+                    self.abort_branch_unanswered(from_island, gtid, now);
                 }
             }
             Frame::Lock {

@@ -10,12 +10,27 @@ use super::pool::{Branch, Pool};
 use super::Executor;
 use crate::coord::{self, home_of, Action, Gtid, Msg, Vote};
 use crate::phases;
+use crate::route::IslandId;
 use crate::transport::wire::{self, Frame, Status};
 use crate::transport::{push_frame_with, Endpoint};
 use crate::txn::Txn;
 use crate::{Abort, Error};
 
 impl Executor {
+    /// Aborts this island's branch of `gtid` as an AbortReq from `home`
+    /// would, and sends nothing back: the home wants no answer, or learns
+    /// the outcome another way.
+    pub(super) fn abort_branch_unanswered(&mut self, home: IslandId, gtid: Gtid, now: u64) {
+        let mut actions = std::mem::take(&mut self.actions);
+        actions.clear();
+        let mut eng = Engine(&mut self.pool);
+        self.part
+            .on_message(home, Msg::AbortReq { gtid }, now, &mut eng, &mut actions);
+        actions.retain(|a| !matches!(a, Action::Send { .. }));
+        self.run_actions(&mut actions, false);
+        self.actions = actions;
+    }
+
     /// Participant: a LOCK request of the branch of `gtid` (see
     /// `commit_home`), after `writes` changes to its rows. The branch must
     /// be executing here still, with exactly those changes applied.
@@ -105,20 +120,8 @@ impl Executor {
                     return self.reply(from, tag, Status::Refused, table);
                 }
                 let Some(c) = self.pool.alloc_ctx() else {
-                    let mut actions = std::mem::take(&mut self.actions);
-                    actions.clear();
-                    let mut eng = Engine(&mut self.pool);
-                    self.part.on_message(
-                        home_of(gtid),
-                        Msg::AbortReq { gtid },
-                        now,
-                        &mut eng,
-                        &mut actions,
-                    );
-                    // The AbortConf goes nowhere useful; the home learns from the refusal.
-                    actions.retain(|a| !matches!(a, Action::Send { .. }));
-                    self.run_actions(&mut actions, false);
-                    self.actions = actions;
+                    // The home learns from the refusal.
+                    self.abort_branch_unanswered(home_of(gtid), gtid, now);
                     return self.reply(from, tag, Status::Refused, table);
                 };
                 self.pool.ctx(c).begin(false);
