@@ -366,8 +366,8 @@ fn transfers_survive_lost_duplicated_and_reordered_messages() {
 /// Remote operations that time out about as often as they are answered: a
 /// reply may then wake a context whose attempt gave up in the same round and
 /// whose next attempt already waits for a reply of its own. That wake is
-/// spurious, not an error (a worker used to fail with 'a stored procedure
-/// suspended without a remote request', and the run hung without it).
+/// spurious, not an error: the worker neither fails with 'a stored procedure
+/// suspended without a remote request' nor leaves the run hanging.
 #[test]
 fn replies_racing_timeouts_are_spurious_wakes_not_errors() {
     let (seed, transport, mut opts) = faulty_cluster(3);
@@ -1074,8 +1074,8 @@ fn a_write_right_after_a_branch_installs_recovers_after_it() {
 /// A participant that committed its branch and forgot it has nothing left
 /// to do, but its acknowledgement was lost: the coordinator resends the
 /// commit and needs a second one. The participant's worker must not leave
-/// before that (it used to, once idle for 2 ms, and the coordinator's
-/// worker then waited forever).
+/// before that, however long it has been idle, or the coordinator's worker
+/// waits forever.
 #[test]
 fn a_lost_commit_acknowledgement_is_resent_before_the_workers_leave() {
     let no_faults = Faults::NONE;
@@ -1223,9 +1223,9 @@ fn open_with_accounts(cfg: IslandConfig, defs: &[TableDef], keys: std::ops::Rang
 /// Recovery pins what it found unfinished from the moment the island opens,
 /// not only once executors take it over: a checkpoint taken in between (an
 /// operator's, or one right after opening) must keep a branch in doubt and
-/// its coordinator's commit decision. Before, it dropped both, and after a
-/// second crash the participant no longer knew the branch: the home's
-/// committed transfer lost its credit on island 1. Once the executors have
+/// its coordinator's commit decision; dropping them would let a second
+/// crash erase the branch from the participant, and the home's committed
+/// transfer would lose its credit on island 1. Once the executors have
 /// resolved everything, no pin is left behind to hold the log forever.
 #[test]
 fn what_recovery_found_in_doubt_outlives_a_checkpoint_before_the_executors() {
@@ -1234,9 +1234,9 @@ fn what_recovery_found_in_doubt_outlives_a_checkpoint_before_the_executors() {
 
 /// The same, when the transaction's home worker (1) does not exist in the
 /// restarted cluster (one worker per island, as `islands tpcc check` runs
-/// it): one of today's workers must coordinate it. Before, no executor took
-/// the home's decision, and island 1's DecisionReq went to endpoint (0, 1),
-/// which is island 1's own worker: the branch stayed in doubt.
+/// it): one of today's workers must coordinate it, or island 1's
+/// DecisionReq goes to endpoint (0, 1), island 1's own worker, and the
+/// branch stays in doubt.
 #[test]
 fn a_transaction_of_a_worker_that_is_gone_is_resolved_after_a_restart() {
     in_doubt_across_a_checkpoint_and_a_restart(1);
@@ -1852,9 +1852,9 @@ fn a_request_that_continues_an_idle_aborted_branch_is_refused() {
 /// while they still hold their read locks: here audit g (home island 0)
 /// reads account 9 on island 1, its branch idles out there, h moves 100 from
 /// account 9 to account 2 (island 0) and commits, and g reads account 2: it
-/// saw 1000 + 1100, which no serial order of g and h shows. Before, g
-/// committed by releasing. Now a transaction older than half the idle
-/// timeout asks for votes, island 1 knows no such branch, and g aborts.
+/// saw 1000 + 1100, which no serial order of g and h shows, so g must not
+/// commit by releasing. A transaction older than half the idle timeout asks
+/// for votes, island 1 knows no such branch, and g aborts.
 #[test]
 fn a_read_only_commit_asks_for_votes_once_a_branch_may_have_idled_out() {
     let (cl, islands, mut home, mut part) = two_islands_idling_out_after_2ms();
@@ -1894,9 +1894,9 @@ fn a_read_only_commit_asks_for_votes_once_a_branch_may_have_idled_out() {
 /// only if that was one view. Audit g (home island 0) reads account 9 on
 /// island 1, its branch idles out there, h moves 100 from account 9 to
 /// account 2 (island 0), and g reads account 2: 1000 + 1100, a torn total,
-/// and g rolls itself back for it. Before, its "torn total" was reported as
-/// g's outcome. Now the executor asks island 1 whether g's branch still
-/// holds; it does not, so the attempt is to be retried instead.
+/// and g rolls itself back for it. That "torn total" must not reach the
+/// caller: the executor asks island 1 whether g's branch still holds; it
+/// does not, so the attempt is retried instead.
 #[test]
 fn a_user_abort_after_a_branch_idled_out_is_retried_not_reported() {
     let (cl, islands, mut home, mut part) = two_islands_idling_out_after_2ms();
@@ -2798,11 +2798,12 @@ fn shut_down_and_remove(islands: Vec<Island>, dir: &std::path::Path) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Issue 22: each worker takes its share of the recovery report once. Here
-/// recovery resolves an in-doubt credit (account 5 = 1070) and a later local
+/// Each worker takes its share of the recovery report once. Here recovery
+/// resolves an in-doubt credit (account 5 = 1070) and a later local
 /// transaction makes it 1071. A second executor for island 1's worker (and
-/// for the home's) used to replay the same report: it restored the old
-/// branch, the home re-sent its commit, and account 5 went back to 1070.
+/// for the home's) must not replay the same report: that would restore the
+/// old branch, the home would re-send its commit, and account 5 would go
+/// back to 1070.
 #[test]
 fn a_second_executor_for_a_worker_is_refused() {
     let dir = fresh_dir("second-executor");
