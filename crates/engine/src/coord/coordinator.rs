@@ -334,14 +334,38 @@ impl Coordinator {
 
     /// Timeouts: prepare deadline → abort; unacked commits → resend.
     pub fn on_tick(&mut self, now_us: u64, out: &mut Vec<Action>) {
+        self.on_tick_unless_busy(now_us, out, |_, _, _| false);
+    }
+
+    /// [`Coordinator::on_tick`], where a transaction past its prepare
+    /// deadline aborts only if `busy(gtid, missing, since_us)` is false:
+    /// `missing` are the participants whose vote has not arrived, and
+    /// `since_us` is when its PrepareReqs left. The glue says whether those
+    /// participants could have answered by now: one busy elsewhere (a
+    /// worker polling a long procedure) is not silent, and the transaction
+    /// waits for it until a later tick.
+    pub fn on_tick_unless_busy(
+        &mut self,
+        now_us: u64,
+        out: &mut Vec<Action>,
+        mut busy: impl FnMut(Gtid, IslandSet, u64) -> bool,
+    ) {
         let retry_us = self.cfg.timeouts.commit_retry_us;
+        let prepare_us = self.cfg.timeouts.prepare_us;
         for i in 0..self.txns.cap() {
             let Some((gtid, txn)) = self.txns.slot_mut(i) else {
                 continue;
             };
             let phase = txn.phase;
             match phase {
-                Phase::Preparing { deadline_us } if now_us >= deadline_us => {
+                Phase::Preparing { deadline_us }
+                    if now_us >= deadline_us
+                        && !busy(
+                            gtid,
+                            txn.participants.minus(txn.voted),
+                            deadline_us.saturating_sub(prepare_us),
+                        ) =>
+                {
                     self.abort(gtid, out);
                 }
                 Phase::Committing { retry_at_us } if now_us >= retry_at_us => {

@@ -37,8 +37,15 @@ pub struct ClusterOptions {
     pub max_branches: usize,
     pub timeouts: Timeouts,
     /// A home transaction waiting this long for a remote reply aborts (lost
-    /// messages, a crashed island).
+    /// messages, a crashed island), once the worker it waits for has served
+    /// its mailbox since (see [`ClusterOptions::busy_peer_max`]).
     pub op_timeout: Duration,
+    /// The longest a wait on another worker (a remote reply, a LOCK round, a
+    /// prepare vote) outlasts its timeout because that worker is busy: one
+    /// that is polling a long procedure has not read its mailbox, so it is
+    /// not silent yet. Past this, a worker that still has not served counts
+    /// as silent (a stuck procedure, a worker that is gone).
+    pub busy_peer_max: Duration,
     /// Mailbox depth (batches) of the default in-process transport.
     pub mailbox_depth: usize,
     /// The transport; `None` is an [`InProc`] with one mailbox per worker.
@@ -53,6 +60,7 @@ impl Default for ClusterOptions {
             max_branches: 64,
             timeouts: Timeouts::default(),
             op_timeout: Duration::from_millis(200),
+            busy_peer_max: Duration::from_secs(10),
             mailbox_depth: 1024,
             transport: None,
         }
@@ -216,6 +224,13 @@ pub struct Cluster {
     /// the worker's share of `recovered` when it starts: a second one would
     /// replay what the first resolved.
     has_executor: Vec<AtomicBool>,
+    /// Per worker (by endpoint), on its own cache line and written only by
+    /// it: the protocol clock (µs) at the start of the latest step in which
+    /// it took in its mailbox and sent what that produced, held back to the
+    /// oldest vote it still owes (see `Executor::publish_served`). A wait on
+    /// a worker counts as unanswered only once this passed well beyond the
+    /// wait's start: until then the worker was busy, not silent.
+    served_us: Box<[crossbeam_utils::CachePadded<AtomicU64>]>,
     pub stats: ClusterStats,
 }
 
@@ -329,6 +344,7 @@ impl Cluster {
         Ok(Arc::new(Cluster {
             recovered_worker: (0..n).map(|_| AtomicBool::new(false)).collect(),
             has_executor: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            served_us: (0..n).map(|_| Default::default()).collect(),
             islands,
             workers,
             base,
@@ -373,6 +389,15 @@ impl Cluster {
             (Some(&b), Some(&w)) => self.stats.sum(b as usize..b as usize + w),
             _ => IslandCounts::default(),
         }
+    }
+
+    /// See `served_us`.
+    pub(super) fn served_us(&self, e: Endpoint) -> u64 {
+        self.served_us[e.0 as usize].load(Ordering::Acquire)
+    }
+
+    pub(super) fn publish_served_us(&self, e: Endpoint, us: u64) {
+        self.served_us[e.0 as usize].store(us, Ordering::Release);
     }
 
     pub(super) fn endpoint(&self, island: IslandId, worker: usize) -> Endpoint {
@@ -470,6 +495,7 @@ impl Cluster {
             coord_pins: GtidMap::default(),
             deferred: Vec::new(),
             waiting_from: BatchSeq::MAX,
+            owed_since: u64::MAX,
             early_stale: false,
             next_seq: 1,
             ticks_per_us: (phases::ticks_per_us().round() as u64).max(1),

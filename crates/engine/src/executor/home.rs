@@ -103,6 +103,9 @@ impl Executor {
             return;
         }
         let gtid = self.new_gtid();
+        // The current step's clock: at most one poll old (each poll is
+        // followed by an exchange that reads it). Older than the truth only
+        // makes `no_branch_idled_out` more careful.
         let now = self.now;
         let d = self.pool.ctx(c).dist.as_mut();
         let d = d.expect("contexts of a routing cluster are distributed");
@@ -147,6 +150,31 @@ impl Executor {
             .endpoint(d.req_to, self.cl.branch_worker(d.req_to, d.gtid));
         push_frame(self.outbox.batch(&*self.cl.transport, to), &d.req);
         Some(true)
+    }
+
+    /// Whether the wait of home context `c`, begun at `since_ticks` (a
+    /// reading of [`phases::ticks`]), has gone unanswered at `now_ticks`:
+    /// past the operation timeout, and the worker it waits on has served
+    /// since ([`Executor::unanswered`]). A context waiting for the votes of
+    /// an early prepare waits for the coordinator instead, whose prepare
+    /// timer ends it.
+    pub(crate) fn reply_unanswered(&self, c: u32, since_ticks: u64, now_ticks: u64) -> bool {
+        let Some(d) = self.pool.ctx_ref(c).dist.as_ref() else {
+            return true;
+        };
+        if d.early == Early::Voting {
+            return false;
+        }
+        let peer = self
+            .cl
+            .endpoint(d.req_to, self.cl.branch_worker(d.req_to, d.gtid));
+        let timeout_us = u64::try_from(self.cl.opts.op_timeout.as_micros()).unwrap_or(u64::MAX);
+        self.unanswered(
+            peer,
+            since_ticks / self.ticks_per_us,
+            timeout_us,
+            now_ticks / self.ticks_per_us,
+        )
     }
 
     /// The procedure of home context `c` finished: commit it, locally or with 2PC.
@@ -266,7 +294,9 @@ impl Executor {
         for island in touched.iter().filter(|&i| holds(i)) {
             hold.insert(island);
         }
-        let now = self.now_us();
+        // The prepare timer starts now, not at the start of the round that
+        // polled this procedure (see `Executor::now_us`).
+        let now = self.fresh_now_us();
         self.ship_remote(c, hold);
         let mut parts: Vec<IslandId> = touched.iter().collect();
         if local {
@@ -313,12 +343,13 @@ impl Executor {
                 tx.encode_lock(b, island, gtid, tag, counts[island as usize])
             });
         }
+        let since_us = self.fresh_now_us();
         self.locking.push(Locking {
             gtid,
             ctx: c,
             tag,
             waiting: islands,
-            since_us: self.now_us(),
+            since_us,
             confirm: false,
         });
     }
@@ -365,12 +396,19 @@ impl Executor {
     }
 
     /// Fails the LOCK rounds that have waited longer than the operation
-    /// timeout (a lost request or reply, a crashed island).
+    /// timeout for an island that could have answered (a lost request or
+    /// reply, a crashed island; see [`Executor::unanswered`]).
     pub(super) fn expire_locking(&mut self, now: u64) {
         let timeout_us = u64::try_from(self.cl.opts.op_timeout.as_micros()).unwrap_or(u64::MAX);
         let mut i = 0;
         while i < self.locking.len() {
-            if now.saturating_sub(self.locking[i].since_us) >= timeout_us {
+            let l = &self.locking[i];
+            let cl = &self.cl;
+            let expired = l.waiting.iter().any(|island| {
+                let peer = cl.endpoint(island, cl.branch_worker(island, l.gtid));
+                self.unanswered(peer, l.since_us, timeout_us, now)
+            });
+            if expired {
                 self.fail_locking(i);
             } else {
                 i += 1;
@@ -453,7 +491,7 @@ impl Executor {
         self.pool.ctx(c).mark_remote_shipped();
         let mut parts: Vec<IslandId> = touched.iter().collect();
         parts.push(self.island);
-        let now = self.now_us();
+        let now = self.fresh_now_us();
         let mut actions = std::mem::take(&mut self.actions);
         actions.clear();
         let home = self.island;
@@ -530,7 +568,8 @@ impl Executor {
             self.pool.free_ctx(c);
             return Err(Abort::Conflict(AbortReason::Remote));
         }
-        let now = self.now;
+        let now = self.fresh_now_us();
+        let tx = self.pool.ctx(c);
         if tx.has_local_part() {
             // Prepared last: every other branch holds its locks until the
             // decision, so this one may take some at prepare, and release.
@@ -636,12 +675,13 @@ impl Executor {
                 wire::lock(b, gtid, tag, 0, 0)
             });
         }
+        let since_us = self.fresh_now_us();
         self.locking.push(Locking {
             gtid,
             ctx: c,
             tag,
             waiting: touched,
-            since_us: self.now_us(),
+            since_us,
             confirm: true,
         });
         Some(gtid)

@@ -128,12 +128,17 @@ pub struct Executor {
     actions: Vec<Action>,
     /// Messages to this very worker (the home island's own branch).
     local: VecDeque<(IslandId, Msg)>,
-    /// Forced records not yet durable: (batch, by the coordinator?, token).
-    forces: Vec<(BatchSeq, bool, LogToken)>,
+    /// Forced records not yet durable: (batch, by the coordinator?, token,
+    /// the protocol clock when it was asked for).
+    forces: Vec<(BatchSeq, bool, LogToken, u64)>,
     /// Pinned batches of commit decisions, until their End.
     coord_pins: GtidMap<BatchSeq>,
-    /// Read-only votes waiting for the batch they could have read from.
-    deferred: Vec<(BatchSeq, IslandId, Msg)>,
+    /// Read-only votes waiting for the batch they could have read from,
+    /// with the protocol clock when they were cast.
+    deferred: Vec<(BatchSeq, IslandId, Msg, u64)>,
+    /// The oldest clock of a participant's entry in `forces` or of one in
+    /// `deferred` (`u64::MAX`: none): a vote this worker owes since then.
+    owed_since: u64,
     /// The lowest batch any entry of `forces` or `deferred` waits for
     /// (`BatchSeq::MAX`: none): a round whose durable batch is below it has
     /// nothing to complete and skips the scan.
@@ -205,16 +210,51 @@ impl Executor {
         self.cl.worker_counts(self.me)
     }
 
-    /// The protocol clock, read once per round of [`Executor::pump`]: the
-    /// state machines' timeouts are milliseconds, and a clock read per
-    /// message was a tenth of a worker's time.
+    /// The protocol clock as of the current step: read at the start of each
+    /// round of [`Executor::pump`] and of each [`Executor::exchange`]
+    /// between two polls, for the messages that step handles (a clock read
+    /// per message was a tenth of a worker's time). A step is short, but a
+    /// round is not: it polls up to `inflight` procedures, each as long as
+    /// its application makes it. So a timer started by a procedure's own
+    /// progress (a request, a commit, a LOCK round) takes
+    /// [`Executor::fresh_now_us`] instead.
     fn now_us(&self) -> u64 {
         self.now
     }
 
-    /// The clock read now, not at the start of the round ([`Executor::now_us`]).
-    fn fresh_now_us(&self) -> u64 {
-        phases::ticks() / self.ticks_per_us
+    /// The clock read now; it becomes the current step's reading too.
+    fn fresh_now_us(&mut self) -> u64 {
+        self.now = self.now.max(phases::ticks() / self.ticks_per_us);
+        self.now
+    }
+
+    /// Whether a wait on `peer`, begun at `since_us` with timeout
+    /// `timeout_us`, has gone unanswered at `now_us`: its time is up, and
+    /// `peer` has since served its mailbox (and sent every vote it owed) in
+    /// a step that began at least half the timeout after the wait did. A
+    /// peer polling a long procedure has not read its mailbox yet: it is
+    /// busy, not silent, and the wait goes on, up to
+    /// [`ClusterOptions::busy_peer_max`]. This worker itself is never
+    /// silent to its own waits: whatever it owes itself is handled within
+    /// its step.
+    fn unanswered(&self, peer: Endpoint, since_us: u64, timeout_us: u64, now_us: u64) -> bool {
+        if now_us < since_us.saturating_add(timeout_us) {
+            return false;
+        }
+        let busy_max_us = u64::try_from(self.cl.opts.busy_peer_max.as_micros()).unwrap_or(u64::MAX);
+        if now_us >= since_us.saturating_add(busy_max_us.max(timeout_us)) {
+            return true;
+        }
+        peer != self.me && self.cl.served_us(peer) >= since_us.saturating_add(timeout_us / 2)
+    }
+
+    /// Ends a step begun at `step_us` in which this worker took in its
+    /// mailbox and flushed what that produced: peers that wait on it learn
+    /// that it served (see [`Executor::unanswered`]), as of the oldest vote
+    /// it still owes if that is older.
+    fn publish_served(&self, step_us: u64) {
+        self.cl
+            .publish_served_us(self.me, step_us.min(self.owed_since));
     }
 
     /// Branches this worker holds for other islands' (and its own) transactions.

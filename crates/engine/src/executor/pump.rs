@@ -37,14 +37,40 @@ impl Executor {
         if let Some(e) = &self.pool.failed {
             return Err(e.clone());
         }
-        self.now = now_ticks / self.ticks_per_us;
-        let received = self.receive();
+        self.now = self.now.max(now_ticks / self.ticks_per_us);
         let now = self.now_us();
+        // Everything that arrived, and every vote that became due, before
+        // the timers: a round can last as long as the procedures it polled,
+        // and what came in meanwhile must count before a deadline does.
+        let received = self.receive();
+        self.complete_forces()?;
         if now >= self.last_tick + 1000 {
             self.last_tick = now;
             let mut actions = std::mem::take(&mut self.actions);
             actions.clear();
-            self.coord.on_tick(now, &mut actions);
+            let (cl, home) = (&self.cl, self.island);
+            let busy_max_us = u64::try_from(cl.opts.busy_peer_max.as_micros()).unwrap_or(u64::MAX);
+            self.coord
+                .on_tick_unless_busy(now, &mut actions, |gtid, missing, since_us| {
+                    // The votes are late, but only a silent participant
+                    // aborts the transaction (see `Executor::unanswered`):
+                    // another island's worker that has served since, or
+                    // none past `busy_peer_max`. This island's own vote is
+                    // cast within the step its PrepareReq arrives in,
+                    // except after an early prepare, where it waits for
+                    // the procedure, still running here.
+                    if now >= since_us.saturating_add(busy_max_us) {
+                        return false;
+                    }
+                    let half = cl.opts.timeouts.prepare_us / 2;
+                    !missing
+                        .iter()
+                        .filter(|&island| island != home)
+                        .any(|island| {
+                            let peer = cl.endpoint(island, cl.branch_worker(island, gtid));
+                            cl.served_us(peer) >= since_us.saturating_add(half)
+                        })
+                });
             self.early_stale = true;
             self.run_actions(&mut actions, true);
             actions.clear();
@@ -55,13 +81,14 @@ impl Executor {
             if !self.locking.is_empty() {
                 self.expire_locking(now);
             }
+            self.complete_forces()?;
         }
-        self.complete_forces()?;
         if self.early_stale && !self.early.is_empty() {
             self.early_stale = false;
             self.check_early();
         }
         self.outbox.flush(&*self.transport, self.me);
+        self.publish_served(now);
         Ok(received)
     }
 
@@ -94,15 +121,26 @@ impl Executor {
     /// serves what arrived, so that neither a request of this worker nor a
     /// reply it owes waits for the rest of the round (a round polls up to
     /// `inflight` procedures). Cheaper than [`Executor::pump_at`]: no timers,
-    /// no log hand-off. Returns the batches it took.
+    /// no log hand-off beyond what forced records ask for; the votes that
+    /// became due leave with the rest, so a participant polling slow
+    /// procedures still answers between two of them. Returns the batches it
+    /// took.
     pub fn exchange(&mut self) -> usize {
+        let step = self.fresh_now_us();
         if self.outbox.urgent() {
             self.outbox.flush(&*self.transport, self.me);
         }
         let received = self.receive();
+        if self.waiting_from != BatchSeq::MAX {
+            if let Err(e) = self.complete_forces() {
+                // The next `pump` reports it.
+                self.pool.failed.get_or_insert(e);
+            }
+        }
         if self.outbox.urgent() {
             self.outbox.flush(&*self.transport, self.me);
         }
+        self.publish_served(step);
         received
     }
 
@@ -130,13 +168,13 @@ impl Executor {
                 i += 1;
                 continue;
             }
-            let (_, to, msg) = self.deferred.swap_remove(i);
+            let (_, to, msg, _) = self.deferred.swap_remove(i);
             self.send_msg(to, msg);
         }
         let mut i = 0;
         let mut actions = std::mem::take(&mut self.actions);
         while i < self.forces.len() {
-            let (seq, by_coord, token) = self.forces[i];
+            let (seq, by_coord, token, _) = self.forces[i];
             if seq > durable {
                 i += 1;
                 continue;
@@ -160,12 +198,24 @@ impl Executor {
             .chain(self.deferred.iter().map(|d| d.0))
             .min()
             .unwrap_or(BatchSeq::MAX);
+        self.owed_since = self
+            .forces
+            .iter()
+            .filter(|f| !f.1)
+            .map(|f| f.3)
+            .chain(self.deferred.iter().map(|d| d.3))
+            .min()
+            .unwrap_or(u64::MAX);
         Ok(())
     }
 
-    /// Records that `forces` or `deferred` got an entry waiting for `seq`.
-    fn waits_for(&mut self, seq: BatchSeq) {
+    /// Records that `forces` or `deferred` got an entry waiting for `seq`
+    /// (`vote`: one whose completion sends a vote to a coordinator).
+    fn waits_for(&mut self, seq: BatchSeq, vote: bool) {
         self.waiting_from = self.waiting_from.min(seq);
+        if vote {
+            self.owed_since = self.owed_since.min(self.now);
+        }
     }
 
     /// Whether this worker holds no transaction state (for a clean stop).
@@ -226,8 +276,8 @@ impl Executor {
                     // the commit once the decision is durable.)
                     let need = self.shared.append_seq.load(Ordering::Acquire);
                     if need > self.shared.durable_seq() {
-                        self.deferred.push((need, to, msg));
-                        self.waits_for(need);
+                        self.deferred.push((need, to, msg, self.now));
+                        self.waits_for(need, true);
                         self.flush_due = true;
                     } else {
                         self.send_msg(to, msg);
@@ -297,16 +347,13 @@ impl Executor {
                     let own_prepare = !by_coord
                         && matches!(rec, LogRec::Prepare { gtid } if home_of(gtid) == self.island);
                     if force && own_prepare {
-                        self.forces.push((0, false, token));
-                        self.waits_for(0);
+                        self.forces.push((0, false, token, self.now));
+                        self.waits_for(0, true);
                     } else if force {
-                        if seq == 0 {
-                            // No log: durable at once.
-                            self.forces.push((0, by_coord, token));
-                            self.waits_for(0);
-                        } else {
-                            self.forces.push((seq, by_coord, token));
-                            self.waits_for(seq);
+                        // No log (`seq` 0): durable at once.
+                        self.forces.push((seq, by_coord, token, self.now));
+                        self.waits_for(seq, !by_coord);
+                        if seq != 0 {
                             self.flush_due = true;
                         }
                     }

@@ -912,7 +912,10 @@ where
                             }
                             slot_of[c as usize] = i as u32;
                         }
-                        St::Waiting if now.saturating_sub(s.since) > op_timeout => {
+                        St::Waiting
+                            if now.saturating_sub(s.since) > op_timeout
+                                && ex.reply_unanswered(s.ctx, s.since, now) =>
+                        {
                             s.fut = None;
                             let at = Attempt {
                                 ts: ex.timestamp_of(s.ctx),
@@ -950,9 +953,12 @@ where
                                     ));
                                 };
                                 s.state = St::Waiting;
-                                // A spurious wake does not restart the wait's clock.
+                                // The wait starts when the request leaves,
+                                // not when the round began: the round may
+                                // have polled long procedures since. A
+                                // spurious wake does not restart it.
                                 if sent {
-                                    s.since = now;
+                                    s.since = wk.clock.now();
                                 }
                             }
                             Ok(Poll::Ready(done)) => {

@@ -10,3 +10,4 @@ mod history;
 mod isolation;
 mod model;
 mod phantom;
+mod slow_procs;
