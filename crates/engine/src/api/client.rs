@@ -186,7 +186,14 @@ impl Client {
     }
 }
 
-/// The result of [`Client::call_async`].
+/// The result of [`Client::call_async`]: the call is queued on its first
+/// poll (or, when the executor's queue is full, on a later poll: the task is
+/// woken once the executor takes a call from it).
+///
+/// Dropping the future cancels the call, as a [`super::CancelFlag`] would: a
+/// call not yet begun never runs, and one whose procedure runs is rolled
+/// back when it returns; once its procedure has returned, its commit goes on
+/// (and stands; only its answer is lost).
 pub struct CallFuture {
     inner: Arc<Inner>,
     to_push: Option<(Call, usize)>,
@@ -207,10 +214,13 @@ impl Future for CallFuture {
                 inner: Arc::clone(&this.inner),
             };
             if let Err(call) = client.push(mailbox, call) {
-                // Back-pressure: try again on the next poll.
-                this.to_push = Some((call, mailbox));
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
+                // Back-pressure: the executor wakes this task when it takes
+                // a call from its queue, and the push is tried again then.
+                this.inner.mailboxes[mailbox].wait_for_room(cx.waker());
+                if let Err(call) = client.push(mailbox, call) {
+                    this.to_push = Some((call, mailbox));
+                    return Poll::Pending;
+                }
             }
         }
         let Some(rx) = this.rx.as_mut() else {

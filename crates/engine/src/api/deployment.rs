@@ -2,8 +2,9 @@
 
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::Waker;
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
@@ -295,9 +296,43 @@ pub(crate) struct Mailbox {
     /// When those rounds reached the deployment's `park_after`, in
     /// nanoseconds since `Inner::epoch` (written by its executor only).
     idle_since: AtomicU64,
+    /// Callers waiting for room in `queue` ([`Mailbox::wait_for_room`]):
+    /// how many, read by the executor after each pop, and their wakers.
+    room_waiters: AtomicUsize,
+    room_wakers: Mutex<Vec<Waker>>,
+    /// Times its executor parked (its own counter).
+    parks: AtomicU64,
 }
 
 impl Mailbox {
+    /// Registers `waker` to be woken when the executor next takes a call
+    /// from the queue, which a push found full. The caller tries its push
+    /// again after this: a pop between its failed push and this
+    /// registration woke nobody.
+    pub(crate) fn wait_for_room(&self, waker: &Waker) {
+        let mut wakers = self.room_wakers.lock().unwrap_or_else(|p| p.into_inner());
+        if !wakers.iter().any(|w| w.will_wake(waker)) {
+            wakers.push(waker.clone());
+        }
+        self.room_waiters.store(wakers.len(), Ordering::SeqCst);
+    }
+
+    /// A call was taken from the queue: wakes the callers waiting for room.
+    /// One load when none waits (the executor's path).
+    fn popped(&self) {
+        if self.room_waiters.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let wakers = {
+            let mut w = self.room_wakers.lock().unwrap_or_else(|p| p.into_inner());
+            self.room_waiters.store(0, Ordering::SeqCst);
+            std::mem::take(&mut *w)
+        };
+        for w in wakers {
+            w.wake();
+        }
+    }
+
     /// Wakes the executor if it sleeps: called after a push.
     pub(crate) fn notify(&self) {
         if self.sleeping.load(Ordering::SeqCst) {
@@ -395,6 +430,7 @@ impl Inner {
             while let Some(call) = mb.queue.pop() {
                 let _ = call.reply.send(Err(self.closed_error()));
             }
+            mb.popped();
         }
     }
 
@@ -427,9 +463,13 @@ pub(crate) struct CallReq {
 }
 
 impl CallReq {
-    /// Whether the call was canceled; if so, it ends as canceled.
+    /// Whether the call was canceled: its [`CancelFlag`] is set, or its
+    /// caller dropped the future that would have received the answer (a
+    /// [`super::CallFuture`] dropped after its first poll). If so, it ends
+    /// as canceled.
     fn cancel_now(&self) -> bool {
-        let c = self.cancel.as_ref().is_some_and(CancelFlag::is_canceled);
+        let c = self.cancel.as_ref().is_some_and(CancelFlag::is_canceled)
+            || self.reply.as_ref().is_some_and(|r| r.is_closed());
         self.canceled.set(c);
         c
     }
@@ -460,6 +500,7 @@ impl Workload for Calls {
     fn poll_next(&self, worker: usize, _: &mut FastRng, req: &mut CallReq) -> Option<usize> {
         let mb = &self.0.mailboxes[worker];
         let call = mb.queue.pop()?;
+        mb.popped();
         mb.idle.store(0, Ordering::Relaxed);
         req.proc = call.proc;
         req.args = Args(call.args);
@@ -532,6 +573,10 @@ impl Workload for Calls {
         true
     }
 
+    fn busy_again(&self, worker: usize) {
+        self.0.mailboxes[worker].idle.store(0, Ordering::Relaxed);
+    }
+
     fn idle(&self, worker: usize) {
         let mb = &self.0.mailboxes[worker];
         let rounds = mb.idle.fetch_add(1, Ordering::Relaxed);
@@ -551,6 +596,7 @@ impl Workload for Calls {
         mb.sleeping.store(true, Ordering::SeqCst);
         // A push after this check sees `sleeping` and unparks.
         if mb.queue.is_empty() && self.0.open.load(Ordering::SeqCst) {
+            mb.parks.fetch_add(1, Ordering::Relaxed);
             std::thread::park_timeout(PARK_FOR);
         }
         mb.sleeping.store(false, Ordering::Relaxed);
@@ -760,6 +806,9 @@ impl Deployment {
                     thread: OnceLock::new(),
                     idle: AtomicU32::new(0),
                     idle_since: AtomicU64::new(0),
+                    room_waiters: AtomicUsize::new(0),
+                    room_wakers: Mutex::new(Vec::new()),
+                    parks: AtomicU64::new(0),
                 })
             })
             .collect();
@@ -886,6 +935,20 @@ impl Deployment {
     /// Stops accepting calls, finishes what is in flight (a call that has
     /// not begun is answered [`CallError::ShutDown`]), flushes the logs and
     /// joins every thread. Returns the first executor error, if one failed.
+    /// Times the executors of island `island` parked for want of work
+    /// since the deployment opened (an executor parks after a run of idle
+    /// rounds, for at most a millisecond, or until a call is pushed to it).
+    pub fn executor_parks(&self, island: usize) -> u64 {
+        let first = &self.inner.first;
+        let Some(w) = first.get(island..=island + 1) else {
+            return 0;
+        };
+        self.inner.mailboxes[w[0]..w[1]]
+            .iter()
+            .map(|mb| mb.parks.load(Ordering::Relaxed))
+            .sum()
+    }
+
     pub fn shutdown(mut self) -> Result<(), Error> {
         self.stop()
     }

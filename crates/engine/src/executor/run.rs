@@ -647,13 +647,10 @@ impl<W: Workload> Worker<'_, W> {
             phases::switch(Phase::Management);
             match polled {
                 Ok(Poll::Ready(done)) => self.settle(ex, c, done, at, cur, now)?,
+                // The future is gone (it lived on `poll_inline`'s stack):
+                // the attempt fails like a procedure that returned an error.
                 Ok(Poll::Pending) => {
-                    ex.abort_home(c);
-                    return Err(Error::Config(
-                        "a stored procedure suspended on an island that exchanges no messages: \
-                         it waits for something no executor delivers"
-                            .into(),
-                    ));
+                    self.settle(ex, c, Err(Abort::Failed(foreign_wait())), at, cur, now)?
                 }
                 Err(panic) => self.panicked(ex, c, at, cur, panic)?,
             }
@@ -701,6 +698,17 @@ impl<W: Workload> Worker<'_, W> {
         }
         Ok(())
     }
+}
+
+/// The failure of a procedure that returned `Pending` without waiting for an
+/// engine operation: it awaited something no executor wakes (a timer, a
+/// channel, another runtime's future), and would never be polled again.
+fn foreign_wait() -> Error {
+    Error::Config(
+        "the stored procedure awaited something other than its transaction's operations \
+         (a future no executor wakes): a procedure may await only the engine's operations"
+            .into(),
+    )
 }
 
 /// Polls a procedure once, on the caller's stack; a panic is caught only
@@ -791,6 +799,8 @@ where
     let mut client_done = limit == Some(0);
     let mut idle_since: Option<u64> = None;
     let mut idle_rounds = 0u32;
+    // `workload.idle` was called since the last round that progressed.
+    let mut told_idle = false;
     // Counted in `cl.unsettled` while false (every worker starts unsettled).
     let mut settled = false;
     let mut cx = Context::from_waker(Waker::noop());
@@ -945,22 +955,29 @@ where
                                 s.state = St::Free;
                                 wk.panicked(&mut ex, s.ctx, s.at, &mut s.req, panic)?;
                             }
-                            Ok(Poll::Pending) => {
-                                let Some(sent) = ex.send_request(s.ctx) else {
-                                    return Err(Error::Config(
-                                        "a stored procedure suspended without a remote request"
-                                            .into(),
-                                    ));
-                                };
-                                s.state = St::Waiting;
-                                // The wait starts when the request leaves,
-                                // not when the round began: the round may
-                                // have polled long procedures since. A
-                                // spurious wake does not restart it.
-                                if sent {
-                                    s.since = wk.clock.now();
+                            Ok(Poll::Pending) => match ex.send_request(s.ctx) {
+                                Some(sent) => {
+                                    s.state = St::Waiting;
+                                    // The wait starts when the request
+                                    // leaves, not when the round began: the
+                                    // round may have polled long procedures
+                                    // since. A spurious wake does not
+                                    // restart it.
+                                    if sent {
+                                        s.since = wk.clock.now();
+                                    }
                                 }
-                            }
+                                None => {
+                                    // It waits for something no executor
+                                    // delivers: its attempt fails (only its
+                                    // own request, if the workload isolates
+                                    // failures).
+                                    s.fut = None;
+                                    s.state = St::Free;
+                                    let done = Err(Abort::Failed(foreign_wait()));
+                                    wk.settle(&mut ex, s.ctx, done, s.at, &mut s.req, now)?;
+                                }
+                            },
                             Ok(Poll::Ready(done)) => {
                                 s.fut = None;
                                 s.state = St::Free;
@@ -1019,6 +1036,12 @@ where
             idle_rounds = if progressed { 0 } else { idle_rounds + 1 };
             if !progressed && source_dry && busy == 0 && wk.pending.is_empty() {
                 workload.idle(w);
+                told_idle = true;
+            } else if progressed && told_idle {
+                // Work came by another way than the workload (batches
+                // from peers): its idle count starts again.
+                workload.busy_again(w);
+                told_idle = false;
             }
             if (!progressed && (wk.logging || idle_rounds > IDLE_SPINS))
                 || (received == 0 && busy == 0 && client_done)

@@ -366,8 +366,8 @@ fn transfers_survive_lost_duplicated_and_reordered_messages() {
 /// Remote operations that time out about as often as they are answered: a
 /// reply may then wake a context whose attempt gave up in the same round and
 /// whose next attempt already waits for a reply of its own. That wake is
-/// spurious, not an error: the worker neither fails with 'a stored procedure
-/// suspended without a remote request' nor leaves the run hanging.
+/// spurious, not an error: the worker neither fails the request as one that
+/// awaited something no executor delivers nor leaves the run hanging.
 #[test]
 fn replies_racing_timeouts_are_spurious_wakes_not_errors() {
     let (seed, transport, mut opts) = faulty_cluster(3);

@@ -75,6 +75,15 @@ pub trait Workload: Send + Sync {
     fn idle(&self, worker: usize) {
         let _ = worker;
     }
+
+    /// A round of worker `worker` did some work (it received batches, or
+    /// started, polled or finished a transaction) after rounds in which it
+    /// called [`Workload::idle`]: a workload that counts idle rounds starts
+    /// again from zero. Called once per such change; the default does
+    /// nothing.
+    fn busy_again(&self, worker: usize) {
+        let _ = worker;
+    }
 }
 
 /// Requests from two sources on every executor: `first` is asked for one
@@ -190,6 +199,11 @@ impl<A: Workload, B: Workload> Workload for Both<A, B> {
     fn idle(&self, worker: usize) {
         self.first.idle(worker);
         self.second.idle(worker);
+    }
+
+    fn busy_again(&self, worker: usize) {
+        self.first.busy_again(worker);
+        self.second.busy_again(worker);
     }
 }
 

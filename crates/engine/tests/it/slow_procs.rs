@@ -4,7 +4,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use islands::api::{
@@ -110,6 +112,19 @@ fn catalog() -> Catalog {
         .home_by(0, ACCOUNTS),
     )
     .unwrap();
+    // Reads `key`, then awaits a future that no executor wakes.
+    c.procedure(
+        ProcDef::new("foreign_await", |tx, a, _| {
+            Box::pin(async move {
+                add(tx, a.int(0) as u64, 1).await?;
+                std::future::pending::<()>().await;
+                Ok(())
+            })
+        })
+        .param("key", Type::Int)
+        .home_by(0, ACCOUNTS),
+    )
+    .unwrap();
     c.procedure(
         ProcDef::new("total", |tx, _, out| {
             Box::pin(async move {
@@ -134,7 +149,15 @@ fn catalog() -> Catalog {
 /// attempts per call: a call that keeps aborting fails fast instead of
 /// hiding in retries.
 fn open(txns: usize) -> Deployment {
-    let mut s = DeploySpec::new(Islands::Count(2));
+    open_islands(2, txns)
+}
+
+fn open_islands(islands: u32, txns: usize) -> Deployment {
+    open_with(islands, txns, 1024)
+}
+
+fn open_with(islands: u32, txns: usize, queue_depth: usize) -> Deployment {
+    let mut s = DeploySpec::new(Islands::Count(islands));
     s.durability = "off".into();
     s.sites = Some(4);
     s.workers_per_island = Some(1);
@@ -142,6 +165,7 @@ fn open(txns: usize) -> Deployment {
     o.pin = false;
     o.txns_per_worker = txns;
     o.max_attempts = 8;
+    o.queue_depth = queue_depth;
     Deployment::open(o, catalog(), |load| {
         for site in load.sites() {
             for k in site as u64 * PER_SITE..(site as u64 + 1) * PER_SITE {
@@ -320,5 +344,200 @@ fn distributed_calls_commit_whatever_their_procedures_duration() {
         }
     }
     assert_eq!(total(&c), N as i64 * INITIAL);
+    db.shutdown().unwrap();
+}
+
+/// A procedure that awaits something other than the engine's operations
+/// fails its own call with a clear error, and rolls back; the deployment
+/// goes on serving every other call (on one island, where procedures run
+/// inline, and on two, where they run in slots).
+#[test]
+fn a_procedure_awaiting_a_foreign_future_fails_only_its_own_call() {
+    for islands in [1, 2] {
+        let db = open_islands(islands, 4);
+        let c = db.client();
+        for key in [10, 210] {
+            let e = c.call("foreign_await", &[Value::Int(key)]).unwrap_err();
+            assert!(
+                matches!(&e, CallError::Failed { procedure, error }
+                    if procedure == "foreign_await" && error.contains("no executor wakes")),
+                "{islands} island(s): {e}"
+            );
+        }
+        // Nothing it did stays, and calls on both islands still commit.
+        assert_eq!(total(&c), N as i64 * INITIAL, "{islands} island(s)");
+        let r = c.call(
+            "slow_transfer",
+            &[
+                Value::Int(11),
+                Value::Int(211),
+                Value::Int(1),
+                Value::Int(0),
+            ],
+        );
+        assert_eq!(r, Ok(vec![]), "{islands} island(s)");
+        db.shutdown().unwrap();
+    }
+}
+
+/// Counts its wakes.
+#[derive(Default)]
+struct CountingWaker(AtomicUsize);
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn poll_once(f: &mut CallFuture, waker: &Waker) -> Poll<Result<Vec<Vec<Value>>, CallError>> {
+    Pin::new(f).poll(&mut Context::from_waker(waker))
+}
+
+/// 2 × the balance of `key` (read by `work_then_read` with no work).
+fn twice_balance(c: &Client, key: i64) -> i64 {
+    let r = c.call(
+        "work_then_read",
+        &[Value::Int(key), Value::Int(key), Value::Int(0)],
+    );
+    r.unwrap()[0][0].as_int().unwrap()
+}
+
+/// A call whose executor's queue is full waits to be woken when the
+/// executor takes a call from it, instead of waking itself at once (a task
+/// polled again and again: a thread spinning at 100% for the whole wait).
+#[test]
+fn a_call_waiting_for_room_in_a_full_queue_is_woken_by_the_executor() {
+    // One executor, a queue of one call.
+    let db = open_with(1, 1, 1);
+    let c = db.client();
+    let transfer = |from: i64, us: i64| {
+        c.call_async(
+            "slow_transfer",
+            vec![
+                Value::Int(from),
+                Value::Int(from + 1),
+                Value::Int(1),
+                Value::Int(us),
+            ],
+        )
+    };
+    let noop = Waker::noop();
+    // The executor takes a slow call, the queue fills with a second.
+    let mut running = transfer(20, 300_000);
+    assert!(poll_once(&mut running, noop).is_pending());
+    std::thread::sleep(Duration::from_millis(50));
+    let mut queued = transfer(30, 0);
+    assert!(poll_once(&mut queued, noop).is_pending());
+    let counter = Arc::new(CountingWaker::default());
+    let waker = Waker::from(Arc::clone(&counter));
+    let mut waiting = transfer(40, 0);
+    assert!(poll_once(&mut waiting, &waker).is_pending());
+    assert_eq!(
+        counter.0.load(Ordering::SeqCst),
+        0,
+        "a call waiting for room woke itself at once"
+    );
+    // The executor takes the queued call once the slow one is done: that
+    // wakes the waiting call, which then queues and commits.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while counter.0.load(Ordering::SeqCst) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the waiting call was never woken"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for r in wait_all(vec![running, queued, waiting], Duration::from_secs(20)) {
+        assert_eq!(r, Ok(vec![]));
+    }
+    assert_eq!(twice_balance(&c, 40), 2 * (INITIAL - 1));
+    db.shutdown().unwrap();
+}
+
+/// Dropping a call's future after its first poll cancels the call: one
+/// whose procedure runs is rolled back when it returns, and one still
+/// queued never runs.
+#[test]
+fn dropping_a_calls_future_cancels_the_call() {
+    for islands in [1, 2] {
+        // One executor per island: a queued call waits behind a slow one.
+        let db = open_with(islands, 1, 16);
+        let c = db.client();
+        let noop = Waker::noop();
+        let mut running = c.call_async(
+            "slow_transfer",
+            vec![
+                Value::Int(50),
+                Value::Int(250),
+                Value::Int(5),
+                Value::Int(200_000),
+            ],
+        );
+        assert!(poll_once(&mut running, noop).is_pending());
+        std::thread::sleep(Duration::from_millis(50));
+        let mut queued = c.call_async(
+            "slow_transfer",
+            vec![
+                Value::Int(60),
+                Value::Int(260),
+                Value::Int(5),
+                Value::Int(0),
+            ],
+        );
+        assert!(poll_once(&mut queued, noop).is_pending());
+        drop(running);
+        drop(queued);
+        // A call behind them answers once both are done; neither left a trace.
+        assert_eq!(twice_balance(&c, 61), 2 * INITIAL);
+        for key in [50, 250, 60, 260] {
+            assert_eq!(
+                twice_balance(&c, key),
+                2 * INITIAL,
+                "{islands} island(s), account {key}"
+            );
+        }
+        db.shutdown().unwrap();
+    }
+}
+
+/// An executor that only serves other islands parks only after a run of
+/// idle rounds, counted from its last work of any kind (batches it served
+/// included), not from the last call it took: it does not park for a
+/// millisecond after nearly every request it serves.
+#[test]
+fn an_executor_serving_only_other_islands_does_not_park_after_each_request() {
+    let db = open(4);
+    let c = db.client();
+    // Island 1 takes no call: let its executor go idle and park.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.executor_parks(1) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "island 1's executor never parked"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let before = db.executor_parks(1);
+    let calls = 200;
+    for i in 0..calls {
+        // Homed on island 0, each reads a row of island 1.
+        let r = c.call(
+            "work_then_read",
+            &[
+                Value::Int(i % 200),
+                Value::Int(200 + i % 200),
+                Value::Int(0),
+            ],
+        );
+        assert_eq!(r, Ok(vec![vec![Value::Int(2 * INITIAL)]]));
+    }
+    // A park lasts up to a millisecond and a request arriving meanwhile
+    // waits for its end: one per request would be `calls`.
+    let parks = db.executor_parks(1) - before;
+    assert!(
+        parks < calls as u64 / 4,
+        "island 1's executor parked {parks} times while serving {calls} requests"
+    );
     db.shutdown().unwrap();
 }
