@@ -607,6 +607,15 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
             spec.sites = Some(w);
         }
     }
+    // A resumed database keeps the site count it was made with (its control files record
+    // it): planned from this machine's cores, keys would be looked for on other islands.
+    if let (Some(base), true, None) = (&log_base, c.resume, spec.sites) {
+        if let Some(ctl) =
+            islands::wal::read_control(&base.join("island-0")).map_err(Error::from)?
+        {
+            spec.sites = (ctl.sites != 0).then_some(ctl.sites);
+        }
+    }
     let plan = deploy::plan(&topology, &spec).map_err(Error::from)?;
     // Every island of one database shares its deployment id: a new one, or the one of
     // the database a run resumes (each island's open checks it against its directory).
@@ -621,6 +630,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
         cfg.island_id = u32::from(ip.id);
         cfg.islands = plan.islands().len() as u32;
         cfg.deployment = Some(deployment);
+        cfg.sites = plan.sites();
         cfg.durability = durability;
         cfg.log_dir = log_base.as_ref().map(|_| ip.log_dir.clone());
         cfg.group_delay = Duration::from_micros(c.group_delay_us);
@@ -1040,6 +1050,23 @@ fn execute<W: Workload + 'static>(
             .into());
         }
     }
+    if resume {
+        // A database whose load never completed, or one of whose islands' logs is lost, is
+        // refused here, before anything runs on it.
+        let dirs: Vec<PathBuf> = configs.iter().filter_map(|c| c.log_dir.clone()).collect();
+        let opening = islands::island::judge_deployment_dirs(&dirs)?;
+        if let islands::island::Opening::Recover { sites } = opening {
+            let planned = configs.first().map_or(0, |c| c.sites);
+            if sites != 0 && sites != planned {
+                return Err(Error::Config(format!(
+                    "--resume: the database was made with its keys spread over {sites} sites, \
+                     and this run plans {planned}: give the --sites (or --warehouses) it was \
+                     made with"
+                ))
+                .into());
+            }
+        }
+    }
     let needed = check_memory(&configs, &tables, sizing.rows)?;
     let memory_note = format!(
         "memory: the data took about {} after the load (estimated; {} available){}",
@@ -1117,6 +1144,10 @@ fn execute<W: Workload + 'static>(
         }
         Ok(())
     })?;
+    // Every island's load is checkpointed: only now may a --resume go on from it.
+    for island in &islands {
+        island.mark_loaded()?;
+    }
     if !quiet {
         eprintln!(
             "[load] {} island(s) loaded in {:.1}s",

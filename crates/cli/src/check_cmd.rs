@@ -91,6 +91,7 @@ pub fn run_repair(a: &RepairArgs) -> Result<bool, Error> {
             islands: c.islands,
             schema: c.schema,
             workload: c.workload.clone(),
+            sites: c.sites,
         };
         cfg.on_damage = OnDamage::Truncate;
         let (log, rec) = Wal::open(cfg).map_err(|e| Error::from(e).context(&name_of(d)))?;

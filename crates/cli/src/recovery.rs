@@ -156,6 +156,7 @@ pub(crate) fn recover_read_only(
             islands: if whole { dirs.len() as u32 } else { c.islands },
             schema: islands::storage::schema_fingerprint(&spec.tables()),
             workload: c.workload.clone(),
+            sites: c.sites,
         };
         recs.push(wal::read_only(d, &identity).map_err(|e| Error::from(e).context(&name_of(d)))?);
     }

@@ -75,6 +75,10 @@ pub struct IslandConfig {
     /// The workload and the parameters that shape its data, recorded in the control file
     /// and checked on later opens; empty: not known, not checked.
     pub workload: String,
+    /// How many sites the deployment's keys are spread over: recorded in the control file
+    /// when it is made, and a reopen that plans another count is refused. 0: not known,
+    /// not checked.
+    pub sites: u32,
     /// Checkpoints the island takes by itself while it runs (with a log):
     /// on by default. A tool that only reads a database sets it `OFF`, or a
     /// recovered log longer than the threshold gets a checkpoint at once.
@@ -187,6 +191,7 @@ impl IslandConfig {
             islands: 1,
             deployment: None,
             workload: String::new(),
+            sites: 0,
             checkpoint: CheckpointPolicy::DEFAULT,
             threads: None,
         }
@@ -200,6 +205,7 @@ impl IslandConfig {
             islands: self.islands,
             schema: crate::storage::schema_fingerprint(tables),
             workload: self.workload.clone(),
+            sites: self.sites,
         }
     }
 
@@ -539,6 +545,127 @@ impl Shared {
     }
 }
 
+/// What the log directories of a deployment's islands (island `i` in `dirs[i]`) hold,
+/// judged before any of them is opened ([`judge_deployment_dirs`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Opening {
+    /// No directory holds anything of a database: every island is loaded.
+    Fresh,
+    /// Every island holds a completely loaded database: every island is recovered, and
+    /// none is loaded. `sites`: the site count the database was made with (0: not
+    /// recorded, as by a version-1 control file).
+    Recover { sites: u32 },
+}
+
+/// Decides whether a deployment's islands are loaded afresh or recovered, from their
+/// control files, before any is opened (opening one writes its control file). The rule
+/// keeps one database whole: all islands are loaded together, or all are recovered.
+///
+/// - No directory holds a control file, a segment or a checkpoint: [`Opening::Fresh`].
+/// - Some control file says the initial load never completed (a process that stopped
+///   during the load: the load is marked complete, [`Island::mark_loaded`], only once
+///   every island's is checkpointed, and nothing is served before that): refused, naming
+///   the directories; nothing but the interrupted load was ever written there, so the
+///   way out is to remove the directory and load again.
+/// - Some island holds a loaded database and another's directory holds no control file:
+///   refused. Without segments or a checkpoint that island's log is lost, and loading it
+///   afresh beside the others' recovered logs would leave distributed transactions half
+///   applied; no repair makes it up. With them, only its control file is lost, which
+///   `islands repair --rebuild-control` rebuilds.
+/// - Otherwise every island is recovered ([`Opening::Recover`]); the control files must
+///   agree on the site count they record.
+pub fn judge_deployment_dirs(dirs: &[PathBuf]) -> Result<Opening, Error> {
+    let mut controls = Vec::with_capacity(dirs.len());
+    for d in dirs {
+        let c = if d.is_dir() {
+            crate::wal::read_control(d)?
+        } else {
+            None
+        };
+        let holds = d.is_dir() && crate::wal::holds_log(d)?;
+        controls.push((d, c, holds));
+    }
+    if controls.iter().all(|(_, c, holds)| c.is_none() && !holds) {
+        return Ok(Opening::Fresh);
+    }
+    if let Some((d, Some(c), _)) = controls
+        .iter()
+        .find(|(_, c, _)| c.as_ref().is_some_and(|c| c.islands as usize != dirs.len()))
+    {
+        return Err(Error::Config(format!(
+            "{} belongs to a database of {} island(s), and this deployment has {}: open it \
+             with the islands it was made with",
+            d.display(),
+            c.islands,
+            dirs.len()
+        )));
+    }
+    let unloaded: Vec<String> = controls
+        .iter()
+        .filter(|(_, c, _)| c.as_ref().is_some_and(|c| !c.loaded))
+        .map(|(d, _, _)| d.display().to_string())
+        .collect();
+    if !unloaded.is_empty() {
+        let base = dirs[0].parent().map_or_else(
+            || dirs[0].display().to_string(),
+            |p| p.display().to_string(),
+        );
+        return Err(Error::Recovery(format!(
+            "the database in {base} was never completely loaded: the control file of {} says \
+             its initial load did not complete (the process that made it stopped during the \
+             load). It holds nothing but that unfinished load and is not served: remove {base} \
+             and start again to load a new database (e.g. `islands serve --init ...` into an \
+             empty directory)",
+            unloaded.join(", ")
+        )));
+    }
+    let mut sites = 0;
+    let mut sites_from = None;
+    for (i, (d, c, holds)) in controls.iter().enumerate() {
+        let Some(c) = c else {
+            if *holds {
+                return Err(crate::wal::WalError::NoControl {
+                    dir: d.to_path_buf(),
+                }
+                .into());
+            }
+            let other = controls
+                .iter()
+                .find(|(_, c, _)| c.is_some())
+                .map_or_else(String::new, |(o, _, _)| o.display().to_string());
+            return Err(Error::Recovery(format!(
+                "island {i}'s log directory {} holds no log (missing or empty), but {other} \
+                 holds a loaded database of the same deployment: island {i}'s log is lost. \
+                 Loading it afresh beside the other islands' recovered logs would leave \
+                 distributed transactions half applied, so it is not opened; restore {} from \
+                 a copy of the whole deployment",
+                d.display(),
+                d.display()
+            )));
+        };
+        if c.sites == 0 {
+            continue;
+        }
+        match sites_from {
+            None => {
+                sites = c.sites;
+                sites_from = Some(d);
+            }
+            Some(f) if sites != c.sites => {
+                return Err(Error::Recovery(format!(
+                    "the control files disagree on the site count: {} says {sites}, {} says {}: \
+                     they are not of one database",
+                    f.display(),
+                    d.display(),
+                    c.sites
+                )))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(Opening::Recover { sites })
+}
+
 /// A database instance. Cheap to clone (an `Arc`).
 #[derive(Clone)]
 pub struct Island {
@@ -815,6 +942,16 @@ impl Island {
     /// The island's log, if it has one (for statistics).
     pub fn wal(&self) -> Option<&Arc<Wal>> {
         self.shared.wal.as_ref()
+    }
+
+    /// Records in the log's control file that the database's initial load is complete
+    /// ([`crate::wal::Wal::mark_loaded`]); nothing without a log. A deployment calls it on
+    /// every island once all of them are loaded and checkpointed.
+    pub fn mark_loaded(&self) -> Result<(), Error> {
+        match &self.shared.wal {
+            Some(w) => w.mark_loaded().map_err(Error::from),
+            None => Ok(()),
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use crate::cc::CcKind;
 use crate::deploy::{self, DeploySpec, Plan};
 use crate::executor::run::ClusterWorker;
 use crate::executor::{Cluster, ClusterOptions};
-use crate::island::{Island, IslandConfig, RecoveryReport};
+use crate::island::{Island, IslandConfig, Opening, RecoveryReport};
 use crate::proc::rng::FastRng;
 use crate::proc::run::{log_failure, watch_until, FAILED, MEASURE, STOP};
 use crate::proc::stats::ProgressCounter;
@@ -631,9 +631,15 @@ impl std::fmt::Debug for Deployment {
 impl Deployment {
     /// Plans the deployment, opens (or recovers) every island, loads a new
     /// database with `load` (called once per island, on a thread pinned to
-    /// the island's first CPU, when its log holds nothing), resolves
-    /// branches left in doubt, starts the executors and returns once they
-    /// serve. With a log, a new database is checkpointed after its load.
+    /// the island's first CPU, when no island's log directory holds
+    /// anything), resolves branches left in doubt, starts the executors and
+    /// returns once they serve. With a log, a new database is checkpointed
+    /// after its load and then marked loaded in every island's control file;
+    /// an open refuses a database whose load never completed, or one of
+    /// whose islands' logs is lost ([`crate::island::judge_deployment_dirs`]).
+    /// A recovered database keeps the site count it was made with (recorded
+    /// in its control files) when the spec leaves `sites` out, and refuses
+    /// another one given.
     pub fn open(
         opts: Options,
         catalog: Catalog,
@@ -705,7 +711,33 @@ impl Deployment {
             Some(t) => t,
             None => Topology::discover().map_err(|e| Error::Config(e.to_string()))?,
         };
-        let plan = deploy::plan(&topology, &opts.spec)?;
+        let logged = durability != Durability::Off;
+        let mut plan = deploy::plan(&topology, &opts.spec)?;
+        let dir_of = |i: usize| opts.spec.log_dir.join(format!("island-{i}"));
+        // Fresh or recovered as a whole, decided before any island's open writes to its
+        // directory; a recovered database routes keys over the sites it was made with.
+        let opening = if logged {
+            let dirs: Vec<_> = (0..plan.islands().len()).map(dir_of).collect();
+            crate::island::judge_deployment_dirs(&dirs)?
+        } else {
+            Opening::Fresh
+        };
+        if let Opening::Recover { sites } = opening {
+            if sites != 0 && plan.sites() != sites {
+                if let Some(given) = opts.spec.sites {
+                    return Err(Error::Config(format!(
+                        "the database in {} was made with its keys spread over {sites} sites, \
+                         and the deployment gives sites = {given}: every key would be looked \
+                         for on another island than the one that holds it (give sites = {sites}, \
+                         or leave sites out)",
+                        opts.spec.log_dir.display()
+                    )));
+                }
+                let mut spec = opts.spec.clone();
+                spec.sites = Some(sites);
+                plan = deploy::plan(&topology, &spec)?;
+            }
+        }
         let n = plan.islands().len();
         let workers: Vec<usize> = plan.islands().iter().map(|i| i.workers as usize).collect();
         let total: usize = workers.iter().sum();
@@ -716,8 +748,6 @@ impl Deployment {
                 .clamp(64, 3000),
             ..Default::default()
         };
-        let logged = durability != Durability::Off;
-        let dir_of = |i: usize| opts.spec.log_dir.join(format!("island-{i}"));
         let deployment = if logged {
             match crate::wal::read_control(&dir_of(0))? {
                 Some(c) => c.deployment,
@@ -735,6 +765,7 @@ impl Deployment {
             cfg.islands = n as u32;
             cfg.deployment = Some(deployment);
             cfg.workload = opts.workload.clone();
+            cfg.sites = plan.sites();
             cfg.durability = durability;
             cfg.log_dir = logged.then(|| dir_of(i));
             cfg.contexts = copts.contexts_needed(ip.workers as usize);
@@ -749,15 +780,13 @@ impl Deployment {
             opened.push(Island::open(cfg, &catalog.tables)?);
         }
         let router = SiteRouter::new(&catalog, &plan)?;
-        // Load the islands whose log holds nothing, each on its own CPUs.
-        let fresh = |r: &RecoveryReport| {
-            r.control.is_none() && r.checkpoint_rows == 0 && r.log_records == 0
-        };
+        // A new database: every island is loaded, each on its own CPUs.
+        let fresh = opening == Opening::Fresh;
         std::thread::scope(|scope| -> Result<(), Error> {
             let handles: Vec<_> = opened
                 .iter()
                 .enumerate()
-                .filter(|(_, (_, r))| fresh(r))
+                .filter(|_| fresh)
                 .map(|(i, (island, _))| {
                     let (load, router, catalog, plan) = (&load, &router, &catalog, &plan);
                     let cpu = plan.islands()[i].worker_cpu(0).filter(|_| opts.pin);
@@ -788,6 +817,13 @@ impl Deployment {
             }
             Ok(())
         })?;
+        // Every island's load is checkpointed: only now does any control file say the
+        // database is loaded, so a load that stops anywhere before is never served.
+        if fresh {
+            for (island, _) in &opened {
+                island.mark_loaded()?;
+            }
+        }
         let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
         let recovered: Vec<RecoveryReport> = opened.iter().map(|(_, r)| r.clone()).collect();
         let cluster = Cluster::new(opened, workers.clone(), Arc::new(router.clone()), copts)?;

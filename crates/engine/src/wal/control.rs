@@ -3,14 +3,28 @@
 //!
 //! `CONTROL` is rewritten whole and atomically (`CONTROL.tmp`, fdatasync, rename, directory
 //! fsync; see [`super::device::write_atomically`]) when the log opens, when it rolls over to
-//! a new segment and when a checkpoint is written; never per batch. Layout (little-endian):
+//! a new segment, when a checkpoint is written and when the initial load is marked
+//! complete; never per batch. Layout (little-endian), version 2:
 //!
 //! ```text
 //! [magic "ISLCTRL1"][version u32][body_len u32][body][crc32c u32 of everything before it]
 //! body = [deployment u128][island u32][islands u32][schema u64]
 //!        [checkpoint u64][durable u64][first_segment u64][last_segment u64]
 //!        [workload_len u16][workload bytes (UTF-8)]
+//!        [loaded u8: 0|1][sites u32]
 //! ```
+//!
+//! `loaded` says the database's initial load completed and was checkpointed on every
+//! island (a directory is made with 0; the opener that loads sets it, [`super::Wal::mark_loaded`]);
+//! an opener must not serve a directory whose load never completed. `sites` is how many
+//! sites the deployment's keys were spread over when it was made (0: not recorded); with
+//! `islands`, it fixes which island holds each key (sites are split evenly, in order, over
+//! the islands), so a reopen must route with the same count.
+//!
+//! Version 1 (no `loaded`, no `sites`) is still read: its load is taken as complete when
+//! it names a checkpoint (the load is the first thing checkpointed; a version-1 directory
+//! whose load was killed names none), and its site count as not recorded. The next write
+//! upgrades it to version 2.
 //!
 //! What recovery demands of it (see `Wal::open`): the identity matches the one the opener
 //! expects ([`LogIdentity`]); the checkpoint it names (or a newer one) exists; the segments
@@ -25,11 +39,11 @@ use super::{BatchSeq, WalError};
 pub(crate) const CONTROL_NAME: &str = "CONTROL";
 pub(crate) const CONTROL_TMP: &str = "CONTROL.tmp";
 const MAGIC: &[u8; 8] = b"ISLCTRL1";
-/// The format this code writes and reads.
-pub const CONTROL_VERSION: u32 = 1;
+/// The format this code writes (it reads this one and version 1).
+pub const CONTROL_VERSION: u32 = 2;
 /// Longest workload description a control file holds.
 pub const WORKLOAD_MAX_BYTES: usize = 1024;
-const FIXED_BODY_BYTES: usize = 16 + 4 + 4 + 8 + 8 * 4 + 2;
+const FIXED_BODY_BYTES: usize = 16 + 4 + 4 + 8 + 8 * 4 + 2 + 1 + 4;
 
 /// Whose log a directory holds: what an opener expects, and what a new directory records.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,6 +61,9 @@ pub struct LogIdentity {
     /// (e.g. `tpcc warehouses=2 max_orders_per_district=1000000`). Empty: not known, and
     /// not checked.
     pub workload: String,
+    /// How many sites the deployment's keys are spread over (see the module's doc). 0: not
+    /// known, and not checked.
+    pub sites: u32,
 }
 
 impl Default for LogIdentity {
@@ -57,6 +74,7 @@ impl Default for LogIdentity {
             islands: 1,
             schema: 0,
             workload: String::new(),
+            sites: 0,
         }
     }
 }
@@ -77,6 +95,10 @@ pub struct Control {
     pub first_segment: BatchSeq,
     /// The newest segment created (0: none yet).
     pub last_segment: BatchSeq,
+    /// The database's initial load completed (and was checkpointed) on every island.
+    pub loaded: bool,
+    /// The deployment's site count when it was made (0: not recorded).
+    pub sites: u32,
 }
 
 impl Control {
@@ -92,6 +114,8 @@ impl Control {
             durable: 0,
             first_segment: 0,
             last_segment: 0,
+            loaded: false,
+            sites: id.sites,
         }
     }
 
@@ -113,6 +137,8 @@ impl Control {
         }
         body.extend_from_slice(&(w.len() as u16).to_le_bytes());
         body.extend_from_slice(w);
+        body.push(u8::from(self.loaded));
+        body.extend_from_slice(&self.sites.to_le_bytes());
         let mut out = Vec::with_capacity(20 + body.len());
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&CONTROL_VERSION.to_le_bytes());
@@ -130,9 +156,9 @@ impl Control {
         }
         let u32_at = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().expect("4 bytes"));
         let version = u32_at(8);
-        if version != CONTROL_VERSION {
+        if version != 1 && version != CONTROL_VERSION {
             return Err(format!(
-                "format version {version}; this islands reads version {CONTROL_VERSION}"
+                "format version {version}; this islands reads versions 1 and {CONTROL_VERSION}"
             ));
         }
         let body_len = u32_at(12) as usize;
@@ -161,6 +187,16 @@ impl Control {
         let workload = std::str::from_utf8(c.take(n).ok_or_else(bad)?)
             .map_err(|_| "workload is not UTF-8".to_string())?
             .to_string();
+        let (loaded, sites) = if version == 1 {
+            (checkpoint != 0, 0)
+        } else {
+            let loaded = match c.take(1).ok_or_else(bad)?[0] {
+                0 => false,
+                1 => true,
+                b => return Err(format!("load flag {b} is neither 0 nor 1")),
+            };
+            (loaded, c.u32().ok_or_else(bad)?)
+        };
         if !c.is_done() {
             return Err("trailing bytes in the body".into());
         }
@@ -174,6 +210,8 @@ impl Control {
             durable,
             first_segment,
             last_segment,
+            loaded,
+            sites,
         })
     }
 
@@ -214,6 +252,14 @@ impl Control {
             return refuse(format!(
                 "it holds workload '{}', not '{}'",
                 self.workload, want.workload
+            ));
+        }
+        if want.sites != 0 && self.sites != 0 && want.sites != self.sites {
+            return refuse(format!(
+                "the database was made with its keys spread over {} sites, and this open plans \
+                 {}: every key would be looked for on another island than the one that holds \
+                 it (give sites = {} in the deployment)",
+                self.sites, want.sites, self.sites
             ));
         }
         Ok(())
@@ -293,7 +339,37 @@ mod tests {
             durable: 9,
             first_segment: 3,
             last_segment: 8,
+            loaded: true,
+            sites: 6,
         }
+    }
+
+    /// `c` as version 1 wrote it: no load flag, no site count.
+    fn encode_v1(c: &Control) -> Vec<u8> {
+        let mut body = c.encode()[16..].to_vec();
+        body.truncate(body.len() - 4 - 5);
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&1u32.to_le_bytes());
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&body);
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn version_1_reads_with_its_load_complete_iff_it_names_a_checkpoint() {
+        let mut c = sample();
+        let old = Control::decode(&encode_v1(&c)).unwrap();
+        assert!(old.loaded);
+        assert_eq!(old.sites, 0);
+        assert_eq!((old.checkpoint, old.durable), (c.checkpoint, c.durable));
+        c.checkpoint = 0;
+        assert!(!Control::decode(&encode_v1(&c)).unwrap().loaded);
+        let mut v3 = c.encode();
+        v3[8] = 3;
+        let e = Control::decode(&v3).unwrap_err();
+        assert!(e.contains("version 3"), "{e}");
     }
 
     #[test]
@@ -321,6 +397,7 @@ mod tests {
             islands: 2,
             schema: 0xfeed,
             workload: String::new(),
+            sites: 0,
         };
         assert!(c.check(p, &want).is_ok());
         want.island = 0;
@@ -338,5 +415,11 @@ mod tests {
         want.workload = "ycsb rows=10 row_bytes=16".into();
         let e = c.check(p, &want).unwrap_err().to_string();
         assert!(e.contains("workload"), "{e}");
+        want.workload = String::new();
+        want.sites = 6;
+        assert!(c.check(p, &want).is_ok());
+        want.sites = 4;
+        let e = c.check(p, &want).unwrap_err().to_string();
+        assert!(e.contains("6 sites") && e.contains("sites = 6"), "{e}");
     }
 }

@@ -289,12 +289,17 @@ pub enum WalError {
     /// The directory holds another island's, deployment's or schema's log.
     #[error("log directory of another database: {file}: {reason}", file = file.display())]
     Identity { file: PathBuf, reason: String },
-    #[error("corrupt control file {file}: {reason}", file = file.display())]
+    #[error(
+        "corrupt control file {file}: {reason} (`islands repair --log-dir DIR --rebuild-control` \
+         rebuilds it from the checkpoint and the segments)",
+        file = file.display()
+    )]
     CorruptControl { file: PathBuf, reason: String },
     #[error(
         "log directory {dir} holds a log but no control file (CONTROL): it was written by an \
          older islands, or CONTROL was removed; this islands cannot tell whether segments are \
-         missing, so it does not open it",
+         missing, so it does not open it (`islands repair --log-dir DIR --rebuild-control` \
+         rebuilds it from the checkpoint and the segments)",
         dir = dir.display()
     )]
     NoControl { dir: PathBuf },
@@ -963,6 +968,9 @@ impl Wal {
                 if c.workload.is_empty() {
                     c.workload = cfg.identity.workload.clone();
                 }
+                if c.sites == 0 {
+                    c.sites = cfg.identity.sites;
+                }
                 c
             }
             None => {
@@ -1275,6 +1283,29 @@ impl Wal {
     /// The failure that poisoned the log, if any. Once `Some`, always `Some`.
     pub fn failed(&self) -> Option<WalError> {
         self.shared.failure()
+    }
+
+    /// The directory's control file as last written (`None` when durability is off).
+    pub fn control(&self) -> Option<Control> {
+        self.shared.control.lock().clone()
+    }
+
+    /// Records in the control file, durably, that the database's initial load is complete:
+    /// call it once every island's load is checkpointed. An opener serves a directory only
+    /// once this is recorded ([`Control::loaded`]).
+    pub fn mark_loaded(&self) -> Result<(), WalError> {
+        if let Some(e) = self.shared.failure() {
+            return Err(WalError::Poisoned(Box::new(e)));
+        }
+        let sh = &*self.shared;
+        let mut ctl = sh.control.lock();
+        if let Some(c) = ctl.as_mut() {
+            if !c.loaded {
+                c.loaded = true;
+                control::write(sh.device.as_ref(), &sh.cfg.dir, c)?;
+            }
+        }
+        Ok(())
     }
 
     /// Writes a checkpoint of `rows` (table, key, tid, row), which must reflect every batch

@@ -1188,6 +1188,7 @@ fn a_directory_of_another_island_or_schema_is_refused() {
         islands: 2,
         schema: 7,
         workload: "micro rows=10 row_bytes=16 n=1 keys=5..10".into(),
+        sites: 0,
     };
     let (wal, rec) = Wal::open(c.clone()).unwrap();
     assert_eq!(rec.control, None, "a new directory");

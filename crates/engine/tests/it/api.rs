@@ -1146,3 +1146,175 @@ fn a_secondary_index_is_placed_only_where_it_can_be() {
     let e = c.secondary_by_site(0, SecondaryId(0), |_| 0).unwrap_err();
     assert!(e.to_string().contains("placed twice"), "{e}");
 }
+
+/// Each account's balance, `None` where the account is not found.
+fn found_balances(c: &Client) -> Vec<Option<i64>> {
+    (0..N)
+        .map(|k| {
+            let rows = c.call("balance", &[Value::Int(k as i64)]).unwrap();
+            rows.first().map(|r| r[0].as_int().unwrap())
+        })
+        .collect()
+}
+
+/// A load that stops midway (here island 1's load fails after island 0's
+/// was checkpointed) leaves a database that is never served: every later
+/// open refuses it, naming the directory and what to do, rather than
+/// serving empty or half-loaded tables.
+#[test]
+fn a_load_that_stopped_midway_is_never_served() {
+    let dir = temp_dir("api-half-load");
+    let e = Deployment::open(spec(2, "sync", Some(&dir)), bank(), |l| {
+        load_accounts(l)?;
+        if l.island() == 1 {
+            return Err(islands::Error::Config("the load failed".into()));
+        }
+        Ok(())
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("the load failed"), "{e}");
+    for _ in 0..2 {
+        let e = Deployment::open(spec(2, "sync", Some(&dir)), bank(), load_accounts)
+            .map(|db| db.shutdown())
+            .expect_err("a database whose load never completed was opened");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("never completely loaded")
+                && msg.contains(&dir.display().to_string())
+                && msg.contains("remove"),
+            "{msg}"
+        );
+    }
+    // Loaded in full, it opens, and its load is not run again.
+    let _ = std::fs::remove_dir_all(&dir);
+    open(spec(2, "sync", Some(&dir))).shutdown().unwrap();
+    let db = Deployment::open(spec(2, "sync", Some(&dir)), bank(), |_| {
+        panic!("a loaded database is not loaded again")
+    })
+    .unwrap();
+    assert_eq!(total(&db.client()), N as i64 * INITIAL);
+    db.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A deployment that leaves `sites` out spreads its keys over as many
+/// sites as the machine it was made on has cores. Reopened where the
+/// process sees another number of cores (another machine, a narrower CPU
+/// set, a described topology), it keeps the site count its control files
+/// recorded: every acknowledged row is found where it was written. A site
+/// count given that differs is refused.
+#[test]
+fn a_reopen_on_another_core_count_keeps_the_site_map() {
+    let dir = temp_dir("api-sites");
+    let on = |machine: &str, sites: Option<u32>| {
+        let mut o = spec(2, "sync", Some(&dir));
+        o.spec.sites = sites;
+        o.spec.workers_per_island = Some(1);
+        o.topology = Some(islands::topology::Topology::described(machine).unwrap());
+        o
+    };
+    let moved = {
+        let db = Deployment::open(on("1x4", None), bank(), load_accounts).unwrap();
+        assert_eq!(db.plan().sites(), 4);
+        let c = db.client();
+        for i in 0..20 {
+            c.call(
+                "transfer",
+                &[Value::Int(i * 7), Value::Int(399 - i * 3), Value::Int(5)],
+            )
+            .unwrap();
+        }
+        let b = found_balances(&c);
+        assert!(b.iter().all(Option::is_some));
+        db.shutdown().unwrap();
+        b
+    };
+    for (id, machine) in ["1x8", "2x3", "1x2"].into_iter().enumerate() {
+        let db = Deployment::open(on(machine, None), bank(), |_| {
+            panic!("a loaded database is not loaded again")
+        })
+        .unwrap();
+        assert_eq!(db.plan().sites(), 4, "on {machine}");
+        let c = db.client();
+        assert_eq!(found_balances(&c), moved, "reopened on {machine}");
+        // New rows land on the island that holds their site, and are found
+        // there; the transfer there and back leaves the balances as they were.
+        let id = id as i64;
+        for (from, to) in [(350, 10), (10, 350)] {
+            c.call(
+                "logged_transfer",
+                &[
+                    Value::Int(from),
+                    Value::Int(to),
+                    Value::Int(1),
+                    Value::Int(id),
+                ],
+            )
+            .unwrap();
+            let r = c
+                .call("receipt", &[Value::Int(from), Value::Int(id)])
+                .unwrap();
+            assert_eq!(r.len(), 1, "receipt of {from} on {machine}");
+        }
+        assert_eq!(found_balances(&c), moved, "on {machine}");
+        db.shutdown().unwrap();
+    }
+    let e = Deployment::open(on("1x8", Some(8)), bank(), |_| Ok(())).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("4 sites") && msg.contains("sites = 8"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// When any island of a deployment holds a database, no island is loaded
+/// afresh: a lost island directory (island 1's as much as island 0's) is
+/// refused, and the refusal suggests no repair (none can make it up). An
+/// island that lost only its control file is told how to rebuild it.
+#[test]
+fn a_lost_island_directory_is_refused_not_loaded_afresh() {
+    let dir = temp_dir("api-lost-island");
+    for lost in [1, 0] {
+        let _ = std::fs::remove_dir_all(&dir);
+        let db = open(spec(2, "sync", Some(&dir)));
+        let c = db.client();
+        for i in 0..20 {
+            c.call(
+                "transfer",
+                &[Value::Int(i), Value::Int(399 - i), Value::Int(10)],
+            )
+            .unwrap();
+        }
+        db.shutdown().unwrap();
+        let island = dir.join(format!("island-{lost}"));
+        let kept = temp_dir(&format!("api-lost-island-kept-{lost}"));
+        let _ = std::fs::remove_dir_all(&kept);
+        std::fs::rename(&island, &kept).unwrap();
+        let e = Deployment::open(spec(2, "sync", Some(&dir)), bank(), load_accounts)
+            .map(|db| db.shutdown())
+            .expect_err("a deployment with a lost island directory was opened");
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!("island {lost}'s log is lost"))
+                && msg.contains(&island.display().to_string())
+                && !msg.contains("islands repair"),
+            "{msg}"
+        );
+        // An empty directory in its place is refused the same way.
+        std::fs::create_dir(&island).unwrap();
+        let e = Deployment::open(spec(2, "sync", Some(&dir)), bank(), load_accounts)
+            .map(|db| db.shutdown())
+            .expect_err("a deployment with an emptied island directory was opened");
+        assert!(e.to_string().contains("log is lost"), "{e}");
+        // Only its control file gone: rebuild it.
+        std::fs::remove_dir(&island).unwrap();
+        std::fs::rename(&kept, &island).unwrap();
+        std::fs::remove_file(island.join("CONTROL")).unwrap();
+        let e = Deployment::open(spec(2, "sync", Some(&dir)), bank(), load_accounts)
+            .map(|db| db.shutdown())
+            .expect_err("a deployment with a lost control file was opened");
+        assert!(e.to_string().contains("--rebuild-control"), "{e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
