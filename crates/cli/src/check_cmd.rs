@@ -34,9 +34,11 @@ pub struct RepairArgs {
     /// The log directory (all its islands, DIR/island-<i>), or one island's DIR/island-<i>.
     #[arg(long)]
     log_dir: PathBuf,
-    /// Cut each damaged log at its damage: truncate the segment there and delete every
-    /// later one. Acknowledged transactions after the damage are lost; the command lists
-    /// the transactions it dropped and exits with code 3.
+    /// Repair each damaged log: set aside (into its set-aside/ directory) files that are not
+    /// part of it, rename misnamed segments back, and cut it at its damage: truncate the
+    /// segment there and set every later one aside. No file is deleted. Acknowledged
+    /// transactions after the damage are lost; the command lists what it kept, set aside
+    /// and dropped, and exits with code 3 when it dropped records.
     #[arg(long, required = true)]
     truncate_damaged_log: bool,
 }
@@ -71,7 +73,9 @@ pub fn run_check(a: &CheckArgs) -> Result<bool, Error> {
     )
 }
 
-/// `islands repair`: Ok(true) when some damaged log was cut.
+/// `islands repair`: Ok(true) when some log lost records (it was cut at damage, or ends
+/// before what its control files say was durable). A repair deletes no file: what it
+/// takes out of a log goes into the log directory's `set-aside/`.
 pub fn run_repair(a: &RepairArgs) -> Result<bool, Error> {
     if !a.truncate_damaged_log {
         return Err(Error::Config(
@@ -95,32 +99,64 @@ pub fn run_repair(a: &RepairArgs) -> Result<bool, Error> {
         };
         cfg.on_damage = OnDamage::Truncate;
         let (log, rec) = Wal::open(cfg).map_err(|e| Error::from(e).context(&name_of(d)))?;
+        let kept = log.segments();
         log.shutdown();
+        let d = d.display();
         if let Some(t) = &rec.truncated {
-            println!("{}: {t}", d.display());
+            println!("{d}: {t}");
         }
         match &rec.repaired {
-            None => println!("{}: no damage", d.display()),
+            None => println!("{d}: no damage"),
             Some(r) => {
-                cut = true;
-                println!("{}: {r}", d.display());
-                println!(
-                    "{}: dropped transactions (tid): {}",
-                    d.display(),
-                    list(&r.tids)
-                );
-                println!(
-                    "{}: dropped distributed transactions (gtid): {}",
-                    d.display(),
-                    list(&r.gtids)
-                );
+                cut |= r.lost();
+                if let Some(c) = &r.cut {
+                    println!("{d}: {c}");
+                    println!("{d}: dropped transactions (tid): {}", list(&c.tids));
+                    println!(
+                        "{d}: dropped distributed transactions (gtid): {}",
+                        list(&c.gtids)
+                    );
+                }
+                if let Some(s) = &r.shortfall {
+                    println!("{d}: {s}");
+                }
+                for (from, to) in &r.renamed {
+                    println!(
+                        "{d}: renamed {} to {}: the name its first batch gives",
+                        from.display(),
+                        to.display()
+                    );
+                }
+                for a in &r.set_aside {
+                    println!("{d}: {a}");
+                }
             }
         }
+        // What the log holds now.
+        let segments = match (kept.first(), kept.last()) {
+            (Some(a), Some(b)) if a != b => format!("{} to {}", name_of(a), name_of(b)),
+            (Some(a), _) => name_of(a),
+            _ => "none".into(),
+        };
+        let batches = match (rec.records.first(), rec.records.last()) {
+            (Some(a), Some(b)) => format!("batches {}..={}", a.seq(), b.seq()),
+            _ => "no batch".into(),
+        };
+        let checkpoint = rec.checkpoint.as_ref().map_or(String::new(), |c| {
+            format!(", after the checkpoint of batches below {}", c.start_seq)
+        });
+        println!(
+            "{d}: kept {} segment(s) ({segments}): {} record(s) in {batches}{checkpoint}",
+            kept.len(),
+            rec.records.len(),
+        );
     }
     if cut {
         eprintln!(
-            "the log was cut: transactions after the damage are lost, acknowledged or not; \
-             check the database with `islands check`"
+            "the log was cut: transactions after the damage are lost, acknowledged or not \
+             (every file the repair took out of a log is in its {}/ directory); check the \
+             database with `islands check`",
+            wal::SET_ASIDE_DIR
         );
     }
     Ok(cut)

@@ -54,9 +54,11 @@ enum Command {
     /// inserts, and a served tpcb's or bank's sums. Exit code 1 when one fails; 2 when the
     /// log is damaged or not this deployment's.
     Check(check_cmd::CheckArgs),
-    /// Cut damaged logs (--truncate-damaged-log): each island's log is truncated at its
-    /// damage and later segments are deleted; the records and transactions dropped are
-    /// listed. Exit code 3 when a log was cut, 0 when none was damaged.
+    /// Repair damaged logs (--truncate-damaged-log): files that are not part of a log are
+    /// set aside (moved into its set-aside/ directory), misnamed segments renamed back, and
+    /// each island's log is truncated at its damage with later segments set aside; what was
+    /// kept, set aside and dropped is listed. Exit code 3 when records were dropped, 0
+    /// otherwise.
     Repair(check_cmd::RepairArgs),
 }
 

@@ -431,3 +431,75 @@ fn repair_cuts_at_the_damage_and_says_what_it_dropped() {
     assert!(out.status.success(), "{}", text(&out));
     let _ = std::fs::remove_dir_all(&b);
 }
+
+/// The line `islands repair` prints of what a log holds after it.
+fn kept_line(t: &str) -> String {
+    t.lines()
+        .find(|l| l.contains(": kept "))
+        .unwrap_or_else(|| panic!("no 'kept' line: {t}"))
+        .to_string()
+}
+
+/// The seq a segment's name gives.
+fn seq_of(p: &Path) -> u64 {
+    let name = p.file_name().unwrap().to_string_lossy();
+    name["wal-".len().."wal-".len() + 20].parse().unwrap()
+}
+
+/// `islands repair` never deletes a segment whose records verify. A copy of the first
+/// segment under a lower number (`wal-…00.log`), a copy of a segment under a middle and a
+/// higher number, and the newest segment renamed to a later number are each refused by
+/// `check`, which points to the repair; the repair sets the copy aside (renames the
+/// segment back), exits 0, and keeps every segment and record it kept on the intact log;
+/// `check` then passes. (It cut the stray to nothing and deleted every real segment
+/// behind it, exit 3, and `check` passed on an empty database.)
+#[test]
+fn repair_keeps_every_segment_behind_a_stray_or_renamed_file() {
+    let b = base("stray");
+    bench(&b, "65536", &["--workers", "1"], &MICRO);
+    let island = b.join("island-0");
+    let dir = b.to_str().unwrap();
+    let repair = ["repair", "--log-dir", dir, "--truncate-damaged-log"];
+    let out = islands(&repair);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let intact = kept_line(&text(&out));
+    let segs = segments(&island);
+    assert!(segs.len() >= 3, "{segs:?}");
+    let named = |seq: u64| island.join(format!("wal-{seq:020}.log"));
+    let last = segs.last().unwrap().clone();
+    let mid = seq_of(&segs[1]) + 1;
+    assert!(mid < seq_of(&segs[2]), "{segs:?}");
+    let high = seq_of(&last) + 1000;
+    let cases = [
+        ("a copy under a low number", named(0), Some(&segs[0])),
+        ("a copy under a middle number", named(mid), Some(&segs[0])),
+        ("a copy under a high number", named(high), Some(&last)),
+        ("the newest segment renamed", named(high), None),
+    ];
+    for (what, stray, copy_of) in cases {
+        match copy_of {
+            Some(src) => std::fs::copy(src, &stray).map(|_| ()),
+            None => std::fs::rename(&last, &stray),
+        }
+        .unwrap();
+        refused_untouched(&["check", "--log-dir", dir], &b, &["islands repair"]);
+        let out = islands(&repair);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{what}: {t}");
+        assert_eq!(kept_line(&t), intact, "{what}: {t}");
+        let moved = if copy_of.is_some() {
+            "set aside"
+        } else {
+            "renamed"
+        };
+        assert!(
+            t.contains(moved) && t.contains(&stray.display().to_string()),
+            "{what}: {t}"
+        );
+        assert!(!stray.exists() && last.exists(), "{what}: {t}");
+        let out = islands(&["check", "--log-dir", dir]);
+        assert!(out.status.success(), "{what}: {}", text(&out));
+        std::fs::remove_dir_all(island.join("set-aside")).ok();
+    }
+    let _ = std::fs::remove_dir_all(&b);
+}

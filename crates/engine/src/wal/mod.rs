@@ -73,9 +73,14 @@
 //! to transactions that were never acknowledged, so either outcome is correct).
 //!
 //! With [`OnDamage::Truncate`] (the explicit repair, `islands repair --truncate-damaged-log`)
-//! the log is cut at the damage instead: that segment is truncated there (deleted if the
-//! damage is its start), every later segment is deleted, and [`Recovery::repaired`] says how
-//! many records of which transactions were dropped. [`read_only`] recovers without writing
+//! the log is repaired instead, and no file is deleted: what leaves the log is moved into
+//! the directory's [`SET_ASIDE_DIR`]. First the segment files are sorted out
+//! ([`recovery::sort_out`]): one whose first batch disagrees with its name is renamed to the
+//! name that batch gives where the log needs it, and set aside otherwise; one at whose
+//! start the log breaks is set aside when the log reads on past it without it (a stray).
+//! Then the log is cut at the damage: that segment is copied aside and truncated there (or
+//! set aside whole, if the damage is its start), every later segment is set aside, and
+//! [`Recovery::repaired`] says how many records of which transactions were dropped. [`read_only`] recovers without writing
 //! anything at all (no lock file, no cut, no removal): for checks.
 //!
 //! # The control file
@@ -222,9 +227,11 @@ pub enum OnDamage {
     /// Refuse to open, naming the file and offset, and change no file.
     #[default]
     Refuse,
-    /// Cut the log at the damage: truncate that segment there (or delete it, if the damage
-    /// is its start) and delete every later segment, reporting what was dropped in
-    /// [`Recovery::repaired`]. Acknowledged transactions may be lost: a repair, never a default.
+    /// Repair the log: set aside files that are not part of it, rename misnamed segments
+    /// back, and cut the log at the damage: truncate that segment there (a copy set aside
+    /// first; set aside whole, if the damage is its start) and set every later segment
+    /// aside, reporting what was done and dropped in [`Recovery::repaired`]. Deletes no
+    /// file. Acknowledged transactions may be lost: a repair, never a default.
     Truncate,
 }
 
@@ -426,38 +433,113 @@ impl fmt::Display for Truncation {
     }
 }
 
-/// What a recovery with [`OnDamage::Truncate`] cut from a damaged log.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What a recovery with [`OnDamage::Truncate`] (the repair) changed. It deletes no file:
+/// what leaves the log is moved into the directory's [`SET_ASIDE_DIR`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Repair {
-    /// Where the damage is; the log now ends here.
+    /// Where the log was cut at damage, and what it dropped there.
+    pub cut: Option<Cut>,
+    /// Files moved out of the log: named like segments but not part of it (a copy, an
+    /// empty file, garbage), or segments after the cut.
+    pub set_aside: Vec<SetAside>,
+    /// Segments whose name disagreed with their first batch, renamed to the name it gives
+    /// (from, to), where the log needed them.
+    pub renamed: Vec<(PathBuf, PathBuf)>,
+    /// The log ends before what `CONTROL` says was durable: what is lost, in words.
+    pub shortfall: Option<String>,
+}
+
+impl Repair {
+    /// Whether records the log held (or said it held) were dropped: acknowledged
+    /// transactions may be lost.
+    pub fn lost(&self) -> bool {
+        self.cut.is_some() || self.shortfall.is_some()
+    }
+}
+
+/// The cut of a repair: the log now ends at `offset` of `file`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cut {
     pub file: PathBuf,
     pub offset: u64,
     pub reason: String,
-    /// Bytes cut from `file` and the segments deleted after it.
+    /// Bytes cut from `file` and in the segments set aside after it.
     pub bytes_dropped: u64,
-    pub segments_deleted: Vec<PathBuf>,
     /// Records after the damage that still decoded (found again at later batch headers),
     /// and the transactions they belong to: tids of commits, gtids of 2PC records.
     pub records_dropped: u64,
     pub tids: Vec<u64>,
     pub gtids: Vec<u64>,
+    /// A copy of `file` as it was before the cut (`None`: the whole file was set aside).
+    pub copy: Option<PathBuf>,
 }
 
-impl fmt::Display for Repair {
+/// A file a repair moved out of the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetAside {
+    pub file: PathBuf,
+    /// Where it is now.
+    pub to: PathBuf,
+    pub reason: String,
+}
+
+impl fmt::Display for Cut {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "log cut at {} offset {} ({}): dropped {} bytes, {} later segment(s), {} decodable \
-             record(s) of {} transaction(s) and {} distributed transaction(s)",
+            "log cut at {} offset {} ({}): dropped {} bytes, {} decodable record(s) of {} \
+             transaction(s) and {} distributed transaction(s)",
             self.file.display(),
             self.offset,
             self.reason,
             self.bytes_dropped,
-            self.segments_deleted.len(),
             self.records_dropped,
             self.tids.len(),
             self.gtids.len()
+        )?;
+        if let Some(copy) = &self.copy {
+            write!(
+                f,
+                "; its bytes before the cut are kept in {}",
+                copy.display()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for SetAside {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "set aside {} as {}: {}",
+            self.file.display(),
+            self.to.display(),
+            self.reason
         )
+    }
+}
+
+impl fmt::Display for Repair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(c) = &self.cut {
+            parts.push(c.to_string());
+        }
+        if let Some(s) = &self.shortfall {
+            parts.push(s.clone());
+        }
+        for (from, to) in &self.renamed {
+            parts.push(format!(
+                "renamed {} to {} (the name its first batch gives)",
+                from.display(),
+                to.display()
+            ));
+        }
+        for a in &self.set_aside {
+            parts.push(a.to_string());
+        }
+        f.write_str(&parts.join("; "))
     }
 }
 
@@ -696,7 +778,14 @@ struct Inspected {
     listing: recovery::DirListing,
     control: Option<Control>,
     checkpoint: Option<CheckpointData>,
+    /// The scan of the log's segments; with [`OnDamage::Truncate`], of the chain
+    /// [`recovery::sort_out`] made of them (each entry the name it is to have, and the
+    /// file's present path).
     scan: recovery::Scan,
+    /// [`OnDamage::Truncate`]: segments to rename to the name their first batch gives, and
+    /// files to move out of the log.
+    renames: Vec<(PathBuf, PathBuf)>,
+    aside: Vec<recovery::Aside>,
     /// [`OnDamage::Truncate`]: the log ends before what the control file says was durable
     /// (its newest segments are gone); what is lost, in words.
     shortfall: Option<String>,
@@ -706,13 +795,14 @@ struct Inspected {
 /// nothing: damage is an error unless `on_damage` says to cut it (the caller does).
 fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<Inspected, WalError> {
     let listing = recovery::list_dir(dir)?;
-    if let Some(stray) = listing.strays.first() {
+    let repair = on_damage == OnDamage::Truncate;
+    const STRAY: &str = "it is named like a log file (wal-<20 digits>.log, ckpt-<20 digits>.ckp) \
+                         but is none";
+    if let (false, Some(stray)) = (repair, listing.strays.first()) {
         return Err(WalError::Damaged {
             file: stray.clone(),
             offset: 0,
-            reason: "it is named like a log file (wal-<20 digits>.log, ckpt-<20 digits>.ckp) but \
-                     is none: move it out of the log directory"
-                .into(),
+            reason: format!("{STRAY}: move it out of the log directory"),
         });
     }
     let control = control::read(dir)?;
@@ -727,12 +817,24 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
         None => {}
     }
     let checkpoint = recovery::load_checkpoint(&listing.checkpoints)?;
+    let start_seq = checkpoint.as_ref().map_or(0, |c| c.start_seq);
+    let (scan, renames, mut aside) = if repair {
+        let sorted = recovery::sort_out(listing.segments.clone(), start_seq)?;
+        (sorted.scan, sorted.renames, sorted.aside)
+    } else {
+        let scan = recovery::scan(listing.segments.clone())?;
+        (scan, Vec::new(), Vec::new())
+    };
+    if repair {
+        aside.extend(listing.strays.iter().map(|p| recovery::Aside {
+            path: p.clone(),
+            reason: STRAY.into(),
+        }));
+    }
     let mut shortfall = match &control {
-        Some(c) => check_extent(dir, c, &listing, on_damage)?,
+        Some(c) => check_extent(dir, c, &listing.checkpoints, &scan.segments, on_damage)?,
         None => None,
     };
-    let scan = recovery::scan(listing.segments.clone())?;
-    let start_seq = checkpoint.as_ref().map_or(0, |c| c.start_seq);
     if scan.first_seq > start_seq.max(1) {
         let first = &scan.segments[0].1;
         return Err(WalError::Missing {
@@ -784,6 +886,8 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
         control,
         checkpoint,
         scan,
+        renames,
+        aside,
         shortfall,
     })
 }
@@ -794,7 +898,8 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
 fn check_extent(
     dir: &Path,
     c: &Control,
-    listing: &recovery::DirListing,
+    checkpoints: &[(BatchSeq, PathBuf)],
+    segments: &[(BatchSeq, PathBuf)],
     on_damage: OnDamage,
 ) -> Result<Option<String>, WalError> {
     let ctl = control::path(dir);
@@ -802,18 +907,13 @@ fn check_extent(
         file,
         reason: format!("{} names it as {which}", ctl.display()),
     };
-    if c.checkpoint != 0
-        && listing
-            .checkpoints
-            .last()
-            .is_none_or(|l| l.0 < c.checkpoint)
-    {
+    if c.checkpoint != 0 && checkpoints.last().is_none_or(|l| l.0 < c.checkpoint) {
         return Err(missing(
             dir.join(checkpoint::checkpoint_name(c.checkpoint)),
             "the newest checkpoint, and no newer one is there",
         ));
     }
-    let has = |seq: BatchSeq| seq == 0 || listing.segments.iter().any(|s| s.0 == seq);
+    let has = |seq: BatchSeq| seq == 0 || segments.iter().any(|s| s.0 == seq);
     if !has(c.first_segment) {
         return Err(missing(
             dir.join(recovery::segment_name(c.first_segment)),
@@ -836,6 +936,70 @@ fn check_extent(
         };
     }
     Ok(None)
+}
+
+/// Where a repair moves the files it takes out of a log directory: nothing it does
+/// deletes a file.
+pub const SET_ASIDE_DIR: &str = "set-aside";
+
+/// The set-aside directory of `dir`, made (durably) if it is not there.
+fn aside_dir(dev: &dyn LogDevice, dir: &Path) -> Result<PathBuf, WalError> {
+    let aside = dir.join(SET_ASIDE_DIR);
+    if !aside.is_dir() {
+        std::fs::create_dir(&aside).map_err(|e| WalError::io("create directory", &aside, e))?;
+        dev.sync_dir(dir)
+            .map_err(|e| WalError::io("fsync log directory", dir, e))?;
+    }
+    Ok(aside)
+}
+
+/// A name in the set-aside directory for `file` that no file has: its own, or its own
+/// with `.1`, `.2`, ... after it.
+fn aside_name(aside: &Path, file: &Path) -> PathBuf {
+    let name = file
+        .file_name()
+        .map_or_else(|| "file".into(), |n| n.to_string_lossy().into_owned());
+    let mut to = aside.join(&name);
+    let mut n = 0;
+    while to.exists() {
+        n += 1;
+        to = aside.join(format!("{name}.{n}"));
+    }
+    to
+}
+
+/// Moves `file` into the set-aside directory of `dir` (durable after [`sync_dirs`]).
+fn set_aside(dev: &dyn LogDevice, dir: &Path, file: &Path) -> Result<PathBuf, WalError> {
+    let to = aside_name(&aside_dir(dev, dir)?, file);
+    dev.rename(file, &to)
+        .map_err(|e| WalError::io("set aside", file, e))?;
+    Ok(to)
+}
+
+/// Copies `file` into the set-aside directory of `dir`, durably, before a repair cuts it.
+fn copy_aside(dev: &dyn LogDevice, dir: &Path, file: &Path) -> Result<PathBuf, WalError> {
+    let to = aside_name(&aside_dir(dev, dir)?, file);
+    let bytes = std::fs::read(file).map_err(|e| WalError::io("read log segment", file, e))?;
+    let mut out = dev
+        .create(&to)
+        .map_err(|e| WalError::io("create copy of log segment", &to, e))?;
+    out.write_all(&bytes)
+        .and_then(|()| out.sync_data())
+        .map_err(|e| WalError::io("write copy of log segment", &to, e))?;
+    dev.sync_dir(to.parent().unwrap_or(dir))
+        .map_err(|e| WalError::io("fsync directory", &to, e))?;
+    Ok(to)
+}
+
+/// Makes a repair's renames durable: the log directory and its set-aside directory.
+fn sync_dirs(dev: &dyn LogDevice, dir: &Path) -> Result<(), WalError> {
+    let aside = dir.join(SET_ASIDE_DIR);
+    if aside.is_dir() {
+        dev.sync_dir(&aside)
+            .map_err(|e| WalError::io("fsync directory", &aside, e))?;
+    }
+    dev.sync_dir(dir)
+        .map_err(|e| WalError::io("fsync log directory", dir, e))
 }
 
 /// Shortens a segment to its first `len` bytes, durably.
@@ -985,7 +1149,38 @@ impl Wal {
         let start_seq = checkpoint.as_ref().map_or(0, |c| c.start_seq);
         let mut scan = ins.scan;
         let mut truncated = None;
-        let mut repaired = None;
+        let repair = cfg.on_damage == OnDamage::Truncate;
+        let mut repaired = Repair {
+            shortfall: ins.shortfall,
+            ..Repair::default()
+        };
+        // The repair's moves first: strays out of the log, misnamed segments to their names.
+        for a in ins.aside {
+            let to = set_aside(dev, &dir, &a.path)?;
+            repaired.set_aside.push(SetAside {
+                file: a.path,
+                to,
+                reason: a.reason,
+            });
+        }
+        for (from, to) in ins.renames {
+            if to.exists() {
+                return Err(WalError::Recovery(format!(
+                    "cannot rename {} to {}: a file has that name",
+                    from.display(),
+                    to.display()
+                )));
+            }
+            dev.rename(&from, &to)
+                .map_err(|e| WalError::io("rename log segment", &from, e))?;
+            for seg in scan.segments.iter_mut().filter(|s| s.1 == from) {
+                seg.1 = to.clone();
+            }
+            repaired.renamed.push((from, to));
+        }
+        if !repaired.set_aside.is_empty() || !repaired.renamed.is_empty() {
+            sync_dirs(dev, &dir)?;
+        }
         match std::mem::replace(&mut scan.end, recovery::End::Clean) {
             recovery::End::Clean => {}
             // The last segment loses its unused zeros, so that appending goes on where its
@@ -999,6 +1194,18 @@ impl Wal {
                 let len = std::fs::metadata(&file)
                     .map_err(|e| WalError::io("stat log segment", &file, e))?
                     .len();
+                if repair {
+                    // A repair keeps every byte it cuts.
+                    let to = copy_aside(dev, &dir, &file)?;
+                    repaired.set_aside.push(SetAside {
+                        file: file.clone(),
+                        to,
+                        reason: format!(
+                            "a copy of it before its torn tail (from offset {}) was cut",
+                            f.offset
+                        ),
+                    });
+                }
                 cut_segment(dev, &file, f.offset)?;
                 truncated = Some(Truncation {
                     file,
@@ -1009,21 +1216,10 @@ impl Wal {
                 });
             }
             recovery::End::Damaged(f) => {
-                repaired = Some(Self::cut_damage(dev, &dir, &mut scan, &f)?);
+                Self::cut_damage(dev, &dir, &mut scan, &f, &mut repaired)?;
             }
         }
-        if let (None, Some(reason)) = (&repaired, ins.shortfall) {
-            repaired = Some(Repair {
-                file: control::path(&dir),
-                offset: 0,
-                reason,
-                bytes_dropped: 0,
-                segments_deleted: Vec::new(),
-                records_dropped: 0,
-                tids: Vec::new(),
-                gtids: Vec::new(),
-            });
-        }
+        let repaired = (repaired != Repair::default()).then_some(repaired);
         // The last segment's name is a lower bound of the seqs it may hold.
         let last_name = scan.segments.last().map_or(0, |s| s.0);
         let next_seq = (scan.max_seq + 1).max(start_seq).max(last_name).max(1);
@@ -1118,41 +1314,54 @@ impl Wal {
         Ok((Arc::new(wal), recovery))
     }
 
-    /// [`OnDamage::Truncate`]: cuts the log at fault `f` (the faulty segment is truncated
-    /// there, or deleted when the fault is its start and it is not the first), deletes every
-    /// later segment, and says what was dropped.
+    /// [`OnDamage::Truncate`]: cuts the log at fault `f`: the faulty segment is cut there
+    /// (a copy of it kept first), or set aside whole when the fault is its start and it is
+    /// not the first; every later segment is set aside. Records what it did in `repaired`.
     fn cut_damage(
         dev: &dyn LogDevice,
         dir: &Path,
         scan: &mut recovery::Scan,
         f: &recovery::Fault,
-    ) -> Result<Repair, WalError> {
+        repaired: &mut Repair,
+    ) -> Result<(), WalError> {
         let lost = recovery::salvage(scan, f)?;
         let file = scan.segments[f.segment].1.clone();
-        let keep = if f.offset == 0 && f.segment > 0 {
-            f.segment
+        let (keep, copy) = if f.offset == 0 && f.segment > 0 {
+            (f.segment, None)
         } else {
+            let copy = copy_aside(dev, dir, &file)?;
             cut_segment(dev, &file, f.offset)?;
-            f.segment + 1
+            (f.segment + 1, Some(copy))
         };
-        let mut deleted = Vec::new();
         for (_, later) in scan.segments.drain(keep..) {
-            dev.remove(&later)
-                .map_err(|e| WalError::io("delete log segment", &later, e))?;
-            deleted.push(later);
+            let to = set_aside(dev, dir, &later)?;
+            let reason = if later == file {
+                format!("the log breaks at its start: {}", f.reason)
+            } else {
+                format!(
+                    "it follows the damage in {} at offset {}",
+                    file.display(),
+                    f.offset
+                )
+            };
+            repaired.set_aside.push(SetAside {
+                file: later,
+                to,
+                reason,
+            });
         }
-        dev.sync_dir(dir)
-            .map_err(|e| WalError::io("fsync log directory", dir, e))?;
-        Ok(Repair {
+        sync_dirs(dev, dir)?;
+        repaired.cut = Some(Cut {
             file,
             offset: f.offset,
             reason: f.reason.clone(),
             bytes_dropped: lost.bytes,
-            segments_deleted: deleted,
             records_dropped: lost.records,
             tids: lost.tids,
             gtids: lost.gtids,
-        })
+            copy,
+        });
+        Ok(())
     }
 
     fn shared(
@@ -1396,8 +1605,9 @@ impl Wal {
                 control::write(dev, dir, c)?;
             }
         }
-        for (_, old) in recovery::list_dir(dir)?.checkpoints {
-            if old != path {
+        // Only older ones: a file named like a newer checkpoint is none this log wrote.
+        for (seq, old) in recovery::list_dir(dir)?.checkpoints {
+            if seq < start_seq {
                 dev.remove(&old)
                     .map_err(|e| WalError::io("delete old checkpoint", &old, e))?;
             }

@@ -255,6 +255,126 @@ pub(crate) fn scan(segments: Vec<(BatchSeq, PathBuf)>) -> Result<Scan, WalError>
     Ok(out)
 }
 
+/// The seq of the batch header a segment file starts with, if its first frame is one
+/// whose checksum holds: what the file's contents say its name should be.
+pub(crate) fn first_batch(path: &Path) -> Result<Option<BatchSeq>, WalError> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(BATCH_FRAME_BYTES);
+    fs::File::open(path)
+        .and_then(|f| f.take(BATCH_FRAME_BYTES as u64).read_to_end(&mut head))
+        .map_err(|e| WalError::io("read log segment", path, e))?;
+    Ok(match read_frame(&head, 0) {
+        Ok(Some((body, _))) if body.len() == 9 && body[0] == REC_BATCH => {
+            body[1..9].try_into().ok().map(u64::from_le_bytes)
+        }
+        _ => None,
+    })
+}
+
+/// A file a repair moves out of the log's directory into [`super::SET_ASIDE_DIR`], and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Aside {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// What a repair makes of a directory's segment files before it judges the log: the chain
+/// it reads (each entry the seq its name must have and the file's present path), the
+/// files it renames to the name their first batch gives, and the files that are not part
+/// of the log.
+#[derive(Debug)]
+pub(crate) struct Sorted {
+    pub scan: Scan,
+    pub renames: Vec<(PathBuf, PathBuf)>,
+    pub aside: Vec<Aside>,
+}
+
+/// Sorts a directory's segment files for a repair, reading only: a file whose first batch
+/// disagrees with its name is renamed to the name its contents give when that batch is
+/// the one the log needs next and no other file has that name, and set aside otherwise;
+/// a file at whose start the log breaks is set aside when the log reads on past it
+/// without it (a stray: an empty file, another file's copy, garbage under a segment's
+/// name). What is left is scanned; a fault in it is damage, and the repair cuts there.
+/// `start_seq` is the newest checkpoint's (0: none).
+pub(crate) fn sort_out(
+    segments: Vec<(BatchSeq, PathBuf)>,
+    start_seq: BatchSeq,
+) -> Result<Sorted, WalError> {
+    let mut chain = Vec::new();
+    // (seq of its first batch, path, seq of its name)
+    let mut misnamed: Vec<(BatchSeq, PathBuf, BatchSeq)> = Vec::new();
+    for (name, path) in segments {
+        match first_batch(&path)? {
+            Some(seq) if seq != name => misnamed.push((seq, path, name)),
+            _ => chain.push((name, path)),
+        }
+    }
+    let mut renames = Vec::new();
+    let mut aside = Vec::new();
+    loop {
+        let s = scan(chain.clone())?;
+        if let End::Damaged(f) = &s.end {
+            if f.offset == 0 {
+                let mut without = chain.clone();
+                let (_, path) = without.remove(f.segment);
+                let rest = scan(without.clone())?;
+                let stuck = rest.max_seq == s.max_seq
+                    && matches!(&rest.end, End::Damaged(g) if g.segment == f.segment && g.offset == 0);
+                if !stuck {
+                    aside.push(Aside {
+                        path,
+                        reason: format!(
+                            "{}; the log reads on past it without it, so it is not part of the log",
+                            f.reason
+                        ),
+                    });
+                    chain = without;
+                    continue;
+                }
+            }
+        }
+        // The batch the log needs next: a misnamed file that starts with it goes there.
+        let next = if s.max_seq == 0 {
+            start_seq.max(1)
+        } else {
+            s.max_seq + 1
+        };
+        let taken = |seq: BatchSeq| {
+            chain.iter().any(|(n, _)| *n == seq) || misnamed.iter().any(|m| m.2 == seq)
+        };
+        let fits = misnamed.iter().position(|&(seq, _, _)| {
+            (seq == next || (s.max_seq == 0 && seq <= next)) && !taken(seq)
+        });
+        if let Some(i) = fits {
+            let (seq, path, _) = misnamed.remove(i);
+            renames.push((path.clone(), path.with_file_name(segment_name(seq))));
+            chain.push((seq, path));
+            chain.sort();
+            continue;
+        }
+        let in_chain: Vec<BatchSeq> = chain.iter().map(|c| c.0).collect();
+        for (seq, path, name) in misnamed {
+            let why = if in_chain.contains(&seq) {
+                format!("{} holds batch {seq}", segment_name(seq))
+            } else {
+                format!("the log needs batch {next} next")
+            };
+            aside.push(Aside {
+                path,
+                reason: format!(
+                    "it starts with batch {seq}, but its name says batch {name}, and the log \
+                     does not need it there ({why})"
+                ),
+            });
+        }
+        return Ok(Sorted {
+            scan: s,
+            renames,
+            aside,
+        });
+    }
+}
+
 /// What the log loses from a fault on: the records after it that still decode (found by
 /// resynchronizing at later batch headers), in the faulty segment and every later one.
 #[derive(Debug, Default)]

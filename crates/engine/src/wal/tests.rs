@@ -362,9 +362,16 @@ fn repair_cuts_a_flipped_byte_and_reports_what_it_dropped() {
         let (wal, rec) = Wal::open(c).unwrap();
         assert_eq!(rec.records, expected[..before].to_vec());
         let r = rec.repaired.expect("reported");
+        assert!(r.lost(), "{r}");
+        let r = r.cut.expect("a cut");
+        let copy = tmp.path().join(SET_ASIDE_DIR).join(file_name(&seg));
         assert_eq!((r.file.clone(), r.offset), (seg.clone(), at as u64));
         assert!(r.reason.contains(want), "{r}");
         assert_eq!(r.bytes_dropped, (original.len() - at) as u64);
+        // The cut segment's bytes are kept, as they were, in the set-aside directory.
+        assert_eq!(r.copy.as_ref(), Some(&copy));
+        assert_eq!(std::fs::read(&copy).unwrap(), bad);
+        std::fs::remove_file(&copy).unwrap();
         // The records of later batches decode again (and those after the
         // damaged one in its batch, when its length field still holds); the
         // damaged one itself does not.
@@ -475,10 +482,10 @@ fn rollover_checkpoint_and_segment_deletion() {
     assert_eq!(wal.next_seq(), 46);
 }
 
-/// The repair of damage in an older segment deletes every later segment,
-/// and names them.
+/// The repair of damage in an older segment cuts it there and sets every later segment
+/// aside (moved, not deleted), naming them.
 #[test]
-fn repair_of_an_early_segment_deletes_later_segments() {
+fn repair_of_an_early_segment_sets_later_segments_aside() {
     let (tmp, mut c, _) = small_segments_log("mid-segment", 200, 30);
     let segs: Vec<PathBuf> = recovery::list_dir(tmp.path())
         .unwrap()
@@ -495,9 +502,24 @@ fn repair_of_an_early_segment_deletes_later_segments() {
     c.on_damage = OnDamage::Truncate;
     let (_wal, rec) = Wal::open(c).unwrap();
     let r = rec.repaired.expect("reported");
-    assert_eq!(&r.file, victim);
-    assert_eq!(r.segments_deleted, segs[2..].to_vec());
+    let aside = tmp.path().join(SET_ASIDE_DIR);
+    let moved: Vec<(PathBuf, PathBuf)> = r
+        .set_aside
+        .iter()
+        .map(|a| (a.file.clone(), a.to.clone()))
+        .collect();
+    let want: Vec<(PathBuf, PathBuf)> = segs[2..]
+        .iter()
+        .map(|s| (s.clone(), aside.join(file_name(s))))
+        .collect();
+    assert_eq!(moved, want, "{r}");
     assert!(segs[2..].iter().all(|s| !s.exists()));
+    assert!(moved.iter().all(|(_, to)| to.exists()));
+    let r = r.cut.expect("a cut");
+    assert_eq!(&r.file, victim);
+    // The cut segment as it was before the cut.
+    assert_eq!(r.copy, Some(aside.join(file_name(victim))));
+    assert_eq!(std::fs::read(aside.join(file_name(victim))).unwrap(), data);
     assert!(r.records_dropped > 0 && !r.tids.is_empty(), "{r}");
 }
 
@@ -1224,7 +1246,10 @@ fn repair_of_a_log_whose_last_segment_is_gone() {
     c.on_damage = OnDamage::Truncate;
     let (wal, rec) = Wal::open(c.clone()).unwrap();
     let r = rec.repaired.expect("reported");
-    assert!(r.reason.contains("are lost"), "{r}");
+    assert!(
+        r.shortfall.as_ref().is_some_and(|s| s.contains("are lost")),
+        "{r}"
+    );
     let kept: Vec<LogRecord> = expected
         .iter()
         .filter(|r| r.seq() < first_lost)
@@ -1258,4 +1283,100 @@ fn a_torn_write_before_an_older_files_bytes_is_a_torn_tail() {
     let t = rec.truncated.expect("a torn tail");
     assert_eq!((t.offset, t.cut), (good as u64, true));
     assert_eq!(std::fs::metadata(last).unwrap().len(), good as u64);
+}
+
+/// A repair never drops a record that verifies. A copy of a segment under a low, a
+/// middle and a high number, garbage and an empty file under a segment's name, and the
+/// newest segment renamed to a later number are each refused by a plain open (nothing
+/// changed); the repair sets the stray aside, or renames the segment back to the name its
+/// first batch gives, keeps every record, and says it lost none; a plain open then
+/// recovers every record. (A repair used to cut the stray to nothing and delete every
+/// real segment after it, or delete the renamed newest segment.)
+#[test]
+fn repair_sets_strays_aside_and_keeps_every_record() {
+    let (tmp, c, expected) = small_segments_log("strays", 400, 40);
+    let dir = tmp.path();
+    let segs = recovery::list_dir(dir).unwrap().segments;
+    assert!(segs.len() >= 4, "{segs:?}");
+    let mid = segs
+        .windows(2)
+        .find(|w| w[0].0 + 1 < w[1].0)
+        .map(|w| w[0].0 + 1)
+        .expect("a free name between two segments");
+    let (last_seq, last) = segs.last().unwrap().clone();
+    let first_bytes = std::fs::read(&segs[0].1).unwrap();
+    let last_bytes = std::fs::read(&last).unwrap();
+    let named = |seq: BatchSeq| dir.join(recovery::segment_name(seq));
+    let mut repair = c.clone();
+    repair.on_damage = OnDamage::Truncate;
+    let aside = dir.join(SET_ASIDE_DIR);
+    // (what, the file the repair must move, its bytes; the renamed newest segment: None)
+    let cases: Vec<(&str, PathBuf, Option<Vec<u8>>)> = vec![
+        (
+            "a copy under a low number",
+            named(0),
+            Some(first_bytes.clone()),
+        ),
+        (
+            "a copy under a middle number",
+            named(mid),
+            Some(first_bytes.clone()),
+        ),
+        (
+            "a copy under a high number",
+            named(last_seq + 50),
+            Some(last_bytes.clone()),
+        ),
+        (
+            "garbage under a middle number",
+            named(mid),
+            Some(b"not a segment".to_vec()),
+        ),
+        (
+            "an empty file under a low number",
+            named(0),
+            Some(Vec::new()),
+        ),
+        ("the newest segment renamed", named(last_seq + 100), None),
+    ];
+    for (what, stray, bytes) in cases {
+        match &bytes {
+            Some(b) => std::fs::write(&stray, b).unwrap(),
+            None => std::fs::rename(&last, &stray).unwrap(),
+        }
+        let refused_name = if bytes.is_some() { &stray } else { &last };
+        refused(&c, &file_name(refused_name), "");
+        let (wal, rec) = Wal::open(repair.clone()).unwrap();
+        drop(wal);
+        assert_eq!(rec.records, expected, "{what}: every record kept");
+        let r = rec.repaired.expect("the repair says what it did");
+        assert!(!r.lost(), "{what}: {r}");
+        match &bytes {
+            Some(b) => {
+                assert_eq!(r.set_aside.len(), 1, "{what}: {r}");
+                let a = &r.set_aside[0];
+                assert_eq!(a.file, stray, "{what}: {r}");
+                assert_eq!(a.to, aside.join(file_name(&stray)), "{what}");
+                assert_eq!(&std::fs::read(&a.to).unwrap(), b, "{what}: moved as it was");
+                assert!(!stray.exists(), "{what}");
+            }
+            None => {
+                assert_eq!(
+                    r.renamed,
+                    vec![(stray.clone(), last.clone())],
+                    "{what}: {r}"
+                );
+                assert!(r.set_aside.is_empty(), "{what}: {r}");
+                assert_eq!(std::fs::read(&last).unwrap(), last_bytes, "{what}");
+            }
+        }
+        let (wal, rec) = Wal::open(c.clone()).unwrap();
+        assert_eq!(
+            rec.records, expected,
+            "{what}: a plain open after the repair"
+        );
+        assert_eq!((rec.truncated, rec.repaired), (None, None), "{what}");
+        drop(wal);
+        let _ = std::fs::remove_dir_all(&aside);
+    }
 }
