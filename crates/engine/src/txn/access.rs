@@ -406,8 +406,13 @@ impl Txn {
                         // (see `Txn::point`).
                         return Err(Abort::Conflict(AbortReason::ReadValidation));
                     }
-                    // Our own row: present unless we deleted it.
+                    // Our own row: present unless we deleted it, or read it
+                    // absent (then someone's insert has indexed the key in
+                    // that slot since, and the read fails validation).
                     let a = &mut self.acc[h.0 as usize];
+                    if a.kind == Kind::Read && !a.dirty && !a.seen.present {
+                        return Err(Abort::Conflict(AbortReason::ReadValidation));
+                    }
                     if a.kind != Kind::Delete {
                         return Ok(None);
                     }
@@ -418,6 +423,15 @@ impl Txn {
                     let off = a.off as usize;
                     self.buf[off..off + t.schema.row_words()].fill(0);
                     return Ok(Some(h));
+                }
+                // A slot this transaction never read holds the key. If it
+                // read the key in another slot (and deleted it there, or read
+                // it there as present), the key was deleted and inserted again
+                // since: that read is stale and fails validation, and the
+                // transaction's own view (a key it deleted is gone) must not
+                // meet the new row as a duplicate.
+                if self.accessed_key(table, key) {
+                    return Err(Abort::Conflict(AbortReason::ReadValidation));
                 }
                 // Someone else's row: a committed duplicate is an answer (and is
                 // validated like a read); an uncommitted one is a conflict.
@@ -451,6 +465,15 @@ impl Txn {
         });
         self.has_inserts = true;
         Ok(Some(h))
+    }
+
+    /// Whether the transaction holds an entry for `key` of local table
+    /// `table` (under any slot). A linear search: only an insert that found
+    /// its key taken asks.
+    fn accessed_key(&self, table: TableId, key: u64) -> bool {
+        self.acc
+            .iter()
+            .any(|a| a.island == LOCAL && a.table == table && a.key == key)
     }
 
     fn undo_claim(&mut self, t: &Table, rid: RowId, held: Held) {

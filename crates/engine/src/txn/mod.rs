@@ -84,6 +84,12 @@
 //!   version: others find an uncommitted row, which 2PL readers conflict on
 //!   and OCC readers read as absent (their step 3 fails once it commits).
 //!   Its secondary entries are added at step 2. Step 6 publishes the row.
+//!   An insert of a key the transaction deleted overwrites the deleted row
+//!   (its lock as read). If the key is found in a slot the transaction never
+//!   read while it holds an entry for the key in another slot (deleted, or
+//!   read), the key was deleted and inserted again since: the insert aborts
+//!   as a conflict (that read would fail validation) rather than answer that
+//!   the key exists. A slot read as absent and now holding the key likewise.
 //! - **Delete** (of a row read). 2PL: the exclusive lock at step 1 (an
 //!   upgrade after a plain read). OCC: the version lock at step 1. Step 6
 //!   removes its secondary entries, then its primary entry (the stripe

@@ -403,3 +403,73 @@ fn a_slot_reused_for_another_key_is_not_read_as_that_keys_absence() {
         "a committed having read K2 as absent and X as c set it, though c inserted K2: {r:?}"
     );
 }
+
+/// A re-insert over the transaction's own delete, after the key moved to
+/// another slot (issue 33, item 7): `a` reads K; `b` deletes K and commits;
+/// `c` inserts K again (into a slot of its own) and commits; then `a`
+/// deletes its row and inserts K. Within `a` the key is gone (it deleted
+/// it), so the insert must succeed, or the attempt abort as a conflict (its
+/// read of K is stale): the procedure is never told that K exists. Under
+/// 2PL `a`'s lock on K keeps `b` out, and the insert overwrites its row.
+#[test]
+fn a_reinsert_after_its_own_delete_is_never_refused() {
+    const K: u64 = 5;
+    for cc in LOCKING {
+        for primary in [PrimaryKind::Hash, PrimaryKind::Ordered] {
+            for for_update in [false, true] {
+                let island = island(cc, primary, &[(K, 1)]);
+                let (mut a, mut b, mut c) = (
+                    island.worker().unwrap(),
+                    island.worker().unwrap(),
+                    island.worker().unwrap(),
+                );
+                a.begin(false);
+                let h = if for_update {
+                    poll_local(a.get_for_update(0, K))
+                } else {
+                    poll_local(a.get(0, K))
+                };
+                let h = h.unwrap().expect("K is loaded");
+
+                b.begin(false);
+                let b_deleted = match poll_local(b.get_for_update(0, K)) {
+                    Ok(Some(hb)) => poll_local(b.delete(hb)).is_ok() && b.commit().is_ok(),
+                    Ok(None) => panic!("{cc}: K is loaded"),
+                    Err(_) => false,
+                };
+                if !b_deleted {
+                    b.abort();
+                }
+                if b_deleted {
+                    c.begin(false);
+                    let hc = poll_local(c.insert(0, K)).unwrap().expect("K was deleted");
+                    c.row_mut(hc).set_u64(G, 2);
+                    c.commit().unwrap();
+                }
+
+                let what =
+                    format!("{cc}, {primary:?}, for update {for_update}, b deleted K {b_deleted}");
+                poll_local(a.delete(h)).unwrap();
+                match poll_local(a.insert(0, K)) {
+                    Ok(Some(h)) => {
+                        a.row_mut(h).set_u64(G, 3);
+                        let r = a.commit();
+                        assert!(
+                            !b_deleted || is_conflict(&r),
+                            "{what}: a committed over a read of K that b's delete made stale"
+                        );
+                        if !b_deleted {
+                            assert!(r.is_ok(), "{what}: {r:?}");
+                        }
+                    }
+                    Ok(None) => panic!("{what}: the re-insert after a's own delete was refused"),
+                    Err(Abort::Conflict(_)) => {
+                        assert!(b_deleted, "{what}: a conflict with nobody");
+                        a.abort();
+                    }
+                    Err(e) => panic!("{what}: {e}"),
+                }
+            }
+        }
+    }
+}

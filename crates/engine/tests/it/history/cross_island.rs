@@ -50,6 +50,9 @@ struct Histories {
     ids: AtomicU64,
     seq: AtomicU64,
     done: Mutex<Vec<Done>>,
+    /// Re-inserts after the attempt's own delete that were refused as
+    /// duplicates, in any attempt (see `Rec::refused`).
+    refused: Mutex<Vec<String>>,
 }
 
 #[derive(Default)]
@@ -83,6 +86,12 @@ impl Workload for Histories {
             self.mix,
         )
         .await;
+        if let Some(why) = &rec.refused {
+            self.refused
+                .lock()
+                .unwrap()
+                .push(format!("{:?}: {why}", req.ops));
+        }
         *req.rec.borrow_mut() = Some(rec);
         r
     }
@@ -207,6 +216,7 @@ fn history(s: Setup, salt: u64) {
         ids: AtomicU64::new(1),
         seq: AtomicU64::new(0),
         done: Mutex::new(Vec::new()),
+        refused: Mutex::new(Vec::new()),
     });
     run_to_completion(&cl, &workers, load.clone(), seed).unwrap();
     drop(cl);
@@ -221,6 +231,13 @@ fn history(s: Setup, salt: u64) {
             t.delayed_batches.load(Ordering::Relaxed)
         );
     }
+    let refused = std::mem::take(&mut *load.refused.lock().unwrap());
+    assert!(
+        refused.is_empty(),
+        "{what} (seed {seed}): {} re-inserts after the attempt's own delete were refused: {:#?}",
+        refused.len(),
+        &refused[..refused.len().min(5)]
+    );
     check(&what, seed, &done, &left);
     for h in &handles {
         h.shutdown();
@@ -334,4 +351,19 @@ fn cross_island_histories_with_secondary_scans_and_slow_messages_are_serializabl
         },
         143,
     );
+}
+
+/// Deletes and re-inserts of keys spread over two islands (remote inserts
+/// after remote deletes): a re-insert after the transaction's own delete is
+/// never refused as a duplicate (issue 33, item 7).
+#[test]
+fn cross_island_reinserts_after_own_deletes_are_never_refused() {
+    let s = Setup {
+        mix: Mix {
+            group_scans: false,
+            ..Mix::CHURN
+        },
+        ..setup(2, 2, Durability::Off, 300)
+    };
+    history(s, 151);
 }

@@ -28,6 +28,10 @@
 //! the cycles found; a cycle is printed with its transactions, starting
 //! with the first edge that closed one.
 //!
+//! Some runs churn ([`Mix::CHURN`]): half the operations delete a key, most
+//! then re-insert it, and every attempt, committed or not, is checked never
+//! to have been told that a key it had just deleted exists.
+//!
 //! Across islands, some runs mix every operation and others only those
 //! whose locks are all taken at the read ([`Mix::LOCKED`]); some run over a
 //! transport that loses, duplicates and delays batches, or one that only
@@ -257,6 +261,9 @@ pub struct Mix {
     pub keys: u64,
     /// Most operations per transaction.
     pub ops: u64,
+    /// Half the operations are deletes, most of them followed by a re-insert
+    /// of the key (issue 33, item 7: it must never be told the key exists).
+    pub churn: bool,
 }
 
 impl Mix {
@@ -265,6 +272,7 @@ impl Mix {
         group_scans: true,
         keys: KEYS,
         ops: 4,
+        churn: false,
     };
     /// Every write locks its row when it first reads it; no secondary scans.
     pub const LOCKED: Mix = Mix {
@@ -278,6 +286,15 @@ impl Mix {
     pub const HOT: Mix = Mix {
         keys: 4,
         ops: 2,
+        ..Mix::ALL
+    };
+    /// Deletes and re-inserts over ten keys, reads of those keys before
+    /// them: a key is often deleted and inserted again by others between a
+    /// transaction's read of it and its own re-insert.
+    pub const CHURN: Mix = Mix {
+        keys: 10,
+        ops: 4,
+        churn: true,
         ..Mix::ALL
     };
 }
@@ -300,7 +317,12 @@ pub fn plan(rng: &mut FastRng, parts: &[Range<u64>], mix: Mix) -> Vec<Op> {
                 1 + rng.below(3) as usize
             }
         };
-        let op = match rng.below(100) {
+        let pick = if mix.churn && rng.percent(50) {
+            60
+        } else {
+            rng.below(100)
+        };
+        let op = match pick {
             0..25 => Op::Get { t, k },
             25..48 => Op::Update {
                 t,
@@ -318,7 +340,9 @@ pub fn plan(rng: &mut FastRng, parts: &[Range<u64>], mix: Mix) -> Vec<Op> {
                 t,
                 k,
                 late: mix.late_writes && rng.percent(30),
-                reinsert: rng.percent(25).then(|| rng.below(GROUPS)),
+                reinsert: rng
+                    .percent(if mix.churn { 60 } else { 25 })
+                    .then(|| rng.below(GROUPS)),
             },
             72..86 => {
                 let p = &parts[rng.below(parts.len() as u64) as usize];
@@ -360,6 +384,10 @@ pub struct Rec {
     /// The first version of each key it read (what its write replaces).
     first: HashMap<Tk, u64>,
     anomalies: Vec<String>,
+    /// A re-insert of a key this attempt had just deleted answered that the
+    /// key exists. Wrong whether or not the attempt commits: the runs check
+    /// it after every attempt.
+    pub refused: Option<String>,
 }
 
 impl Rec {
@@ -550,6 +578,11 @@ pub async fn run(
                 reinsert,
             } => {
                 if let Some(h) = read(tx, rec, t, k, !late).await? {
+                    if mix.churn {
+                        // Room for other workers to delete the key and insert
+                        // it again between this read and the re-insert.
+                        pause(std::time::Duration::from_micros(30));
+                    }
                     tx.delete(h).await?;
                     rec.write((t, k), None);
                     if let Some(g) = reinsert {
@@ -558,9 +591,14 @@ pub async fn run(
                                 stamp(tx, h, id, g);
                                 rec.write((t, k), Some(g));
                             }
-                            None => rec
-                                .anomalies
-                                .push(format!("re-insert of ({t}, {k}) after its delete failed")),
+                            None => {
+                                let why = format!(
+                                    "re-insert of ({t}, {k}) after its own delete was refused \
+                                     as a duplicate"
+                                );
+                                rec.anomalies.push(why.clone());
+                                rec.refused = Some(why);
+                            }
                         }
                     } else if let Some((h, _)) = tombstone(tx, rec, t, k, true).await? {
                         stamp(tx, h, id, 0);
@@ -608,6 +646,15 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// Spins for `d` (a procedure's work between two of its operations; a
+/// sleep would give the thread up for far longer than that).
+fn pause(d: std::time::Duration) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < d {
+        std::hint::spin_loop();
+    }
 }
 
 /// Inserts key `k` of table `t`, just read as absent.

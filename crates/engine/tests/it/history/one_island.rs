@@ -41,6 +41,9 @@ fn run_island(island: &Island, run_cfg: &Run, n: u64, seed: u64) -> Vec<Done> {
                         tx.begin(attempt > 0);
                         let mut rec = Rec::new(ids.fetch_add(1, Ordering::Relaxed));
                         let r = poll_local(super::run(&mut tx, &ops, &mut rec, 0..KEYS, mix));
+                        if let Some(why) = &rec.refused {
+                            panic!("{run_cfg:?}: {ops:?}: {why}");
+                        }
                         match r.and_then(|()| tx.commit().map(|_| ())) {
                             Ok(()) => {
                                 let d = rec.done(seq.fetch_add(1, Ordering::Relaxed), &ops);
@@ -140,6 +143,23 @@ fn one_island_histories_with_a_log_are_serializable_and_recover() {
         history(run(CcKind::Occ, 2, durability), 300, 10 + i);
         history(run(CcKind::WaitDie, 3, durability), 200, 20 + i);
         history(run(CcKind::None, 1, durability), 300, 30 + i);
+    }
+}
+
+/// Three workers deleting and re-inserting ten keys, under each scheme: a
+/// re-insert after the transaction's own delete succeeds or aborts as a
+/// conflict, and is never refused as a duplicate (issue 33, item 7).
+#[test]
+fn one_island_reinserts_after_own_deletes_are_never_refused() {
+    for (i, cc) in [CcKind::Occ, CcKind::NoWait, CcKind::WaitDie]
+        .into_iter()
+        .enumerate()
+    {
+        let r = Run {
+            mix: Mix::CHURN,
+            ..run(cc, 3, Durability::Off)
+        };
+        history(r, 2000, 60 + i as u64);
     }
 }
 
