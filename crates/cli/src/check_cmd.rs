@@ -30,6 +30,11 @@ pub struct CheckArgs {
 }
 
 #[derive(Args)]
+#[command(group(
+    clap::ArgGroup::new("repair")
+        .required(true)
+        .args(["truncate_damaged_log", "rebuild_control"])
+))]
 pub struct RepairArgs {
     /// The log directory (all its islands, DIR/island-<i>), or one island's DIR/island-<i>.
     #[arg(long)]
@@ -39,8 +44,25 @@ pub struct RepairArgs {
     /// segment there and set every later one aside. No file is deleted. Acknowledged
     /// transactions after the damage are lost; the command lists what it kept, set aside
     /// and dropped, and exits with code 3 when it dropped records.
-    #[arg(long, required = true)]
+    #[arg(long)]
     truncate_damaged_log: bool,
+    /// Rebuild each island's missing or damaged control file (CONTROL) from its newest
+    /// checkpoint, its segments and the other islands' control files; anything ambiguous
+    /// is refused. Give the deployment's directory.
+    #[arg(long)]
+    rebuild_control: bool,
+    /// With --rebuild-control: the deployment id (32 hex digits), when no island has a
+    /// valid control file to take it from.
+    #[arg(long, requires = "rebuild_control")]
+    deployment: Option<String>,
+    /// With --rebuild-control: the workload that made the database, as its control
+    /// files recorded it, when the other islands' do not say it.
+    #[arg(long, requires = "rebuild_control")]
+    workload: Option<String>,
+    /// With --rebuild-control: the site count the database was made with, when the
+    /// other islands' control files do not say it.
+    #[arg(long, requires = "rebuild_control")]
+    sites: Option<u32>,
 }
 
 /// `islands check`: Ok(true) when every invariant holds.
@@ -77,10 +99,26 @@ pub fn run_check(a: &CheckArgs) -> Result<bool, Error> {
 /// before what its control files say was durable). A repair deletes no file: what it
 /// takes out of a log goes into the log directory's `set-aside/`.
 pub fn run_repair(a: &RepairArgs) -> Result<bool, Error> {
+    if a.rebuild_control {
+        if a.truncate_damaged_log {
+            return Err(Error::Config(
+                "give --rebuild-control or --truncate-damaged-log, not both: rebuild the \
+                 control files first, then cut a damaged log"
+                    .into(),
+            ));
+        }
+        let given = crate::rebuild_control::Given {
+            deployment: a.deployment.as_deref(),
+            workload: a.workload.as_deref(),
+            sites: a.sites,
+        };
+        crate::rebuild_control::run(&a.log_dir, &given)?;
+        return Ok(false);
+    }
     if !a.truncate_damaged_log {
         return Err(Error::Config(
             "islands repair needs --truncate-damaged-log (it cuts damaged logs, losing what \
-             follows the damage)"
+             follows the damage) or --rebuild-control"
                 .into(),
         ));
     }

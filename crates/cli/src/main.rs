@@ -7,6 +7,7 @@ mod check_cmd;
 mod connect_cmd;
 mod exp;
 mod ipc_cmd;
+mod rebuild_control;
 mod recovery;
 mod serve_cmd;
 mod topology_cmd;

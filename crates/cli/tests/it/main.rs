@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod checkpoints;
+mod control;
 mod dead_log;
 mod docs;
 mod durability;

@@ -300,6 +300,139 @@ pub(crate) fn write(device: &dyn LogDevice, dir: &Path, ctl: &Control) -> Result
     )
 }
 
+/// What [`rebuild`] wrote, and why.
+#[derive(Clone, Debug)]
+pub struct Rebuilt {
+    pub control: Control,
+    /// Where the damaged control file's bytes were kept (`None`: there was none).
+    pub kept: Option<PathBuf>,
+    /// Decisions worth telling the operator, in words.
+    pub notes: Vec<String>,
+}
+
+/// Rebuilds `dir`'s control file, as `islands repair --rebuild-control` does: the identity
+/// comes from `id` (the caller establishes it: from the sibling islands' control files
+/// and the operator's flags), the extent from the directory itself: the newest checkpoint
+/// (which must validate), the oldest and newest segments, and the last good batch of an
+/// unbroken chain of segments from the checkpoint on (a torn tail is left to the next
+/// open to cut). `loaded`: what the sibling islands record of the initial load (`None`:
+/// no sibling says; then a checkpoint is the evidence, as the load ends with one).
+///
+/// Refused, with nothing written, when anything is ambiguous: a stray file, a newest
+/// checkpoint that does not validate, a gap before the first segment or between
+/// segments, damage that is no torn tail, or siblings that say the load completed where
+/// this directory holds no checkpoint. The directory is locked as an open log locks it,
+/// so a running process's directory is refused too. A control file that was there (and
+/// does not decode) is kept as `CONTROL.bad-<seconds since the epoch>`.
+pub fn rebuild(dir: &Path, id: &LogIdentity, loaded: Option<bool>) -> Result<Rebuilt, WalError> {
+    use super::recovery;
+    let refuse = |file: &Path, reason: String| WalError::Damaged {
+        file: file.to_path_buf(),
+        offset: 0,
+        reason: format!("{reason}; the control file is not rebuilt"),
+    };
+    let deployment = id
+        .deployment
+        .ok_or_else(|| WalError::Config("rebuilding a control file needs its deployment".into()))?;
+    let _lock = super::lock_dir(dir)?;
+    let listing = recovery::list_dir(dir)?;
+    if let Some(stray) = listing.strays.first() {
+        return Err(refuse(
+            stray,
+            "it is named like a log file but is none: move it out of the log directory".into(),
+        ));
+    }
+    if listing.segments.is_empty() && listing.checkpoints.is_empty() {
+        return Err(WalError::Config(format!(
+            "{} holds no log segment and no checkpoint: there is nothing to rebuild a control \
+             file from",
+            dir.display()
+        )));
+    }
+    let checkpoint = recovery::load_checkpoint(&listing.checkpoints)?;
+    let start_seq = checkpoint.as_ref().map_or(0, |c| c.start_seq);
+    let scan = recovery::scan(listing.segments.clone())?;
+    let mut notes = Vec::new();
+    match &scan.end {
+        recovery::End::Damaged(f) => {
+            return Err(WalError::Damaged {
+                file: scan.segments[f.segment].1.clone(),
+                offset: f.offset,
+                reason: format!(
+                    "{}; the control file is not rebuilt over a damaged log",
+                    f.reason
+                ),
+            })
+        }
+        recovery::End::Torn(f) => notes.push(format!(
+            "{} ends in a torn write at offset {} ({}): the next open cuts it",
+            scan.segments[f.segment].1.display(),
+            f.offset,
+            f.reason
+        )),
+        recovery::End::Clean | recovery::End::Zeros { .. } => {}
+    }
+    if let Some((_, first)) = scan.segments.first() {
+        if scan.first_seq > start_seq.max(1) {
+            return Err(refuse(
+                first,
+                format!(
+                    "the oldest segment starts at batch {}, but batches from {} on are in no \
+                     checkpoint (segments before it are gone)",
+                    scan.first_seq,
+                    start_seq.max(1)
+                ),
+            ));
+        }
+    }
+    let loaded = match (loaded, checkpoint.is_some()) {
+        (Some(true), false) => {
+            return Err(WalError::Config(format!(
+                "{} holds no checkpoint, but the other islands' control files say the \
+                 database's load completed (every island's load ends with a checkpoint): this \
+                 directory is not the one they were loaded with",
+                dir.display()
+            )))
+        }
+        (Some(l), _) => l,
+        (None, has) => {
+            notes.push(format!(
+                "initial load {}: {} checkpoint",
+                if has { "complete" } else { "not complete" },
+                if has { "it holds a" } else { "it holds no" }
+            ));
+            has
+        }
+    };
+    let mut control = Control::new(id);
+    control.deployment = deployment;
+    control.checkpoint = start_seq;
+    control.durable = scan.max_seq.max(start_seq.saturating_sub(1));
+    control.first_segment = listing.segments.first().map_or(0, |s| s.0);
+    control.last_segment = listing.segments.last().map_or(0, |s| s.0);
+    control.loaded = loaded;
+    let path = path(dir);
+    let kept = match std::fs::read(&path) {
+        Ok(old) => {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let keep = dir.join(format!("{CONTROL_NAME}.bad-{secs}"));
+            std::fs::write(&keep, old)
+                .map_err(|e| WalError::io("keep old control file", &keep, e))?;
+            Some(keep)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(WalError::io("read control file", &path, e)),
+    };
+    write(&super::FsDevice, dir, &control)?;
+    Ok(Rebuilt {
+        control,
+        kept,
+        notes,
+    })
+}
+
 /// A random 128-bit id: from the kernel's random source, or else from the clock, the
 /// process id and the standard library's per-process random hash keys.
 pub fn new_deployment_id() -> u128 {

@@ -133,7 +133,10 @@ use parking_lot::{Condvar, Mutex};
 use crate::threads::{enter, Role, ThreadRegistry};
 
 pub use capped::CappedDevice;
-pub use control::{new_deployment_id, read as read_control, Control, LogIdentity, CONTROL_VERSION};
+pub use control::{
+    new_deployment_id, read as read_control, rebuild as rebuild_control, Control, LogIdentity,
+    Rebuilt, CONTROL_VERSION,
+};
 pub use device::{FsDevice, LogDevice, LogFile};
 pub use format::LogBuffer;
 
