@@ -249,6 +249,14 @@ fn password(a: &ServeArgs) -> Result<Option<String>, Error> {
     Ok(pw.map(|p| p.trim_end_matches(['\n', '\r']).to_string()))
 }
 
+/// Refuses an address the server could not listen on (in use, not this
+/// host's) by binding it for a moment; port 0 binds any free port.
+fn can_bind(addr: SocketAddr, what: &str) -> Result<(), Error> {
+    std::net::TcpListener::bind(addr)
+        .map(drop)
+        .map_err(|e| Error::Config(format!("cannot {what} {addr}: {e}")))
+}
+
 pub fn run(a: &ServeArgs) -> Result<(), Error> {
     let (file, named) = match &a.config {
         Some(p) => {
@@ -377,6 +385,14 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             sopts.listen
         )));
     }
+    // Everything the server would refuse, refused before the directory is
+    // touched: a start refused for its options writes nothing.
+    sopts.check()?;
+    can_bind(sopts.listen, "listen on")?;
+    if let Some(m) = sopts.metrics {
+        can_bind(m, "serve metrics on")?;
+    }
+    let log_device = crate::bench_cmd::test_log_device()?;
     // Signals are caught from here on: a stop during the load waits for it.
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     ctrlc::set_handler(move || {
@@ -401,7 +417,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
         Some(c) if c.workload == "api" => c.workload,
         _ => builtin.workload(),
     };
-    if let Some(dev) = crate::bench_cmd::test_log_device()? {
+    if let Some(dev) = log_device {
         opts.log_device = Some(Arc::new(dev));
     }
     let t = std::time::Instant::now();

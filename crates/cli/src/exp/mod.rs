@@ -875,6 +875,10 @@ pub fn run(e: &'static Experiment, a: &SweepArgs) -> Result<Outcome, String> {
         name: name.to_string(),
         quiet: a.quiet,
     };
+    // A results directory that cannot be made is refused before the plan
+    // line, which would announce a run that never starts.
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
     if !a.quiet {
         eprintln!(
             "experiment {name} ({}): {} points x {} reps, {warmup} s warm-up + {duration} s each, on {machine_name} ({k} cores); results in {}",

@@ -187,3 +187,18 @@ fn bad_experiment_names_and_values_are_refused() {
         assert!(!o.status.success() && e.contains(want), "{args:?}: {e}");
     }
 }
+
+#[test]
+fn an_output_path_that_cannot_be_a_directory_is_refused_before_the_plan_line() {
+    let o = islands()
+        .args(["experiment", "multisite", "--quick", "--out", "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.starts_with("error: cannot create /dev/null/multisite"),
+        "{err}"
+    );
+    assert!(!err.contains("points x"), "{err}");
+}

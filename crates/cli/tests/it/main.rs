@@ -11,5 +11,6 @@ mod multisite;
 mod placement;
 mod serve;
 mod serve_bank;
+mod serve_hostile;
 mod serve_observe;
 mod tpcc_crash;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::{stream, Sink, SinkExt};
+use futures::{stream, Sink, SinkExt, StreamExt};
 use pgwire::api::portal::{Format, Portal, PortalExecutionState};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
@@ -20,7 +20,8 @@ use pgwire::api::{
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::data::{DataRow, FieldDescription, NoData, RowDescription};
 use pgwire::messages::extendedquery::{Describe, Execute, TARGET_TYPE_BYTE_PORTAL};
-use pgwire::messages::response::CommandComplete;
+use pgwire::messages::response::{CommandComplete, EmptyQueryResponse, ReadyForQuery};
+use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
 
 use super::metrics::Figures;
@@ -516,11 +517,35 @@ fn encode_row(enc: &mut DataRowEncoder, row: Row) -> PgWireResult<DataRow> {
     Ok(enc.take_row())
 }
 
-fn encode_rows(schema: &Arc<Vec<FieldInfo>>, rows: Vec<Row>) -> Vec<PgWireResult<DataRow>> {
-    let mut enc = DataRowEncoder::new(Arc::clone(schema));
-    rows.into_iter()
-        .map(|row| encode_row(&mut enc, row))
-        .collect()
+/// Rows encoded and fed to the client between two yields to the server
+/// thread's other connections.
+const ROWS_PER_CHUNK: usize = 256;
+
+/// Encodes `rows` in `schema` and feeds them to `client` one at a time,
+/// yielding after every [`ROWS_PER_CHUNK`]: a result of any size holds the
+/// server thread for one chunk at a time, and what waits to be written is
+/// bounded by the connection's write buffer, not the result. Returns the
+/// rows sent.
+async fn send_rows<C>(
+    client: &mut C,
+    schema: Arc<Vec<FieldInfo>>,
+    rows: Vec<Row>,
+) -> PgWireResult<usize>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let n = rows.len();
+    let mut enc = DataRowEncoder::new(schema);
+    for (i, row) in rows.into_iter().enumerate() {
+        if i > 0 && i % ROWS_PER_CHUNK == 0 {
+            tokio::task::yield_now().await;
+        }
+        let data = encode_row(&mut enc, row)?;
+        client.feed(PgWireBackendMessage::DataRow(data)).await?;
+    }
+    Ok(n)
 }
 
 /// The schema of `p`'s rows in `format`: its text schema, shared, when
@@ -533,9 +558,12 @@ fn schema(p: &Prepared, format: Option<&Format>) -> PgWireResult<Arc<Vec<FieldIn
     }
 }
 
+/// The rows as a [`Response`] whose stream encodes each row as it is
+/// fetched (a portal suspended at `max_rows` holds them unencoded).
 fn rows_response(schema: Arc<Vec<FieldInfo>>, tag: &str, rows: Vec<Row>) -> PgWireResult<Response> {
-    let data = encode_rows(&schema, rows);
-    let mut r = QueryResponse::new(schema, stream::iter(data));
+    let mut enc = DataRowEncoder::new(Arc::clone(&schema));
+    let data = stream::iter(rows).map(move |row| encode_row(&mut enc, row));
+    let mut r = QueryResponse::new(schema, data);
     r.set_command_tag(tag);
     Ok(Response::Query(r))
 }
@@ -714,36 +742,88 @@ impl Handler {
 
 #[async_trait]
 impl SimpleQueryHandler for Handler {
-    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    /// Runs a query string's statements one after another, each answered
+    /// (its rows encoded and written out) before the next runs, so what a
+    /// query holds at once is one statement's answer, however many
+    /// statements it has ([`sql::MAX_STATEMENTS`] at most). Like
+    /// PostgreSQL, the statements after a failed one do not run; a syntax
+    /// error anywhere runs none.
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let stmts = sql::parse(query).map_err(|e| user_error(e.code, e.message))?;
-        let mut out = Vec::with_capacity(stmts.len());
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        let stmts = sql::parse(&query.query).map_err(|e| user_error(e.code, e.message))?;
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        if stmts.is_empty() {
+            client
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
+                .await?;
+        }
         for stmt in stmts {
-            let r = match prepare(&self.shared, stmt) {
-                Ok(p) => self.run(&p, Vec::new(), None).await,
+            let answer = match prepare(&self.shared, stmt) {
+                Ok(p) => self.answer(&p, Vec::new(), None).await,
                 Err(e) => Err(e),
             };
-            match r {
-                Ok(r) => out.push(r),
+            match answer {
+                Ok(Answer::Done(tag)) => {
+                    let done = CommandComplete::new(tag.to_owned());
+                    client
+                        .feed(PgWireBackendMessage::CommandComplete(done))
+                        .await?;
+                }
+                Ok(Answer::Rows { schema, tag, rows }) => {
+                    let fields = schema.iter().map(FieldDescription::from).collect();
+                    client
+                        .feed(PgWireBackendMessage::RowDescription(RowDescription::new(
+                            fields,
+                        )))
+                        .await?;
+                    let n = send_rows(client, schema, rows).await?;
+                    let done = CommandComplete::new(format!("{tag} {n}"));
+                    client
+                        .feed(PgWireBackendMessage::CommandComplete(done))
+                        .await?;
+                }
                 // A fatal error closes the connection: it goes alone.
                 Err(e) if e.is_fatal() => return Err(e),
                 Err(PgWireError::UserError(info)) => {
-                    // Like PostgreSQL, the statements after a failed one do not run.
-                    out.push(Response::Error(info));
+                    client
+                        .feed(PgWireBackendMessage::ErrorResponse((*info).into()))
+                        .await?;
                     break;
                 }
                 Err(e) => return Err(e),
             }
         }
-        if out.is_empty() {
-            out.push(Response::EmptyQuery);
-        }
-        Ok(out)
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        let ready = ReadyForQuery::new(client.transaction_status());
+        client
+            .send(PgWireBackendMessage::ReadyForQuery(ready))
+            .await?;
+        Ok(())
+    }
+
+    /// Not called: [`Handler::on_query`] answers each statement as it
+    /// runs instead of collecting [`Response`]s.
+    async fn do_query<C>(&self, _client: &mut C, _query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        Err(user_error(
+            "XX000",
+            "internal error: simple queries are answered by on_query",
+        ))
     }
 }
 
@@ -824,11 +904,18 @@ impl ExtendedQueryHandler for Extended {
     /// Executes a portal as pgwire's default does, without building the
     /// [`Response`] and the portal's row stream when the answer fits: a
     /// command tag, or rows fewer than `max_rows` (or any number when it
-    /// is 0), go out at once. Anything else (a client not ready, a portal
-    /// that is missing, empty or already started, rows to suspend at
-    /// `max_rows`) takes the default path. The default's cancel receiver
-    /// is not polled: this server registers no connection manager, so it
-    /// never has one (a cancel request sets [`Handler::cancel`]).
+    /// is 0), go out at once. Rows to suspend at `max_rows` start the
+    /// portal and take the default path, which fetches them; so does a
+    /// client not ready, or a portal that is missing or empty.
+    ///
+    /// A portal's statement runs once: the portal is marked finished
+    /// before its call is sent, so a second Execute never calls again. As
+    /// in PostgreSQL, executing a finished portal whose statement returns
+    /// rows answers no more rows and its tag with a count of 0; one whose
+    /// statement returns none (a call without result columns, `BEGIN`) is
+    /// refused with `55000`. The default's cancel receiver is not polled:
+    /// this server registers no connection manager, so it never has one (a
+    /// cancel request sets [`Handler::cancel`]).
     async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -843,8 +930,19 @@ impl ExtendedQueryHandler for Extended {
         let Some(Entry::Value(portal)) = client.portal_store().get_portal(name) else {
             return self._on_execute(client, message).await;
         };
-        if !matches!(*portal.state.lock().await, PortalExecutionState::Initial) {
-            return self._on_execute(client, message).await;
+        {
+            let mut state = portal.state.lock().await;
+            match &*state {
+                PortalExecutionState::Initial => *state = PortalExecutionState::Finished,
+                PortalExecutionState::Finished => {
+                    drop(state);
+                    return finished_again(client, name, &portal.statement.statement).await;
+                }
+                PortalExecutionState::Suspended(_) => {
+                    drop(state);
+                    return self._on_execute(client, message).await;
+                }
+            }
         }
         client.set_state(PgWireConnectionState::QueryInProgress);
         let max_rows = message.max_rows as usize;
@@ -865,16 +963,7 @@ impl ExtendedQueryHandler for Extended {
                     .await?;
             }
             Answer::Rows { schema, tag, rows } if max_rows == 0 || rows.len() < max_rows => {
-                // All encoded before any is sent: an error sends none.
-                let mut enc = DataRowEncoder::new(schema);
-                let data = rows
-                    .into_iter()
-                    .map(|row| encode_row(&mut enc, row))
-                    .collect::<PgWireResult<Vec<DataRow>>>()?;
-                let n = data.len();
-                for row in data {
-                    client.feed(PgWireBackendMessage::DataRow(row)).await?;
-                }
+                let n = send_rows(client, schema, rows).await?;
                 let done = CommandComplete::new(format!("{tag} {n}"));
                 client
                     .send(PgWireBackendMessage::CommandComplete(done))
@@ -923,6 +1012,33 @@ impl ExtendedQueryHandler for Extended {
         }
         self._on_describe(client, message).await
     }
+}
+
+/// Answers an Execute of portal `name`, whose statement `p` already ran
+/// to its end: no rows and the tag with a count of 0 for a statement that
+/// returns rows, `55000` for one that returns none (as PostgreSQL answers
+/// a finished portal). Its statement does not run again.
+async fn finished_again<C>(client: &mut C, name: &str, p: &Prepared) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let tag = match &p.stmt {
+        Stmt::Show(_) => "SHOW",
+        Stmt::Call { .. } if !p.cols.is_empty() => "CALL",
+        _ => {
+            return Err(user_error(
+                "55000",
+                format!("portal {name:?} cannot be run: its statement already ran"),
+            ))
+        }
+    };
+    let done = CommandComplete::new(format!("{tag} 0"));
+    client
+        .feed(PgWireBackendMessage::CommandComplete(done))
+        .await?;
+    Ok(())
 }
 
 /// Decodes a portal's parameters: as many as its statement takes, each in

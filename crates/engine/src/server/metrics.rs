@@ -9,19 +9,23 @@
 //!
 //! The HTTP side answers `GET /metrics` (and `HEAD`) with HTTP/1.1 and
 //! closes the connection; any other path is 404, any other method 405.
-//! It is written here, in a few dozen lines on the server's tokio runtime,
-//! because no HTTP server crate is among the project's dependencies nor in
-//! the offline registry this project builds from, and a scrape needs no
-//! more than one request line and one response.
+//! It is written here, in a few dozen lines on the server's tokio runtime:
+//! a scrape needs no more than one request line and one response, and an
+//! HTTP server crate would still need the limits kept here, which are
+//! what keeps scrapes answered: at most [`MAX_SCRAPES`] connections, the
+//! oldest idle one (no request head yet) closed to make room for a new
+//! one, and [`HEAD_TIMEOUT`] for each connection in all.
 
+use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::task::AbortHandle;
 
 use super::shared::Shared;
 use super::State;
@@ -367,19 +371,34 @@ pub(crate) fn render(f: &Figures, threads: &[ThreadInfo]) -> String {
     out
 }
 
-/// Most metrics connections answered at once; one more is answered 503.
+/// Most metrics connections open at once.
 const MAX_SCRAPES: usize = 16;
-/// The longest request head read, and how long a client may take to send it.
+/// The longest request head read, and how long a connection may take to
+/// send its head and take its answer.
 const MAX_HEAD_BYTES: usize = 8192;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A metrics connection being answered.
+struct Scrape {
+    task: AbortHandle,
+    /// Set once its request head is read: it is answered, not idle.
+    asked: Arc<AtomicBool>,
+}
+
 /// Answers scrapes on `listener` until the server stops.
+///
+/// At most [`MAX_SCRAPES`] connections are open at once. One more closes
+/// the oldest that has not sent its request head yet (idle connections do
+/// not starve scrapes), and is answered 503 only when all of them are
+/// being answered. Each connection has [`HEAD_TIMEOUT`] in all.
 pub(crate) async fn serve_metrics(
     listener: TcpListener,
     shared: Arc<Shared>,
     mut state: watch::Receiver<State>,
 ) {
     let mut tasks = tokio::task::JoinSet::new();
+    // In the order they were accepted.
+    let mut open: VecDeque<Scrape> = VecDeque::with_capacity(MAX_SCRAPES);
     loop {
         let accepted = tokio::select! {
             biased;
@@ -397,23 +416,37 @@ pub(crate) async fn serve_metrics(
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        if tasks.len() >= MAX_SCRAPES {
-            // A fresh socket takes these few bytes without blocking.
-            let _ = tcp.try_write(
-                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            );
-            continue;
+        open.retain(|s| !s.task.is_finished());
+        if open.len() >= MAX_SCRAPES {
+            match open.iter().position(|s| !s.asked.load(Ordering::Relaxed)) {
+                Some(i) => {
+                    if let Some(idle) = open.remove(i) {
+                        idle.task.abort();
+                    }
+                }
+                None => {
+                    // A fresh socket takes these few bytes without blocking.
+                    let _ = tcp.try_write(
+                        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
+                    continue;
+                }
+            }
         }
         let shared = Arc::clone(&shared);
-        tasks.spawn(async move {
-            let _ = tokio::time::timeout(HEAD_TIMEOUT, answer(tcp, &shared)).await;
+        let asked = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&asked);
+        let task = tasks.spawn(async move {
+            let _ = tokio::time::timeout(HEAD_TIMEOUT, answer(tcp, &shared, &flag)).await;
         });
+        open.push_back(Scrape { task, asked });
     }
     tasks.abort_all();
 }
 
-/// Reads one request head and answers it.
-async fn answer(mut tcp: TcpStream, shared: &Shared) -> std::io::Result<()> {
+/// Reads one request head and answers it; sets `asked` once the head is
+/// read.
+async fn answer(mut tcp: TcpStream, shared: &Shared, asked: &AtomicBool) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -426,6 +459,7 @@ async fn answer(mut tcp: TcpStream, shared: &Shared) -> std::io::Result<()> {
             return respond(&mut tcp, "431 Request Header Fields Too Large", "", false).await;
         }
     }
+    asked.store(true, Ordering::Relaxed);
     let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
     let line = String::from_utf8_lossy(line);
     let mut words = line.split_whitespace();

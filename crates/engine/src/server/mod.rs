@@ -127,6 +127,48 @@ impl std::fmt::Debug for ServerOptions {
     }
 }
 
+impl ServerOptions {
+    /// Refuses options [`serve`] cannot serve with (all but the addresses,
+    /// which are checked by binding them): a caller checks them before it
+    /// opens or creates anything.
+    pub fn check(&self) -> Result<(), Error> {
+        if self.max_connections == 0 || self.max_message_bytes < 1024 {
+            return Err(Error::Config(
+                "the server needs max_connections >= 1 and max_message_bytes >= 1024".into(),
+            ));
+        }
+        if !self.listen.ip().is_loopback() && self.password.is_none() {
+            return Err(Error::Config(format!(
+                "listening on {} (not a loopback address) requires a password: give one in a \
+                 file (--password-file) or the ISLANDS_PASSWORD environment variable",
+                self.listen
+            )));
+        }
+        if self.password.as_deref() == Some("") {
+            return Err(Error::Config("the password is empty".into()));
+        }
+        if let Some(threads) = self.threads {
+            if !(1..=MAX_THREADS).contains(&threads) {
+                return Err(Error::Config(format!(
+                    "{threads} server threads: a server runs 1 to {MAX_THREADS}"
+                )));
+            }
+        }
+        if let Some(cpus) = &self.cpus {
+            if cpus.is_empty() {
+                return Err(Error::Config("the server's CPU list is empty".into()));
+            }
+            let allowed = crate::topology::allowed_cpus();
+            if let Some(c) = cpus.iter().find(|&c| !allowed.contains(&(c as usize))) {
+                return Err(Error::Config(format!(
+                    "the server's CPU {c} is not one this process may run on"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The default address: PostgreSQL's port plus one, on loopback.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:5433";
 
@@ -214,21 +256,7 @@ impl NoopStartupHandler for NoAuth {}
 /// Starts serving `deployment` as `opts` say: binds the address (an error
 /// if it cannot), then returns while a server thread accepts connections.
 pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Error> {
-    if opts.max_connections == 0 || opts.max_message_bytes < 1024 {
-        return Err(Error::Config(
-            "the server needs max_connections >= 1 and max_message_bytes >= 1024".into(),
-        ));
-    }
-    if !opts.listen.ip().is_loopback() && opts.password.is_none() {
-        return Err(Error::Config(format!(
-            "listening on {} (not a loopback address) requires a password: give one in a file \
-             (--password-file) or the ISLANDS_PASSWORD environment variable",
-            opts.listen
-        )));
-    }
-    if opts.password.as_deref() == Some("") {
-        return Err(Error::Config("the password is empty".into()));
-    }
+    opts.check()?;
     let listener = StdListener::bind(opts.listen)
         .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", opts.listen)))?;
     listener
@@ -240,22 +268,6 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
     let threads = opts
         .threads
         .unwrap_or_else(|| default_threads(deployment.plan()));
-    if !(1..=MAX_THREADS).contains(&threads) {
-        return Err(Error::Config(format!(
-            "{threads} server threads: a server runs 1 to {MAX_THREADS}"
-        )));
-    }
-    if let Some(cpus) = &opts.cpus {
-        if cpus.is_empty() {
-            return Err(Error::Config("the server's CPU list is empty".into()));
-        }
-        let allowed = crate::topology::allowed_cpus();
-        if let Some(c) = cpus.iter().find(|&c| !allowed.contains(&(c as usize))) {
-            return Err(Error::Config(format!(
-                "the server's CPU {c} is not one this process may run on"
-            )));
-        }
-    }
     let scrapes = match opts.metrics {
         Some(m) => {
             let cannot = |e: io::Error| Error::Config(format!("cannot serve metrics on {m}: {e}"));
@@ -846,15 +858,26 @@ impl Conn {
                 _ => {}
             }
             let extended = msg.is_extended_query();
-            let work = process_message(
-                msg,
-                &mut socket,
-                Arc::clone(&auth),
-                Arc::clone(&self.handler),
-                Arc::clone(&self.extended),
-                Arc::clone(&noop),
-                Arc::clone(&noop),
-            );
+            let flush = matches!(msg, PgWireFrontendMessage::Flush(_));
+            let work = async {
+                process_message(
+                    msg,
+                    &mut socket,
+                    Arc::clone(&auth),
+                    Arc::clone(&self.handler),
+                    Arc::clone(&self.extended),
+                    Arc::clone(&noop),
+                    Arc::clone(&noop),
+                )
+                .await?;
+                if flush {
+                    // A Flush sends what is answered so far now, not when
+                    // the connection next reads: the messages pipelined
+                    // after it may wait on a slow call.
+                    std::future::poll_fn(|cx| socket.get_mut().poll_send(cx)).await?;
+                }
+                PgWireResult::Ok(())
+            };
             // A message whose answer cannot be written for the idle timeout
             // (a client that stopped reading: the answers wait in a buffer
             // of `OUT_BATCH` bytes and one answer, then in the socket's)
@@ -1052,8 +1075,8 @@ impl AsyncWrite for Limited {
         Poll::Ready(Ok(buf.len()))
     }
 
-    /// Deferred: what is buffered goes when the connection next reads
-    /// (a client that asks for a flush then waits, so that is at once).
+    /// Deferred: what is buffered goes when the connection next reads,
+    /// or after a Flush message ([`Conn::run`]).
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
     }

@@ -13,6 +13,11 @@
 //! case-insensitive (names fold to lower case, as PostgreSQL's do); a
 //! `"quoted"` name is taken as written. Anything else is a syntax error
 //! that names what was expected and where.
+//!
+//! Bounds: `ARRAY[` nested more than [`MAX_NESTING`] deep is refused with
+//! `54001` (the parser recurses once per level, so this bounds its stack),
+//! and a query string of more than [`MAX_STATEMENTS`] statements with
+//! `54000`, before any of it runs.
 
 use crate::api::Value;
 
@@ -82,6 +87,15 @@ pub const SUPPORTED: &str = "this server runs stored procedures only: CALL name(
 
 /// Placeholders above this are refused (PostgreSQL's own limit is 65535).
 const MAX_PARAM: usize = 65_535;
+
+/// `ARRAY[…]` nested deeper than this is refused with `54001` (statement
+/// too complex) before the parser recurses further: the parser's stack
+/// stays bounded whatever a client sends.
+pub const MAX_NESTING: usize = 32;
+
+/// Statements one query string may hold; more are refused with `54000`
+/// before any runs, so one message bounds the work it queues.
+pub const MAX_STATEMENTS: usize = 1000;
 
 #[derive(Clone, Debug, PartialEq)]
 enum Tok {
@@ -255,6 +269,9 @@ fn quoted(r: &str, q: char) -> Option<(String, usize)> {
 struct Parser<'a> {
     lex: Lexer<'a>,
     peeked: Option<Option<(usize, Tok)>>,
+    /// `ARRAY[` levels open around the argument being parsed (at most
+    /// [`MAX_NESTING`]).
+    depth: usize,
 }
 
 fn describe(t: &Option<(usize, Tok)>) -> String {
@@ -359,29 +376,19 @@ impl<'a> Parser<'a> {
             Some((_, Tok::Word(w))) if w == "null" => Arg::Lit(Value::Null),
             Some((_, Tok::Word(w))) if w == "true" => Arg::Lit(Value::Int(1)),
             Some((_, Tok::Word(w))) if w == "false" => Arg::Lit(Value::Int(0)),
-            Some((_, Tok::Word(w))) if w == "array" => {
-                self.expect_sym('[', "[ after ARRAY")?;
-                let mut items = Vec::new();
-                if !matches!(self.peek()?, Some((_, Tok::Sym(']')))) {
-                    loop {
-                        let at = self.peek()?.as_ref().map(|(at, _)| *at);
-                        match self.arg()? {
-                            a @ (Arg::Lit(Value::Int(_)) | Arg::Param(_)) => items.push(a),
-                            _ => {
-                                return Err(syntax(format!(
-                                    "an ARRAY holds integers and placeholders only (the item at offset {})",
-                                    at.unwrap_or_default()
-                                )))
-                            }
-                        }
-                        if matches!(self.peek()?, Some((_, Tok::Sym(',')))) {
-                            self.next()?;
-                        } else {
-                            break;
-                        }
-                    }
+            Some((at, Tok::Word(w))) if w == "array" => {
+                if self.depth >= MAX_NESTING {
+                    return Err(SqlError {
+                        code: "54001",
+                        message: format!(
+                            "statement too complex: ARRAY[...] nested more than {MAX_NESTING} deep \
+                             at offset {at}"
+                        ),
+                    });
                 }
-                self.expect_sym(']', "] or , in ARRAY[...]")?;
+                self.depth += 1;
+                let items = self.array_items()?;
+                self.depth -= 1;
                 Arg::Array(items)
             }
             Some((_, Tok::Sym('-'))) => match self.next()? {
@@ -410,6 +417,33 @@ impl<'a> Parser<'a> {
                 )))
             }
         })
+    }
+
+    /// The items of `ARRAY[…]` after the keyword, through the closing `]`.
+    fn array_items(&mut self) -> Result<Vec<Arg>, SqlError> {
+        self.expect_sym('[', "[ after ARRAY")?;
+        let mut items = Vec::new();
+        if !matches!(self.peek()?, Some((_, Tok::Sym(']')))) {
+            loop {
+                let at = self.peek()?.as_ref().map(|(at, _)| *at);
+                match self.arg()? {
+                    a @ (Arg::Lit(Value::Int(_)) | Arg::Param(_)) => items.push(a),
+                    _ => {
+                        return Err(syntax(format!(
+                            "an ARRAY holds integers and placeholders only (the item at offset {})",
+                            at.unwrap_or_default()
+                        )))
+                    }
+                }
+                if matches!(self.peek()?, Some((_, Tok::Sym(',')))) {
+                    self.next()?;
+                } else {
+                    break;
+                }
+            }
+        }
+        self.expect_sym(']', "] or , in ARRAY[...]")?;
+        Ok(items)
     }
 
     /// `name(arg, …)`.
@@ -541,12 +575,14 @@ fn is_sql_keyword(w: &str) -> bool {
 }
 
 /// Parses a query string into its statements (`;`-separated; empty
-/// statements are dropped). A syntax error anywhere fails the whole string,
-/// so nothing of it runs.
+/// statements are dropped). A syntax error anywhere, or more than
+/// [`MAX_STATEMENTS`] statements, fails the whole string, so nothing of it
+/// runs.
 pub fn parse(sql: &str) -> Result<Vec<Stmt>, SqlError> {
     let mut p = Parser {
         lex: Lexer { s: sql, at: 0 },
         peeked: None,
+        depth: 0,
     };
     let mut out = Vec::new();
     loop {
@@ -556,7 +592,18 @@ pub fn parse(sql: &str) -> Result<Vec<Stmt>, SqlError> {
                 p.next()?;
                 continue;
             }
-            Some(_) => {}
+            Some((at, _)) => {
+                if out.len() == MAX_STATEMENTS {
+                    return Err(SqlError {
+                        code: "54000",
+                        message: format!(
+                            "a query string holds at most {MAX_STATEMENTS} statements; statement \
+                             {} starts at offset {at} (send the rest in another query)",
+                            MAX_STATEMENTS + 1
+                        ),
+                    });
+                }
+            }
         }
         out.push(p.statement()?);
         let t = p.next()?;
@@ -698,6 +745,44 @@ mod tests {
         }
         assert!(parse_one("CALL a(); CALL b()").is_err());
         assert_eq!(parse_one("").unwrap(), None);
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_with_54001_not_a_stack_overflow() {
+        // Far deeper than any stack holds frames of a recursive parser.
+        let deep = format!(
+            "CALL transfer({}1{},1,2,3)",
+            "ARRAY[".repeat(200_000),
+            "]".repeat(200_000)
+        );
+        let e = parse(&deep).unwrap_err();
+        assert_eq!(e.code, "54001", "{e:?}");
+        assert!(e.message.contains("nested more than"), "{}", e.message);
+        // At the limit, the parser reaches the array's items (and refuses
+        // an array of arrays as a syntax error).
+        let at_limit = format!(
+            "CALL x({}1{})",
+            "ARRAY[".repeat(MAX_NESTING),
+            "]".repeat(MAX_NESTING)
+        );
+        assert_eq!(parse(&at_limit).unwrap_err().code, "42601");
+        let over = format!(
+            "CALL x({}1{})",
+            "ARRAY[".repeat(MAX_NESTING + 1),
+            "]".repeat(MAX_NESTING + 1)
+        );
+        assert_eq!(parse(&over).unwrap_err().code, "54001");
+    }
+
+    #[test]
+    fn a_query_string_holds_at_most_max_statements() {
+        let full = "SHOW stats;".repeat(MAX_STATEMENTS);
+        assert_eq!(parse(&full).unwrap().len(), MAX_STATEMENTS);
+        // Empty statements do not count.
+        assert_eq!(parse(&format!("{full};;;")).unwrap().len(), MAX_STATEMENTS);
+        let e = parse(&format!("{full} CALL x(1)")).unwrap_err();
+        assert_eq!(e.code, "54000", "{e:?}");
+        assert!(e.message.contains("at most"), "{}", e.message);
     }
 
     #[test]
