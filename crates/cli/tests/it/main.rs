@@ -11,4 +11,5 @@ mod placement;
 mod serve;
 mod serve_bank;
 mod serve_observe;
+mod serve_protocol;
 mod tpcc_crash;
