@@ -92,6 +92,10 @@ pub struct ServeArgs {
     /// Seconds a connection may stay idle before it is closed (0: no limit).
     #[arg(long, default_value_t = 3600)]
     idle_timeout_s: u64,
+    /// Seconds a connection may take to log in before it is closed (0: no
+    /// limit), as PostgreSQL's authentication_timeout.
+    #[arg(long, default_value_t = 60)]
+    auth_timeout_s: u64,
     /// A file holding the password clients must give (SCRAM-SHA-256); the
     /// ISLANDS_PASSWORD environment variable is read when it is not given. Never
     /// on the command line.
@@ -365,6 +369,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
         max_connections: a.max_connections,
         max_message_bytes: a.max_message_bytes,
         idle_timeout: idle,
+        auth_timeout: (a.auth_timeout_s > 0).then(|| Duration::from_secs(a.auth_timeout_s)),
         password: password(a)?,
         threads: a.server_threads,
         cpus: a

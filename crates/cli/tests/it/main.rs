@@ -13,4 +13,5 @@ mod serve;
 mod serve_bank;
 mod serve_hostile;
 mod serve_observe;
+mod serve_protocol;
 mod tpcc_crash;

@@ -36,6 +36,7 @@
 //! over HTTP with the figures of `SHOW stats` and `SHOW threads` in
 //! Prometheus's text format ([`metrics`]).
 
+mod framing;
 mod handler;
 mod metrics;
 mod shared;
@@ -43,32 +44,38 @@ pub mod sql;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use bytes::BytesMut;
 use crossbeam_utils::CachePadded;
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt, SinkExt};
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::{
     AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
 };
-use pgwire::api::{ClientInfo, DefaultClient, NoopHandler, PgWireConnectionState};
-use pgwire::error::{ErrorInfo, PgWireResult};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, DefaultClient, NoopHandler, PgWireConnectionState,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::response::{GssEncResponse, SslResponse};
-use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage, SslNegotiationMetaMessage};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::server::{process_error, process_message, PgWireMessageServerCodec};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
-use tokio_util::codec::Framed;
+use tokio_util::codec::{Decoder, Framed};
 
+use self::framing::{Phase, Refusal};
 use self::handler::{fatal_info, Extended, Handler, Parser};
 use self::shared::{CancelKey, ProcCounters, Shared};
 use crate::api::{CancelFlag, Deployment};
@@ -92,6 +99,10 @@ pub struct ServerOptions {
     /// A connection that sends nothing for this long is answered `57P05`
     /// and closed; `None`: never.
     pub idle_timeout: Option<Duration>,
+    /// A connection that has not logged in this long after it was
+    /// accepted is closed (PostgreSQL's `authentication_timeout`); `None`:
+    /// never (the idle timeout still applies).
+    pub auth_timeout: Option<Duration>,
     /// The password every client must give (SCRAM-SHA-256); `None`: no
     /// authentication, allowed on loopback addresses only.
     pub password: Option<String>,
@@ -118,6 +129,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("max_connections", &self.max_connections)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("idle_timeout", &self.idle_timeout)
+            .field("auth_timeout", &self.auth_timeout)
             .field("password", &self.password.as_ref().map(|_| "<set>"))
             .field("shutdown_grace", &self.shutdown_grace)
             .field("threads", &self.threads)
@@ -179,6 +191,7 @@ impl Default for ServerOptions {
             max_connections: 256,
             max_message_bytes: 1 << 20,
             idle_timeout: Some(Duration::from_secs(3600)),
+            auth_timeout: Some(Duration::from_secs(60)),
             password: None,
             shutdown_grace: Duration::from_secs(10),
             threads: None,
@@ -714,14 +727,18 @@ struct Conn {
     handler: Arc<Handler>,
     extended: Arc<Extended>,
     stop: watch::Receiver<State>,
-    /// Answer its startup with this error and close (too many connections).
+    /// Answer at once with this error and close (too many connections).
     refuse: Option<ErrorInfo>,
 }
 
-type Socket = Framed<Limited, PgWireMessageServerCodec<Arc<handler::Prepared>>>;
+type Socket = Framed<Batched, PgWireMessageServerCodec<Arc<handler::Prepared>>>;
 
 /// How long a FATAL error may wait for a client that does not read.
 const FATAL_WAIT: Duration = Duration::from_secs(1);
+
+/// Room kept free in a connection's input buffer for the next read: a
+/// pipeline of calls arrives in one read.
+const INPUT_ROOM: usize = 8 * 1024;
 
 /// Sends a FATAL error and closes the connection (a client that does not
 /// read gets [`FATAL_WAIT`], then is dropped).
@@ -735,16 +752,57 @@ async fn send_fatal(socket: &mut Socket, info: ErrorInfo) {
     .await;
 }
 
+/// Refuses a connection before it has said anything: sends the FATAL
+/// error, shuts its sending side, and drops what the client sends until
+/// it closes, at most [`FATAL_WAIT`] (closing with its startup message
+/// unread would make the kernel reset the connection, and the client
+/// might lose the error).
+async fn refuse_now(socket: &mut Socket, info: ErrorInfo) {
+    let _ = tokio::time::timeout(FATAL_WAIT, async {
+        let _ = socket
+            .send(PgWireBackendMessage::ErrorResponse(info.into()))
+            .await;
+        let _ = socket.close().await;
+        let mut sink = [0u8; 1024];
+        while let Ok(1..) = socket.get_mut().io.read(&mut sink).await {}
+    })
+    .await;
+}
+
+/// Answers a message the protocol does not allow: FATAL (logged, at most
+/// a line a second) and closed.
+async fn violation(socket: &mut Socket, peer: SocketAddr, r: Refusal) {
+    framing::log_limited(format_args!(
+        "{peer}: closed on a protocol violation: {} {}",
+        r.code, r.message
+    ));
+    send_fatal(socket, fatal_info(r.code, r.message)).await;
+}
+
 impl Conn {
     async fn run<A: StartupHandler>(mut self, tcp: TcpStream, peer: SocketAddr, auth: Arc<A>) {
         let _ = tcp.set_nodelay(true);
-        let limited = Limited::new(tcp, self.opts.max_message_bytes);
         let mut socket: Socket = Framed::new(
-            limited,
+            Batched::new(tcp),
             PgWireMessageServerCodec::new(DefaultClient::new(peer, false)),
         );
+        if let Some(info) = self.refuse.take() {
+            refuse_now(&mut socket, info).await;
+            return;
+        }
         let noop = Arc::new(NoopHandler);
         let mut cancel_key = None;
+        let max = self.opts.max_message_bytes;
+        let idle = self.opts.idle_timeout;
+        // Bytes read and not yet taken as messages: at most one message
+        // (within its phase's limit) and one read more.
+        let mut input = BytesMut::with_capacity(INPUT_ROOM);
+        // Login must be complete by then.
+        let login_by = self.opts.auth_timeout.map(|t| Instant::now() + t);
+        // The next message must be whole by then.
+        let mut idle_by = idle.map(|t| Instant::now() + t);
+        // The next password message is SCRAM's first.
+        let mut sasl_first = true;
         loop {
             let closing = match &*self.stop.borrow() {
                 State::Running => None,
@@ -761,87 +819,156 @@ impl Conn {
                 send_fatal(&mut socket, info).await;
                 return;
             }
-            let idle = self.opts.idle_timeout;
-            let next = async {
-                match idle {
-                    Some(t) => tokio::time::timeout(t, socket.next()).await.ok(),
-                    None => Some(socket.next().await),
+            let phase = match socket.state() {
+                PgWireConnectionState::AwaitingSslRequest
+                | PgWireConnectionState::AwaitingStartup => Phase::Startup,
+                PgWireConnectionState::AuthenticationInProgress => {
+                    Phase::Auth { first: sasl_first }
                 }
+                _ => Phase::Ready,
             };
-            let msg = tokio::select! {
-                biased;
-                _ = self.stop.changed() => continue,
-                m = next => m,
-            };
-            let msg = match msg {
-                None => {
-                    let secs = idle.map_or(0, |t| t.as_secs());
-                    send_fatal(
-                        &mut socket,
-                        fatal_info(
-                            "57P05",
-                            format!(
-                                "terminating connection: idle for longer than the server's idle timeout ({secs} s)"
-                            ),
-                        ),
-                    )
-                    .await;
+            let frame = match framing::next_frame(&mut input, phase, max) {
+                Ok(Some(f)) => f,
+                Err(r) => {
+                    violation(&mut socket, peer, r).await;
                     return;
                 }
-                Some(None) => return,
-                Some(Some(Ok(m))) => m,
-                Some(Some(Err(e))) => {
-                    let info = match socket.get_ref().limit.too_large {
-                        Some(len) => fatal_info(
-                            "54000",
-                            format!(
-                                "a message of {len} bytes is larger than the server's limit of {} bytes",
-                                self.opts.max_message_bytes
-                            ),
-                        ),
-                        None => fatal_info("08P01", format!("invalid message: {e}")),
+                Ok(None) => {
+                    let logged_in = phase == Phase::Ready;
+                    let by = match (idle_by, login_by) {
+                        (Some(i), Some(l)) if !logged_in => Some(i.min(l)),
+                        (None, l) if !logged_in => l,
+                        (i, _) => i,
                     };
-                    send_fatal(&mut socket, info).await;
+                    if input.capacity() - input.len() < INPUT_ROOM / 2 {
+                        input.reserve(INPUT_ROOM);
+                    }
+                    let read = socket.get_mut().read_buf(&mut input);
+                    let read = async {
+                        match by {
+                            Some(t) => tokio::time::timeout_at(t.into(), read).await.ok(),
+                            None => Some(read.await),
+                        }
+                    };
+                    let got = tokio::select! {
+                        biased;
+                        _ = self.stop.changed() => continue,
+                        r = read => r,
+                    };
+                    match got {
+                        Some(Ok(1..)) => continue,
+                        // Closed by the client, or broken.
+                        Some(_) => return,
+                        None if !logged_in && login_by.is_some_and(|t| Instant::now() >= t) => {
+                            // As PostgreSQL: closed without a word (the
+                            // client may not have sent a startup message).
+                            framing::log_limited(format_args!(
+                                "{peer}: closed: no login within the authentication timeout ({} s)",
+                                self.opts.auth_timeout.map_or(0, |t| t.as_secs())
+                            ));
+                            return;
+                        }
+                        None => {
+                            let secs = idle.map_or(0, |t| t.as_secs());
+                            send_fatal(
+                                &mut socket,
+                                fatal_info(
+                                    "57P05",
+                                    format!(
+                                        "terminating connection: idle for longer than the server's idle timeout ({secs} s)"
+                                    ),
+                                ),
+                            )
+                            .await;
+                            return;
+                        }
+                    }
+                }
+            };
+            match phase {
+                Phase::Startup => {
+                    let code = frame.code();
+                    if (code == framing::SSL_REQUEST || code == framing::GSS_REQUEST)
+                        && frame.bytes.len() == 8
+                    {
+                        // No TLS, no GSS encryption: the client goes on in
+                        // plain text or gives up.
+                        let answer = if code == framing::SSL_REQUEST {
+                            PgWireBackendMessage::SslResponse(SslResponse::Refuse)
+                        } else {
+                            PgWireBackendMessage::GssEncResponse(GssEncResponse::Refuse)
+                        };
+                        if socket.send(answer).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    // The startup message or a cancel request comes next.
+                    socket.set_state(PgWireConnectionState::AwaitingStartup);
+                }
+                // As PostgreSQL: after an error in the extended protocol,
+                // messages up to the next Sync are read and dropped; COPY
+                // messages outside a COPY are dropped.
+                Phase::Ready
+                    if matches!(frame.ty, b'd' | b'c' | b'f')
+                        || (matches!(socket.state(), PgWireConnectionState::AwaitingSync)
+                            && !matches!(frame.ty, b'S' | b'X')) =>
+                {
+                    idle_by = idle.map(|t| Instant::now() + t);
+                    continue;
+                }
+                _ => {}
+            }
+            if let Err(r) = framing::check(&frame, phase) {
+                if r.fatal {
+                    violation(&mut socket, peer, r).await;
+                    return;
+                }
+                let extended = matches!(frame.ty, b'P' | b'B' | b'E' | b'D' | b'C');
+                let e = PgWireError::UserError(Box::new(ErrorInfo::new(
+                    "ERROR".into(),
+                    r.code.into(),
+                    r.message,
+                )));
+                if process_error(&mut socket, e, extended).await.is_err() {
+                    return;
+                }
+                idle_by = idle.map(|t| Instant::now() + t);
+                continue;
+            }
+            // Decoded from exactly the message's bytes: whatever the
+            // decoder leaves is a layout `check` should have refused.
+            let mut bytes = frame.bytes;
+            let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                socket.codec_mut().decode(&mut bytes)
+            }));
+            let mut msg = match decoded {
+                Ok(Ok(Some(m))) if bytes.is_empty() => m,
+                Ok(Ok(Some(_))) => {
+                    let r = fatal_refusal(format!(
+                        "invalid message format: {} bytes after its last field",
+                        bytes.len()
+                    ));
+                    violation(&mut socket, peer, r).await;
+                    return;
+                }
+                Ok(Ok(None)) => {
+                    let r = fatal_refusal("invalid message format: shorter than its fields");
+                    violation(&mut socket, peer, r).await;
+                    return;
+                }
+                Ok(Err(e)) => {
+                    let r = fatal_refusal(format!("invalid message: {e}"));
+                    violation(&mut socket, peer, r).await;
+                    return;
+                }
+                Err(_) => {
+                    let r = fatal_refusal("invalid message: it could not be decoded");
+                    violation(&mut socket, peer, r).await;
                     return;
                 }
             };
-            if let PgWireConnectionState::AwaitingSslRequest = socket.state() {
-                match msg {
-                    PgWireFrontendMessage::SslNegotiation(
-                        SslNegotiationMetaMessage::PostgresSsl(_),
-                    ) => {
-                        // No TLS: the client goes on in plain text or gives up.
-                        if socket
-                            .send(PgWireBackendMessage::SslResponse(SslResponse::Refuse))
-                            .await
-                            .is_err()
-                        {
-                            return;
-                        }
-                        continue;
-                    }
-                    PgWireFrontendMessage::SslNegotiation(
-                        SslNegotiationMetaMessage::PostgresGss(_),
-                    ) => {
-                        if socket
-                            .send(PgWireBackendMessage::GssEncResponse(GssEncResponse::Refuse))
-                            .await
-                            .is_err()
-                        {
-                            return;
-                        }
-                        continue;
-                    }
-                    PgWireFrontendMessage::SslNegotiation(SslNegotiationMetaMessage::None) => {
-                        // Not consumed: the startup message is read next.
-                        socket.set_state(PgWireConnectionState::AwaitingStartup);
-                        continue;
-                    }
-                    // A cancel request (not supported) or anything else.
-                    _ => return,
-                }
-            }
-            match &msg {
+            match &mut msg {
                 PgWireFrontendMessage::Terminate(_) => return,
                 // On a connection of its own, answered with nothing (a
                 // wrong key, as PostgreSQL does, also with nothing).
@@ -849,17 +976,26 @@ impl Conn {
                     self.handler.shared.cancel(req.pid, &req.secret_key);
                     return;
                 }
-                PgWireFrontendMessage::Startup(_) => {
-                    if let Some(info) = self.refuse.take() {
-                        send_fatal(&mut socket, info).await;
-                        return;
-                    }
+                PgWireFrontendMessage::Startup(s) if s.protocol_number_minor == 1 => {
+                    // 3.1 was never a protocol in use: served as 3.0, and
+                    // not told of 3.2 (a NegotiateProtocolVersion answers
+                    // only a minor version newer than the server's newest).
+                    s.protocol_number_minor = 0;
                 }
+                PgWireFrontendMessage::PasswordMessageFamily(_) => sasl_first = false,
                 _ => {}
+            }
+            if let Some(info) = name_error(&socket, &msg) {
+                let e = PgWireError::UserError(Box::new(info));
+                if process_error(&mut socket, e, true).await.is_err() {
+                    return;
+                }
+                idle_by = idle.map(|t| Instant::now() + t);
+                continue;
             }
             let extended = msg.is_extended_query();
             let flush = matches!(msg, PgWireFrontendMessage::Flush(_));
-            let work = async {
+            let work = AssertUnwindSafe(async {
                 process_message(
                     msg,
                     &mut socket,
@@ -877,7 +1013,8 @@ impl Conn {
                     std::future::poll_fn(|cx| socket.get_mut().poll_send(cx)).await?;
                 }
                 PgWireResult::Ok(())
-            };
+            })
+            .catch_unwind();
             // A message whose answer cannot be written for the idle timeout
             // (a client that stopped reading: the answers wait in a buffer
             // of `OUT_BATCH` bytes and one answer, then in the socket's)
@@ -890,12 +1027,38 @@ impl Conn {
             let Some(done) = done else {
                 return;
             };
+            let Ok(done) = done else {
+                framing::log_limited(format_args!(
+                    "{peer}: closed: processing its message panicked"
+                ));
+                let info = fatal_info(
+                    "XX000",
+                    "internal error while processing the message; the server's log says more",
+                );
+                send_fatal(&mut socket, info).await;
+                return;
+            };
             if let Err(e) = done {
-                let fatal = e.is_fatal();
-                if process_error(&mut socket, e, extended).await.is_err() || fatal {
+                if e.is_fatal() {
+                    // FATAL: the error, then closed (no ReadyForQuery).
+                    let info = match e {
+                        PgWireError::InvalidPassword(_) => {
+                            let user = socket.metadata().get("user").cloned().unwrap_or_default();
+                            fatal_info(
+                                "28P01",
+                                format!("password authentication failed for user \"{user}\""),
+                            )
+                        }
+                        e => ErrorInfo::from(e),
+                    };
+                    send_fatal(&mut socket, info).await;
+                    return;
+                }
+                if process_error(&mut socket, e, extended).await.is_err() {
                     return;
                 }
             }
+            idle_by = idle.map(|t| Instant::now() + t);
             // Logged in: its key (sent in BackendKeyData) now cancels its calls.
             if cancel_key.is_none()
                 && matches!(socket.state(), PgWireConnectionState::ReadyForQuery)
@@ -912,86 +1075,56 @@ impl Conn {
     }
 }
 
-/// Tracks the frontend's message framing as bytes arrive, so that a
-/// message longer than the limit is refused when its length is read,
-/// before its body is buffered. The first messages (SSL and GSS requests,
-/// then the startup message) have no type byte; every later one has.
-struct FrameLimit {
-    max: usize,
-    typed: bool,
-    header: [u8; 8],
-    have: usize,
-    /// Body bytes of the current message still to pass.
-    body_left: usize,
-    /// The length of a message over the limit, once seen.
-    too_large: Option<usize>,
+fn fatal_refusal(message: impl Into<String>) -> Refusal {
+    Refusal {
+        fatal: true,
+        code: "08P01",
+        message: message.into(),
+    }
 }
 
-/// The request codes of SSLRequest and GSSENCRequest: another untyped
-/// message follows them.
-const SSL_REQUEST: u32 = 80_877_103;
-const GSS_REQUEST: u32 = 80_877_104;
-
-impl FrameLimit {
-    fn new(max: usize) -> FrameLimit {
-        FrameLimit {
-            max,
-            typed: false,
-            header: [0; 8],
-            have: 0,
-            body_left: 0,
-            too_large: None,
-        }
+/// The ERROR PostgreSQL answers a Parse of a statement name in use (only
+/// the unnamed statement may be replaced) or a Describe of a statement or
+/// portal that does not exist with; `None` for any other message.
+fn name_error(socket: &Socket, msg: &PgWireFrontendMessage) -> Option<ErrorInfo> {
+    if !matches!(socket.state(), PgWireConnectionState::ReadyForQuery) {
+        return None;
     }
-
-    /// Accounts for `data`, just read; `Err` with the length of a message
-    /// over the limit.
-    fn feed(&mut self, mut data: &[u8]) -> Result<(), usize> {
-        while !data.is_empty() {
-            if self.body_left > 0 {
-                let n = self.body_left.min(data.len());
-                self.body_left -= n;
-                data = &data[n..];
-                continue;
-            }
-            let need = if self.typed { 5 } else { 8 };
-            let n = (need - self.have).min(data.len());
-            self.header[self.have..self.have + n].copy_from_slice(&data[..n]);
-            self.have += n;
-            data = &data[n..];
-            if self.have < need {
-                return Ok(());
-            }
-            self.have = 0;
-            let at = if self.typed { 1 } else { 0 };
-            let len = u32::from_be_bytes(self.header[at..at + 4].try_into().expect("4")) as usize;
-            if len > self.max {
-                self.too_large = Some(len);
-                return Err(len);
-            }
-            if self.typed {
-                self.body_left = len.saturating_sub(4);
-            } else {
-                let code = u32::from_be_bytes(self.header[4..8].try_into().expect("4"));
-                if code != SSL_REQUEST && code != GSS_REQUEST {
-                    self.typed = true;
+    let error = |code: &str, message: String| ErrorInfo::new("ERROR".into(), code.into(), message);
+    match msg {
+        PgWireFrontendMessage::Parse(p) => {
+            let name = p.name.as_deref().filter(|n| !n.is_empty())?;
+            socket.portal_store().get_statement(name)?;
+            Some(error(
+                "42P05",
+                format!("prepared statement \"{name}\" already exists"),
+            ))
+        }
+        PgWireFrontendMessage::Describe(d) => {
+            let name = d.name.as_deref().unwrap_or("");
+            match d.target_type {
+                b'S' if socket.portal_store().get_statement(name).is_none() => Some(error(
+                    "26000",
+                    format!("prepared statement \"{name}\" does not exist"),
+                )),
+                b'P' if socket.portal_store().get_portal(name).is_none() => {
+                    Some(error("34000", format!("portal \"{name}\" does not exist")))
                 }
-                self.body_left = len.saturating_sub(8);
+                _ => None,
             }
         }
-        Ok(())
+        _ => None,
     }
 }
 
-/// A TCP stream whose reads go through a [`FrameLimit`], and whose writes
-/// wait in a buffer until the connection next waits for input: the answers
-/// to every message the client sent together (pgbench's Bind, Execute and
-/// Sync; a pipeline of calls) leave in one `send`, not one per flush the
-/// protocol handlers ask for. The buffer is sent on its own once it holds
-/// [`OUT_BATCH`] bytes, and before the stream shuts down.
-struct Limited {
+/// A TCP stream whose writes wait in a buffer until the connection next
+/// waits for input: the answers to every message the client sent together
+/// (pgbench's Bind, Execute and Sync; a pipeline of calls) leave in one
+/// `send`, not one per flush the protocol handlers ask for. The buffer is
+/// sent on its own once it holds [`OUT_BATCH`] bytes, and before the
+/// stream shuts down.
+struct Batched {
     io: TcpStream,
-    limit: FrameLimit,
     out: Vec<u8>,
     /// Bytes of `out` already sent.
     sent: usize,
@@ -1000,11 +1133,10 @@ struct Limited {
 /// Buffered answer bytes past which a write sends them at once.
 const OUT_BATCH: usize = 16 * 1024;
 
-impl Limited {
-    fn new(io: TcpStream, max_message_bytes: usize) -> Limited {
-        Limited {
+impl Batched {
+    fn new(io: TcpStream) -> Batched {
+        Batched {
             io,
-            limit: FrameLimit::new(max_message_bytes),
             out: Vec::with_capacity(1024),
             sent: 0,
         }
@@ -1025,43 +1157,20 @@ impl Limited {
     }
 }
 
-impl AsyncRead for Limited {
+impl AsyncRead for Batched {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if let Some(len) = this.limit.too_large {
-            return Poll::Ready(Err(too_large(len)));
-        }
         // The client waits for these answers before it sends more.
         ready!(this.poll_send(cx))?;
-        let before = buf.filled().len();
-        match Pin::new(&mut this.io).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                let fresh = &buf.filled()[before..];
-                match this.limit.feed(fresh) {
-                    Ok(()) => Poll::Ready(Ok(())),
-                    Err(len) => {
-                        buf.set_filled(before);
-                        Poll::Ready(Err(too_large(len)))
-                    }
-                }
-            }
-            other => other,
-        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
     }
 }
 
-fn too_large(len: usize) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("a message of {len} bytes is over the limit"),
-    )
-}
-
-impl AsyncWrite for Limited {
+impl AsyncWrite for Batched {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -1085,37 +1194,5 @@ impl AsyncWrite for Limited {
         let this = self.get_mut();
         ready!(this.poll_send(cx))?;
         Pin::new(&mut this.io).poll_shutdown(cx)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::FrameLimit;
-
-    fn typed(ty: u8, len: u32) -> Vec<u8> {
-        let mut v = vec![ty];
-        v.extend_from_slice(&len.to_be_bytes());
-        v.resize(1 + len as usize, 0);
-        v
-    }
-
-    #[test]
-    fn frame_limit_follows_messages_split_anywhere() {
-        let mut stream = Vec::new();
-        stream.extend_from_slice(&8u32.to_be_bytes());
-        stream.extend_from_slice(&super::SSL_REQUEST.to_be_bytes());
-        stream.extend_from_slice(&12u32.to_be_bytes());
-        stream.extend_from_slice(&196608u32.to_be_bytes());
-        stream.extend_from_slice(&[0, 0, 0, 0]);
-        stream.extend(typed(b'Q', 900));
-        stream.extend(typed(b'S', 4));
-        for chunk in [1, 3, 7, 64, 4096] {
-            let mut l = FrameLimit::new(1000);
-            for c in stream.chunks(chunk) {
-                l.feed(c).unwrap();
-            }
-            assert!(l.typed && l.body_left == 0 && l.have == 0, "chunk {chunk}");
-            assert_eq!(l.feed(&typed(b'Q', 1001)[..5]), Err(1001));
-        }
     }
 }
