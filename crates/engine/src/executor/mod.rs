@@ -250,11 +250,13 @@ impl Executor {
 
     /// Ends a step begun at `step_us` in which this worker took in its
     /// mailbox and flushed what that produced: peers that wait on it learn
-    /// that it served (see [`Executor::unanswered`]), as of the oldest vote
-    /// it still owes if that is older.
+    /// that it served (see [`Executor::unanswered`]). A vote it still owes
+    /// (a forced prepare record not yet durable) was asked for in a step
+    /// that has not answered everything it took in: then only the steps
+    /// before that one count as served.
     fn publish_served(&self, step_us: u64) {
-        self.cl
-            .publish_served_us(self.me, step_us.min(self.owed_since));
+        let answered_us = self.owed_since.saturating_sub(1);
+        self.cl.publish_served_us(self.me, step_us.min(answered_us));
     }
 
     /// Branches this worker holds for other islands' (and its own) transactions.

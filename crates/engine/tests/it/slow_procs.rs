@@ -157,8 +157,22 @@ fn open_islands(islands: u32, txns: usize) -> Deployment {
 }
 
 fn open_with(islands: u32, txns: usize, queue_depth: usize) -> Deployment {
+    open_logged(islands, txns, queue_depth, None)
+}
+
+/// [`open_with`], with a `sync` log in `log_dir` if given.
+fn open_logged(
+    islands: u32,
+    txns: usize,
+    queue_depth: usize,
+    log_dir: Option<&std::path::Path>,
+) -> Deployment {
     let mut s = DeploySpec::new(Islands::Count(islands));
     s.durability = "off".into();
+    if let Some(d) = log_dir {
+        s.durability = "sync".into();
+        s.log_dir = d.to_path_buf();
+    }
     s.sites = Some(4);
     s.workers_per_island = Some(1);
     let mut o = Options::new(s);
@@ -345,6 +359,29 @@ fn distributed_calls_commit_whatever_their_procedures_duration() {
     }
     assert_eq!(total(&c), N as i64 * INITIAL);
     db.shutdown().unwrap();
+}
+
+/// With a `sync` log, a participant's vote waits for its forced prepare
+/// record, and then for the exchange after its next poll: a participant
+/// polling slow procedures owes that vote for a whole poll. Owing it, it
+/// is busy, not silent, and every distributed call commits.
+#[test]
+fn with_a_log_distributed_calls_commit_whatever_their_procedures_duration() {
+    let dir = crate::common::temp_dir("slow-procs-sync");
+    let db = open_logged(2, 16, 1024, Some(&dir));
+    let c = db.client();
+    for (ms, calls) in [(10, 16), (60, 8), (150, 4)] {
+        let futs = transfers(&c, calls, ms * 1000);
+        for (i, r) in wait_all(futs, Duration::from_secs(60))
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(r, Ok(vec![]), "{ms} ms per procedure, call {i}");
+        }
+    }
+    assert_eq!(total(&c), N as i64 * INITIAL);
+    db.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A procedure that awaits something other than the engine's operations
