@@ -467,8 +467,13 @@ fn repair_keeps_every_segment_behind_a_stray_or_renamed_file() {
     assert!(segs.len() >= 3, "{segs:?}");
     let named = |seq: u64| island.join(format!("wal-{seq:020}.log"));
     let last = segs.last().unwrap().clone();
-    let mid = seq_of(&segs[1]) + 1;
-    assert!(mid < seq_of(&segs[2]), "{segs:?}");
+    // A free name between two segments (one that holds more than one batch).
+    let mid = segs
+        .windows(2)
+        .map(|w| (seq_of(&w[0]) + 1, seq_of(&w[1])))
+        .find(|(m, next)| m < next)
+        .map(|(m, _)| m)
+        .unwrap_or_else(|| panic!("every segment holds one batch: {segs:?}"));
     let high = seq_of(&last) + 1000;
     let cases = [
         ("a copy under a low number", named(0), Some(&segs[0])),
@@ -501,5 +506,36 @@ fn repair_keeps_every_segment_behind_a_stray_or_renamed_file() {
         assert!(out.status.success(), "{what}: {}", text(&out));
         std::fs::remove_dir_all(island.join("set-aside")).ok();
     }
+    let _ = std::fs::remove_dir_all(&b);
+}
+
+/// The newest segment of a log that was shut down, cut at several offsets (in half, at a
+/// frame boundary, one byte short): each cut loses records its `SYNCED` mark says were
+/// fdatasync'ed, and `check` refuses it (exit 2, naming the segment and `SYNCED`, every
+/// file left as it was) instead of reading it as a torn tail. A torn write appended
+/// after the synced end still checks. (Cut in half, `check` exited 0: "torn tail …
+/// ignored", the records lost.)
+#[test]
+fn a_newest_segment_cut_short_is_refused() {
+    let b = base("cut-newest");
+    bench(&b, "1000000", &["--workers", "1"], &MICRO);
+    let island = b.join("island-0");
+    let dir = b.to_str().unwrap();
+    let last = segments(&island).pop().unwrap();
+    let original = std::fs::read(&last).unwrap();
+    let offs = frames(&original);
+    let name = last.file_name().unwrap().to_string_lossy().into_owned();
+    for cut in [original.len() / 2, offs[offs.len() / 2], original.len() - 1] {
+        std::fs::write(&last, &original[..cut]).unwrap();
+        refused_untouched(
+            &["check", "--log-dir", dir],
+            &b,
+            &["log damaged", &name, "SYNCED", "islands repair"],
+        );
+        std::fs::write(&last, &original).unwrap();
+    }
+    tear(&island);
+    let out = islands(&["check", "--log-dir", dir]);
+    assert!(out.status.success(), "{}", text(&out));
     let _ = std::fs::remove_dir_all(&b);
 }

@@ -51,10 +51,10 @@
 //! writing, and then judges how the records end:
 //!
 //! - at the end of the newest segment, or at a run of zeros to its end (the unused part of
-//!   a preallocated segment): clean;
+//!   a preallocated segment): clean, unless that is before the synced mark (below);
 //! - at a bad frame (partial, past the end, a crc mismatch, a body that does not decode, a
-//!   record outside a batch, a batch seq that is not the next) in the newest segment, with
-//!   no evidence of a later write after it: a torn tail. Evidence of a later write is a
+//!   record outside a batch, a batch seq that is not the next) in the newest segment, at or
+//!   after the synced mark, with no evidence of a later write after it: a torn tail. Evidence of a later write is a
 //!   batch header frame, anywhere after the bad one in that segment, whose crc checks and
 //!   whose seq is above the last good batch's: a torn write never leaves one behind (older
 //!   bytes hold older batches), while a bad byte in records that were followed by later
@@ -67,7 +67,10 @@
 //!   that does not start with the batch after the previous one's last (a deleted, renamed or
 //!   stray segment), a file named like a log file that is none, a segment or checkpoint the
 //!   control file names that is missing, a log that ends before the batch the control file
-//!   says was durable. The error names the file and offset; no file is changed.
+//!   says was durable, a log whose records end before the synced mark in `SYNCED` (see
+//!   `synced.rs`: a crash cannot shorten a file below what was fdatasync'ed, so a torn
+//!   tail can only begin after the mark). The error names the file and offset; no file is
+//!   changed.
 //!
 //! Records are recovered one by one: a torn batch yields its complete records (they belong
 //! to transactions that were never acknowledged, so either outcome is correct).
@@ -116,6 +119,7 @@ mod device;
 mod format;
 mod recovery;
 pub mod sim;
+pub(crate) mod synced;
 #[cfg(test)]
 mod tests;
 
@@ -448,7 +452,7 @@ pub struct Repair {
     /// Segments whose name disagreed with their first batch, renamed to the name it gives
     /// (from, to), where the log needed them.
     pub renamed: Vec<(PathBuf, PathBuf)>,
-    /// The log ends before what `CONTROL` says was durable: what is lost, in words.
+    /// The log ends before what `CONTROL` or `SYNCED` say was durable: what is lost, in words.
     pub shortfall: Option<String>,
 }
 
@@ -799,6 +803,7 @@ struct Inspected {
 fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<Inspected, WalError> {
     let listing = recovery::list_dir(dir)?;
     let repair = on_damage == OnDamage::Truncate;
+    let mut aside_mark = None;
     const STRAY: &str = "it is named like a log file (wal-<20 digits>.log, ckpt-<20 digits>.ckp) \
                          but is none";
     if let (false, Some(stray)) = (repair, listing.strays.first()) {
@@ -821,6 +826,17 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
     }
     let checkpoint = recovery::load_checkpoint(&listing.checkpoints)?;
     let start_seq = checkpoint.as_ref().map_or(0, |c| c.start_seq);
+    let mark = match synced::read(dir) {
+        // A repair sets a mark that does not check aside, and the open writes a new one.
+        Err(WalError::CorruptControl { file, reason }) if repair => {
+            aside_mark = Some(recovery::Aside {
+                path: file,
+                reason: format!("it does not check ({reason})"),
+            });
+            None
+        }
+        r => r?,
+    };
     let (scan, renames, mut aside) = if repair {
         let sorted = recovery::sort_out(listing.segments.clone(), start_seq)?;
         (sorted.scan, sorted.renames, sorted.aside)
@@ -833,6 +849,7 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
             path: p.clone(),
             reason: STRAY.into(),
         }));
+        aside.extend(aside_mark);
     }
     let mut shortfall = match &control {
         Some(c) => check_extent(dir, c, &listing.checkpoints, &scan.segments, on_damage)?,
@@ -884,6 +901,18 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
             shortfall = shortfall.or(Some(reason));
         }
     }
+    if let Some(m) = &mark {
+        if let Some((file, offset, reason)) = below_mark(dir, &scan, start_seq, m)? {
+            if on_damage == OnDamage::Refuse {
+                return Err(WalError::Damaged {
+                    file,
+                    offset,
+                    reason,
+                });
+            }
+            shortfall = shortfall.or(Some(reason));
+        }
+    }
     Ok(Inspected {
         listing,
         control,
@@ -892,6 +921,55 @@ fn inspect(dir: &Path, identity: &LogIdentity, on_damage: OnDamage) -> Result<In
         renames,
         aside,
         shortfall,
+    })
+}
+
+/// Where the log's records end, if that is before the synced mark `m`: records that an
+/// fdatasync made durable are gone, which no crash explains (a crash cannot shorten a file
+/// below what was synced). Returns the file and offset where the records end, and why
+/// that is damage. A log that ends in damage is judged by its damage instead.
+fn below_mark(
+    dir: &Path,
+    scan: &recovery::Scan,
+    start_seq: BatchSeq,
+    m: &synced::Mark,
+) -> Result<Option<(PathBuf, u64, String)>, WalError> {
+    let at = |i: usize, offset: u64| (scan.segments[i].0, scan.segments[i].1.clone(), offset);
+    let last = scan.segments.len().checked_sub(1);
+    let end = match (&scan.end, last) {
+        (recovery::End::Damaged(_), _) => return Ok(None),
+        (recovery::End::Torn(f), _) => Some(at(f.segment, f.offset)),
+        (recovery::End::Zeros { offset }, Some(i)) => Some(at(i, *offset)),
+        (_, Some(i)) => {
+            let p = &scan.segments[i].1;
+            let len = std::fs::metadata(p)
+                .map_err(|e| WalError::io("stat log segment", p, e))?
+                .len();
+            Some(at(i, len))
+        }
+        (_, None) => None,
+    };
+    let said = format!(
+        "{} says every batch up to {} was fdatasync'ed, through offset {} of {}; a crash cannot \
+         lose synced bytes, so records the log acknowledged are gone (a segment cut short, \
+         deleted or overwritten)",
+        synced::path(dir).display(),
+        m.seq,
+        m.offset,
+        recovery::segment_name(m.segment)
+    );
+    Ok(match end {
+        Some((seg, file, offset)) if (m.segment, m.offset) > (seg, offset) => Some((
+            file,
+            offset,
+            format!("the log's records end here, but {said}"),
+        )),
+        None if m.seq > start_seq.saturating_sub(1) => Some((
+            dir.join(recovery::segment_name(m.segment)),
+            0,
+            format!("the log holds no segment, but {said}"),
+        )),
+        _ => None,
     })
 }
 
@@ -1263,6 +1341,13 @@ impl Wal {
         control.first_segment = segments.first().map_or(0, |s| s.0);
         control.last_segment = segments.last().map_or(0, |s| s.0);
         control::write(dev, &dir, &control)?;
+        let segment = segments.last().map_or(next_seq, |s| s.0);
+        let mark = synced::Mark {
+            seq: next_seq - 1,
+            segment,
+            offset: file_len,
+        };
+        synced::write(dev, &dir, &mark)?;
 
         let shared = Self::shared(cfg, device, next_seq, segments, Some(lock), Some(control));
         shared.durable.store(next_seq - 1, Ordering::Release);
@@ -1277,6 +1362,10 @@ impl Wal {
             preallocated: false,
             staged_through: next_seq - 1,
             written_through: next_seq - 1,
+            segment,
+            synced_mark: mark,
+            marked: mark,
+            last_mark: Instant::now(),
         };
         let (threads, island) = (shared.cfg.threads.clone(), shared.cfg.identity.island);
         let handle = std::thread::Builder::new()
@@ -1733,6 +1822,12 @@ struct Writer {
     /// The last batch copied into `staging`, and the last one written to the file.
     staged_through: BatchSeq,
     written_through: BatchSeq,
+    /// The current segment's name (its first batch).
+    segment: BatchSeq,
+    /// How far the log is fdatasync'ed, and what `SYNCED` says (see `synced.rs`).
+    synced_mark: synced::Mark,
+    marked: synced::Mark,
+    last_mark: Instant,
 }
 
 impl Spare {
@@ -1843,6 +1938,8 @@ impl Writer {
                 self.recycle();
                 self.shared.publish(last);
             }
+            // After the publish: no commit of this group waits for it.
+            self.mark(shutdown)?;
             if shutdown {
                 return Ok(());
             }
@@ -1931,6 +2028,11 @@ impl Writer {
         self.shared
             .synced
             .store(self.written_through, Ordering::Release);
+        self.synced_mark = synced::Mark {
+            seq: self.written_through,
+            segment: self.segment,
+            offset: self.file_len,
+        };
         self.unsynced = false;
         self.last_sync = Instant::now();
         Ok(())
@@ -1970,6 +2072,7 @@ impl Writer {
             .map_err(|e| WalError::io("fsync log directory", dir, e))?;
         self.file = file;
         self.file_len = 0;
+        self.segment = first_seq;
         self.shared.segments.lock().push((first_seq, path));
         // Once per segment, not per batch: the control file names the newest segment, so
         // that one renamed or deleted is missed rather than taken for the end of the log.
@@ -1993,6 +2096,24 @@ impl Writer {
                 .segments_preallocated
                 .fetch_add(1, Ordering::Relaxed);
         }
+        Ok(())
+    }
+
+    /// Rewrites `SYNCED` with how far the log is fdatasync'ed, if that moved and the last
+    /// rewrite is [`synced::MARK_INTERVAL`] old (`now`: whatever its age).
+    fn mark(&mut self, now: bool) -> Result<(), WalError> {
+        if self.synced_mark == self.marked
+            || (!now && self.last_mark.elapsed() < synced::MARK_INTERVAL)
+        {
+            return Ok(());
+        }
+        synced::write(
+            self.shared.device.as_ref(),
+            &self.shared.cfg.dir,
+            &self.synced_mark,
+        )?;
+        self.marked = self.synced_mark;
+        self.last_mark = Instant::now();
         Ok(())
     }
 

@@ -47,6 +47,7 @@ pub(crate) fn list_dir(dir: &Path) -> Result<DirListing, WalError> {
         } else if parse_seq(name, "ckpt-", ".tmp").is_some()
             || name == super::SPARE_NAME
             || name == super::control::CONTROL_TMP
+            || name == super::synced::SYNCED_TMP
         {
             out.temps.push(entry.path());
         } else if name.starts_with("wal-") || name.starts_with("ckpt-") {

@@ -284,7 +284,10 @@ fn torn_tail_at_every_offset_of_the_last_record() {
 
     let seg = last_segment(tmp.path());
     let original = std::fs::read(&seg).unwrap();
-    let last_start = *frame_offsets(&original).last().unwrap();
+    let offs = frame_offsets(&original);
+    let last_start = *offs.last().unwrap();
+    // A crash before the log marked the last batch synced (its header at offs[len - 2]).
+    crash_mark(tmp.path(), seq - 1, offs[offs.len() - 2]);
 
     // Cutting exactly at the record boundary is a clean log.
     std::fs::write(&seg, &original[..last_start]).unwrap();
@@ -1379,4 +1382,70 @@ fn repair_sets_strays_aside_and_keeps_every_record() {
         drop(wal);
         let _ = std::fs::remove_dir_all(&aside);
     }
+}
+
+/// Rewrites `SYNCED` as a crash leaves it when the log last marked itself fdatasync'ed
+/// through batch `seq`, at `offset` of its newest segment: the mark of a log whose later
+/// bytes a test then tears.
+fn crash_mark(dir: &Path, seq: BatchSeq, offset: usize) {
+    let segment = recovery::list_dir(dir).unwrap().segments.last().unwrap().0;
+    let mark = synced::Mark {
+        seq,
+        segment,
+        offset: offset as u64,
+    };
+    synced::write(&FsDevice, dir, &mark).unwrap();
+}
+
+/// The newest segment cut short at several offsets of a log that was shut down (its
+/// `SYNCED` mark says how far it was fdatasync'ed): each cut loses synced, acknowledged
+/// records, which no crash explains, and is refused naming the segment and `SYNCED`, with
+/// no file changed; the check's read-only recovery refuses too. A repair takes the cut
+/// and says the records are lost; a plain open then accepts what is left. Bytes appended after the mark (a torn write) are still a torn tail.
+/// (Cutting the newest segment in half read as a torn tail and lost the records.)
+#[test]
+fn a_newest_segment_cut_below_the_synced_mark_is_refused() {
+    let (tmp, c, expected) = small_segments_log("cut-newest", 64 << 20, 40);
+    let dir = tmp.path();
+    let seg = last_segment(dir);
+    let original = std::fs::read(&seg).unwrap();
+    let offs = frame_offsets(&original);
+    let mark = synced::read(dir).unwrap().expect("a mark");
+    assert_eq!(mark.offset, original.len() as u64, "{mark:?}");
+    let identity = c.identity.clone();
+    for cut in [
+        original.len() / 2,
+        offs[offs.len() / 2],
+        offs[offs.len() - 1],
+        original.len() - 1,
+    ] {
+        std::fs::write(&seg, &original[..cut]).unwrap();
+        refused(&c, &file_name(&seg), "SYNCED");
+        let err = read_only(dir, &identity).unwrap_err();
+        assert!(err.to_string().contains("SYNCED"), "cut at {cut}: {err}");
+        std::fs::write(&seg, &original).unwrap();
+    }
+    // A torn write after the synced end is no loss.
+    let mut torn = original.clone();
+    torn.extend_from_slice(&[90, 0, 0, 0, 1, 2]);
+    std::fs::write(&seg, &torn).unwrap();
+    let rec = read_only(dir, &identity).unwrap();
+    assert_eq!(rec.records, expected);
+    assert!(rec.truncated.is_some());
+    // The repair takes a cut, says so, and keeps the segment's bytes.
+    let cut = offs[offs.len() / 2];
+    std::fs::write(&seg, &original[..cut]).unwrap();
+    let mut repair = c.clone();
+    repair.on_damage = OnDamage::Truncate;
+    let (wal, rec) = Wal::open(repair).unwrap();
+    drop(wal);
+    let r = rec.repaired.expect("reported");
+    assert!(
+        r.lost() && r.shortfall.as_ref().is_some_and(|s| s.contains("SYNCED")),
+        "{r}"
+    );
+    assert!(rec.records.len() < expected.len());
+    assert_eq!(rec.records[..], expected[..rec.records.len()]);
+    let (_wal, again) = Wal::open(c).unwrap();
+    assert_eq!(again.records, rec.records);
 }
