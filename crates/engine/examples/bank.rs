@@ -46,12 +46,13 @@ fn catalog() -> (Catalog, TableId) {
             let (Some(f), Some(g)) = (f, g) else {
                 return Err(Abort::User("no such account"));
             };
-            let (fb, gb) = (tx.row(f).i64(BALANCE), tx.row(g).i64(BALANCE));
-            if fb < amount {
+            if tx.row(f).i64(BALANCE) < amount {
                 return Err(Abort::User("insufficient funds")); // rolled back, not retried
             }
-            tx.row_mut(f).set_i64(BALANCE, fb - amount);
-            tx.row_mut(g).set_i64(BALANCE, gb + amount);
+            // Checked arithmetic: an overflow rolls the transfer back
+            // (CallError::OutOfRange) instead of storing a wrapped balance.
+            tx.row_mut(f).sub_i64(BALANCE, amount)?;
+            tx.row_mut(g).add_i64(BALANCE, amount)?;
             Ok(())
         })
     })

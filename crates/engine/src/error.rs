@@ -122,6 +122,11 @@ pub enum Error {
     Io(String),
     #[error("protocol error between islands: {0}")]
     Protocol(String),
+    /// Arithmetic on a stored value left its column's type (the checked
+    /// helpers of [`crate::storage::RowMut`], e.g. `add_i64`). The transaction
+    /// rolls back; a server answers SQLSTATE 22003.
+    #[error("numeric value out of range: {0}")]
+    OutOfRange(String),
 }
 
 impl Error {

@@ -163,6 +163,15 @@ pub(crate) fn set_val(r: &mut RowMut, key: u64, v: i64) {
     r.set_u64(CHECK, crate::row_check(key, v as u64));
 }
 
+/// Adds one to row `key`'s value, and sets its check word with it; returns
+/// the new value. Overflow is an error, and the row is left as it was.
+#[inline]
+pub(crate) fn bump_val(r: &mut RowMut, key: u64) -> Result<i64, Error> {
+    let v = r.add_i64(VAL, 1)?;
+    r.set_u64(CHECK, crate::row_check(key, v as u64));
+    Ok(v)
+}
+
 /// Loads the rows of `sites` (all of them for a single island).
 pub fn load(
     island: &Island,
@@ -260,8 +269,7 @@ impl Workload for Micro {
         for i in 0..req.keys.len() {
             let h = tx.many_row(i).ok_or(Abort::User("missing key"))?;
             if self.cfg.update {
-                let v = tx.row(h).i64(VAL) + 1;
-                set_val(&mut tx.row_mut(h), req.keys[i], v);
+                bump_val(&mut tx.row_mut(h), req.keys[i])?;
             } else {
                 std::hint::black_box(tx.row(h).i64(VAL));
             }

@@ -384,24 +384,20 @@ fn tpcb_catalog(scale: u32) -> Catalog {
                     .get_for_update(ACCOUNTS, key(aid, "no such account")?)
                     .await?
                     .ok_or(Abort::User("no such account"))?;
-                let abalance = tx.row(ah).i64(BALANCE).wrapping_add(delta);
-                tx.row_mut(ah).set_i64(BALANCE, abalance);
+                let abalance = tx.row_mut(ah).add_i64(BALANCE, delta)?;
                 let th = tx
                     .get_for_update(TELLERS, key(tid, "no such teller")?)
                     .await?
                     .ok_or(Abort::User("no such teller"))?;
-                let tb = tx.row(th).i64(BALANCE).wrapping_add(delta);
-                tx.row_mut(th).set_i64(BALANCE, tb);
+                tx.row_mut(th).add_i64(BALANCE, delta)?;
                 let bkey = key(bid, "no such branch")?;
                 let bh = tx
                     .get_for_update(BRANCHES, bkey)
                     .await?
                     .ok_or(Abort::User("no such branch"))?;
-                let bb = tx.row(bh).i64(BALANCE).wrapping_add(delta);
-                let seq = tx.row(bh).u64(HIST_SEQ) + 1;
                 let mut row = tx.row_mut(bh);
-                row.set_i64(BALANCE, bb);
-                row.set_u64(HIST_SEQ, seq);
+                row.add_i64(BALANCE, delta)?;
+                let seq = row.add_u64(HIST_SEQ, 1)?;
                 let hh = tx
                     .insert(HISTORY, bkey << 32 | seq)
                     .await?
@@ -499,9 +495,8 @@ fn ycsb_catalog(rows: u64) -> Catalog {
                     .get_for_update(0, k)
                     .await?
                     .ok_or(Abort::User("missing key"))?;
-                let v = tx.row(h).u64(F0).wrapping_add(1);
                 let mut row = tx.row_mut(h);
-                row.set_u64(F0, v);
+                let v = row.add_u64(F0, 1)?;
                 row.set_u64(CHECK, crate::row_check(k, v));
                 out.push(vec![Value::Int(v as i64)]);
                 Ok(())
@@ -560,11 +555,11 @@ fn micro_catalog(rows: u64) -> Catalog {
                     tx.get_many(TABLE, &keys, update).await?;
                     for (i, &k) in keys.iter().enumerate() {
                         let h = tx.many_row(i).ok_or(Abort::User("missing key"))?;
-                        let mut v = tx.row(h).i64(crate::micro::VAL);
-                        if update {
-                            v += 1;
-                            crate::micro::set_val(&mut tx.row_mut(h), k, v);
-                        }
+                        let v = if update {
+                            crate::micro::bump_val(&mut tx.row_mut(h), k)?
+                        } else {
+                            tx.row(h).i64(crate::micro::VAL)
+                        };
                         out.push(vec![Value::Int(k as i64), Value::Int(v)]);
                     }
                     Ok(())
@@ -661,12 +656,11 @@ fn bank_catalog(accounts: u64) -> Catalog {
                     .get_for_update(BANK_ACCOUNTS, dst)
                     .await?
                     .ok_or(Abort::User("no such account"))?;
-                let (sb, db) = (tx.row(s).i64(BANK_BALANCE), tx.row(d).i64(BANK_BALANCE));
-                if sb < amount {
+                if tx.row(s).i64(BANK_BALANCE) < amount {
                     return Err(Abort::User("insufficient funds"));
                 }
-                tx.row_mut(s).set_i64(BANK_BALANCE, sb - amount);
-                tx.row_mut(d).set_i64(BANK_BALANCE, db + amount);
+                let sb = tx.row_mut(s).sub_i64(BANK_BALANCE, amount)?;
+                tx.row_mut(d).add_i64(BANK_BALANCE, amount)?;
                 let h = tx
                     .insert(BANK_TRANSFER_ROWS, tid)
                     .await?
@@ -675,7 +669,7 @@ fn bank_catalog(accounts: u64) -> Catalog {
                 row.set_i64(SRC, src as i64);
                 row.set_i64(DST, dst as i64);
                 row.set_i64(AMOUNT, amount);
-                out.push(vec![Value::Int(sb - amount)]);
+                out.push(vec![Value::Int(sb)]);
                 Ok(())
             })
         })

@@ -41,9 +41,8 @@ macro_rules! ycsb_request {
                 .get_for_update(TABLE, key)
                 .await?
                 .ok_or(Abort::User("missing key"))?;
-            let v = $tx.row(h).u64(F0).wrapping_add(1);
             let mut row = $tx.row_mut(h);
-            row.set_u64(F0, v);
+            let v = row.add_u64(F0, 1)?;
             row.set_u64(CHECK, crate::row_check(key, v));
         } else {
             let h = $tx

@@ -554,6 +554,10 @@ impl Workload for Calls {
                 procedure: procedure(),
                 message,
             }),
+            Outcome::Failed(Error::OutOfRange(why)) => Err(CallError::OutOfRange {
+                procedure: procedure(),
+                why,
+            }),
             Outcome::Failed(e) => Err(CallError::Failed {
                 procedure: procedure(),
                 error: e.to_string(),

@@ -20,6 +20,13 @@
 //! conflict is retried inside the engine with back-off; the caller sees
 //! [`CallError::Serialization`] only after `Options::max_attempts`.
 //!
+//! Arithmetic on stored values is checked: a procedure changes a number
+//! with [`crate::storage::RowMut::add_i64`] (and `sub_i64`, `add_i32`,
+//! `add_u64`), which returns the new value or, when the result leaves the
+//! column's type, [`crate::Error::OutOfRange`]. Returned with `?`, it rolls
+//! the transaction back and the caller gets [`CallError::OutOfRange`] (a
+//! server answers SQLSTATE `22003`); nothing is stored wrapped around.
+//!
 //! ```no_run
 //! use islands::api::{Catalog, Client, Deployment, Options, Partition, ProcDef, Type, Value};
 //! use islands::deploy::{DeploySpec, Islands};
@@ -93,6 +100,12 @@ pub enum CallError {
         attempts: u32,
         last: String,
     },
+    /// Arithmetic on a stored value overflowed its column's type (a checked
+    /// helper such as [`crate::storage::RowMut::add_i64`] returned
+    /// [`crate::Error::OutOfRange`]): the transaction was rolled back and
+    /// nothing it wrote is kept. A server answers SQLSTATE 22003.
+    #[error("procedure {procedure}: numeric value out of range: {why} (its transaction was rolled back)")]
+    OutOfRange { procedure: String, why: String },
     #[error("procedure {procedure} panicked: {message} (its transaction was rolled back)")]
     Panicked { procedure: String, message: String },
     #[error("procedure {procedure} failed: {error} (its transaction was rolled back)")]

@@ -66,6 +66,7 @@ fn call_error(e: CallError) -> PgWireError {
         CallError::Rollback { .. } => ("P0001", false),
         CallError::Serialization { .. } => ("40001", false),
         CallError::Canceled { .. } => ("57014", false),
+        CallError::OutOfRange { .. } => ("22003", false),
         CallError::Panicked { .. } | CallError::Failed { .. } => ("XX000", false),
         CallError::ShutDown => ("57P01", true),
         CallError::Stopped(_) => ("58030", true),

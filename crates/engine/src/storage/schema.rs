@@ -5,6 +5,8 @@
 //! each column to a byte offset inside the row; integers and floats are aligned
 //! to their size, strings are fixed-length byte arrays padded with zeros.
 
+use std::fmt::Display;
+
 use crate::Error;
 
 /// A column type. Strings have a fixed capacity in bytes.
@@ -233,6 +235,62 @@ impl<'a> RowMut<'a> {
         dst[..k].copy_from_slice(&v[..k]);
         dst[k..].fill(0);
     }
+    /// Adds `delta` to an `I64` column; returns the new value. On overflow
+    /// the column is left as it was and the error names it: a procedure
+    /// returns it with `?`, and its transaction rolls back
+    /// ([`Error::OutOfRange`]). Every sum or difference a procedure stores
+    /// should go through these helpers, not `set_i64(c, v + delta)`.
+    #[inline]
+    pub fn add_i64(&mut self, c: Col, delta: i64) -> Result<i64, Error> {
+        let old = self.i64(c);
+        let (v, over) = old.overflowing_add(delta);
+        if over {
+            return Err(self.out_of_range(c, old, '+', delta));
+        }
+        self.set_i64(c, v);
+        Ok(v)
+    }
+    /// Subtracts `delta` from an `I64` column (as [`RowMut::add_i64`]).
+    #[inline]
+    pub fn sub_i64(&mut self, c: Col, delta: i64) -> Result<i64, Error> {
+        let old = self.i64(c);
+        let (v, over) = old.overflowing_sub(delta);
+        if over {
+            return Err(self.out_of_range(c, old, '-', delta));
+        }
+        self.set_i64(c, v);
+        Ok(v)
+    }
+    /// Adds `delta` to an `I32` column (as [`RowMut::add_i64`]).
+    #[inline]
+    pub fn add_i32(&mut self, c: Col, delta: i32) -> Result<i32, Error> {
+        let old = self.i32(c);
+        let (v, over) = old.overflowing_add(delta);
+        if over {
+            return Err(self.out_of_range(c, old, '+', delta));
+        }
+        self.set_i32(c, v);
+        Ok(v)
+    }
+    /// Adds `delta` to a `U64` column (as [`RowMut::add_i64`]).
+    #[inline]
+    pub fn add_u64(&mut self, c: Col, delta: u64) -> Result<u64, Error> {
+        let old = self.u64(c);
+        let (v, over) = old.overflowing_add(delta);
+        if over {
+            return Err(self.out_of_range(c, old, '+', delta));
+        }
+        self.set_u64(c, v);
+        Ok(v)
+    }
+    #[cold]
+    fn out_of_range(&self, c: Col, old: impl Display, op: char, delta: impl Display) -> Error {
+        let col = &self.schema.columns[c.0 as usize];
+        Error::OutOfRange(format!(
+            "column {}: {old} {op} {delta} does not fit its type {:?}",
+            col.name, col.ty
+        ))
+    }
     pub fn as_ref(&self) -> RowRef<'_> {
         RowRef {
             words: self.words,
@@ -274,6 +332,43 @@ mod tests {
         assert_eq!(r.f64(Col(3)), 2.5);
         r.set_str(Col(2), b"hi");
         assert_eq!(r.as_ref().str(Col(2)), b"hi");
+    }
+
+    #[test]
+    fn checked_arithmetic_refuses_overflow_and_leaves_the_column() {
+        let s = Schema::new(&[
+            ("big", ColType::I64),
+            ("count", ColType::I32),
+            ("seq", ColType::U64),
+        ])
+        .unwrap();
+        let mut w = vec![0u64; s.row_words()];
+        let mut r = RowMut {
+            words: &mut w,
+            schema: &s,
+        };
+        assert_eq!(r.add_i64(Col(0), i64::MAX).unwrap(), i64::MAX);
+        let e = r.add_i64(Col(0), 1).unwrap_err();
+        assert!(
+            matches!(&e, Error::OutOfRange(m) if m.contains("big")),
+            "{e}"
+        );
+        assert_eq!(r.i64(Col(0)), i64::MAX);
+        assert_eq!(r.sub_i64(Col(0), i64::MAX).unwrap(), 0);
+        assert_eq!(r.sub_i64(Col(0), i64::MAX).unwrap(), -i64::MAX);
+        assert!(r.sub_i64(Col(0), 2).is_err());
+        assert_eq!(r.i64(Col(0)), -i64::MAX);
+        r.set_i32(Col(1), i32::MAX - 1);
+        assert_eq!(r.add_i32(Col(1), 1).unwrap(), i32::MAX);
+        assert!(r.add_i32(Col(1), 1).is_err());
+        assert_eq!(r.i32(Col(1)), i32::MAX);
+        r.set_u64(Col(2), u64::MAX);
+        let e = r.add_u64(Col(2), 1).unwrap_err();
+        assert!(
+            e.to_string().starts_with("numeric value out of range"),
+            "{e}"
+        );
+        assert_eq!(r.u64(Col(2)), u64::MAX);
     }
 
     #[test]

@@ -10,10 +10,9 @@
 //! async fn transfer(tx: &mut Txn, from: u64, to: u64, amount: i64) -> Result<(), Abort> {
 //!     let a = tx.get_for_update(ACCOUNTS, from).await?.ok_or(Abort::User("no such account"))?;
 //!     let b = tx.get_for_update(ACCOUNTS, to).await?.ok_or(Abort::User("no such account"))?;
-//!     let bal = tx.row(a).i64(BALANCE);
-//!     tx.row_mut(a).set_i64(BALANCE, bal - amount);
-//!     let bal = tx.row(b).i64(BALANCE);
-//!     tx.row_mut(b).set_i64(BALANCE, bal + amount);
+//!     // Checked: an overflow is an error (`Error::OutOfRange`), and `?` rolls back.
+//!     tx.row_mut(a).sub_i64(BALANCE, amount)?;
+//!     tx.row_mut(b).add_i64(BALANCE, amount)?;
 //!     Ok(())
 //! }
 //! ```

@@ -164,7 +164,7 @@ pub async fn new_order(
             cfg.max_orders_per_district
         ))));
     }
-    tx.row_mut(d_h).set_i32(dist::D_NEXT_O_ID, o_id as i32 + 1);
+    tx.row_mut(d_h).add_i32(dist::D_NEXT_O_ID, 1)?;
     let ck = customer_key(req.c_w, req.c_d, req.c_id);
     let c_h = tx
         .get(CUSTOMER, ck)
@@ -280,10 +280,10 @@ async fn stock_line(tx: &mut Txn, line: &Line, w: u32, d: u32) -> Result<(i64, [
             stock::S_QUANTITY,
             if q >= qty + 10 { q - qty } else { q - qty + 91 },
         );
-        s.set_i64(stock::S_YTD, s.i64(stock::S_YTD) + i64::from(qty));
-        s.set_i32(stock::S_ORDER_CNT, s.i32(stock::S_ORDER_CNT) + 1);
+        s.add_i64(stock::S_YTD, i64::from(qty))?;
+        s.add_i32(stock::S_ORDER_CNT, 1)?;
         if line.supply_w != w {
-            s.set_i32(stock::S_REMOTE_CNT, s.i32(stock::S_REMOTE_CNT) + 1);
+            s.add_i32(stock::S_REMOTE_CNT, 1)?;
         }
     }
     black_box(i_original && s_original);
@@ -375,16 +375,16 @@ pub async fn payment(tx: &mut Txn, req: &TpccReq) -> Result<PaymentOut, Abort> {
         data[at..at + k].copy_from_slice(&old[..k]);
         data_len = at + k;
     }
-    let c_balance = tx.row(c_h).i64(cust::C_BALANCE) - req.amount;
-    {
+    let c_balance = {
         let mut c = tx.row_mut(c_h);
-        c.set_i64(cust::C_BALANCE, c_balance);
-        c.set_i64(cust::C_YTD_PAYMENT, c.i64(cust::C_YTD_PAYMENT) + req.amount);
-        c.set_i32(cust::C_PAYMENT_CNT, c.i32(cust::C_PAYMENT_CNT) + 1);
+        let c_balance = c.sub_i64(cust::C_BALANCE, req.amount)?;
+        c.add_i64(cust::C_YTD_PAYMENT, req.amount)?;
+        c.add_i32(cust::C_PAYMENT_CNT, 1)?;
         if bad_credit {
             c.set_str(cust::C_DATA, &data[..data_len]);
         }
-    }
+        c_balance
+    };
 
     tx.prepare_remote().await?;
 
@@ -393,15 +393,13 @@ pub async fn payment(tx: &mut Txn, req: &TpccReq) -> Result<PaymentOut, Abort> {
         .get_for_update(WAREHOUSE, wk)
         .await?
         .ok_or_else(|| broken("warehouse", wk))?;
-    let ytd = tx.row(wh_h).i64(wh::W_YTD);
-    tx.row_mut(wh_h).set_i64(wh::W_YTD, ytd + req.amount);
+    tx.row_mut(wh_h).add_i64(wh::W_YTD, req.amount)?;
     let dk = district_key(w, d);
     let d_h = tx
         .get_for_update(DISTRICT, dk)
         .await?
         .ok_or_else(|| broken("district", dk))?;
-    let ytd = tx.row(d_h).i64(dist::D_YTD);
-    tx.row_mut(d_h).set_i64(dist::D_YTD, ytd + req.amount);
+    tx.row_mut(d_h).add_i64(dist::D_YTD, req.amount)?;
 
     let mut h_data = [0u8; 24];
     let (w_row, d_row) = (tx.row(wh_h), tx.row(d_h));
@@ -555,7 +553,13 @@ pub async fn delivery(tx: &mut Txn, req: &TpccReq) -> Result<DeliveryOut, Abort>
         let mut sum = 0i64;
         for i in 0..n {
             let h = tx.scan_row(i);
-            sum += tx.row(h).i64(ol::OL_AMOUNT);
+            sum = sum
+                .checked_add(tx.row(h).i64(ol::OL_AMOUNT))
+                .ok_or_else(|| {
+                    Error::OutOfRange(format!(
+                        "the sum of OL_AMOUNT of order {o_id} of district {d} of warehouse {w}"
+                    ))
+                })?;
             tx.row_mut(h).set_i64(ol::OL_DELIVERY_D, req.now_us);
         }
         let ck = customer_key(w, d, c_id);
@@ -564,8 +568,8 @@ pub async fn delivery(tx: &mut Txn, req: &TpccReq) -> Result<DeliveryOut, Abort>
             .await?
             .ok_or_else(|| broken("customer", ck))?;
         let mut c = tx.row_mut(c_h);
-        c.set_i64(cust::C_BALANCE, c.i64(cust::C_BALANCE) + sum);
-        c.set_i32(cust::C_DELIVERY_CNT, c.i32(cust::C_DELIVERY_CNT) + 1);
+        c.add_i64(cust::C_BALANCE, sum)?;
+        c.add_i32(cust::C_DELIVERY_CNT, 1)?;
     }
     Ok(out)
 }

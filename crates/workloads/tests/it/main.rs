@@ -3,4 +3,5 @@
 mod checks;
 mod inserts;
 mod micro;
+mod overflow;
 mod tpcc;
