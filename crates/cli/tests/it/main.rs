@@ -10,6 +10,7 @@ mod multisite;
 mod placement;
 mod serve;
 mod serve_bank;
+mod serve_fuzz;
 mod serve_observe;
 mod serve_protocol;
 mod tpcc_crash;
