@@ -11,6 +11,7 @@ mod multisite;
 mod placement;
 mod serve;
 mod serve_bank;
+mod serve_fuzz;
 mod serve_hostile;
 mod serve_observe;
 mod serve_protocol;

@@ -64,7 +64,7 @@ use pgwire::api::auth::{
 };
 use pgwire::api::store::PortalStore;
 use pgwire::api::{
-    ClientInfo, ClientPortalStore, DefaultClient, NoopHandler, PgWireConnectionState,
+    ClientInfo, ClientPortalStore, DefaultClient, NoopHandler, PgWireConnectionState, DEFAULT_NAME,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::response::{GssEncResponse, SslResponse};
@@ -1101,13 +1101,16 @@ fn name_error(socket: &Socket, msg: &PgWireFrontendMessage) -> Option<ErrorInfo>
             ))
         }
         PgWireFrontendMessage::Describe(d) => {
+            // pgwire keeps the unnamed statement and portal under its
+            // default name.
+            let key = d.name.as_deref().unwrap_or(DEFAULT_NAME);
             let name = d.name.as_deref().unwrap_or("");
             match d.target_type {
-                b'S' if socket.portal_store().get_statement(name).is_none() => Some(error(
+                b'S' if socket.portal_store().get_statement(key).is_none() => Some(error(
                     "26000",
                     format!("prepared statement \"{name}\" does not exist"),
                 )),
-                b'P' if socket.portal_store().get_portal(name).is_none() => {
+                b'P' if socket.portal_store().get_portal(key).is_none() => {
                     Some(error("34000", format!("portal \"{name}\" does not exist")))
                 }
                 _ => None,
