@@ -11,4 +11,5 @@ mod placement;
 mod serve;
 mod serve_bank;
 mod serve_observe;
+mod serve_overflow;
 mod tpcc_crash;
