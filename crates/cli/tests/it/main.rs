@@ -15,4 +15,5 @@ mod serve_fuzz;
 mod serve_hostile;
 mod serve_observe;
 mod serve_protocol;
+mod serve_overflow;
 mod tpcc_crash;
