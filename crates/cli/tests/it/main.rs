@@ -14,6 +14,6 @@ mod serve_bank;
 mod serve_fuzz;
 mod serve_hostile;
 mod serve_observe;
-mod serve_protocol;
 mod serve_overflow;
+mod serve_protocol;
 mod tpcc_crash;
