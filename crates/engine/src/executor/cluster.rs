@@ -506,6 +506,7 @@ impl Cluster {
             confirmed: Vec::new(),
             reported: Vec::new(),
             flush_due: false,
+            handed_off_us: 0,
             early: Vec::new(),
             locking: Vec::new(),
         };

@@ -177,7 +177,11 @@ pub struct Executor {
     pub confirmed: Vec<(Gtid, bool)>,
     /// Commits already reported at their decision (see `outcomes`).
     reported: Vec<Gtid>,
+    /// A forced record waits for the log buffer to be handed over.
     flush_due: bool,
+    /// The step (µs) at which the current round began or at which
+    /// [`Executor::exchange`] last handed the log buffer over.
+    handed_off_us: u64,
 }
 
 // SAFETY: the raw context pointers are owned by the executor and only used
