@@ -235,7 +235,8 @@ impl Executor {
     /// Whether a wait on `peer`, begun at `since_us` with timeout
     /// `timeout_us`, has gone unanswered at `now_us`: its time is up, and
     /// `peer` has since served its mailbox (and sent every vote it owed) in
-    /// a step that began at least half the timeout after the wait did. A
+    /// a step that began at least half the timeout after the wait did (or
+    /// has never served: see [`Cluster::silent_since`]). A
     /// peer polling a long procedure has not read its mailbox yet: it is
     /// busy, not silent, and the wait goes on, up to
     /// [`ClusterOptions::busy_peer_max`]. This worker itself is never
@@ -249,7 +250,10 @@ impl Executor {
         if now_us >= since_us.saturating_add(busy_max_us.max(timeout_us)) {
             return true;
         }
-        peer != self.me && self.cl.served_us(peer) >= since_us.saturating_add(timeout_us / 2)
+        peer != self.me
+            && self
+                .cl
+                .silent_since(peer, since_us.saturating_add(timeout_us / 2))
     }
 
     /// Ends a step begun at `step_us` in which this worker took in its

@@ -74,7 +74,7 @@ impl Executor {
                         .filter(|&island| island != home)
                         .any(|island| {
                             let peer = cl.endpoint(island, cl.branch_worker(island, gtid));
-                            cl.served_us(peer) >= since_us.saturating_add(half)
+                            cl.silent_since(peer, since_us.saturating_add(half))
                         })
                 });
             self.early_stale = true;
