@@ -514,6 +514,7 @@ impl Cluster {
             reported: Vec::new(),
             flush_due: false,
             handed_off_us: 0,
+            published_us: 0,
             early: Vec::new(),
             locking: Vec::new(),
         };

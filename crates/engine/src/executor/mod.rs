@@ -182,6 +182,8 @@ pub struct Executor {
     /// The step (µs) at which the current round began or at which
     /// [`Executor::exchange`] last handed the log buffer over.
     handed_off_us: u64,
+    /// What this worker last published as its served step.
+    published_us: u64,
 }
 
 // SAFETY: the raw context pointers are owned by the executor and only used
@@ -262,9 +264,13 @@ impl Executor {
     /// (a forced prepare record not yet durable) was asked for in a step
     /// that has not answered everything it took in: then only the steps
     /// before that one count as served.
-    fn publish_served(&self, step_us: u64) {
-        let answered_us = self.owed_since.saturating_sub(1);
-        self.cl.publish_served_us(self.me, step_us.min(answered_us));
+    /// It writes the shared word only when the value changed.
+    fn publish_served(&mut self, step_us: u64) {
+        let served = step_us.min(self.owed_since.saturating_sub(1));
+        if served != self.published_us {
+            self.published_us = served;
+            self.cl.publish_served_us(self.me, served);
+        }
     }
 
     /// Branches this worker holds for other islands' (and its own) transactions.
