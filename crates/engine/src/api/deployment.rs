@@ -972,9 +972,6 @@ impl Deployment {
         self.inner.failure()
     }
 
-    /// Stops accepting calls, finishes what is in flight (a call that has
-    /// not begun is answered [`CallError::ShutDown`]), flushes the logs and
-    /// joins every thread. Returns the first executor error, if one failed.
     /// Times the executors of island `island` parked for want of work
     /// since the deployment opened (an executor parks after a run of idle
     /// rounds, for at most a millisecond, or until a call is pushed to it).
@@ -989,6 +986,9 @@ impl Deployment {
             .sum()
     }
 
+    /// Stops accepting calls, finishes what is in flight (a call that has
+    /// not begun is answered [`CallError::ShutDown`]), flushes the logs and
+    /// joins every thread. Returns the first executor error, if one failed.
     pub fn shutdown(mut self) -> Result<(), Error> {
         self.stop()
     }

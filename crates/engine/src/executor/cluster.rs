@@ -229,7 +229,11 @@ pub struct Cluster {
     /// it took in its mailbox and sent what that produced, held back to the
     /// oldest vote it still owes (see `Executor::publish_served`). A wait on
     /// a worker counts as unanswered only once this passed well beyond the
-    /// wait's start: until then the worker was busy, not silent.
+    /// wait's start: until then the worker was busy, not silent. 0: it has
+    /// not served yet. An in-process signal: the workers share this memory.
+    /// A transport between processes must carry it to the other side (in
+    /// its heartbeats, say); without it every remote worker would look
+    /// busy until `busy_peer_max`.
     served_us: Box<[crossbeam_utils::CachePadded<AtomicU64>]>,
     pub stats: ClusterStats,
 }
@@ -391,9 +395,12 @@ impl Cluster {
         }
     }
 
-    /// See `served_us`.
-    pub(super) fn served_us(&self, e: Endpoint) -> u64 {
-        self.served_us[e.0 as usize].load(Ordering::Acquire)
+    /// Whether worker `e` has served its mailbox in a step that began at
+    /// `us` or later, or has never served it (`served_us` 0: no step of
+    /// its is known, so nothing shows it busy). See `served_us`.
+    pub(super) fn silent_since(&self, e: Endpoint, us: u64) -> bool {
+        let served = self.served_us[e.0 as usize].load(Ordering::Acquire);
+        served == 0 || served >= us
     }
 
     pub(super) fn publish_served_us(&self, e: Endpoint, us: u64) {
@@ -506,6 +513,8 @@ impl Cluster {
             confirmed: Vec::new(),
             reported: Vec::new(),
             flush_due: false,
+            handed_off_us: 0,
+            published_us: 0,
             early: Vec::new(),
             locking: Vec::new(),
         };

@@ -593,7 +593,7 @@ impl Executor {
         // worker's other transactions, polled in between, would find them
         // locked. The home Prepare needs no force (see `run_actions`).
         self.drain_local();
-        let _ = self.complete_forces(); // a log failure resurfaces in `pump`
+        let _ = self.complete_forces(true); // a log failure resurfaces in `pump`
         Ok(HomeCommit::Distributed(gtid))
     }
 

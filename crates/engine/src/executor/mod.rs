@@ -177,7 +177,13 @@ pub struct Executor {
     pub confirmed: Vec<(Gtid, bool)>,
     /// Commits already reported at their decision (see `outcomes`).
     reported: Vec<Gtid>,
+    /// A forced record waits for the log buffer to be handed over.
     flush_due: bool,
+    /// The step (µs) at which the current round began or at which
+    /// [`Executor::exchange`] last handed the log buffer over.
+    handed_off_us: u64,
+    /// What this worker last published as its served step.
+    published_us: u64,
 }
 
 // SAFETY: the raw context pointers are owned by the executor and only used
@@ -231,7 +237,8 @@ impl Executor {
     /// Whether a wait on `peer`, begun at `since_us` with timeout
     /// `timeout_us`, has gone unanswered at `now_us`: its time is up, and
     /// `peer` has since served its mailbox (and sent every vote it owed) in
-    /// a step that began at least half the timeout after the wait did. A
+    /// a step that began at least half the timeout after the wait did (or
+    /// has never served: see [`Cluster::silent_since`]). A
     /// peer polling a long procedure has not read its mailbox yet: it is
     /// busy, not silent, and the wait goes on, up to
     /// [`ClusterOptions::busy_peer_max`]. This worker itself is never
@@ -245,7 +252,10 @@ impl Executor {
         if now_us >= since_us.saturating_add(busy_max_us.max(timeout_us)) {
             return true;
         }
-        peer != self.me && self.cl.served_us(peer) >= since_us.saturating_add(timeout_us / 2)
+        peer != self.me
+            && self
+                .cl
+                .silent_since(peer, since_us.saturating_add(timeout_us / 2))
     }
 
     /// Ends a step begun at `step_us` in which this worker took in its
@@ -254,9 +264,13 @@ impl Executor {
     /// (a forced prepare record not yet durable) was asked for in a step
     /// that has not answered everything it took in: then only the steps
     /// before that one count as served.
-    fn publish_served(&self, step_us: u64) {
-        let answered_us = self.owed_since.saturating_sub(1);
-        self.cl.publish_served_us(self.me, step_us.min(answered_us));
+    /// It writes the shared word only when the value changed.
+    fn publish_served(&mut self, step_us: u64) {
+        let served = step_us.min(self.owed_since.saturating_sub(1));
+        if served != self.published_us {
+            self.published_us = served;
+            self.cl.publish_served_us(self.me, served);
+        }
     }
 
     /// Branches this worker holds for other islands' (and its own) transactions.

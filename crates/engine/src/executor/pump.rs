@@ -21,6 +21,11 @@ use crate::Error;
 /// would only evict what the frames' work needs).
 const PREFETCH_BATCH_LINES: usize = 64;
 
+/// How long (µs) a round runs, since it began or since its last hand-off,
+/// before [`Executor::exchange`] hands the log buffer over for forced
+/// records rather than leaving it to the round's end.
+const HAND_OFF_AFTER_US: u64 = 1000;
+
 impl Executor {
     /// One round of the worker's service loop: receives every batch waiting
     /// in its mailbox, runs what they ask, completes forced log records that
@@ -42,8 +47,9 @@ impl Executor {
         // Everything that arrived, and every vote that became due, before
         // the timers: a round can last as long as the procedures it polled,
         // and what came in meanwhile must count before a deadline does.
+        self.handed_off_us = now;
         let received = self.receive();
-        self.complete_forces()?;
+        self.complete_forces(true)?;
         if now >= self.last_tick + 1000 {
             self.last_tick = now;
             let mut actions = std::mem::take(&mut self.actions);
@@ -68,7 +74,7 @@ impl Executor {
                         .filter(|&island| island != home)
                         .any(|island| {
                             let peer = cl.endpoint(island, cl.branch_worker(island, gtid));
-                            cl.served_us(peer) >= since_us.saturating_add(half)
+                            cl.silent_since(peer, since_us.saturating_add(half))
                         })
                 });
             self.early_stale = true;
@@ -81,7 +87,7 @@ impl Executor {
             if !self.locking.is_empty() {
                 self.expire_locking(now);
             }
-            self.complete_forces()?;
+            self.complete_forces(true)?;
         }
         if self.early_stale && !self.early.is_empty() {
             self.early_stale = false;
@@ -120,11 +126,15 @@ impl Executor {
     /// Between two polls of home transactions: sends what they queued and
     /// serves what arrived, so that neither a request of this worker nor a
     /// reply it owes waits for the rest of the round (a round polls up to
-    /// `inflight` procedures). Cheaper than [`Executor::pump_at`]: no timers,
-    /// no log hand-off beyond what forced records ask for; the votes that
-    /// became due leave with the rest, so a participant polling slow
-    /// procedures still answers between two of them. Returns the batches it
-    /// took.
+    /// `inflight` procedures). Cheaper than [`Executor::pump_at`]: no
+    /// timers, and the forced records it completes are those already
+    /// durable, so the votes that became due leave with the rest and a
+    /// participant polling slow procedures still answers between two of
+    /// them. It hands the log buffer over for forced records only once the
+    /// round has run [`HAND_OFF_AFTER_US`] since it began or since the last
+    /// such hand-off: a round of short procedures leaves that to its end (a
+    /// hand-off takes the log's locks), a round of long ones does not hold
+    /// its votes back for the rest of it. Returns the batches it took.
     pub fn exchange(&mut self) -> usize {
         let step = self.fresh_now_us();
         if self.outbox.urgent() {
@@ -132,7 +142,12 @@ impl Executor {
         }
         let received = self.receive();
         if self.waiting_from != BatchSeq::MAX {
-            if let Err(e) = self.complete_forces() {
+            let hand_off =
+                self.flush_due && step >= self.handed_off_us.saturating_add(HAND_OFF_AFTER_US);
+            if hand_off {
+                self.handed_off_us = step;
+            }
+            if let Err(e) = self.complete_forces(hand_off) {
                 // The next `pump` reports it.
                 self.pool.failed.get_or_insert(e);
             }
@@ -144,13 +159,15 @@ impl Executor {
         received
     }
 
-    /// Hands the island's log buffer over if forced records wait for it.
-    pub(super) fn complete_forces(&mut self) -> Result<(), Error> {
+    /// Completes the forced records (and sends the deferred votes) that are
+    /// durable; with `hand_off`, first hands the island's log buffer over
+    /// if forced records wait for it.
+    pub(super) fn complete_forces(&mut self, hand_off: bool) -> Result<(), Error> {
         if self.forces.is_empty() && self.deferred.is_empty() {
             return Ok(());
         }
         let shared = self.cl.islands[self.island as usize].shared();
-        if self.flush_due {
+        if hand_off && self.flush_due {
             shared.flush_urgent()?;
             self.flush_due = false;
         }

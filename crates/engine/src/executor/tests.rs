@@ -3319,3 +3319,43 @@ fn every_aborted_attempt_is_counted_by_reason_inline_and_in_slots() {
         assert_eq!(cl.island_counts(2), IslandCounts::default(), "no island 2");
     }
 }
+
+/// A wait on a worker that has never served its mailbox (it published no
+/// step) is unanswered once its time is up: nothing shows that worker busy,
+/// and a lost message to it must cost the wait's timeout, not
+/// `busy_peer_max`.
+#[test]
+fn a_wait_on_a_worker_that_never_served_is_unanswered_after_its_timeout() {
+    let (cl, _islands) = open_cluster(2, 10, ClusterOptions::default());
+    let home = cl.executor(0, 0).unwrap();
+    let peer = cl.endpoint(1, 0);
+    let (since, timeout) = (1_000, 20_000);
+    assert!(!home.unanswered(peer, since, timeout, since + timeout - 1));
+    assert!(home.unanswered(peer, since, timeout, since + timeout));
+}
+
+/// A worker that served once and then froze (a procedure that never
+/// yields, a worker that is gone) is busy to the waits begun after its last
+/// step, past their timeout, but only until `busy_peer_max`: then it is
+/// silent and the wait ends.
+#[test]
+fn a_wait_on_a_frozen_worker_ends_at_busy_peer_max() {
+    let opts = ClusterOptions {
+        busy_peer_max: Duration::from_millis(50),
+        ..Default::default()
+    };
+    let (cl, _islands) = open_cluster(2, 10, opts);
+    let home = cl.executor(0, 0).unwrap();
+    let mut part = cl.executor(1, 0).unwrap();
+    part.pump().unwrap();
+    let peer = part.endpoint();
+    let since = part.now_us() + 1;
+    let timeout = 20_000;
+    assert!(!home.unanswered(peer, since, timeout, since + timeout));
+    assert!(!home.unanswered(peer, since, timeout, since + 49_999));
+    assert!(home.unanswered(peer, since, timeout, since + 50_000));
+    // Had it served half the timeout after the wait began, the wait would
+    // end at its timeout.
+    cl.publish_served_us(peer, since + timeout / 2);
+    assert!(home.unanswered(peer, since, timeout, since + timeout));
+}

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -29,6 +29,30 @@ const INITIAL: i64 = 1000;
 /// to the executors that answer).
 fn work(us: i64) {
     std::thread::sleep(Duration::from_micros(us.max(0) as u64));
+}
+
+/// Gates of `gated_transfer`, each held closed until its test opens it,
+/// and how many times each gate's procedure body began (one gate per test
+/// case: the tests run at once).
+static GATES: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
+static GATED_RUNS: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+
+/// Holds the executor's thread until gate `g` opens (or a minute passes,
+/// so that a failing test ends).
+fn wait_for_gate(g: usize) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !GATES[g].load(Ordering::Acquire) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits until the body of gate `g`'s procedure has begun `n` times.
+fn wait_for_runs(g: usize, n: usize) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while GATED_RUNS[g].load(Ordering::Acquire) < n {
+        assert!(Instant::now() < until, "gate {g}'s procedure never ran");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 async fn add(tx: &mut Txn, key: u64, amount: i64) -> Result<i64, Abort> {
@@ -67,6 +91,26 @@ fn catalog() -> Catalog {
         .param("to", Type::Int)
         .param("amount", Type::Int)
         .param("us", Type::Int)
+        .home_by(0, ACCOUNTS),
+    )
+    .unwrap();
+    // Moves `amount` from `from` to `to`, then holds its executor until
+    // gate `gate` opens.
+    c.procedure(
+        ProcDef::new("gated_transfer", |tx, a, _| {
+            Box::pin(async move {
+                let g = a.int(3) as usize;
+                GATED_RUNS[g].fetch_add(1, Ordering::AcqRel);
+                add(tx, a.int(0) as u64, -a.int(2)).await?;
+                add(tx, a.int(1) as u64, a.int(2)).await?;
+                wait_for_gate(g);
+                Ok(())
+            })
+        })
+        .param("from", Type::Int)
+        .param("to", Type::Int)
+        .param("amount", Type::Int)
+        .param("gate", Type::Int)
         .home_by(0, ACCOUNTS),
     )
     .unwrap();
@@ -460,10 +504,20 @@ fn a_call_waiting_for_room_in_a_full_queue_is_woken_by_the_executor() {
         )
     };
     let noop = Waker::noop();
-    // The executor takes a slow call, the queue fills with a second.
-    let mut running = transfer(20, 300_000);
+    // The executor takes a call held at a gate, the queue fills with a
+    // second.
+    const GATE: usize = 2;
+    let mut running = c.call_async(
+        "gated_transfer",
+        vec![
+            Value::Int(20),
+            Value::Int(21),
+            Value::Int(1),
+            Value::Int(GATE as i64),
+        ],
+    );
     assert!(poll_once(&mut running, noop).is_pending());
-    std::thread::sleep(Duration::from_millis(50));
+    wait_for_runs(GATE, 1);
     let mut queued = transfer(30, 0);
     assert!(poll_once(&mut queued, noop).is_pending());
     let counter = Arc::new(CountingWaker::default());
@@ -475,8 +529,9 @@ fn a_call_waiting_for_room_in_a_full_queue_is_woken_by_the_executor() {
         0,
         "a call waiting for room woke itself at once"
     );
-    // The executor takes the queued call once the slow one is done: that
+    // The executor takes the queued call once the gated one is done: that
     // wakes the waiting call, which then queues and commits.
+    GATES[GATE].store(true, Ordering::Release);
     let deadline = Instant::now() + Duration::from_secs(20);
     while counter.0.load(Ordering::SeqCst) == 0 {
         assert!(
@@ -502,29 +557,26 @@ fn dropping_a_calls_future_cancels_the_call() {
         let db = open_with(islands, 1, 16);
         let c = db.client();
         let noop = Waker::noop();
-        let mut running = c.call_async(
-            "slow_transfer",
-            vec![
-                Value::Int(50),
-                Value::Int(250),
-                Value::Int(5),
-                Value::Int(200_000),
-            ],
-        );
+        let gate = (islands - 1) as usize;
+        let gated = |from: i64, to: i64| {
+            c.call_async(
+                "gated_transfer",
+                vec![
+                    Value::Int(from),
+                    Value::Int(to),
+                    Value::Int(5),
+                    Value::Int(gate as i64),
+                ],
+            )
+        };
+        let mut running = gated(50, 250);
         assert!(poll_once(&mut running, noop).is_pending());
-        std::thread::sleep(Duration::from_millis(50));
-        let mut queued = c.call_async(
-            "slow_transfer",
-            vec![
-                Value::Int(60),
-                Value::Int(260),
-                Value::Int(5),
-                Value::Int(0),
-            ],
-        );
+        wait_for_runs(gate, 1);
+        let mut queued = gated(60, 260);
         assert!(poll_once(&mut queued, noop).is_pending());
         drop(running);
         drop(queued);
+        GATES[gate].store(true, Ordering::Release);
         // A call behind them answers once both are done; neither left a trace.
         assert_eq!(twice_balance(&c, 61), 2 * INITIAL);
         for key in [50, 250, 60, 260] {
@@ -534,6 +586,11 @@ fn dropping_a_calls_future_cancels_the_call() {
                 "{islands} island(s), account {key}"
             );
         }
+        assert_eq!(
+            GATED_RUNS[gate].load(Ordering::Acquire),
+            1,
+            "{islands} island(s): the queued call ran"
+        );
         db.shutdown().unwrap();
     }
 }
