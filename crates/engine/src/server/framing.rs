@@ -465,6 +465,93 @@ pub(crate) fn log_limited(line: std::fmt::Arguments<'_>) {
     }
 }
 
+/// For fuzzing only (the `framing` target of `fuzz/`), not a stable API:
+/// runs `input` through the framing layer as a connection would, in
+/// reads of at most `chunk` bytes, starting before login
+/// (`logged_in == false`: the startup message, then password messages) or
+/// after it, until a message is refused or the input ends. Each message
+/// [`check`] passes after login is decoded by `pgwire`, which must read
+/// exactly its bytes (or refuse it).
+///
+/// # Panics
+/// If an invariant of this module breaks: the input buffer holds more
+/// than its phase's limit (plus one read), or `pgwire` decodes a checked
+/// message to anything but its end.
+#[doc(hidden)]
+pub fn fuzz_frames(input: &[u8], logged_in: bool, max: usize, chunk: usize) {
+    use pgwire::messages::{DecodeContext, PgWireFrontendMessage};
+    let chunk = chunk.max(1);
+    let mut phase = if logged_in {
+        Phase::Ready
+    } else {
+        Phase::Startup
+    };
+    let mut buf = BytesMut::new();
+    let mut ctx = DecodeContext::default();
+    ctx.awaiting_frontend_ssl = false;
+    ctx.awaiting_frontend_startup = false;
+    for c in input.chunks(chunk) {
+        buf.extend_from_slice(c);
+        loop {
+            // The most a message of this phase may hold, header included.
+            let limit = match phase {
+                Phase::Startup => STARTUP_MAX,
+                Phase::Auth { .. } => AUTH_MAX.min(max) + 1,
+                Phase::Ready => max + 1,
+            };
+            let frame = match next_frame(&mut buf, phase, max) {
+                Ok(Some(f)) => f,
+                Ok(None) => {
+                    // Room is reserved for one message, never more than
+                    // the phase allows (`BytesMut` may round up to twice).
+                    assert!(
+                        buf.capacity() <= 2 * (limit + chunk),
+                        "{phase:?}: {} bytes reserved for a limit of {limit}",
+                        buf.capacity()
+                    );
+                    break;
+                }
+                Err(_) => return,
+            };
+            assert!(
+                frame.bytes.len() <= limit,
+                "{phase:?}: a frame over the limit"
+            );
+            if check(&frame, phase).is_err() {
+                return;
+            }
+            match phase {
+                Phase::Startup => {
+                    let code = frame.code();
+                    if code == CANCEL_REQUEST {
+                        return;
+                    }
+                    if code != SSL_REQUEST && code != GSS_REQUEST {
+                        phase = Phase::Auth { first: true };
+                    }
+                }
+                Phase::Auth { .. } if frame.ty == b'X' => return,
+                Phase::Auth { .. } => phase = Phase::Auth { first: false },
+                Phase::Ready => {
+                    let mut bytes = frame.bytes;
+                    // A value pgwire refuses ends the connection with a
+                    // FATAL, as the server does; a short or long read
+                    // breaks this module's invariant.
+                    match PgWireFrontendMessage::decode(&mut bytes, &ctx) {
+                        Ok(Some(_)) => assert!(
+                            bytes.is_empty(),
+                            "pgwire left {} bytes of a checked message",
+                            bytes.len()
+                        ),
+                        Ok(None) => panic!("pgwire found a checked message short"),
+                        Err(_) => return,
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
