@@ -465,6 +465,96 @@ pub(crate) fn log_limited(line: std::fmt::Arguments<'_>) {
     }
 }
 
+/// For fuzzing only (the `framing` target of `fuzz/`), not a stable API:
+/// runs `input` through the framing layer as a connection would, in
+/// reads of at most `chunk` bytes, starting before login
+/// (`logged_in == false`: the startup message, then password messages) or
+/// after it, until a message is refused or the input ends. Each message
+/// [`check`] passes after login is decoded by `pgwire`, which must read
+/// exactly its bytes (or refuse it). Returns how many messages passed.
+///
+/// # Panics
+/// If an invariant of this module breaks: the input buffer holds more
+/// than its phase's limit (plus one read), or `pgwire` decodes a checked
+/// message to anything but its end.
+#[doc(hidden)]
+pub fn fuzz_frames(input: &[u8], logged_in: bool, max: usize, chunk: usize) -> usize {
+    let mut passed = 0;
+    use pgwire::messages::{DecodeContext, PgWireFrontendMessage};
+    let chunk = chunk.max(1);
+    let mut phase = if logged_in {
+        Phase::Ready
+    } else {
+        Phase::Startup
+    };
+    let mut buf = BytesMut::new();
+    let mut ctx = DecodeContext::default();
+    ctx.awaiting_frontend_ssl = false;
+    ctx.awaiting_frontend_startup = false;
+    for c in input.chunks(chunk) {
+        buf.extend_from_slice(c);
+        loop {
+            // The most a message of this phase may hold, header included.
+            let limit = match phase {
+                Phase::Startup => STARTUP_MAX,
+                Phase::Auth { .. } => AUTH_MAX.min(max) + 1,
+                Phase::Ready => max + 1,
+            };
+            let frame = match next_frame(&mut buf, phase, max) {
+                Ok(Some(f)) => f,
+                Ok(None) => {
+                    // Room is reserved for one message, never more than
+                    // the phase allows (`BytesMut` may round up to twice).
+                    assert!(
+                        buf.capacity() <= 2 * (limit + chunk),
+                        "{phase:?}: {} bytes reserved for a limit of {limit}",
+                        buf.capacity()
+                    );
+                    break;
+                }
+                Err(_) => return passed,
+            };
+            assert!(
+                frame.bytes.len() <= limit,
+                "{phase:?}: a frame over the limit"
+            );
+            if check(&frame, phase).is_err() {
+                return passed;
+            }
+            passed += 1;
+            match phase {
+                Phase::Startup => {
+                    let code = frame.code();
+                    if code == CANCEL_REQUEST {
+                        return passed;
+                    }
+                    if code != SSL_REQUEST && code != GSS_REQUEST {
+                        phase = Phase::Auth { first: true };
+                    }
+                }
+                Phase::Auth { .. } if frame.ty == b'X' => return passed,
+                Phase::Auth { .. } => phase = Phase::Auth { first: false },
+                Phase::Ready => {
+                    let mut bytes = frame.bytes;
+                    // A value pgwire refuses ends the connection with a
+                    // FATAL, as the server does; a short or long read
+                    // breaks this module's invariant.
+                    match PgWireFrontendMessage::decode(&mut bytes, &ctx) {
+                        Ok(Some(_)) => assert!(
+                            bytes.is_empty(),
+                            "pgwire left {} bytes of a checked message",
+                            bytes.len()
+                        ),
+                        Ok(None) => panic!("pgwire found a checked message short"),
+                        Err(_) => return passed,
+                    }
+                }
+            }
+        }
+    }
+    passed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -488,6 +578,33 @@ mod tests {
         }
         assert!(input.is_empty(), "bytes left: {input:?}");
         Ok(out)
+    }
+
+    /// The fuzzing entry walks a login and a session without tripping its
+    /// own invariants, split anywhere (so the `framing` target starts from
+    /// a harness that holds on valid input).
+    #[test]
+    fn the_fuzzing_entry_holds_on_valid_streams_in_both_phases() {
+        let mut startup = 196_608u32.to_be_bytes().to_vec();
+        startup.extend_from_slice(b"user\0u\0\0");
+        let mut login = ((startup.len() + 4) as u32).to_be_bytes().to_vec();
+        login.extend(startup);
+        let mut sasl = b"SCRAM-SHA-256\0".to_vec();
+        sasl.extend_from_slice(&3i32.to_be_bytes());
+        sasl.extend_from_slice(b"abc");
+        login.extend(typed(b'p', &sasl));
+        login.extend(typed(b'p', b"proof"));
+        let mut session = typed(b'Q', b"CALL x(1)\0");
+        session.extend(typed(b'P', b"s\0CALL x($1)\0\0\x01\0\0\0\x14"));
+        session.extend(typed(b'B', b"\0s\0\0\0\0\x01\0\0\0\x011\0\0"));
+        session.extend(typed(b'D', b"P\0"));
+        session.extend(typed(b'E', b"\0\0\0\0\0"));
+        session.extend(typed(b'S', b""));
+        for chunk in [1, 3, 64, 4096] {
+            assert_eq!(fuzz_frames(&login, false, 1 << 20, chunk), 3);
+            assert_eq!(fuzz_frames(&session, true, 1 << 20, chunk), 6);
+            assert_eq!(fuzz_frames(&session, true, 64, chunk), 6);
+        }
     }
 
     #[test]

@@ -42,6 +42,9 @@ mod metrics;
 mod shared;
 pub mod sql;
 
+#[doc(hidden)]
+pub use self::framing::fuzz_frames;
+
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::panic::AssertUnwindSafe;
