@@ -737,3 +737,157 @@ fn after_a_sigkill_committed_blocks_are_whole_and_the_others_left_nothing() {
     db.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+mod histories {
+    //! The history checker over interactive transactions: concurrent blocks
+    //! across two islands, each operation of a random transaction one
+    //! statement, with rollbacks and the blocks' own aborts (conflicts,
+    //! deadlock timeouts); the committed ones must form an acyclic
+    //! dependency graph, and the rows left must be their last versions.
+
+    use std::ops::Range;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use islands::api::{Catalog, Deployment, Partition, ProcFuture, Row, Statement};
+    use islands::proc::rng::FastRng;
+    use islands::storage::Col;
+    use islands::txn::Txn;
+
+    use super::{spec, wait};
+    use crate::history::graph::Done;
+    use crate::history::{
+        base_seed, check, initial, per_worker, plan, rows, run, tables, Mix, Op, Rec, KEYS,
+    };
+
+    /// Keys per island: island 0 holds data keys 0..6, island 1 the rest,
+    /// each tombstone with its key.
+    const PER: u64 = KEYS / 2;
+
+    /// One operation of a block's transaction, recording into the block's
+    /// [`Rec`].
+    struct HistOp {
+        op: Op,
+        rec: Arc<Mutex<Rec>>,
+        home: Range<u64>,
+        mix: Mix,
+    }
+
+    impl Statement for HistOp {
+        fn run<'a>(&'a self, tx: &'a mut Txn, _: &'a mut Vec<Row>) -> ProcFuture<'a> {
+            Box::pin(async move {
+                let mut rec = std::mem::take(&mut *self.rec.lock().unwrap());
+                let r = run(
+                    tx,
+                    std::slice::from_ref(&self.op),
+                    &mut rec,
+                    self.home.clone(),
+                    self.mix,
+                )
+                .await;
+                *self.rec.lock().unwrap() = rec;
+                r
+            })
+        }
+    }
+
+    fn catalog() -> Catalog {
+        let mut c = Catalog::new();
+        let mut defs = tables().into_iter();
+        for site in [
+            (|k| (k / PER) as u32) as fn(u64) -> u32,
+            |k| (k / PER) as u32,
+            |k| ((k % KEYS) / PER) as u32,
+        ] {
+            c.table(defs.next().unwrap(), Partition::BySite(site));
+        }
+        c
+    }
+
+    #[test]
+    fn concurrent_blocks_across_two_islands_give_serializable_histories() {
+        let seed = base_seed();
+        let mut o = spec(2, "off", None);
+        o.spec.sites = Some(2);
+        o.deadlock_timeout = std::time::Duration::from_millis(100);
+        let db = Deployment::open(o, catalog(), |load| {
+            for ((t, k), state) in initial() {
+                if let (Some(g), true) = (state, load.owns(t, k)) {
+                    load.put(t, k, |r| r.set_u64(Col(1), g))?;
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+        let c = db.client();
+        let parts: Vec<Range<u64>> = vec![0..PER, PER..KEYS];
+        let ids = Arc::new(AtomicU64::new(1));
+        let seq = Arc::new(AtomicU64::new(0));
+        let done: Arc<Mutex<Vec<Done>>> = Arc::default();
+        let (mut rolled_back, mut failed) = (0, 0);
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (c, ids, seq, done) = (c.clone(), ids.clone(), seq.clone(), done.clone());
+                let parts = parts.clone();
+                std::thread::spawn(move || {
+                    let mut rng = FastRng::new(seed.wrapping_add(t));
+                    let (mut rolled_back, mut failed) = (0, 0);
+                    for n in 0..per_worker(80) {
+                        let mix = if n % 2 == 0 { Mix::ALL } else { Mix::HOT };
+                        let ops = plan(&mut rng, &parts, mix);
+                        let home = parts[rng.below(2) as usize].clone();
+                        let rec =
+                            Arc::new(Mutex::new(Rec::new(ids.fetch_add(1, Ordering::Relaxed))));
+                        let mut blk = c.begin();
+                        let mut ok = true;
+                        for op in &ops {
+                            let stmt = Arc::new(HistOp {
+                                op: op.clone(),
+                                rec: Arc::clone(&rec),
+                                home: home.clone(),
+                                mix,
+                            });
+                            if wait(blk.run(stmt, Some((home.start / PER) as usize), None)).is_err()
+                            {
+                                ok = false;
+                                break;
+                            }
+                        }
+                        if !ok {
+                            failed += 1;
+                            wait(blk.rollback()).unwrap();
+                        } else if rng.percent(20) {
+                            rolled_back += 1;
+                            wait(blk.rollback()).unwrap();
+                        } else if wait(blk.commit()).is_ok() {
+                            let rec = std::mem::take(&mut *rec.lock().unwrap());
+                            let d = rec.done(seq.fetch_add(1, Ordering::Relaxed), &ops);
+                            done.lock().unwrap().push(d);
+                        } else {
+                            failed += 1;
+                        }
+                    }
+                    (rolled_back, failed)
+                })
+            })
+            .collect();
+        for t in threads {
+            let (r, f) = t.join().unwrap();
+            rolled_back += r;
+            failed += f;
+        }
+        let done = std::mem::take(&mut *done.lock().unwrap());
+        eprintln!(
+            "blocks history: {} committed, {rolled_back} rolled back, {failed} aborted",
+            done.len()
+        );
+        assert!(!done.is_empty() && rolled_back > 0);
+        // A participant installs a commit when its decision arrives, which
+        // may be after the client heard of it: the rows are read once every
+        // executor settled.
+        let islands = db.islands().to_vec();
+        db.shutdown().unwrap();
+        let left = rows(&islands);
+        check("blocks across 2 islands", seed, &done, &left);
+    }
+}
