@@ -18,7 +18,7 @@ use super::CallError;
 /// executor's queue is full.
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for Client {
@@ -37,6 +37,16 @@ const POLL_FOR: Duration = Duration::from_micros(50);
 thread_local! {
     /// Spreads a thread's calls over the executors that may take them.
     static NEXT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A number that spreads the calling thread's calls and blocks over the
+/// executors that may take them.
+pub(super) fn next_spread() -> usize {
+    NEXT.with(|c| {
+        let v = c.get();
+        c.set(v.wrapping_add(1));
+        v
+    })
 }
 
 impl Deployment {
@@ -105,6 +115,58 @@ impl Client {
         self.call_future(name, args, Some(cancel.clone()))
     }
 
+    /// Runs `stmt` as a transaction of its own on island `home` (`None`: any
+    /// island), retried on conflicts as calls are, cancelled by `cancel` as
+    /// [`Client::call_async_cancelable`] is; answered once durable, like
+    /// [`Client::call_async`]. Errors name the statement by
+    /// [`Statement::name`](super::Statement::name).
+    pub fn run_async(
+        &self,
+        stmt: Arc<dyn super::Statement>,
+        home: Option<usize>,
+        cancel: Option<&CancelFlag>,
+    ) -> CallFuture {
+        let fail = |e| CallFuture {
+            inner: Arc::clone(&self.inner),
+            to_push: None,
+            rx: None,
+            failed: Some(e),
+        };
+        if !self.inner.open.load(Ordering::Acquire) {
+            return fail(self.inner.closed_error());
+        }
+        let islands = self.inner.first.len() - 1;
+        let n = next_spread();
+        let island = match home {
+            Some(i) if i < islands => i,
+            Some(i) => {
+                return fail(CallError::BadArguments {
+                    procedure: stmt.name().to_string(),
+                    why: format!("no island {i} (the deployment has {islands})"),
+                })
+            }
+            None => n % islands,
+        };
+        let first = &self.inner.first;
+        let mailbox = first[island] + n % (first[island + 1] - first[island]);
+        let (tx, rx) = oneshot::channel();
+        CallFuture {
+            inner: Arc::clone(&self.inner),
+            to_push: Some((
+                Call {
+                    proc: 0,
+                    args: Vec::new(),
+                    stmt: Some(stmt),
+                    reply: tx,
+                    cancel: cancel.cloned(),
+                },
+                mailbox,
+            )),
+            rx: Some(std::future::IntoFuture::into_future(rx)),
+            failed: None,
+        }
+    }
+
     fn call_future(&self, name: &str, args: Vec<Value>, cancel: Option<CancelFlag>) -> CallFuture {
         let (tx, rx) = oneshot::channel();
         match self.prepare(name, args, tx) {
@@ -151,11 +213,7 @@ impl Client {
             return Err(CallError::UnknownProcedure(name.to_string()));
         };
         def.check_args(&args)?;
-        let n = NEXT.with(|c| {
-            let v = c.get();
-            c.set(v.wrapping_add(1));
-            v
-        });
+        let n = next_spread();
         let first = &self.inner.first;
         let islands = first.len() - 1;
         let island = self.inner.home_island(def, &args).unwrap_or(n % islands);
@@ -165,6 +223,7 @@ impl Client {
             Call {
                 proc: id,
                 args,
+                stmt: None,
                 reply,
                 cancel: None,
             },

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 
+use super::block::{self, BlockRun, BlockShared, Current, Statement};
 use super::catalog::{Catalog, Home, Partition, ProcDef, SiteOf};
 use super::value::{Args, Row, Value};
 use super::CallError;
@@ -22,7 +23,7 @@ use crate::island::{Island, IslandConfig, Opening, RecoveryReport};
 use crate::proc::rng::FastRng;
 use crate::proc::run::{log_failure, watch_until, FAILED, MEASURE, STOP};
 use crate::proc::stats::ProgressCounter;
-use crate::proc::{Both, Outcome, Workload};
+use crate::proc::{Both, Outcome, Suspend, Workload};
 use crate::route::{IslandId, Router};
 use crate::storage::{RowMut, TableId};
 use crate::threads::{Role, ThreadRegistry};
@@ -63,6 +64,15 @@ pub struct Options {
     /// warehouses=2 max_orders_per_district=1000000`), so the check can
     /// rebuild its tables from the logs.
     pub workload: String,
+    /// Interactive transactions ([`super::Block`]) each executor keeps open
+    /// at once, in slots of their own beside `txns_per_worker`: a block
+    /// holds its slot while its client thinks, so idle blocks never starve
+    /// calls. A block that finds every executor of its home island full
+    /// fails to begin ([`CallError::TooManyBlocks`]). At most 1024.
+    pub blocks_per_worker: usize,
+    /// How long a statement of a block waits for a local row's lock before
+    /// it fails with [`CallError::Deadlock`] (and aborts its block).
+    pub deadlock_timeout: Duration,
 }
 
 impl std::fmt::Debug for Options {
@@ -76,6 +86,8 @@ impl std::fmt::Debug for Options {
             .field("pin", &self.pin)
             .field("log_device", &self.log_device.is_some())
             .field("workload", &self.workload)
+            .field("blocks_per_worker", &self.blocks_per_worker)
+            .field("deadlock_timeout", &self.deadlock_timeout)
             .finish()
     }
 }
@@ -92,6 +104,8 @@ impl Options {
             pin: true,
             log_device: None,
             workload: "api".into(),
+            blocks_per_worker: 128,
+            deadlock_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -279,8 +293,11 @@ impl CancelFlag {
 
 /// A call on its way to an executor.
 pub(crate) struct Call {
+    /// The procedure to call, unless `stmt` is given.
     pub(crate) proc: u32,
     pub(crate) args: Vec<Value>,
+    /// A statement to run as the transaction instead of a procedure.
+    pub(crate) stmt: Option<Arc<dyn Statement>>,
     pub(crate) reply: oneshot::Sender<Result<Vec<Row>, CallError>>,
     pub(crate) cancel: Option<CancelFlag>,
 }
@@ -288,6 +305,15 @@ pub(crate) struct Call {
 /// One executor's queue of calls, and how a caller wakes it.
 pub(crate) struct Mailbox {
     pub(crate) queue: ArrayQueue<Call>,
+    /// Blocks waiting to begin on this executor (their first operation
+    /// handed), in at most `blocks_per_worker` places: a block reserves its
+    /// place first ([`Mailbox::reserve_block`]).
+    blocks: ArrayQueue<Arc<BlockShared>>,
+    /// Blocks begun here and not yet closed (queued or running).
+    open_blocks: AtomicUsize,
+    /// A block's client handed it an operation since the executor last
+    /// parked: it must look at its blocks before it parks again.
+    kicked: AtomicBool,
     /// The executor is parked (or about to be) waiting for calls.
     sleeping: AtomicBool,
     thread: OnceLock<Thread>,
@@ -331,6 +357,27 @@ impl Mailbox {
         for w in wakers {
             w.wake();
         }
+    }
+
+    /// Takes a place for one more block, if fewer than `limit` are open.
+    pub(crate) fn reserve_block(&self, limit: usize) -> bool {
+        self.open_blocks
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// A block of this executor closed: its place is free.
+    pub(crate) fn block_closed(&self) {
+        self.open_blocks.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// A block's client handed it an operation: the executor looks at its
+    /// blocks before it parks, and wakes if it sleeps.
+    pub(crate) fn kick(&self) {
+        self.kicked.store(true, Ordering::SeqCst);
+        self.notify();
     }
 
     /// Wakes the executor if it sleeps: called after a push.
@@ -379,6 +426,9 @@ pub(crate) struct Inner {
     /// the deployment does not keep a log (and its directory's lock).
     logs: Vec<std::sync::Weak<crate::wal::Wal>>,
     max_attempts: u32,
+    /// [`Options::blocks_per_worker`] and [`Options::deadlock_timeout`].
+    pub(crate) blocks_per_worker: usize,
+    pub(crate) deadlock_timeout: Duration,
     /// Idle rounds before an executor parks ([`PARK_AFTER`], [`PARK_SOON`]).
     park_after: u32,
     /// How long past those rounds it stays idle first ([`PARK_SOON_IDLE`],
@@ -424,13 +474,38 @@ impl Inner {
             .collect()
     }
 
-    /// Drops every queued call (their callers hear [`Inner::closed_error`]).
+    /// Drops every queued call and block (their callers hear
+    /// [`Inner::closed_error`]).
     pub(crate) fn drain(&self) {
         for mb in self.mailboxes.iter() {
             while let Some(call) = mb.queue.pop() {
                 let _ = call.reply.send(Err(self.closed_error()));
             }
             mb.popped();
+            while let Some(b) = mb.blocks.pop() {
+                b.close(self, self.closed_error());
+            }
+        }
+    }
+
+    /// Queues a new block on its mailbox (its place reserved). A block
+    /// queued while the deployment closes is closed with the closing error.
+    pub(crate) fn push_block(&self, b: Arc<BlockShared>) {
+        let mb = &self.mailboxes[b.mailbox];
+        // The reservation bounds the queue: it has room.
+        if let Err(b) = mb.blocks.push(b) {
+            b.close(
+                self,
+                CallError::Failed {
+                    procedure: "BEGIN".into(),
+                    error: "the executor's queue of blocks is full".into(),
+                },
+            );
+            return;
+        }
+        mb.kick();
+        if !self.open.load(Ordering::SeqCst) {
+            self.drain();
         }
     }
 
@@ -460,6 +535,14 @@ pub(crate) struct CallReq {
     cancel: Option<CancelFlag>,
     /// Its last attempt was rolled back for its [`CancelFlag`].
     canceled: Cell<bool>,
+    /// The statement it runs instead of procedure `proc`.
+    stmt: Option<Arc<dyn Statement>>,
+    /// The block it runs (then `proc`, `args`, `reply` and `stmt` are unused).
+    block: Option<BlockRun>,
+    /// What the block's procedure suspended for ([`Workload::suspended`]).
+    pub(crate) wait: Cell<Option<Suspend>>,
+    /// The reply of the block's operation under way.
+    pub(crate) current: Current,
 }
 
 impl CallReq {
@@ -506,24 +589,58 @@ impl Workload for Calls {
         req.args = Args(call.args);
         req.reply = Some(call.reply);
         req.cancel = call.cancel;
+        req.stmt = call.stmt;
         req.canceled.set(false);
         Some(0)
+    }
+
+    fn poll_suspending(&self, worker: usize, req: &mut CallReq) -> Option<usize> {
+        let mb = &self.0.mailboxes[worker];
+        let shared = mb.blocks.pop()?;
+        mb.idle.store(0, Ordering::Relaxed);
+        req.block = Some(BlockRun {
+            shared,
+            inner: Arc::clone(&self.0),
+        });
+        req.reply = None;
+        req.cancel = None;
+        req.stmt = None;
+        req.canceled.set(false);
+        req.wait.set(None);
+        Some(0)
+    }
+
+    fn suspended(&self, req: &CallReq) -> Option<Suspend> {
+        req.wait.take()
+    }
+
+    fn resumable(&self, req: &CallReq) -> bool {
+        req.block.as_ref().is_some_and(|b| b.shared.is_handed())
     }
 
     // The future is the only borrower of `req.out` while it lives;
     // `finished` borrows it after the future is dropped.
     #[allow(clippy::await_holding_refcell_ref)]
     async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a CallReq) -> Result<(), Abort> {
-        let def = &self.0.catalog.procs[req.proc as usize];
+        if let Some(b) = &req.block {
+            // Boxed: a call's future stays as small as it was.
+            return Box::pin(block::serve::block(&self.0, tx, req, &b.shared)).await;
+        }
         if req.cancel_now() {
             return Err(Abort::User(CANCELED));
         }
         let mut out = req.out.borrow_mut();
         out.clear();
-        (def.body)(tx, &req.args, &mut out).await?;
-        def.check_rows(&out).map_err(|why| {
-            Abort::Failed(Error::Config(format!("procedure {}: {why}", def.name)))
-        })?;
+        match &req.stmt {
+            None => {
+                let def = &self.0.catalog.procs[req.proc as usize];
+                (def.body)(tx, &req.args, &mut out).await?;
+                def.check_rows(&out).map_err(|why| {
+                    Abort::Failed(Error::Config(format!("procedure {}: {why}", def.name)))
+                })?;
+            }
+            Some(stmt) => stmt.run(tx, &mut out).await?,
+        }
         // The last moment a cancel takes effect: what follows is the commit.
         if req.cancel_now() {
             return Err(Abort::User(CANCELED));
@@ -532,10 +649,18 @@ impl Workload for Calls {
     }
 
     fn finished(&self, _: usize, req: &mut CallReq, outcome: Outcome) {
+        if let Some(b) = req.block.take() {
+            self.block_finished(req, b, outcome);
+            return;
+        }
         let Some(reply) = req.reply.take() else {
             return;
         };
-        let procedure = || self.0.catalog.procs[req.proc as usize].name.clone();
+        let stmt = req.stmt.take();
+        let procedure = || match &stmt {
+            Some(s) => s.name().to_string(),
+            None => self.0.catalog.procs[req.proc as usize].name.clone(),
+        };
         let r = match outcome {
             Outcome::Committed => Ok(std::mem::take(&mut *req.out.borrow_mut())),
             Outcome::UserAbort(_) if req.canceled.get() => Err(CallError::Canceled {
@@ -569,8 +694,13 @@ impl Workload for Calls {
         let _ = reply.send(r);
     }
 
-    fn max_attempts(&self, _: &CallReq) -> Option<u32> {
-        Some(self.0.max_attempts)
+    fn max_attempts(&self, req: &CallReq) -> Option<u32> {
+        // A block cannot be replayed: its client retries it.
+        Some(if req.block.is_some() {
+            1
+        } else {
+            self.0.max_attempts
+        })
     }
 
     fn isolates_failures(&self, _: &CallReq) -> bool {
@@ -598,12 +728,72 @@ impl Workload for Calls {
             }
         }
         mb.sleeping.store(true, Ordering::SeqCst);
-        // A push after this check sees `sleeping` and unparks.
-        if mb.queue.is_empty() && self.0.open.load(Ordering::SeqCst) {
+        // A push or a block's operation after this check sees `sleeping`
+        // and unparks; one before it left `kicked` set.
+        if mb.queue.is_empty()
+            && mb.blocks.is_empty()
+            && !mb.kicked.swap(false, Ordering::SeqCst)
+            && self.0.open.load(Ordering::SeqCst)
+        {
             mb.parks.fetch_add(1, Ordering::Relaxed);
             std::thread::park_timeout(PARK_FOR);
         }
         mb.sleeping.store(false, Ordering::Relaxed);
+    }
+}
+
+impl Calls {
+    /// A block's request ended as `outcome`: the operation under way (a
+    /// commit, a rollback, a statement ended by the executor) is answered,
+    /// and the block closed (its later operations refused).
+    fn block_finished(&self, req: &mut CallReq, b: BlockRun, outcome: Outcome) {
+        let current = req.current.get_mut().take();
+        let rolling_back = matches!(current, Some((_, block::Who::Rollback)));
+        let procedure = || match &current {
+            Some((_, who)) => who.name(&self.0),
+            None => "BEGIN".to_string(),
+        };
+        let r = match outcome {
+            Outcome::Committed => Ok(Vec::new()),
+            Outcome::UserAbort(block::serve::ROLLBACK) => Ok(Vec::new()),
+            Outcome::UserAbort(crate::executor::run::STOPPED) => Err(CallError::ShutDown),
+            // A rollback needs no view of the data: it stands whatever the
+            // branches say.
+            _ if rolling_back => Ok(Vec::new()),
+            Outcome::UserAbort(why) => Err(CallError::Rollback {
+                procedure: procedure(),
+                why: why.to_string(),
+            }),
+            Outcome::GaveUp { attempts, last } => Err(CallError::Serialization {
+                procedure: procedure(),
+                attempts,
+                last: last.to_string(),
+            }),
+            Outcome::Panicked(message) => Err(CallError::Panicked {
+                procedure: procedure(),
+                message,
+            }),
+            Outcome::Failed(Error::OutOfRange(why)) => Err(CallError::OutOfRange {
+                procedure: procedure(),
+                why,
+            }),
+            Outcome::Failed(e) => Err(CallError::Failed {
+                procedure: procedure(),
+                error: e.to_string(),
+            }),
+        };
+        let closing = match &r {
+            Err(e) => e.clone(),
+            Ok(_) => CallError::Failed {
+                procedure: "block".into(),
+                error: "the transaction block has ended".into(),
+            },
+        };
+        b.shared.close(&self.0, closing);
+        if let Some((Some(reply), _)) = current {
+            let _ = reply.send(r);
+        }
+        req.wait.set(None);
     }
 }
 
@@ -687,10 +877,14 @@ impl Deployment {
                 "queue_depth and max_attempts must be at least 1".into(),
             ));
         }
-        if !(1..=1024).contains(&opts.txns_per_worker) || opts.commits_per_worker > 1024 {
+        if !(1..=1024).contains(&opts.txns_per_worker)
+            || opts.commits_per_worker > 1024
+            || opts.blocks_per_worker > 1024
+        {
             return Err(Error::Config(format!(
-                "txns_per_worker {} must be in 1..=1024 and commits_per_worker {} at most 1024",
-                opts.txns_per_worker, opts.commits_per_worker
+                "txns_per_worker {} must be in 1..=1024, and commits_per_worker {} and \
+                 blocks_per_worker {} at most 1024",
+                opts.txns_per_worker, opts.commits_per_worker, opts.blocks_per_worker
             )));
         }
         if let Some(cc) = &opts.spec.cc {
@@ -750,6 +944,7 @@ impl Deployment {
             commit_window: opts.commits_per_worker,
             max_branches: ((opts.txns_per_worker + opts.commits_per_worker) * total)
                 .clamp(64, 3000),
+            blocks: opts.blocks_per_worker,
             ..Default::default()
         };
         let deployment = if logged {
@@ -842,6 +1037,9 @@ impl Deployment {
             .map(|_| {
                 CachePadded::new(Mailbox {
                     queue: ArrayQueue::new(opts.queue_depth),
+                    blocks: ArrayQueue::new(opts.blocks_per_worker.max(1)),
+                    open_blocks: AtomicUsize::new(0),
+                    kicked: AtomicBool::new(false),
                     sleeping: AtomicBool::new(false),
                     thread: OnceLock::new(),
                     idle: AtomicU32::new(0),
@@ -864,6 +1062,8 @@ impl Deployment {
                 .filter_map(|i| i.wal().map(Arc::downgrade))
                 .collect(),
             max_attempts: opts.max_attempts,
+            blocks_per_worker: opts.blocks_per_worker,
+            deadlock_timeout: opts.deadlock_timeout,
             park_after: if n == 1 { PARK_SOON } else { PARK_AFTER },
             park_idle_ns: if n == 1 {
                 PARK_SOON_IDLE.as_nanos() as u64

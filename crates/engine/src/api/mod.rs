@@ -71,11 +71,13 @@
 //! db.shutdown().unwrap();
 //! ```
 
+mod block;
 mod catalog;
 mod client;
 mod deployment;
 mod value;
 
+pub use block::{Block, Statement};
 pub use catalog::{Catalog, Home, Partition, ProcBody, ProcDef, ProcFuture, SiteOf};
 pub use client::{CallFuture, Client};
 pub use deployment::{CancelFlag, Deployment, Load, Options};
@@ -114,6 +116,15 @@ pub enum CallError {
     /// committed: it was rolled back (or never began).
     #[error("procedure {procedure}: canceled on request (its transaction was rolled back)")]
     Canceled { procedure: String },
+    /// A statement of a transaction block waited longer than the
+    /// deadlock timeout ([`Options::deadlock_timeout`]) for a row lock: the
+    /// block was rolled back (SQLSTATE 40P01). Its client may retry it.
+    #[error("deadlock detected: a statement waited {waited_ms} ms for a row lock (its transaction block was rolled back)")]
+    Deadlock { waited_ms: u64 },
+    /// Every executor of the block's home island has as many transaction
+    /// blocks open as [`Options::blocks_per_worker`] allows.
+    #[error("too many open transaction blocks on island {island}: each of its executors keeps at most {limit} (Options::blocks_per_worker)")]
+    TooManyBlocks { island: usize, limit: usize },
     /// The deployment was shut down before the call finished (or began).
     #[error("the deployment is shut down")]
     ShutDown,

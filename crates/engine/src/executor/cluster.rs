@@ -35,6 +35,10 @@ pub struct ClusterOptions {
     pub commit_window: usize,
     /// Branches of other islands' transactions a worker holds at once.
     pub max_branches: usize,
+    /// Suspending requests a worker keeps open at once beyond `inflight`
+    /// (interactive transactions waiting for their clients, see
+    /// [`crate::proc::Workload::poll_suspending`]), each in a slot of its own.
+    pub blocks: usize,
     pub timeouts: Timeouts,
     /// A home transaction waiting this long for a remote reply aborts (lost
     /// messages, a crashed island), once the worker it waits for has served
@@ -58,6 +62,7 @@ impl Default for ClusterOptions {
             inflight: 8,
             commit_window: 16,
             max_branches: 64,
+            blocks: 0,
             timeouts: Timeouts::default(),
             op_timeout: Duration::from_millis(200),
             busy_peer_max: Duration::from_secs(10),
@@ -78,7 +83,7 @@ impl ClusterOptions {
     /// transactions, the home branches of its commits in flight, and the
     /// branches it holds for other workers' transactions.
     pub(super) fn contexts_per_worker(&self) -> usize {
-        self.inflight + self.commit_window + self.max_branches
+        self.inflight + self.commit_window + self.max_branches + self.blocks
     }
 }
 
@@ -299,8 +304,8 @@ impl Cluster {
         }
         if opts.contexts_per_worker() > MAX_CONTEXTS {
             return Err(Error::Config(format!(
-                "{} transactions + {} commits + {} branches in flight per worker: at most {MAX_CONTEXTS} contexts",
-                opts.inflight, opts.commit_window, opts.max_branches
+                "{} transactions + {} commits + {} branches + {} blocks in flight per worker: at most {MAX_CONTEXTS} contexts",
+                opts.inflight, opts.commit_window, opts.max_branches, opts.blocks
             )));
         }
         check_identities(&islands)?;

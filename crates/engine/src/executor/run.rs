@@ -89,7 +89,7 @@ use crate::proc::run::{
     FLUSH_AFTER, FLUSH_EVERY, MEASURE, STOP, WARMUP,
 };
 use crate::proc::stats::{ProgressCounter, WorkerStats};
-use crate::proc::{Outcome, Workload};
+use crate::proc::{Outcome, Suspend, Workload};
 use crate::txn::{LockWait, Txn};
 use crate::wal::{BatchSeq, Durability};
 use crate::{Abort, AbortReason, Error};
@@ -103,6 +103,11 @@ enum St {
     Ready,
     /// Waiting for a remote reply since `since`.
     Waiting,
+    /// A suspending request waiting for its client ([`Suspend::Client`]).
+    Client,
+    /// A suspending request waiting for a local row's lock since `since`
+    /// ([`Suspend::Lock`]).
+    Lock(LockWait),
 }
 
 /// What a request's attempts share.
@@ -289,6 +294,23 @@ fn backoff(attempt: u32) -> Duration {
 /// is free; this is only the fallback if it looks locked for longer (a lock
 /// held across a forced 2PC record is held for a millisecond or more).
 const WATCH_FALLBACK: Duration = Duration::from_millis(2);
+
+/// How often a request suspended on a local row's lock is polled again while
+/// the row still looks locked: its procedure checks its own deadline (a
+/// deadlock timeout) and its cancel flag when polled.
+const LOCK_RECHECK: Duration = Duration::from_millis(5);
+
+/// The slots of suspending requests ([`Workload::poll_suspending`]): the
+/// interactive transactions of an executor, beside its ordinary requests.
+/// A slot is held from the request's start to its procedure's end, across
+/// its client's think time; the slots are fixed at start
+/// ([`super::ClusterOptions::blocks`]), so a request waits in the
+/// workload's queue while all are taken.
+struct BlockSlots<R> {
+    slots: Vec<Slot<R>>,
+    /// Indexes of the free slots.
+    free: Vec<u32>,
+}
 
 /// A worker's state between rounds, apart from its executor and its slots.
 struct Worker<'a, W: Workload> {
@@ -658,6 +680,167 @@ impl<W: Workload> Worker<'_, W> {
         Ok((ran, false))
     }
 
+    /// Starts, resumes and polls the suspending requests of `bs` (see
+    /// [`BlockSlots`]): a new one while a slot is free, one whose client or
+    /// row lock let it go on. At the end of the run, one that waits for its
+    /// client or a lock is ended ([`Outcome::UserAbort`] of [`STOPPED`]).
+    /// `base` is the first block slot's number in `slot_of`. Returns
+    /// whether it progressed, the slots in use, those of them suspended
+    /// (waiting for a client or a lock, not for the executor), and the
+    /// batches received while polling.
+    #[allow(clippy::too_many_arguments)]
+    fn block_round(
+        &mut self,
+        ex: &mut Executor,
+        bs: &mut BlockSlots<W::Req>,
+        slot_of: &mut Vec<u32>,
+        base: usize,
+        may_start: bool,
+        messages: bool,
+        op_timeout: u64,
+        now: u64,
+    ) -> Result<(bool, usize, usize, usize), Error>
+    where
+        W: 'static,
+        W::Req: 'static,
+    {
+        let mut progressed = false;
+        let mut received = 0;
+        // New requests, one per free slot while the workload has them.
+        while let (true, Some(&i)) = (may_start, bs.free.last()) {
+            let s = &mut bs.slots[i as usize];
+            if !s.loaded {
+                let Some(ty) = self.workload.poll_suspending(self.w, &mut s.req) else {
+                    break;
+                };
+                s.loaded = true;
+                s.at = Attempt {
+                    ty,
+                    start: now,
+                    attempt: 0,
+                    ts: 0,
+                };
+            }
+            let Some(c) = ex.begin_home(false) else {
+                // No context free: it starts in a later round.
+                break;
+            };
+            bs.free.pop();
+            s.loaded = false;
+            progressed = true;
+            // SAFETY: as for the ordinary slots (see the call in
+            // `executor_loop`): `c` was just taken, the slot is free and its
+            // future dropped, and block slots drop before `ex` and `workload`.
+            unsafe { start_attempt(s, ex, c, self.workload) };
+            if slot_of.len() <= c as usize {
+                slot_of.resize(c as usize + 1, 0);
+            }
+            slot_of[c as usize] = (base + i as usize) as u32;
+        }
+        let (mut busy, mut suspended) = (0, 0);
+        if bs.free.len() == bs.slots.len() {
+            // None open: the common case of an executor serving calls.
+            return Ok((progressed, busy, suspended, received));
+        }
+        let recheck = self.clock.ticks(LOCK_RECHECK);
+        let mut cx = Context::from_waker(Waker::noop());
+        for (i, s) in bs.slots.iter_mut().enumerate() {
+            match s.state {
+                St::Free => continue,
+                St::Client | St::Lock(_) if self.stopping => {
+                    // The run is over and nobody will hand it more work.
+                    s.fut = None;
+                    s.state = St::Free;
+                    bs.free.push(i as u32);
+                    self.ended(ex, s.ctx, Outcome::UserAbort(STOPPED), s.at, &mut s.req);
+                    progressed = true;
+                    continue;
+                }
+                St::Client if self.workload.resumable(&s.req) => s.state = St::Ready,
+                St::Lock(w) if now.saturating_sub(s.since) >= recheck || !ex.still_locked(w) => {
+                    s.state = St::Ready
+                }
+                St::Waiting
+                    if now.saturating_sub(s.since) > op_timeout
+                        && ex.reply_unanswered(s.ctx, s.since, now) =>
+                {
+                    s.fut = None;
+                    let at = Attempt {
+                        ts: ex.timestamp_of(s.ctx),
+                        ..s.at
+                    };
+                    ex.abort_home(s.ctx);
+                    s.state = St::Free;
+                    bs.free.push(i as u32);
+                    let req = self.take_req(&mut s.req);
+                    self.aborted(Parked { req, at }, AbortReason::Remote, now, None);
+                    progressed = true;
+                    continue;
+                }
+                _ => {}
+            }
+            if s.state == St::Ready {
+                progressed = true;
+                let fut = s.fut.as_mut().expect("a ready slot has a procedure");
+                phases::switch(Phase::Execution);
+                let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    fut.as_mut().poll(&mut cx)
+                }));
+                phases::switch(Phase::Management);
+                match polled {
+                    Err(panic) => {
+                        s.fut = None;
+                        s.state = St::Free;
+                        bs.free.push(i as u32);
+                        self.panicked(ex, s.ctx, s.at, &mut s.req, panic)?;
+                    }
+                    Ok(Poll::Pending) => match self.workload.suspended(&s.req) {
+                        Some(Suspend::Client) => s.state = St::Client,
+                        Some(Suspend::Lock(w)) => {
+                            s.state = St::Lock(w);
+                            s.since = self.clock.now();
+                        }
+                        None => match ex.send_request(s.ctx) {
+                            Some(sent) => {
+                                s.state = St::Waiting;
+                                if sent {
+                                    s.since = self.clock.now();
+                                }
+                            }
+                            None => {
+                                s.fut = None;
+                                s.state = St::Free;
+                                bs.free.push(i as u32);
+                                let done = Err(Abort::Failed(foreign_wait()));
+                                self.settle(ex, s.ctx, done, s.at, &mut s.req, now)?;
+                            }
+                        },
+                    },
+                    Ok(Poll::Ready(done)) => {
+                        s.fut = None;
+                        s.state = St::Free;
+                        bs.free.push(i as u32);
+                        self.settle(ex, s.ctx, done, s.at, &mut s.req, now)?;
+                    }
+                }
+                if messages {
+                    phases::switch(Phase::Communication);
+                    received += ex.exchange();
+                    phases::switch(Phase::Management);
+                }
+            }
+            match s.state {
+                St::Free => {}
+                St::Client | St::Lock(_) => {
+                    busy += 1;
+                    suspended += 1;
+                }
+                _ => busy += 1,
+            }
+        }
+        Ok((progressed, busy, suspended, received))
+    }
+
     /// Hands the log buffer over when it is due, and acknowledges the
     /// commits whose batch is durable.
     fn log_round(&mut self, ex: &mut Executor, now: u64) -> Result<(), Error> {
@@ -699,6 +882,10 @@ impl<W: Workload> Worker<'_, W> {
         Ok(())
     }
 }
+
+/// The abort of a suspending request that waited for its client or a lock
+/// when the run ended.
+pub const STOPPED: &str = "the executor stopped";
 
 /// The failure of a procedure that returned `Pending` without waiting for an
 /// engine operation: it awaited something no executor wakes (a timer, a
@@ -790,6 +977,22 @@ where
             since: 0,
         })
         .collect();
+    let blocks = cl.options().blocks;
+    let mut bs = BlockSlots {
+        slots: (0..blocks)
+            .map(|_| Slot {
+                fut: None,
+                req: Box::default(),
+                state: St::Free,
+                loaded: false,
+                ctx: 0,
+                at: Attempt::default(),
+                since: 0,
+            })
+            .collect(),
+        free: (0..blocks as u32).rev().collect(),
+    };
+    let base = slots.len();
     // The inline lane's request.
     let mut cur: Box<W::Req> = Box::default();
     // The slot polling each context (contexts are numbered densely).
@@ -831,7 +1034,15 @@ where
                 phases::switch(Phase::Management);
                 progressed = received > 0 || !ex.woken.is_empty() || !ex.outcomes.is_empty();
                 for c in ex.woken.drain(..) {
-                    if let Some(s) = slot_of.get(c as usize).map(|&i| &mut slots[i as usize]) {
+                    let s = slot_of.get(c as usize).and_then(|&i| {
+                        let i = i as usize;
+                        if i < base {
+                            slots.get_mut(i)
+                        } else {
+                            bs.slots.get_mut(i - base)
+                        }
+                    });
+                    if let Some(s) = s {
                         if s.state == St::Waiting && s.ctx == c {
                             s.state = St::Ready;
                         }
@@ -993,6 +1204,25 @@ where
                     }
                 }
             }
+            // Block slots waiting for their clients or a row lock: the
+            // executor may park meanwhile (a client's statement wakes it).
+            let mut suspended = 0;
+            if !bs.slots.is_empty() {
+                let (ran, b, susp, got) = wk.block_round(
+                    &mut ex,
+                    &mut bs,
+                    &mut slot_of,
+                    base,
+                    may_start,
+                    messages,
+                    op_timeout,
+                    now,
+                )?;
+                progressed |= ran;
+                busy += b;
+                suspended = susp;
+                received += got;
+            }
             wk.log_round(&mut ex, now)?;
             wk.stats.maybe_publish(counter);
             // This worker's clients are done: it starts nothing more.
@@ -1034,7 +1264,7 @@ where
                 idle_since = None;
             }
             idle_rounds = if progressed { 0 } else { idle_rounds + 1 };
-            if !progressed && source_dry && busy == 0 && wk.pending.is_empty() {
+            if !progressed && source_dry && busy == suspended && wk.pending.is_empty() {
                 workload.idle(w);
                 told_idle = true;
             } else if progressed && told_idle {
@@ -1075,12 +1305,13 @@ where
         }
     }
     // Futures borrow their slot's request and a context of `ex`: drop them first.
-    for s in slots.iter_mut() {
+    for s in slots.iter_mut().chain(bs.slots.iter_mut()) {
         if s.fut.take().is_some() {
             ex.abort_home(s.ctx);
         }
     }
     drop(slots);
+    drop(bs);
     let _ = ex.flush_log();
     // Commits already decided are acknowledged once durable, unless the
     // log died (then they stay as the log has them, for recovery).

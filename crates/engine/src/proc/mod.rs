@@ -18,4 +18,4 @@ pub mod stats;
 mod workload;
 pub mod zipf;
 
-pub use workload::{Both, BothReq, Outcome, Workload};
+pub use workload::{Both, BothReq, Outcome, Suspend, Workload};

@@ -8,7 +8,7 @@
 use std::future::Future;
 
 use crate::proc::rng::FastRng;
-use crate::txn::Txn;
+use crate::txn::{LockWait, Txn};
 use crate::{Abort, Error};
 
 /// A workload an executor can run: it makes requests and executes them.
@@ -84,6 +84,46 @@ pub trait Workload: Send + Sync {
     fn busy_again(&self, worker: usize) {
         let _ = worker;
     }
+
+    /// The next request of worker `worker` whose procedure may suspend for
+    /// something other than the engine's operations (an interactive
+    /// transaction waits for its client's next statement): it runs in a
+    /// slot of its own, beside the executor's ordinary requests, whether
+    /// the executor runs those inline or in slots, and it is never retried
+    /// ([`Workload::max_attempts`] should say 1). The executor asks only
+    /// while it has such a slot free. The default has none.
+    fn poll_suspending(&self, worker: usize, req: &mut Self::Req) -> Option<usize> {
+        let _ = (worker, req);
+        None
+    }
+
+    /// After a poll of a suspending request's procedure returned
+    /// `Pending`: what it waits for, if not a remote reply. Read once per
+    /// suspension (it is taken). The default: nothing of the kind.
+    fn suspended(&self, req: &Self::Req) -> Option<Suspend> {
+        let _ = req;
+        None
+    }
+
+    /// Whether a request suspended for [`Suspend::Client`] has what it
+    /// waits for (the executor polls it again). Called once per round for
+    /// each such request: it should be an atomic load.
+    fn resumable(&self, req: &Self::Req) -> bool {
+        let _ = req;
+        true
+    }
+}
+
+/// What a suspending request's procedure waits for ([`Workload::suspended`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Suspend {
+    /// Its client's next statement: polled again once
+    /// [`Workload::resumable`] says so.
+    Client,
+    /// A local row's lock held by another transaction: polled again once
+    /// the row would let it pass, or after a short while (its procedure
+    /// keeps its own deadline).
+    Lock(LockWait),
 }
 
 /// Requests from two sources on every executor: `first` is asked for one
@@ -204,6 +244,32 @@ impl<A: Workload, B: Workload> Workload for Both<A, B> {
     fn busy_again(&self, worker: usize) {
         self.first.busy_again(worker);
         self.second.busy_again(worker);
+    }
+
+    fn poll_suspending(&self, worker: usize, req: &mut Self::Req) -> Option<usize> {
+        if let Some(ty) = self.first.poll_suspending(worker, &mut req.first) {
+            req.of_second = false;
+            return Some(ty);
+        }
+        let ty = self.second.poll_suspending(worker, &mut req.second)?;
+        req.of_second = true;
+        Some(self.offset + ty)
+    }
+
+    fn suspended(&self, req: &Self::Req) -> Option<Suspend> {
+        if req.of_second {
+            self.second.suspended(&req.second)
+        } else {
+            self.first.suspended(&req.first)
+        }
+    }
+
+    fn resumable(&self, req: &Self::Req) -> bool {
+        if req.of_second {
+            self.second.resumable(&req.second)
+        } else {
+            self.first.resumable(&req.first)
+        }
     }
 }
 

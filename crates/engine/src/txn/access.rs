@@ -420,6 +420,7 @@ impl Txn {
                     // overwrite of that row with a fresh (zeroed) image.
                     a.kind = Kind::Read;
                     a.dirty = true;
+                    self.changes += 1;
                     let off = a.off as usize;
                     self.buf[off..off + t.schema.row_words()].fill(0);
                     return Ok(Some(h));
@@ -487,6 +488,7 @@ impl Txn {
         if t.fixed_keys {
             return Err(fixed_keys_error(t, "a delete"));
         }
+        self.changes += 1;
         let a = &mut self.acc[h.0 as usize];
         match a.kind {
             Kind::Read => {
@@ -519,6 +521,7 @@ impl Txn {
         let a = &mut self.acc[h.0 as usize];
         debug_assert!(a.kind != Kind::Delete, "writing a deleted row");
         a.dirty = true;
+        self.changes += 1;
         let t = self.shared.catalog.table(a.table);
         let off = a.off as usize;
         RowMut {

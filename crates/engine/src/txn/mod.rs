@@ -295,6 +295,10 @@ pub struct Txn {
     /// conflicted), kept after the abort: the executor loop retries once
     /// that row is free ([`Txn::conflict_row`]).
     conflict: Option<LockWait>,
+    /// Writes asked of rows already held (`row_mut`, `delete`, an insert
+    /// over an own delete), since the transaction began: with the lengths
+    /// of the access, miss and scan sets, its [`Txn::footprint`].
+    changes: u64,
     /// Set when the transaction runs under a distributed executor: routing and
     /// the state of its remote operations (see `remote.rs`).
     pub(crate) dist: Option<Box<remote::Dist>>,
@@ -350,6 +354,7 @@ impl Txn {
             secondary_added: false,
             rc_from: 0,
             conflict: None,
+            changes: 0,
             dist: None,
             prepared: None,
         }
@@ -385,6 +390,20 @@ impl Txn {
         self.conflict
     }
 
+    /// Forgets the row a conflict ran into, so that a later
+    /// [`Txn::conflict_row`] names only a conflict that came after.
+    pub fn clear_conflict(&mut self) {
+        self.conflict = None;
+    }
+
+    /// A count that grows with everything the transaction did to itself:
+    /// rows read, locked or written, misses and scans recorded. Two equal
+    /// readings mean nothing was added between them (a statement that ran
+    /// into a lock before doing anything may be run again as if it never ran).
+    pub fn footprint(&self) -> u64 {
+        (self.acc.len() + self.misses.len() + self.scans.len()) as u64 + self.changes
+    }
+
     /// Whether the request of `w` (a [`Txn::conflict_row`]) would still
     /// conflict now (see [`crate::cc::ConcurrencyControl::is_locked`]): a
     /// hint for when to retry the attempt that ran into it.
@@ -405,6 +424,7 @@ impl Txn {
     pub fn begin(&mut self, retry: bool) {
         debug_assert!(self.acc.is_empty(), "begin inside a transaction");
         self.conflict = None;
+        self.changes = 0;
         if !retry || self.meta.ts == 0 {
             self.meta.ts = self.shared.next_ts();
         }

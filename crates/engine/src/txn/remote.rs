@@ -406,6 +406,7 @@ impl Txn {
             // Deleted earlier in this transaction: becomes an overwrite.
             a.kind = Kind::Read;
             a.dirty = true;
+            self.changes += 1;
             let off = a.off as usize;
             self.buf[off..off + words].fill(0);
             return Ok(Some(h));

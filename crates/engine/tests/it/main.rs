@@ -2,6 +2,7 @@
 
 mod api;
 mod bank;
+mod blocks;
 mod checkpoints;
 mod common;
 mod crash;
