@@ -1,10 +1,26 @@
 //! The protocol handlers: a statement (simple or extended query protocol)
-//! becomes a procedure call through the [`Client`], a `SHOW`, or a no-op,
-//! and its answer becomes rows or an error with a SQLSTATE.
+//! becomes a procedure call through the [`Client`], a session statement
+//! (`SET`, `SHOW`, …), a constant `SELECT`, or a no-op, and its answer
+//! becomes rows or an error with a SQLSTATE.
+//!
+//! Dispatch is [`prepare`] (what a statement is, its parameters and
+//! columns) then [`Handler::answer`] (running it). Two seams are marked
+//! there: statements on tables ([`Stmt::Tables`], for `tables::plan`) and
+//! queries on `pg_catalog` ([`Stmt::Catalog`], for `pg_catalog::answer`);
+//! until they are plugged in, both answer `0A000`.
+//!
+//! Cancel: a cancel request sets [`Handler::cancel`], which stays set
+//! until the next query string (simple protocol) or pipeline (extended:
+//! the first Execute after a Sync) begins. Every statement checks it
+//! before it runs, so a cancel stops the rest of the string or pipeline,
+//! not only the statement running when it lands. `statement_timeout` sets
+//! the same flag when a statement runs longer.
 
 use std::fmt::Debug;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -19,14 +35,18 @@ use pgwire::api::{
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::data::{DataRow, FieldDescription, NoData, RowDescription};
-use pgwire::messages::extendedquery::{Describe, Execute, TARGET_TYPE_BYTE_PORTAL};
+use pgwire::messages::extendedquery::{
+    Describe, Execute, Parse, ParseComplete, Sync as PgSync, TARGET_TYPE_BYTE_PORTAL,
+};
 use pgwire::messages::response::{CommandComplete, EmptyQueryResponse, ReadyForQuery};
 use pgwire::messages::simplequery::Query;
+use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::PgWireBackendMessage;
 
 use super::metrics::Figures;
+use super::session::{self, Report, Session};
 use super::shared::Shared;
-use super::sql::{self, Arg, Show, Stmt};
+use super::sql::{self, Arg, Func, Item, Projection, Scalar, Show, SqlError, Stmt};
 
 use crate::api::{CallError, CancelFlag, Home, ProcDef, Row, Type, Value};
 
@@ -37,6 +57,8 @@ use crate::api::{CallError, CancelFlag, Home, ProcDef, Row, Type, Value};
 pub(crate) struct Prepared {
     stmt: Stmt,
     proc: Option<usize>,
+    /// The procedure's columns a call answers with, in order (`None`: all).
+    project: Option<Vec<usize>>,
     /// The type of each placeholder ([`param_types`]).
     params: Vec<PgType>,
     /// The columns it answers with ([`columns`]).
@@ -52,6 +74,10 @@ pub(crate) fn user_error(code: &str, message: impl Into<String>) -> PgWireError 
         code.to_owned(),
         message.into(),
     )))
+}
+
+fn sql_error(e: SqlError) -> PgWireError {
+    user_error(e.code, e.message)
 }
 
 pub(crate) fn fatal_info(code: &str, message: impl Into<String>) -> ErrorInfo {
@@ -200,17 +226,94 @@ impl Show {
     }
 }
 
-/// The columns a statement answers with (none: a command tag only).
-fn columns(sh: &Shared, stmt: &Stmt, proc: Option<usize>) -> Vec<(String, PgType)> {
-    match (stmt, proc) {
-        (Stmt::Call { .. }, Some(i)) => sh.procs[i]
-            .columns()
-            .iter()
-            .map(|(n, t)| (n.clone(), pg_type(*t)))
-            .collect(),
-        (Stmt::Show(s), _) => s.columns(),
-        _ => Vec::new(),
+/// The type of a constant column.
+fn scalar_type(s: &Scalar) -> PgType {
+    match s {
+        Scalar::Value(Value::Int(_)) | Scalar::Func(Func::BackendPid) => PgType::INT8,
+        Scalar::Value(Value::Float(_)) => PgType::FLOAT8,
+        Scalar::Value(Value::Ints(_)) => PgType::INT8_ARRAY,
+        _ => PgType::TEXT,
     }
+}
+
+/// The columns a statement answers with (none: a command tag only), and
+/// for a call with a select list, the procedure's columns it takes.
+type Columns = (Vec<(String, PgType)>, Option<Vec<usize>>);
+
+fn columns(sh: &Shared, stmt: &Stmt, proc: Option<usize>) -> PgWireResult<Columns> {
+    Ok(match (stmt, proc) {
+        (Stmt::Call { projection, .. }, Some(i)) => {
+            let all: Vec<(String, PgType)> = sh.procs[i]
+                .columns()
+                .iter()
+                .map(|(n, t)| (n.clone(), pg_type(*t)))
+                .collect();
+            match projection {
+                None => (all, None),
+                Some(p) => project(sh.procs[i].name(), all, p)?,
+            }
+        }
+        (Stmt::Show(s), _) => (s.columns(), None),
+        (Stmt::ShowSetting(Some(name)), _) => (vec![text(name)], None),
+        (Stmt::ShowSetting(None), _) => (
+            vec![text("name"), text("setting"), text("description")],
+            None,
+        ),
+        (Stmt::Select(cols), _) => (
+            cols.iter()
+                .map(|(n, s)| (n.clone(), scalar_type(s)))
+                .collect(),
+            None,
+        ),
+        _ => (Vec::new(), None),
+    })
+}
+
+/// A call's select list and aliases over the procedure's columns `all`:
+/// the columns it answers with and where each comes from. A name not
+/// among the columns is `42703`.
+fn project(proc: &str, mut all: Vec<(String, PgType)>, p: &Projection) -> PgWireResult<Columns> {
+    if p.renames.len() > all.len() {
+        return Err(user_error(
+            "42P10",
+            format!(
+                "{proc} has {} column(s) available but {} are named",
+                all.len(),
+                p.renames.len()
+            ),
+        ));
+    }
+    for (c, name) in all.iter_mut().zip(&p.renames) {
+        c.0 = name.clone();
+    }
+    let mut cols = Vec::new();
+    let mut from = Vec::new();
+    for it in &p.items {
+        match it {
+            Item::Star => {
+                cols.extend(all.iter().cloned());
+                from.extend(0..all.len());
+            }
+            Item::Column { name, alias } => {
+                let Some(i) = all.iter().position(|(n, _)| n == name) else {
+                    let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
+                    return Err(user_error(
+                        "42703",
+                        format!(
+                            "column \"{name}\" does not exist; {proc} answers with: {}",
+                            names.join(", ")
+                        ),
+                    ));
+                };
+                cols.push((
+                    alias.clone().unwrap_or_else(|| name.clone()),
+                    all[i].1.clone(),
+                ));
+                from.push(i);
+            }
+        }
+    }
+    Ok((cols, Some(from)))
 }
 
 /// The type each placeholder stands for: the parameter it is passed as
@@ -228,7 +331,7 @@ fn param_types(sh: &Shared, stmt: &Stmt, proc: Option<usize>) -> Vec<PgType> {
                         }
                     }
                 }
-                Arg::Lit(_) => {}
+                Arg::Lit(_) | Arg::Text(_) => {}
             }
         }
     }
@@ -239,7 +342,29 @@ fn param_types(sh: &Shared, stmt: &Stmt, proc: Option<usize>) -> Vec<PgType> {
 /// take as many arguments as given.
 fn prepare(sh: &Shared, stmt: Stmt) -> PgWireResult<Prepared> {
     let proc = match &stmt {
-        Stmt::Call { proc, args } => {
+        // Seam: statements on tables. The lead plugs `tables::plan` in
+        // here (its plan becomes the prepared statement's).
+        Stmt::Tables(s) => {
+            let what = match &**s {
+                sqlparser::ast::Statement::Insert(_) => "INSERT",
+                sqlparser::ast::Statement::Update(_) => "UPDATE",
+                sqlparser::ast::Statement::Delete(_) => "DELETE",
+                _ => "SELECT",
+            };
+            return Err(user_error(
+                "0A000",
+                format!("{what} on tables is not supported yet: this server runs procedures (SHOW procedures)"),
+            ));
+        }
+        // Seam: queries on pg_catalog / information_schema. The lead plugs
+        // `pg_catalog::answer` in here.
+        Stmt::Catalog { .. } => {
+            return Err(user_error(
+                "0A000",
+                "queries on pg_catalog and information_schema are not supported yet",
+            ));
+        }
+        Stmt::Call { proc, args, .. } => {
             let Some(i) = sh.lookup(proc) else {
                 let names: Vec<&str> = sh.procs.iter().map(|p| p.name()).collect();
                 return Err(user_error(
@@ -267,11 +392,12 @@ fn prepare(sh: &Shared, stmt: Stmt) -> PgWireResult<Prepared> {
         _ => None,
     };
     let params = param_types(sh, &stmt, proc);
-    let cols = columns(sh, &stmt, proc);
+    let (cols, project) = columns(sh, &stmt, proc)?;
     let text_schema = Arc::new(fields(&cols, None)?);
     Ok(Prepared {
         stmt,
         proc,
+        project,
         params,
         cols,
         text_schema,
@@ -326,7 +452,7 @@ fn decode_param(
                     user_error("22021", format!("parameter ${n} is not valid UTF-8"))
                 })?)
             }
-            PgType::INT8_ARRAY | PgType::INT4_ARRAY => {
+            PgType::INT8_ARRAY | PgType::INT4_ARRAY | PgType::INT2_ARRAY => {
                 Value::Ints(decode_int_array(b).map_err(|why| {
                     user_error("22P03", format!("parameter ${n}: binary int array: {why}"))
                 })?)
@@ -335,7 +461,7 @@ fn decode_param(
                 return Err(user_error(
                     "42804",
                     format!(
-                        "parameter ${n} is sent as {}; this server takes int2/4/8, float4/8, bool, text and int8[]",
+                        "parameter ${n} is sent as {}; this server takes int2/4/8, float4/8, bool, text and int2/4/8[]",
                         sql_name(t)
                     ),
                 ))
@@ -344,31 +470,13 @@ fn decode_param(
     }
     let s = std::str::from_utf8(b)
         .map_err(|_| user_error("22021", format!("parameter ${n} is not valid UTF-8")))?;
-    let invalid = |what: &str| {
-        user_error(
-            "22P02",
-            format!("parameter ${n}: invalid input syntax for {what}: {s:?}"),
-        )
+    let t = match *expected {
+        PgType::INT8 => Type::Int,
+        PgType::FLOAT8 => Type::Float,
+        PgType::INT8_ARRAY => Type::Ints,
+        _ => return Ok(Value::Str(s.to_string())),
     };
-    Ok(match *expected {
-        PgType::INT8 => Value::Int(s.trim().parse().map_err(|_| invalid("int8"))?),
-        PgType::FLOAT8 => Value::Float(s.trim().parse().map_err(|_| invalid("float8"))?),
-        PgType::INT8_ARRAY => {
-            let inner = s
-                .trim()
-                .strip_prefix('{')
-                .and_then(|r| r.strip_suffix('}'))
-                .ok_or_else(|| invalid("int8[] (write {1,2,3})"))?;
-            let mut v = Vec::new();
-            if !inner.trim().is_empty() {
-                for item in inner.split(',') {
-                    v.push(item.trim().parse().map_err(|_| invalid("int8[]"))?);
-                }
-            }
-            Value::Ints(v)
-        }
-        _ => Value::Str(s.to_string()),
-    })
+    sql::coerce(s, t).map_err(|e| user_error(e.code, format!("parameter ${n}: {}", e.message)))
 }
 
 /// PostgreSQL's binary array: dimensions, a null flag, the element type,
@@ -391,7 +499,8 @@ fn decode_int_array(b: &[u8]) -> Result<Vec<i64>, String> {
     let width = match elem {
         20 => 8,
         23 => 4,
-        o => return Err(format!("element type oid {o}; int4 or int8 expected")),
+        21 => 2,
+        o => return Err(format!("element type oid {o}; int2, int4 or int8 expected")),
     };
     let len = word(12)?;
     if len < 0 || len as usize > b.len() / 4 {
@@ -409,10 +518,10 @@ fn decode_int_array(b: &[u8]) -> Result<Vec<i64>, String> {
         }
         at += 4;
         let e = b.get(at..at + width as usize).ok_or("truncated element")?;
-        out.push(if width == 8 {
-            i64::from_be_bytes(e.try_into().expect("8"))
-        } else {
-            i32::from_be_bytes(e.try_into().expect("4")).into()
+        out.push(match width {
+            8 => i64::from_be_bytes(e.try_into().expect("8")),
+            4 => i32::from_be_bytes(e.try_into().expect("4")).into(),
+            _ => i16::from_be_bytes(e.try_into().expect("2")).into(),
         });
         at += width as usize;
     }
@@ -457,6 +566,18 @@ fn bind_args(def: &ProcDef, args: &[Arg], mut params: Vec<Value>) -> PgWireResul
         .map(|(i, (a, (name, t)))| {
             let v = match a {
                 Arg::Lit(v) => v.clone(),
+                // An untyped literal takes its parameter's type.
+                Arg::Text(s) => sql::coerce(s, *t).map_err(|e| {
+                    user_error(
+                        e.code,
+                        format!(
+                            "argument {} ({name}) of {}: {}",
+                            i + 1,
+                            sql_signature(def),
+                            e.message
+                        ),
+                    )
+                })?,
                 Arg::Param(n) => param(*n)?,
                 Arg::Array(items) => {
                     let mut keys = Vec::with_capacity(items.len());
@@ -464,6 +585,7 @@ fn bind_args(def: &ProcDef, args: &[Arg], mut params: Vec<Value>) -> PgWireResul
                         let v = match it {
                             Arg::Param(n) => param(*n)?,
                             Arg::Lit(v) => v.clone(),
+                            Arg::Text(s) => sql::coerce(s, Type::Int).map_err(sql_error)?,
                             Arg::Array(_) => Value::Null,
                         };
                         match v {
@@ -572,23 +694,48 @@ fn rows_response(schema: Arc<Vec<FieldInfo>>, tag: &str, rows: Vec<Row>) -> PgWi
 }
 
 /// What a statement answers: a command tag alone, or rows (in `schema`)
-/// and then a command tag with their count.
+/// and then a command tag with their count. `reports` are the settings it
+/// changed that the client is told of (ParameterStatus, before the tag).
 enum Answer {
-    Done(&'static str),
+    Done(&'static str, Vec<Report>),
     Rows {
         schema: Arc<Vec<FieldInfo>>,
         tag: &'static str,
         rows: Vec<Row>,
+        reports: Vec<Report>,
     },
 }
 
 impl Answer {
+    fn done(tag: &'static str) -> Answer {
+        Answer::Done(tag, Vec::new())
+    }
+
     fn into_response(self) -> PgWireResult<Response> {
         match self {
-            Answer::Done(tag) => Ok(Response::Execution(Tag::new(tag))),
-            Answer::Rows { schema, tag, rows } => rows_response(schema, tag, rows),
+            Answer::Done(tag, _) => Ok(Response::Execution(Tag::new(tag))),
+            Answer::Rows {
+                schema, tag, rows, ..
+            } => rows_response(schema, tag, rows),
         }
     }
+}
+
+/// Sends ParameterStatus for each setting `reports` names.
+async fn send_reports<C>(client: &mut C, reports: Vec<Report>) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    for (name, value) in reports {
+        client
+            .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
+                name, value,
+            )))
+            .await?;
+    }
+    Ok(())
 }
 
 /// A connection's handler.
@@ -596,50 +743,243 @@ pub(crate) struct Handler {
     pub(crate) shared: Arc<Shared>,
     /// The server thread serving the connection.
     pub(crate) thread: usize,
-    /// Set by a cancel request with the connection's key: cancels the call
-    /// in flight (cleared as each call begins, so a cancel that comes
-    /// between calls cancels none).
+    /// Set by a cancel request with the connection's key, or by the
+    /// statement timeout: cancels the statement in flight and every later
+    /// one of its query string or pipeline (cleared as the next begins).
     pub(crate) cancel: CancelFlag,
+    /// The connection's settings and transaction status. Locked only
+    /// between awaits.
+    session: Mutex<Session>,
+    /// An extended-protocol pipeline is open: an Execute came since the
+    /// last Sync.
+    in_pipeline: AtomicBool,
+}
+
+/// Why the cancel flag was set, for the message of `57014`.
+fn canceled(timed_out: bool) -> PgWireError {
+    if timed_out {
+        user_error("57014", "canceling statement due to statement timeout")
+    } else {
+        user_error("57014", "canceling statement due to user request")
+    }
 }
 
 impl Handler {
+    pub(crate) fn new(shared: Arc<Shared>, thread: usize) -> Handler {
+        Handler {
+            shared,
+            thread,
+            cancel: CancelFlag::new(),
+            session: Mutex::new(Session::default()),
+            in_pipeline: AtomicBool::new(false),
+        }
+    }
+
+    /// Takes the client's startup settings into the session (once).
+    fn start_session<C: ClientInfo>(&self, client: &C) {
+        let mut s = self.session.lock();
+        s.start(client.metadata());
+    }
+
+    /// Sends ReadyForQuery with the session's transaction status: the one
+    /// place the status byte is decided (pgwire's own ReadyForQuery after
+    /// an error reads the same status, kept in the client).
+    async fn ready<C>(&self, client: &mut C) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let status = self.session.lock().status();
+        client.set_transaction_status(status);
+        client
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
+                status,
+            )))
+            .await?;
+        Ok(())
+    }
+
     /// Runs one statement; `params` are its decoded placeholders.
-    async fn run(
+    async fn run<S: PortalStore>(
         &self,
         p: &Prepared,
         params: Vec<Value>,
         format: Option<&Format>,
+        store: &S,
+        pid: i32,
     ) -> PgWireResult<Response> {
-        self.answer(p, params, format).await?.into_response()
+        self.answer(p, params, format, store, pid)
+            .await?
+            .into_response()
     }
 
     /// Runs one statement: [`Handler::run`]'s answer before it becomes a
-    /// [`Response`].
-    async fn answer(
+    /// [`Response`]. `store` holds the connection's prepared statements
+    /// and portals (`DEALLOCATE`, `CLOSE`); `pid` is its process id.
+    async fn answer<S: PortalStore>(
         &self,
         p: &Prepared,
         params: Vec<Value>,
         format: Option<&Format>,
+        store: &S,
+        pid: i32,
+    ) -> PgWireResult<Answer> {
+        // A cancel that landed earlier in this query string or pipeline
+        // (or a statement timeout) stops the statements after it.
+        if self.cancel.is_canceled() {
+            return Err(canceled(false));
+        }
+        let answer = self.answer_now(p, params, format, store, pid).await;
+        // Each statement is its own transaction: SET LOCAL ends with it.
+        let ended = self.session.lock().end_transaction();
+        match answer {
+            Ok(Answer::Done(tag, mut reports)) => {
+                reports.extend(ended);
+                Ok(Answer::Done(tag, reports))
+            }
+            Ok(Answer::Rows {
+                schema,
+                tag,
+                rows,
+                mut reports,
+            }) => {
+                reports.extend(ended);
+                Ok(Answer::Rows {
+                    schema,
+                    tag,
+                    rows,
+                    reports,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn answer_now<S: PortalStore>(
+        &self,
+        p: &Prepared,
+        params: Vec<Value>,
+        format: Option<&Format>,
+        store: &S,
+        pid: i32,
     ) -> PgWireResult<Answer> {
         let sh = &*self.shared;
-        match &p.stmt {
-            Stmt::NoOp(tag) => Ok(Answer::Done(tag)),
-            Stmt::Show(s) => Ok(Answer::Rows {
+        let rows = |rows: Vec<Row>, tag: &'static str, reports: Vec<Report>| {
+            Ok(Answer::Rows {
                 schema: schema(p, format)?,
-                tag: "SHOW",
-                rows: self.show(*s),
-            }),
-            Stmt::Call { proc, args } => {
+                tag,
+                rows,
+                reports,
+            })
+        };
+        match &p.stmt {
+            Stmt::NoOp(tag) => Ok(Answer::done(tag)),
+            Stmt::Show(s) => rows(self.show(*s), "SHOW", Vec::new()),
+            Stmt::ShowSetting(Some(name)) => {
+                let v = self.session.lock().show(name).map_err(sql_error)?;
+                rows(vec![vec![Value::Str(v)]], "SHOW", Vec::new())
+            }
+            Stmt::ShowSetting(None) => {
+                let all = self.session.lock().all();
+                let all = all
+                    .into_iter()
+                    .map(|(n, v, d)| vec![Value::Str(n), Value::Str(v), Value::Str(d)])
+                    .collect();
+                rows(all, "SHOW", Vec::new())
+            }
+            Stmt::Set { name, value, local } => {
+                let r = self
+                    .session
+                    .lock()
+                    .set(name, value.as_deref(), *local)
+                    .map_err(sql_error)?;
+                Ok(Answer::Done("SET", r.into_iter().collect()))
+            }
+            Stmt::Reset(Some(name)) => {
+                let r = self.session.lock().reset(name).map_err(sql_error)?;
+                Ok(Answer::Done("RESET", r.into_iter().collect()))
+            }
+            Stmt::Reset(None) => Ok(Answer::Done("RESET", self.session.lock().reset_all())),
+            Stmt::DiscardAll => {
+                // As PostgreSQL's: CLOSE ALL, RESET ALL, DEALLOCATE ALL
+                // (locks and listens: there are none).
+                store.clear_portals();
+                let mut s = self.session.lock();
+                for name in std::mem::take(&mut s.prepared) {
+                    store.rm_statement(&name);
+                }
+                Ok(Answer::Done("DISCARD ALL", s.reset_all()))
+            }
+            Stmt::Deallocate(None) => {
+                for name in std::mem::take(&mut self.session.lock().prepared) {
+                    store.rm_statement(&name);
+                }
+                Ok(Answer::done("DEALLOCATE ALL"))
+            }
+            Stmt::Deallocate(Some(name)) => {
+                if store.get_statement(name).is_none() {
+                    return Err(user_error(
+                        "26000",
+                        format!("prepared statement \"{name}\" does not exist"),
+                    ));
+                }
+                store.rm_statement(name);
+                self.session.lock().prepared.remove(name);
+                Ok(Answer::done("DEALLOCATE"))
+            }
+            Stmt::Close(None) => {
+                store.clear_portals();
+                Ok(Answer::done("CLOSE CURSOR ALL"))
+            }
+            Stmt::Close(Some(name)) => {
+                if store.get_portal(name).is_none() {
+                    return Err(user_error(
+                        "34000",
+                        format!("cursor \"{name}\" does not exist"),
+                    ));
+                }
+                store.rm_portal(name);
+                Ok(Answer::done("CLOSE CURSOR"))
+            }
+            Stmt::Select(cols) => {
+                let mut reports = Vec::new();
+                let mut row = Vec::with_capacity(cols.len());
+                for (_, s) in cols {
+                    row.push(self.scalar(s, pid, &mut reports)?);
+                }
+                rows(vec![row], "SELECT", reports)
+            }
+            // Prepared refuses these (the seams in `prepare`).
+            Stmt::Tables(_) | Stmt::Catalog { .. } => Err(user_error(
+                "0A000",
+                "statements on tables and pg_catalog are not supported yet",
+            )),
+            Stmt::Call { proc, args, .. } => {
                 let i = p.proc.expect("a prepared call has its procedure");
                 let def = &sh.procs[i];
                 let values = bind_args(def, args, params)?;
                 let counters = &sh.counters[self.thread * sh.procs.len() + i];
-                self.cancel.clear();
-                let r = sh
-                    .client
-                    .call_async_cancelable(proc, values, &self.cancel)
-                    .await;
-                let rows = match r {
+                let timeout = self.session.lock().statement_timeout();
+                let call = sh.client.call_async_cancelable(proc, values, &self.cancel);
+                let mut timed_out = false;
+                let r = match timeout {
+                    None => call.await,
+                    Some(t) => {
+                        tokio::pin!(call);
+                        tokio::select! {
+                            r = &mut call => r,
+                            _ = tokio::time::sleep(t) => {
+                                // Canceled as a cancel request cancels: the
+                                // call rolls back unless it already committed.
+                                timed_out = true;
+                                self.cancel.cancel();
+                                call.await
+                            }
+                        }
+                    }
+                };
+                let rows_out = match r {
                     Ok(rows) => {
                         counters.committed.fetch_add(1, Ordering::Relaxed);
                         rows
@@ -651,18 +991,63 @@ impl Handler {
                             _ => &counters.errors,
                         }
                         .fetch_add(1, Ordering::Relaxed);
+                        if let CallError::Canceled { .. } = e {
+                            if timed_out {
+                                return Err(canceled(true));
+                            }
+                        }
                         return Err(call_error(e));
                     }
                 };
                 if def.columns().is_empty() {
-                    return Ok(Answer::Done("CALL"));
+                    return Ok(Answer::done("CALL"));
                 }
-                Ok(Answer::Rows {
-                    schema: schema(p, format)?,
-                    tag: "CALL",
-                    rows,
-                })
+                let rows_out = match &p.project {
+                    None => rows_out,
+                    Some(from) => rows_out
+                        .into_iter()
+                        .map(|r| from.iter().map(|&i| r[i].clone()).collect())
+                        .collect(),
+                };
+                rows(rows_out, "CALL", Vec::new())
             }
+        }
+    }
+
+    /// One column of a constant `SELECT`.
+    fn scalar(&self, s: &Scalar, pid: i32, reports: &mut Vec<Report>) -> PgWireResult<Value> {
+        let str = |s: String| Ok(Value::Str(s));
+        match s {
+            Scalar::Value(v) => Ok(v.clone()),
+            Scalar::Func(f) => match f {
+                Func::Version => {
+                    let v = session::server_version();
+                    let number: String = v
+                        .chars()
+                        .take_while(|c| c.is_ascii_digit() || *c == '.')
+                        .collect();
+                    str(format!(
+                        "PostgreSQL {number} (islands {}) on {}-{}",
+                        env!("CARGO_PKG_VERSION"),
+                        std::env::consts::ARCH,
+                        std::env::consts::OS
+                    ))
+                }
+                Func::CurrentSetting(name) => {
+                    str(self.session.lock().show(name).map_err(sql_error)?)
+                }
+                Func::SetConfig { name, value, local } => {
+                    let mut s = self.session.lock();
+                    reports.extend(s.set(name, Some(value), *local).map_err(sql_error)?);
+                    str(s.show(name).map_err(sql_error)?)
+                }
+                // This server takes no advisory locks: none to release.
+                Func::AdvisoryUnlockAll => str(String::new()),
+                Func::CurrentDatabase => str(self.session.lock().database()),
+                Func::CurrentSchema => str("public".into()),
+                Func::CurrentUser => str(self.session.lock().user()),
+                Func::BackendPid => Ok(Value::Int(pid.into())),
+            },
         }
     }
 
@@ -750,7 +1135,8 @@ impl SimpleQueryHandler for Handler {
     /// query holds at once is one statement's answer, however many
     /// statements it has ([`sql::MAX_STATEMENTS`] at most). Like
     /// PostgreSQL, the statements after a failed one do not run; a syntax
-    /// error anywhere runs none.
+    /// error anywhere runs none, and so does a placeholder (`42P02`: a
+    /// simple query has no parameters). A cancel stops the rest.
     async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -761,28 +1147,59 @@ impl SimpleQueryHandler for Handler {
         if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
             return Err(PgWireError::NotReadyForQuery);
         }
-        let stmts = sql::parse(&query.query).map_err(|e| user_error(e.code, e.message))?;
+        // A new query string: a cancel that came before it cancels nothing.
+        self.cancel.clear();
+        self.start_session(client);
         client.set_state(PgWireConnectionState::QueryInProgress);
-        if stmts.is_empty() {
+        let parsed = sql::parse(&query.query).map_err(sql_error).and_then(|v| {
+            match v.iter().map(Stmt::params).max() {
+                Some(n) if n > 0 => Err(user_error(
+                    "42P02",
+                    format!("there is no parameter ${n}: a simple query has no parameters"),
+                )),
+                _ => Ok(v),
+            }
+        });
+        let (stmts, failed) = match parsed {
+            Ok(v) => (v, false),
+            Err(PgWireError::UserError(info)) => {
+                client
+                    .feed(PgWireBackendMessage::ErrorResponse((*info).into()))
+                    .await?;
+                (Vec::new(), true)
+            }
+            Err(e) => return Err(e),
+        };
+        if stmts.is_empty() && !failed {
             client
                 .feed(PgWireBackendMessage::EmptyQueryResponse(
                     EmptyQueryResponse::new(),
                 ))
                 .await?;
         }
+        let (pid, _) = client.pid_and_secret_key();
         for stmt in stmts {
             let answer = match prepare(&self.shared, stmt) {
-                Ok(p) => self.answer(&p, Vec::new(), None).await,
+                Ok(p) => {
+                    self.answer(&p, Vec::new(), None, client.portal_store(), pid)
+                        .await
+                }
                 Err(e) => Err(e),
             };
             match answer {
-                Ok(Answer::Done(tag)) => {
+                Ok(Answer::Done(tag, reports)) => {
+                    send_reports(client, reports).await?;
                     let done = CommandComplete::new(tag.to_owned());
                     client
                         .feed(PgWireBackendMessage::CommandComplete(done))
                         .await?;
                 }
-                Ok(Answer::Rows { schema, tag, rows }) => {
+                Ok(Answer::Rows {
+                    schema,
+                    tag,
+                    rows,
+                    reports,
+                }) => {
                     let fields = schema.iter().map(FieldDescription::from).collect();
                     client
                         .feed(PgWireBackendMessage::RowDescription(RowDescription::new(
@@ -790,6 +1207,7 @@ impl SimpleQueryHandler for Handler {
                         )))
                         .await?;
                     let n = send_rows(client, schema, rows).await?;
+                    send_reports(client, reports).await?;
                     let done = CommandComplete::new(format!("{tag} {n}"));
                     client
                         .feed(PgWireBackendMessage::CommandComplete(done))
@@ -807,11 +1225,7 @@ impl SimpleQueryHandler for Handler {
             }
         }
         client.set_state(PgWireConnectionState::ReadyForQuery);
-        let ready = ReadyForQuery::new(client.transaction_status());
-        client
-            .send(PgWireBackendMessage::ReadyForQuery(ready))
-            .await?;
-        Ok(())
+        self.ready(client).await
     }
 
     /// Not called: [`Handler::on_query`] answers each statement as it
@@ -895,11 +1309,14 @@ impl ExtendedQueryHandler for Extended {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let params = bind_params(portal)?;
+        let (pid, _) = _client.pid_and_secret_key();
         self.handler
             .run(
                 &portal.statement.statement,
                 params,
                 Some(&portal.result_column_format),
+                _client.portal_store(),
+                pid,
             )
             .await
     }
@@ -926,6 +1343,12 @@ impl ExtendedQueryHandler for Extended {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        // The first Execute of a pipeline: a cancel that came before it
+        // cancels nothing.
+        if !self.handler.in_pipeline.swap(true, Ordering::Relaxed) {
+            self.handler.cancel.clear();
+        }
+        self.handler.start_session(client);
         if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
             return self._on_execute(client, message).await;
         }
@@ -950,23 +1373,33 @@ impl ExtendedQueryHandler for Extended {
         client.set_state(PgWireConnectionState::QueryInProgress);
         let max_rows = message.max_rows as usize;
         let params = bind_params(&portal)?;
+        let (pid, _) = client.pid_and_secret_key();
         let answer = self
             .handler
             .answer(
                 &portal.statement.statement,
                 params,
                 Some(&portal.result_column_format),
+                client.portal_store(),
+                pid,
             )
             .await?;
         match answer {
-            Answer::Done(tag) => {
+            Answer::Done(tag, reports) => {
+                send_reports(client, reports).await?;
                 let done = CommandComplete::new(tag.to_owned());
                 client
                     .feed(PgWireBackendMessage::CommandComplete(done))
                     .await?;
             }
-            Answer::Rows { schema, tag, rows } if max_rows == 0 || rows.len() < max_rows => {
+            Answer::Rows {
+                schema,
+                tag,
+                rows,
+                reports,
+            } if max_rows == 0 || rows.len() < max_rows => {
                 let n = send_rows(client, schema, rows).await?;
+                send_reports(client, reports).await?;
                 let done = CommandComplete::new(format!("{tag} {n}"));
                 client
                     .send(PgWireBackendMessage::CommandComplete(done))
@@ -984,6 +1417,48 @@ impl ExtendedQueryHandler for Extended {
             }
         }
         client.set_state(PgWireConnectionState::ReadyForQuery);
+        Ok(())
+    }
+
+    /// Parses as pgwire's default does, and keeps the statement's name in
+    /// the session (for `DEALLOCATE ALL` and `DISCARD ALL`).
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message
+            .name
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAME.to_owned());
+        match StoredStatement::parse(client, &message, self.query_parser()).await? {
+            Some(stmt) => client.portal_store().put_statement(Arc::new(stmt)),
+            None => client.portal_store().put_empty_statement(&name),
+        }
+        if !name.is_empty() {
+            self.handler.session.lock().prepared.insert(name);
+        }
+        client
+            .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .await?;
+        Ok(())
+    }
+
+    /// Ends the pipeline: the unnamed portal goes, and ReadyForQuery is
+    /// sent with the session's status ([`Handler::ready`]).
+    async fn on_sync<C>(&self, client: &mut C, _message: PgSync) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        client.portal_store().rm_portal(DEFAULT_NAME);
+        self.handler.in_pipeline.store(false, Ordering::Relaxed);
+        self.handler.ready(client).await?;
+        client.flush().await?;
         Ok(())
     }
 
@@ -1028,7 +1503,8 @@ where
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
     let tag = match &p.stmt {
-        Stmt::Show(_) => "SHOW",
+        Stmt::Show(_) | Stmt::ShowSetting(_) => "SHOW",
+        Stmt::Select(_) => "SELECT",
         Stmt::Call { .. } if !p.cols.is_empty() => "CALL",
         _ => {
             return Err(user_error(

@@ -39,6 +39,7 @@
 mod framing;
 mod handler;
 mod metrics;
+mod session;
 mod shared;
 pub mod sql;
 
@@ -81,7 +82,7 @@ use tokio_util::codec::{Decoder, Framed};
 use self::framing::{Phase, Refusal};
 use self::handler::{fatal_info, Extended, Handler, Parser};
 use self::shared::{CancelKey, ProcCounters, Shared};
-use crate::api::{CancelFlag, Deployment};
+use crate::api::Deployment;
 use crate::deploy::Plan;
 use crate::threads::Role;
 use crate::topology::CpuSet;
@@ -664,11 +665,7 @@ impl Thread {
             let Ok(tcp) = TcpStream::from_std(tcp) else {
                 continue;
             };
-            let handler = Arc::new(Handler {
-                shared: Arc::clone(&self.shared),
-                thread: self.index,
-                cancel: CancelFlag::new(),
-            });
+            let handler = Arc::new(Handler::new(Arc::clone(&self.shared), self.index));
             let conn = Conn {
                 opts: Arc::clone(&self.opts),
                 extended: Arc::new(Extended {
