@@ -685,9 +685,9 @@ impl<W: Workload> Worker<'_, W> {
     /// row lock let it go on. At the end of the run, one that waits for its
     /// client or a lock is ended ([`Outcome::UserAbort`] of [`STOPPED`]).
     /// `base` is the first block slot's number in `slot_of`. Returns
-    /// whether it progressed, the slots in use, those of them suspended
-    /// (waiting for a client or a lock, not for the executor), and the
-    /// batches received while polling.
+    /// whether it progressed, the slots in use, those of them waiting for
+    /// their clients (the executor may park meanwhile: a client's operation
+    /// wakes it), and the batches received while polling.
     #[allow(clippy::too_many_arguments)]
     fn block_round(
         &mut self,
@@ -829,9 +829,12 @@ impl<W: Workload> Worker<'_, W> {
                     phases::switch(Phase::Management);
                 }
             }
+            // A block waiting for a lock keeps its executor from parking:
+            // the holder may be another executor's, whose release wakes
+            // nobody here, and the wait is bounded by the deadlock timeout.
             match s.state {
                 St::Free => {}
-                St::Client | St::Lock(_) => {
+                St::Client => {
                     busy += 1;
                     suspended += 1;
                 }
@@ -1204,8 +1207,8 @@ where
                     }
                 }
             }
-            // Block slots waiting for their clients or a row lock: the
-            // executor may park meanwhile (a client's statement wakes it).
+            // Block slots waiting for their clients: the executor may park
+            // meanwhile (a client's operation wakes it).
             let mut suspended = 0;
             if !bs.slots.is_empty() {
                 let (ran, b, susp, got) = wk.block_round(

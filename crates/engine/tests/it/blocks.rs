@@ -153,6 +153,24 @@ fn add_stmt(key: u64, amount: i64) -> Arc<dyn Statement> {
     Arc::new(Add { key, amount })
 }
 
+/// A statement: moves `amount` from account `from` to account `to`, locking
+/// `from` first.
+struct Move {
+    from: u64,
+    to: u64,
+    amount: i64,
+}
+
+impl Statement for Move {
+    fn run<'a>(&'a self, tx: &'a mut Txn, _: &'a mut Vec<Row>) -> ProcFuture<'a> {
+        Box::pin(async move {
+            add(tx, self.from, -self.amount).await?;
+            add(tx, self.to, self.amount).await?;
+            Ok(())
+        })
+    }
+}
+
 /// A statement that fails on purpose.
 struct Refuse;
 
@@ -350,6 +368,40 @@ fn a_block_waits_for_a_row_another_block_holds_then_goes_on() {
     // It then ran on the committed row.
     assert_eq!(second.join().unwrap(), vec![vec![Value::Int(INITIAL + 30)]]);
     assert_eq!(balance(&c, 7), INITIAL + 30);
+    db.shutdown().unwrap();
+}
+
+#[test]
+fn a_statement_that_wrote_before_it_met_a_lock_aborts_its_block_at_once() {
+    let db = open(spec(1, "off", None));
+    let c = db.client();
+    let mut holder = c.begin();
+    deposit(&mut holder, 2, 1).unwrap();
+    let mut mover = c.begin();
+    deposit(&mut mover, 5, 1).unwrap();
+    // It locked and wrote account 1 before it met account 2's lock: it
+    // cannot be run again as if it never ran, so it does not wait.
+    let started = Instant::now();
+    let e = wait(mover.run(
+        Arc::new(Move {
+            from: 1,
+            to: 2,
+            amount: 10,
+        }),
+        None,
+        None,
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(&e, CallError::Serialization { attempts: 1, .. }),
+        "{e}"
+    );
+    assert!(started.elapsed() < Duration::from_millis(900), "it waited");
+    assert!(mover.is_aborted());
+    wait(holder.commit()).unwrap();
+    assert_eq!(balance(&c, 1), INITIAL);
+    assert_eq!(balance(&c, 2), INITIAL + 1);
+    assert_eq!(balance(&c, 5), INITIAL);
     db.shutdown().unwrap();
 }
 
