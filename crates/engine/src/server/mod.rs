@@ -41,6 +41,8 @@ mod handler;
 mod metrics;
 mod shared;
 pub mod sql;
+#[doc(hidden)]
+pub mod tables;
 
 #[doc(hidden)]
 pub use self::framing::fuzz_frames;
