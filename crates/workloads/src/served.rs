@@ -44,9 +44,10 @@
 //! and each account's balance is its opening balance plus what the
 //! recorded transfers moved.
 
-use islands::api::{Catalog, Load, Partition, ProcDef, Type, Value};
+use islands::api::{sql_abort, Catalog, Load, Partition, ProcDef, SqlTable, Type, Value};
 use islands::deploy::{DeployError, DeploySpec};
 use islands::island::Island;
+use islands::storage::schema::SqlType;
 use islands::storage::{Col, ColType, PrimaryKind, TableDef, TableId};
 use islands::{Abort, Error};
 
@@ -61,6 +62,8 @@ const HISTORY: TableId = 3;
 const BALANCE: Col = Col(0);
 /// A branch's count of history rows (the last one's sequence number).
 const HIST_SEQ: Col = Col(1);
+/// The branch of a teller or an account (pgbench's `bid` column).
+const BID: Col = Col(1);
 
 /// Sites over which YCSB's keys are spread (`key % YCSB_SITES`).
 const YCSB_SITES: u64 = 256;
@@ -271,12 +274,18 @@ impl Builtin {
                 }
                 for tid in 1..=s * TELLERS_PER_BRANCH {
                     if load.owns(TELLERS, tid) {
-                        load.put(TELLERS, tid, |r| r.set_i64(BALANCE, 0))?;
+                        load.put(TELLERS, tid, |r| {
+                            r.set_i64(BALANCE, 0);
+                            r.set_i64(BID, ((tid - 1) / TELLERS_PER_BRANCH + 1) as i64);
+                        })?;
                     }
                 }
                 for aid in 1..=s * ACCOUNTS_PER_BRANCH {
                     if load.owns(ACCOUNTS, aid) {
-                        load.put(ACCOUNTS, aid, |r| r.set_i64(BALANCE, 0))?;
+                        load.put(ACCOUNTS, aid, |r| {
+                            r.set_i64(BALANCE, 0);
+                            r.set_i64(BID, ((aid - 1) / ACCOUNTS_PER_BRANCH + 1) as i64);
+                        })?;
                     }
                 }
                 Ok(())
@@ -334,7 +343,11 @@ fn tpcb_catalog(scale: u32) -> Catalog {
     let b = c.table(
         TableDef::new(
             "pgbench_branches",
-            &[("bbalance", ColType::I64), ("hist_seq", ColType::U64)],
+            &[
+                ("bbalance", ColType::I64),
+                ("hist_seq", ColType::U64),
+                ("filler", ColType::Str(88)),
+            ],
             s,
             PrimaryKind::Hash,
         ),
@@ -343,7 +356,11 @@ fn tpcb_catalog(scale: u32) -> Catalog {
     let t = c.table(
         TableDef::new(
             "pgbench_tellers",
-            &[("tbalance", ColType::I64)],
+            &[
+                ("tbalance", ColType::I64),
+                ("bid", ColType::I64),
+                ("filler", ColType::Str(84)),
+            ],
             s * TELLERS_PER_BRANCH,
             PrimaryKind::Hash,
         ),
@@ -352,7 +369,11 @@ fn tpcb_catalog(scale: u32) -> Catalog {
     let a = c.table(
         TableDef::new(
             "pgbench_accounts",
-            &[("abalance", ColType::I64)],
+            &[
+                ("abalance", ColType::I64),
+                ("bid", ColType::I64),
+                ("filler", ColType::Str(84)),
+            ],
             s * ACCOUNTS_PER_BRANCH,
             PrimaryKind::Hash,
         ),
@@ -366,6 +387,8 @@ fn tpcb_catalog(scale: u32) -> Catalog {
                 ("bid", ColType::I64),
                 ("aid", ColType::I64),
                 ("delta", ColType::I64),
+                ("mtime", ColType::I64),
+                ("filler", ColType::Str(22)),
             ],
             HISTORY_ROWS,
             // Its index grows with its rows (a hash index is made whole).
@@ -374,6 +397,7 @@ fn tpcb_catalog(scale: u32) -> Catalog {
         Partition::BySite(history_site),
     );
     debug_assert_eq!((b, t, a, h), (BRANCHES, TELLERS, ACCOUNTS, HISTORY));
+    tpcb_sql(&mut c, s).expect("tpcb's SQL views fit its tables");
     c.procedure(
         ProcDef::new("tpcb", |tx, args, out| {
             Box::pin(async move {
@@ -439,6 +463,71 @@ fn tpcb_catalog(scale: u32) -> Catalog {
     c
 }
 
+/// pgbench's tables as SQL sees them: `pgbench_branches (bid, bbalance,
+/// filler)`, `pgbench_tellers (tid, bid, tbalance, filler)`,
+/// `pgbench_accounts (aid, bid, abalance, filler)` and `pgbench_history
+/// (tid, bid, aid, delta, mtime, filler)`. Branches, tellers and accounts
+/// hold the ids pgbench loads (`1..=scale` etc.) and no others. The history
+/// has no key in pgbench: an INSERT takes the next number of its branch's
+/// `hist_seq` (locking the branch's row) and is keyed `bid << 32 | seq`, as
+/// the `tpcb` procedure keys it, so each branch still counts its rows.
+fn tpcb_sql(c: &mut Catalog, s: u64) -> Result<(), Error> {
+    c.sql(
+        BRANCHES,
+        SqlTable::new()
+            .key_column("bid", SqlType::Int4, 0, 31)
+            .column("bbalance", SqlType::Int8, "bbalance")
+            .column("filler", SqlType::Varchar(88), "filler")
+            .domain(1, s),
+    )?;
+    c.sql(
+        TELLERS,
+        SqlTable::new()
+            .key_column("tid", SqlType::Int4, 0, 31)
+            .column("bid", SqlType::Int8, "bid")
+            .column("tbalance", SqlType::Int8, "tbalance")
+            .column("filler", SqlType::Varchar(84), "filler")
+            .domain(1, s * TELLERS_PER_BRANCH),
+    )?;
+    c.sql(
+        ACCOUNTS,
+        SqlTable::new()
+            .key_column("aid", SqlType::Int4, 0, 31)
+            .column("bid", SqlType::Int8, "bid")
+            .column("abalance", SqlType::Int8, "abalance")
+            .column("filler", SqlType::Varchar(84), "filler")
+            .domain(1, s * ACCOUNTS_PER_BRANCH),
+    )?;
+    c.sql(
+        HISTORY,
+        SqlTable::new()
+            .hidden_key("bid", 32, 32)
+            .hidden_key("seq", 0, 32)
+            .column("tid", SqlType::Int8, "tid")
+            .column("bid", SqlType::Int8, "bid")
+            .column("aid", SqlType::Int8, "aid")
+            .column("delta", SqlType::Int8, "delta")
+            .column("mtime", SqlType::Timestamp, "mtime")
+            .column("filler", SqlType::Varchar(22), "filler")
+            .local_prefix(1)
+            .domain(1, s)
+            .keyless(BRANCHES, 1, |tx, row| {
+                Box::pin(async move {
+                    let bid = row[1]
+                        .as_int()
+                        .and_then(|b| u64::try_from(b).ok())
+                        .ok_or(Abort::User(sql_abort::FOREIGN_KEY))?;
+                    let h = tx
+                        .get_for_update(BRANCHES, bid)
+                        .await?
+                        .ok_or(Abort::User(sql_abort::FOREIGN_KEY))?;
+                    let seq = tx.row_mut(h).add_u64(HIST_SEQ, 1)?;
+                    Ok(bid << 32 | seq)
+                })
+            }),
+    )
+}
+
 fn ycsb_catalog(rows: u64) -> Catalog {
     let mut c = Catalog::new();
     let cfg = crate::ycsb::YcsbConfig {
@@ -450,6 +539,22 @@ fn ycsb_catalog(rows: u64) -> Catalog {
         Partition::BySite(ycsb_site),
     );
     debug_assert_eq!(t, 0);
+    let mut view = SqlTable::new()
+        .key_column("ycsb_key", SqlType::Int8, 0, 63)
+        .column("field0", SqlType::Int8, "f0");
+    if cfg.row_bytes > 16 {
+        view = view.column(
+            "field1",
+            SqlType::Varchar((cfg.row_bytes - 16) as u16),
+            "payload",
+        );
+    }
+    c.sql(
+        t,
+        view.domain(0, rows - 1)
+            .on_write(|k, r| r.set_u64(CHECK, crate::row_check(k, r.u64(F0)))),
+    )
+    .expect("ycsb's SQL view fits its table");
     let key = |v: i64| u64::try_from(v).map_err(|_| Abort::User("missing key"));
     c.procedure(
         ProcDef::new("ycsb_read", move |tx, a, out| {
@@ -540,6 +645,24 @@ fn micro_catalog(rows: u64) -> Catalog {
         Partition::Range { keys: rows },
     );
     debug_assert_eq!(t, TABLE);
+    let cfg = Builtin::micro(rows);
+    let mut view = SqlTable::new()
+        .key_column("key", SqlType::Int8, 0, 63)
+        .column("val", SqlType::Int8, "val");
+    if cfg.row_bytes > 16 {
+        view = view.column(
+            "payload",
+            SqlType::Varchar((cfg.row_bytes - 16) as u16),
+            "payload",
+        );
+    }
+    c.sql(
+        t,
+        view.domain(0, rows - 1).on_write(|k, r| {
+            r.set_u64(Col(1), crate::row_check(k, r.i64(crate::micro::VAL) as u64))
+        }),
+    )
+    .expect("micro's SQL view fits its table");
     for (name, update) in [("micro_read", false), ("micro_update", true)] {
         c.procedure(
             ProcDef::new(name, move |tx, a, out| {
@@ -610,7 +733,7 @@ fn bank_catalog(accounts: u64) -> Catalog {
     let mut c = Catalog::new();
     let a = c.table(
         TableDef::new(
-            "bank_accounts",
+            "accounts",
             &[("balance", ColType::I64)],
             accounts,
             PrimaryKind::Hash,
@@ -619,7 +742,7 @@ fn bank_catalog(accounts: u64) -> Catalog {
     );
     let t = c.table(
         TableDef::new(
-            "bank_transfers",
+            "transfers",
             &[
                 ("src", ColType::I64),
                 ("dst", ColType::I64),
@@ -632,6 +755,23 @@ fn bank_catalog(accounts: u64) -> Catalog {
         Partition::BySite(bank_site),
     );
     debug_assert_eq!((a, t), (BANK_ACCOUNTS, BANK_TRANSFER_ROWS));
+    c.sql(
+        a,
+        SqlTable::new()
+            .key_column("id", SqlType::Int8, 0, 63)
+            .column("balance", SqlType::Int8, "balance")
+            .domain(0, accounts - 1),
+    )
+    .expect("bank's SQL views fit its tables");
+    c.sql(
+        t,
+        SqlTable::new()
+            .key_column("id", SqlType::Int8, 0, 63)
+            .column("src", SqlType::Int8, "src")
+            .column("dst", SqlType::Int8, "dst")
+            .column("amount", SqlType::Int8, "amount"),
+    )
+    .expect("bank's SQL views fit its tables");
     let id = |v: i64, what: &'static str| u64::try_from(v).map_err(|_| Abort::User(what));
     c.procedure(
         ProcDef::new("transfer", move |tx, args, out| {
@@ -1007,6 +1147,225 @@ mod tests {
         o.topology = Some(Topology::described("4x6").expect("a described machine"));
         o.pin = false;
         Ok(o)
+    }
+
+    /// pgbench's tpcb-like script, each statement with its parameters from
+    /// `(aid, tid, bid, delta)`; `literal`: as `-M simple` sends it, the
+    /// values written in.
+    fn tpcb_like(
+        aid: i64,
+        tid: i64,
+        bid: i64,
+        delta: i64,
+        literal: bool,
+    ) -> Vec<(String, Vec<Value>)> {
+        let script: [(&str, Vec<i64>); 5] = [
+            ("UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2", vec![delta, aid]),
+            ("SELECT abalance FROM pgbench_accounts WHERE aid = $1", vec![aid]),
+            ("UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2", vec![delta, tid]),
+            ("UPDATE pgbench_branches SET bbalance = bbalance + $1 WHERE bid = $2", vec![delta, bid]),
+            (
+                "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP)",
+                vec![tid, bid, aid, delta],
+            ),
+        ];
+        script
+            .into_iter()
+            .map(|(sql, params)| {
+                if literal {
+                    let mut sql = sql.to_string();
+                    for (i, v) in params.iter().enumerate().rev() {
+                        sql = sql.replace(&format!("${}", i + 1), &v.to_string());
+                    }
+                    (sql, Vec::new())
+                } else {
+                    (
+                        sql.to_string(),
+                        params.into_iter().map(Value::Int).collect(),
+                    )
+                }
+            })
+            .collect()
+    }
+
+    /// A tpcb deployment of 2 branches on 2 islands whose catalog has two
+    /// more procedures: `tpcb_sql(aid, tid, bid, delta, literal)` runs
+    /// pgbench's tpcb-like script as SQL in one transaction (returning
+    /// `abalance`), `sql2(text)` runs one SELECT of two integer columns.
+    fn tpcb_with_sql() -> Deployment {
+        let b = Builtin::Tpcb { scale: 2 };
+        let views = std::sync::Arc::new(b.catalog());
+        let mut c = b.catalog();
+        let v = views.clone();
+        c.procedure(
+            ProcDef::new("tpcb_sql", move |tx, args, out| {
+                let v = v.clone();
+                Box::pin(async move {
+                    let (aid, tid, bid, delta) =
+                        (args.int(0), args.int(1), args.int(2), args.int(3));
+                    for (sql, params) in tpcb_like(aid, tid, bid, delta, args.int(4) != 0) {
+                        islands::server::tables::run_sql(tx, &v, &sql, &params, out).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .param("aid", Type::Int)
+            .param("tid", Type::Int)
+            .param("bid", Type::Int)
+            .param("delta", Type::Int)
+            .param("literal", Type::Int)
+            .column("abalance", Type::Int)
+            .home_by(2, BRANCHES),
+        )
+        .unwrap();
+        let v = views.clone();
+        c.procedure(
+            ProcDef::new("sql2", move |tx, args, out| {
+                let v = v.clone();
+                Box::pin(async move {
+                    islands::server::tables::run_sql(tx, &v, args.str(0), &[], out).await?;
+                    Ok(())
+                })
+            })
+            .param("sql", Type::Str)
+            .column("a", Type::Int)
+            .column("b", Type::Int),
+        )
+        .unwrap();
+        let o = on_large_machine(&b, 2).unwrap();
+        Deployment::open(o, c, |l| b.load(l)).unwrap()
+    }
+
+    #[test]
+    fn pgbench_tpcb_like_as_sql_keeps_the_tpcb_conditions() {
+        let b = Builtin::Tpcb { scale: 2 };
+        let db = tpcb_with_sql();
+        let client = db.client();
+        let sql2 = |sql: &str| -> Vec<i64> {
+            let r = client.call("sql2", &[Value::Str(sql.into())]).unwrap();
+            r[0].iter()
+                .map(|v| v.as_int().unwrap_or(i64::MIN))
+                .collect()
+        };
+        assert_eq!(
+            sql2("select count(*), count(*) from pgbench_branches"),
+            [2, 2]
+        );
+        let mut x = 12345u64;
+        let mut next = |n: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % n
+        };
+        let (mut total, mut calls) = (0i64, 0i64);
+        let mut balance = std::collections::HashMap::new();
+        for i in 0..120 {
+            // Accounts of either branch, tellers and branches of either:
+            // some transactions span both islands.
+            let aid = 1 + next(2 * ACCOUNTS_PER_BRANCH) as i64;
+            let tid = 1 + next(2 * TELLERS_PER_BRANCH) as i64;
+            let bid = 1 + next(2) as i64;
+            let delta = next(10_001) as i64 - 5000;
+            let rows = client
+                .call(
+                    "tpcb_sql",
+                    &[
+                        aid.into(),
+                        tid.into(),
+                        bid.into(),
+                        delta.into(),
+                        Value::Int(i % 2),
+                    ],
+                )
+                .unwrap();
+            let b = balance.entry(aid).or_insert(0i64);
+            *b += delta;
+            assert_eq!(rows, vec![vec![Value::Int(*b)]], "abalance of {aid}");
+            total += delta;
+            calls += 1;
+        }
+        // The built-in procedure and the SQL script keep the same history.
+        client
+            .call(
+                "tpcb",
+                &[Value::Int(7), Value::Int(3), Value::Int(2), Value::Int(11)],
+            )
+            .unwrap();
+        total += 11;
+        calls += 1;
+        assert_eq!(
+            sql2("SELECT count(*), sum(delta) FROM pgbench_history"),
+            [calls, total]
+        );
+        assert_eq!(
+            sql2("SELECT count(*), sum(bbalance) FROM pgbench_branches"),
+            [2, total]
+        );
+        assert_eq!(
+            sql2("SELECT sum(tbalance), max(tid) FROM pgbench_tellers"),
+            [total, 2 * TELLERS_PER_BRANCH as i64]
+        );
+        assert_eq!(
+            sql2("SELECT aid, bid FROM pgbench_accounts WHERE aid = 100001"),
+            [100_001, 2]
+        );
+        let islands: Vec<&Island> = db.islands().iter().collect();
+        let checked = b.check_islands(&islands, true);
+        assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+        // A history row of a branch that does not exist is refused.
+        let e = client
+            .call(
+                "tpcb_sql",
+                &[1.into(), 1.into(), 9.into(), 1.into(), 0.into()],
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("foreign key"), "{e}");
+        let checked = b.check_islands(&islands, true);
+        assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+        db.shutdown().unwrap();
+    }
+
+    #[test]
+    fn the_data_sets_show_the_tables_and_columns_of_the_systems_they_imitate() {
+        use islands::server::tables::describe;
+        let cases: [(Builtin, &str, &[&str]); 12] = [
+            (Builtin::Tpcb { scale: 1 }, "SELECT * FROM pgbench_accounts WHERE aid = 1", &["aid", "bid", "abalance", "filler"]),
+            (Builtin::Tpcb { scale: 1 }, "SELECT * FROM pgbench_branches WHERE bid = 1", &["bid", "bbalance", "filler"]),
+            (Builtin::Tpcb { scale: 1 }, "SELECT * FROM pgbench_tellers WHERE tid = 1", &["tid", "bid", "tbalance", "filler"]),
+            (Builtin::Tpcb { scale: 1 }, "SELECT * FROM pgbench_history", &["tid", "bid", "aid", "delta", "mtime", "filler"]),
+            (Builtin::Ycsb { rows: 10 }, "SELECT * FROM usertable WHERE ycsb_key = 1", &["ycsb_key", "field0", "field1"]),
+            (Builtin::Bank { accounts: 10 }, "SELECT * FROM accounts WHERE id = 1", &["id", "balance"]),
+            (Builtin::Bank { accounts: 10 }, "SELECT * FROM transfers WHERE id = 1", &["id", "src", "dst", "amount"]),
+            (Builtin::Micro { rows: 10 }, "SELECT * FROM micro WHERE key = 1", &["key", "val", "payload"]),
+            (Builtin::Tpcc { warehouses: 1 }, "SELECT * FROM warehouse WHERE w_id = 1", &["w_id", "w_name", "w_street_1", "w_street_2", "w_city", "w_state", "w_zip", "w_tax", "w_ytd"]),
+            (Builtin::Tpcc { warehouses: 1 }, "SELECT d_next_o_id, d_id FROM district WHERE d_w_id = 1 AND d_id = 2", &["d_next_o_id", "d_id"]),
+            (Builtin::Tpcc { warehouses: 1 }, "SELECT c_id, c_balance FROM customer WHERE c_w_id = 1 AND c_d_id = 2 AND c_last = 'BARBARBAR'", &["c_id", "c_balance"]),
+            (Builtin::Tpcc { warehouses: 1 }, "SELECT ol_number, ol_amount FROM order_line WHERE ol_w_id = 1 AND ol_d_id = 1 AND ol_o_id = 5 ORDER BY ol_number", &["ol_number", "ol_amount"]),
+        ];
+        for (b, sql, want) in cases {
+            let (cols, _) = describe(sql, &b.catalog()).unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+            let names: Vec<&str> = cols.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, want, "{sql}");
+        }
+        let tpcc = Builtin::Tpcc { warehouses: 1 }.catalog();
+        for sql in [
+            "SELECT count(*) FROM new_order WHERE no_w_id = 1 AND no_d_id = 3",
+            "SELECT max(o_id) FROM orders WHERE o_w_id = 1 AND o_d_id = 3 AND o_c_id = 7",
+            "SELECT s_quantity FROM stock WHERE s_w_id = 1 AND s_i_id = 5",
+            "SELECT i_price FROM item WHERE i_id BETWEEN 1 AND 10",
+            "SELECT sum(h_amount) FROM history",
+            "UPDATE stock SET s_quantity = s_quantity - 1 WHERE s_w_id = 1 AND s_i_id = 5",
+        ] {
+            describe(sql, &tpcc).unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        }
+        for (sql, code) in [
+            ("INSERT INTO history (h_c_id) VALUES (1)", "0A000"),
+            ("INSERT INTO warehouse (w_id) VALUES (2)", "0A000"),
+            ("SELECT * FROM pgbench_accounts", "42P01"),
+        ] {
+            assert_eq!(describe(sql, &tpcc).unwrap_err().0, code, "{sql}");
+        }
     }
 
     #[test]

@@ -78,6 +78,10 @@ mod deployment;
 mod value;
 
 pub use block::{Block, Statement};
+pub use catalog::{
+    sql_abort, sql_abort_state, KeyAlloc, KeyAllocFn, KeyPart, SqlColumn, SqlSecondary, SqlSource,
+    SqlTable,
+};
 pub use catalog::{Catalog, Home, Partition, ProcBody, ProcDef, ProcFuture, SiteOf};
 pub use client::{CallFuture, Client};
 pub use deployment::{CancelFlag, Deployment, Load, Options};

@@ -42,6 +42,8 @@ mod metrics;
 mod session;
 mod shared;
 pub mod sql;
+#[doc(hidden)]
+pub mod tables;
 
 #[doc(hidden)]
 pub use self::framing::fuzz_frames;

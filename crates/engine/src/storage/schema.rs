@@ -36,6 +36,54 @@ impl ColType {
     }
 }
 
+/// The type a column shows to SQL (`islands serve`'s statements on tables).
+/// A timestamp is stored in an `I64` column as microseconds since the Unix
+/// epoch (UTC); a `varchar(n)` in a `Str(n)` column (n bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SqlType {
+    Int8,
+    Int4,
+    Float8,
+    Varchar(u16),
+    Timestamp,
+}
+
+impl SqlType {
+    /// The SQL type a column of storage type `ty` shows by default (an
+    /// unsigned 64-bit column shows as `int8`; values past `i64::MAX` are
+    /// out of its range).
+    pub fn of(ty: ColType) -> SqlType {
+        match ty {
+            ColType::I32 => SqlType::Int4,
+            ColType::I64 | ColType::U64 => SqlType::Int8,
+            ColType::F64 => SqlType::Float8,
+            ColType::Str(n) => SqlType::Varchar(n),
+        }
+    }
+
+    /// Whether a column stored as `ty` can show as this type.
+    pub fn fits(self, ty: ColType) -> bool {
+        matches!(
+            (self, ty),
+            (SqlType::Int8, ColType::I64 | ColType::U64 | ColType::I32)
+                | (SqlType::Int4, ColType::I32)
+                | (SqlType::Float8, ColType::F64)
+                | (SqlType::Timestamp, ColType::I64)
+        ) || matches!((self, ty), (SqlType::Varchar(a), ColType::Str(b)) if a == b)
+    }
+
+    /// Its PostgreSQL name: `int8`, `int4`, `float8`, `varchar(n)`, `timestamp`.
+    pub fn name(self) -> String {
+        match self {
+            SqlType::Int8 => "int8".into(),
+            SqlType::Int4 => "int4".into(),
+            SqlType::Float8 => "float8".into(),
+            SqlType::Varchar(n) => format!("varchar({n})"),
+            SqlType::Timestamp => "timestamp".into(),
+        }
+    }
+}
+
 /// A column of a schema: its name, type and byte offset in the row.
 #[derive(Clone, Debug)]
 pub struct Column {

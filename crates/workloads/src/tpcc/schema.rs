@@ -26,6 +26,8 @@
 //! | item       | hash                 | `i` (1..=items)                                  |
 //! | stock      | hash                 | `w << 32 \| i`                                   |
 
+use islands::api::{SqlTable, Value};
+use islands::storage::schema::SqlType;
 use islands::storage::{PrimaryKind, RowRef, SecondaryId, TableDef, TableId};
 
 use super::TpccConfig;
@@ -346,5 +348,98 @@ pub fn tables(cfg: &TpccConfig) -> Vec<TableDef> {
             PrimaryKind::Hash,
         )
         .with_fixed_keys(),
+    ]
+}
+
+/// The SQL type of a stored TPC-C column: dates (microseconds since the
+/// epoch) are timestamps, money and rates `int8`, the rest as stored.
+fn sql_type(name: &str, ty: islands::storage::ColType) -> SqlType {
+    let date = name.ends_with("_DATE") || name.ends_with("_D") || name == "C_SINCE";
+    if date && ty == islands::storage::ColType::I64 {
+        SqlType::Timestamp
+    } else {
+        SqlType::of(ty)
+    }
+}
+
+/// A TPC-C table as SQL sees it: every column under its spec name in lower
+/// case (`w_id`, `d_next_o_id`, ...), in the spec's order; the key columns
+/// (`key`: stored name, shift, bits; most significant first) pack into the
+/// 64-bit key as this module's `*_key` functions do.
+fn view(columns: &[(&str, islands::storage::ColType)], key: &[(&str, u8, u8)]) -> SqlTable {
+    let mut v = SqlTable::new();
+    for &(stored, shift, bits) in key {
+        let ty = columns
+            .iter()
+            .find(|(n, _)| *n == stored)
+            .map_or(SqlType::Int4, |&(n, t)| sql_type(n, t));
+        v = v.key_column_stored(&stored.to_lowercase(), ty, shift, bits, stored);
+    }
+    for &(name, ty) in columns {
+        if !key.iter().any(|k| k.0 == name) {
+            v = v.column(&name.to_lowercase(), sql_type(name, ty), name);
+        }
+    }
+    let order: Vec<String> = columns.iter().map(|(n, _)| n.to_lowercase()).collect();
+    let order: Vec<&str> = order.iter().map(String::as_str).collect();
+    v.column_order(&order)
+}
+
+fn int_arg(v: &Value) -> Option<u32> {
+    v.as_int().and_then(|i| u32::try_from(i).ok())
+}
+
+/// The SQL views of the tables of [`tables`], in `TableId` order: rows of
+/// one warehouse lie on one island (key prefix `w_id`); ITEM is on every
+/// island; HISTORY has no key SQL names (rows are read, not written).
+pub fn sql_views(cfg: &TpccConfig) -> Vec<SqlTable> {
+    let w = u64::from(cfg.warehouses);
+    let by_w = |v: SqlTable| v.local_prefix(1).domain(1, w);
+    vec![
+        by_w(view(wh::COLUMNS, &[("W_ID", 0, 16)])),
+        by_w(view(dist::COLUMNS, &[("D_W_ID", 4, 16), ("D_ID", 0, 4)])),
+        by_w(view(
+            cust::COLUMNS,
+            &[("C_W_ID", 20, 16), ("C_D_ID", 16, 4), ("C_ID", 0, 16)],
+        ))
+        .secondary(CUSTOMER_BY_LAST, &["c_w_id", "c_d_id", "c_last"], |v| {
+            let (w, d) = (int_arg(&v[0])?, int_arg(&v[1])?);
+            (w <= MAX_WAREHOUSES && d < 16)
+                .then(|| last_name_key(w, d, v[2].as_str().unwrap_or("").as_bytes()))
+        }),
+        by_w(
+            SqlTable::new()
+                .hidden_key("h_w_id", 48, 16)
+                .hidden_key("h_seq", 0, 48),
+        )
+        .columns_of(&view(hist::COLUMNS, &[])),
+        by_w(view(
+            no::COLUMNS,
+            &[("NO_W_ID", 36, 16), ("NO_D_ID", 32, 4), ("NO_O_ID", 0, 32)],
+        )),
+        by_w(view(
+            ord::COLUMNS,
+            &[("O_W_ID", 36, 16), ("O_D_ID", 32, 4), ("O_ID", 0, 32)],
+        ))
+        .secondary(ORDERS_BY_CUSTOMER, &["o_w_id", "o_d_id", "o_c_id"], |v| {
+            let (w, d, c) = (int_arg(&v[0])?, int_arg(&v[1])?, int_arg(&v[2])?);
+            (w <= MAX_WAREHOUSES && d < 16 && c <= MAX_CUSTOMERS).then(|| customer_key(w, d, c))
+        }),
+        by_w(view(
+            ol::COLUMNS,
+            &[
+                ("OL_W_ID", 40, 16),
+                ("OL_D_ID", 36, 4),
+                ("OL_O_ID", 4, 32),
+                ("OL_NUMBER", 0, 4),
+            ],
+        )),
+        view(item::COLUMNS, &[("I_ID", 0, 32)])
+            .local_prefix(0)
+            .domain(1, u64::from(cfg.items)),
+        by_w(view(
+            stock::COLUMNS,
+            &[("S_W_ID", 32, 16), ("S_I_ID", 0, 32)],
+        )),
     ]
 }

@@ -172,6 +172,10 @@ pub fn catalog(cfg: &TpccConfig) -> Catalog {
         .expect("a fresh catalog");
     c.secondary_by_site(ORDERS, ORDERS_BY_CUSTOMER, by_customer_site)
         .expect("a fresh catalog");
+    for (id, view) in schema::sql_views(cfg).into_iter().enumerate() {
+        c.sql(id as u16, view)
+            .expect("TPC-C's SQL views fit its tables");
+    }
     let wmax = i64::from(cfg.warehouses);
     let warehouse = move |a: &Args, i: usize, why: &'static str| arg_in(a, i, 1..=wmax, why);
     let district =
