@@ -39,6 +39,8 @@
 mod framing;
 mod handler;
 mod metrics;
+#[allow(dead_code)] // Plugged into the dispatch by the lead (server/handler.rs).
+pub(crate) mod pg_catalog;
 mod shared;
 pub mod sql;
 mod tls;
