@@ -291,3 +291,43 @@ fn a_failed_password_is_one_error_naming_the_login_user_then_closed() {
     );
     server.shutdown().unwrap();
 }
+
+/// psql's `\dt`, `\d TABLE` and `\df` against a served data set: the
+/// tables, a table's columns and the procedures of its catalog.
+#[test]
+#[ignore = "until pg_catalog::answer is called by the statement dispatch (issue 30's merge)"]
+fn psql_describes_tables_and_procedures() {
+    if !on_path("psql") {
+        println!("SKIPPED psql_describes_tables_and_procedures: psql is not on PATH");
+        return;
+    }
+    let b = Builtin::Bank { accounts: 100 };
+    let catalog = b.catalog();
+    let server = serve(open(b.catalog(), Some(b), None), local()).unwrap();
+    let port = server.local_addr().port();
+    let (ok, out, err) = psql(port, "disable", "\\dt");
+    assert!(ok, "{err}");
+    for t in catalog.tables() {
+        assert!(
+            out.contains(&format!("|{}|table|", t.name)),
+            "{}: {out}",
+            t.name
+        );
+    }
+    let first = &catalog.tables()[0];
+    let (ok, out, err) = psql(port, "disable", &format!("\\d {}", first.name));
+    assert!(ok, "{err}");
+    for (column, _) in &first.columns {
+        assert!(out.contains(column.as_str()), "{column}: {out}");
+    }
+    let (ok, out, err) = psql(port, "disable", "\\df");
+    assert!(ok, "{err}");
+    for p in catalog.procedures() {
+        assert!(
+            out.contains(&format!("|{}|", p.name())),
+            "{}: {out}",
+            p.name()
+        );
+    }
+    server.shutdown().unwrap();
+}
