@@ -606,7 +606,12 @@ fn psql_columns(text: &str, names: &Option<Vec<String>>, catalog: &Catalog) -> O
                         "format_type" => val(col_format(ty)),
                         "attnum" => val((i + 1).to_string()),
                         "attnotnull" => val("f"),
-                        "attidentity" | "attgenerated" => val(""),
+                        "attidentity" | "attgenerated" | "attcompression" => val(""),
+                        // \d+: fixed-size values are stored plain, strings extended.
+                        "attstorage" => val(match ty {
+                            ColType::Str(_) => "x",
+                            _ => "p",
+                        }),
                         _ => None,
                     }) as RowFn<'_>
                 })
@@ -619,7 +624,7 @@ fn psql_columns(text: &str, names: &Option<Vec<String>>, catalog: &Catalog) -> O
             "attname" => PgType::NAME,
             "attnotnull" => PgType::BOOL,
             "attnum" => PgType::INT2,
-            "attidentity" | "attgenerated" => PgType::CHAR,
+            "attidentity" | "attgenerated" | "attcompression" | "attstorage" => PgType::CHAR,
             _ => PgType::TEXT,
         },
         rows,

@@ -139,6 +139,15 @@ fn psql_d_name_finds_the_table_and_describes_its_columns() {
     let second = include_str!("captured/psql15_d_accounts_3.sql").replace("'16384'", "'16385'");
     let r = rows_of(&second);
     assert_eq!(r.rows[1][1].as_deref(), Some("character varying(20)"));
+    // \d+ asks for storage and more: plain for integers, extended for strings.
+    let r = rows_of(include_str!("captured/psql15_d_plus_accounts_3.sql"));
+    assert_eq!(r.columns.len(), 11, "{:?}", col_names(&r));
+    assert_eq!(cell(&r, 0, "attstorage").as_deref(), Some("p"));
+    assert_eq!(cell(&r, 0, "attstattarget"), None);
+    let r = rows_of(
+        &include_str!("captured/psql15_d_plus_accounts_3.sql").replace("'16384'", "'16385'"),
+    );
+    assert_eq!(cell(&r, 1, "attstorage").as_deref(), Some("x"));
     // An oid that is no table: no columns.
     let none = include_str!("captured/psql15_d_accounts_3.sql").replace("'16384'", "'99'");
     assert!(rows_of(&none).rows.is_empty());
