@@ -119,6 +119,14 @@ pub struct ServeArgs {
     /// Scrapes need no password. Default: no metrics.
     #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
     metrics: Option<SocketAddr>,
+    /// The server's TLS certificate chain (PEM, its own certificate first). With
+    /// --tls-key, clients that ask for TLS (sslmode=require) get it; without, they
+    /// are told the server has none. Both files are checked at start.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 /// `--metrics`: an address, or a port on loopback.
@@ -381,6 +389,8 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             })
             .transpose()?,
         metrics: a.metrics,
+        tls_cert: a.tls_cert.clone(),
+        tls_key: a.tls_key.clone(),
         ..ServerOptions::default()
     };
     if !sopts.listen.ip().is_loopback() && sopts.password.is_none() {
@@ -430,12 +440,21 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
     let recovered: u64 = db.recovered().iter().map(|r| r.checkpoint_rows).sum();
     let logged: u64 = db.recovered().iter().map(|r| r.log_records).sum();
     let summary = db.plan().summary();
+    let tls = sopts.tls_enabled();
     let server = serve(db, sopts)?;
     let how = if recovered + logged > 0 {
         format!("recovered {recovered} checkpointed rows and {logged} log records")
     } else {
         "loaded".to_string()
     };
+    // Said before the ready line, which scripts wait for.
+    if !server.local_addr().ip().is_loopback() {
+        if tls {
+            println!("islands serve: TLS on: clients that ask for it (sslmode=require) get it");
+        } else {
+            println!("islands serve: traffic is not encrypted: give --tls-cert and --tls-key");
+        }
+    }
     let metrics = server
         .metrics_addr()
         .map_or_else(String::new, |m| format!("; metrics on http://{m}/metrics"));

@@ -16,4 +16,5 @@ mod serve_hostile;
 mod serve_observe;
 mod serve_overflow;
 mod serve_protocol;
+mod serve_tls;
 mod tpcc_crash;

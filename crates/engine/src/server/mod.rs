@@ -44,6 +44,9 @@ mod shared;
 pub mod sql;
 #[doc(hidden)]
 pub mod tables;
+#[allow(dead_code)] // Plugged into the dispatch by the lead (server/handler.rs).
+pub(crate) mod pg_catalog;
+mod tls;
 
 #[doc(hidden)]
 pub use self::framing::fuzz_frames;
@@ -51,6 +54,7 @@ pub use self::framing::fuzz_frames;
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -126,6 +130,13 @@ pub struct ServerOptions {
     /// Where to answer Prometheus scrapes (`GET /metrics` over HTTP);
     /// `None`: nowhere. Scrapes need no password, on any address.
     pub metrics: Option<SocketAddr>,
+    /// The server's certificate chain (PEM, its own certificate first):
+    /// with [`ServerOptions::tls_key`], SSLRequest is answered with TLS;
+    /// without both, it is refused and the client goes on in plain text
+    /// (or gives up, as `sslmode=require` does).
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of [`ServerOptions::tls_cert`] (PEM).
+    pub tls_key: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -141,6 +152,8 @@ impl std::fmt::Debug for ServerOptions {
             .field("threads", &self.threads)
             .field("cpus", &self.cpus)
             .field("metrics", &self.metrics)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
             .finish()
     }
 }
@@ -165,6 +178,7 @@ impl ServerOptions {
         if self.password.as_deref() == Some("") {
             return Err(Error::Config("the password is empty".into()));
         }
+        self.tls()?;
         if let Some(threads) = self.threads {
             if !(1..=MAX_THREADS).contains(&threads) {
                 return Err(Error::Config(format!(
@@ -185,6 +199,27 @@ impl ServerOptions {
         }
         Ok(())
     }
+
+    /// The TLS configuration of [`ServerOptions::tls_cert`] and
+    /// [`ServerOptions::tls_key`] (both files read and checked now);
+    /// `None` without TLS. One without the other is an error.
+    fn tls(&self) -> Result<Option<Arc<tokio_rustls::rustls::ServerConfig>>, Error> {
+        match (&self.tls_cert, &self.tls_key) {
+            (None, None) => Ok(None),
+            (Some(cert), Some(key)) => tls::load(cert, key).map(Some),
+            (Some(_), None) => Err(Error::Config(
+                "--tls-cert needs --tls-key (the certificate's private key)".into(),
+            )),
+            (None, Some(_)) => Err(Error::Config(
+                "--tls-key needs --tls-cert (the certificate it is the key of)".into(),
+            )),
+        }
+    }
+
+    /// Whether connections may use TLS (both files given).
+    pub fn tls_enabled(&self) -> bool {
+        self.tls_cert.is_some() && self.tls_key.is_some()
+    }
 }
 
 /// The default address: PostgreSQL's port plus one, on loopback.
@@ -203,6 +238,8 @@ impl Default for ServerOptions {
             threads: None,
             cpus: None,
             metrics: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -276,6 +313,7 @@ impl NoopStartupHandler for NoAuth {}
 /// if it cannot), then returns while a server thread accepts connections.
 pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Error> {
     opts.check()?;
+    let tls = opts.tls()?.map(tokio_rustls::TlsAcceptor::from);
     let listener = StdListener::bind(opts.listen)
         .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", opts.listen)))?;
     listener
@@ -344,6 +382,7 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
             shared: Arc::clone(&shared),
             opts: Arc::clone(&opts),
             auth: auth.clone(),
+            tls: tls.clone(),
             stop: stop_rx.clone(),
         };
         let cpu = opts.cpus.as_ref().map(|c| c.ids()[i % c.len()] as usize);
@@ -631,6 +670,8 @@ struct Thread {
     shared: Arc<Shared>,
     opts: Arc<ServerOptions>,
     auth: Auth,
+    /// Answers SSLRequest; `None`: refused.
+    tls: Option<tokio_rustls::TlsAcceptor>,
     stop: watch::Receiver<State>,
 }
 
@@ -670,6 +711,7 @@ impl Thread {
             let handler = Arc::new(Handler::new(Arc::clone(&self.shared), self.index));
             let conn = Conn {
                 opts: Arc::clone(&self.opts),
+                tls: self.tls.clone(),
                 extended: Arc::new(Extended {
                     handler: Arc::clone(&handler),
                     parser: Arc::clone(&parser),
@@ -726,6 +768,8 @@ impl Drop for Open {
 /// One connection's settings and handlers.
 struct Conn {
     opts: Arc<ServerOptions>,
+    /// Answers SSLRequest; `None`: refused.
+    tls: Option<tokio_rustls::TlsAcceptor>,
     handler: Arc<Handler>,
     extended: Arc<Extended>,
     stop: watch::Receiver<State>,
@@ -785,7 +829,7 @@ impl Conn {
     async fn run<A: StartupHandler>(mut self, tcp: TcpStream, peer: SocketAddr, auth: Arc<A>) {
         let _ = tcp.set_nodelay(true);
         let mut socket: Socket = Framed::new(
-            Batched::new(tcp),
+            Batched::new(tls::Io::Plain(tcp)),
             PgWireMessageServerCodec::new(DefaultClient::new(peer, false)),
         );
         if let Some(info) = self.refuse.take() {
@@ -890,11 +934,21 @@ impl Conn {
             match phase {
                 Phase::Startup => {
                     let code = frame.code();
+                    if code == framing::SSL_REQUEST && frame.bytes.len() == 8 {
+                        if let Some(acceptor) = &self.tls {
+                            let Some(s) = start_tls(socket, acceptor, &input, peer, login_by).await
+                            else {
+                                return;
+                            };
+                            socket = s;
+                            continue;
+                        }
+                    }
                     if (code == framing::SSL_REQUEST || code == framing::GSS_REQUEST)
                         && frame.bytes.len() == 8
                     {
-                        // No TLS, no GSS encryption: the client goes on in
-                        // plain text or gives up.
+                        // No TLS here (or already on), no GSS encryption:
+                        // the client goes on as it is or gives up.
                         let answer = if code == framing::SSL_REQUEST {
                             PgWireBackendMessage::SslResponse(SslResponse::Refuse)
                         } else {
@@ -1077,6 +1131,57 @@ impl Conn {
     }
 }
 
+/// Answers an SSLRequest with TLS: 'S', then the handshake (done by
+/// the login deadline). Returns the connection over TLS, or `None` when it
+/// is over: the handshake failed (logged), or the client sent bytes after
+/// its SSLRequest before the handshake (they would be taken as sent over
+/// TLS: refused as PostgreSQL does), or the connection already speaks TLS.
+async fn start_tls(
+    mut socket: Socket,
+    acceptor: &tokio_rustls::TlsAcceptor,
+    input: &BytesMut,
+    peer: SocketAddr,
+    login_by: Option<Instant>,
+) -> Option<Socket> {
+    if socket.get_ref().io.is_tls() {
+        let r = fatal_refusal("SSLRequest over a connection that already speaks TLS");
+        violation(&mut socket, peer, r).await;
+        return None;
+    }
+    if !input.is_empty() {
+        let r = fatal_refusal("bytes received after SSLRequest before the TLS handshake");
+        violation(&mut socket, peer, r).await;
+        return None;
+    }
+    socket
+        .send(PgWireBackendMessage::SslResponse(SslResponse::Accept))
+        .await
+        .ok()?;
+    std::future::poll_fn(|cx| socket.get_mut().poll_send(cx))
+        .await
+        .ok()?;
+    let tcp = match socket.into_parts().io.io {
+        tls::Io::Plain(tcp) => tcp,
+        tls::Io::Tls(_) => return None,
+    };
+    let handshake = acceptor.accept(tcp);
+    let done = match login_by {
+        Some(t) => tokio::time::timeout_at(t.into(), handshake).await.ok(),
+        None => Some(handshake.await),
+    };
+    match done {
+        Some(Ok(stream)) => Some(Framed::new(
+            Batched::new(tls::Io::Tls(Box::new(stream))),
+            PgWireMessageServerCodec::new(DefaultClient::new(peer, true)),
+        )),
+        Some(Err(e)) => {
+            framing::log_limited(format_args!("{peer}: closed: TLS handshake failed: {e}"));
+            None
+        }
+        None => None,
+    }
+}
+
 fn fatal_refusal(message: impl Into<String>) -> Refusal {
     Refusal {
         fatal: true,
@@ -1129,7 +1234,7 @@ fn name_error(socket: &Socket, msg: &PgWireFrontendMessage) -> Option<ErrorInfo>
 /// sent on its own once it holds [`OUT_BATCH`] bytes, and before the
 /// stream shuts down.
 struct Batched {
-    io: TcpStream,
+    io: tls::Io,
     out: Vec<u8>,
     /// Bytes of `out` already sent.
     sent: usize,
@@ -1139,7 +1244,7 @@ struct Batched {
 const OUT_BATCH: usize = 16 * 1024;
 
 impl Batched {
-    fn new(io: TcpStream) -> Batched {
+    fn new(io: tls::Io) -> Batched {
         Batched {
             io,
             out: Vec::with_capacity(1024),
@@ -1158,7 +1263,8 @@ impl Batched {
         }
         self.out.clear();
         self.sent = 0;
-        Poll::Ready(Ok(()))
+        // TLS holds written records until flushed; TCP sends at once.
+        Pin::new(&mut self.io).poll_flush(cx)
     }
 }
 
