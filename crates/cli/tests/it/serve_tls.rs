@@ -331,3 +331,58 @@ fn psql_describes_tables_and_procedures() {
     }
     server.shutdown().unwrap();
 }
+
+/// The lines `islands serve` prints up to its ready line, listening on
+/// every address (with a password, as any non-loopback address needs).
+fn lines_before_ready(extra: &[&str]) -> Vec<String> {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_islands"))
+        .args(["serve", "--init", "tpcb", "--scale", "1", "--no-pin"])
+        .args(["--listen", "0.0.0.0:0"])
+        .args(extra)
+        .env("ISLANDS_PASSWORD", "s3cret")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = Vec::new();
+    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let ready = line.contains("ready on");
+        lines.push(line);
+        if ready {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    lines
+}
+
+#[test]
+fn a_non_loopback_listener_says_whether_its_traffic_is_encrypted() {
+    let dir = temp("tls-say");
+    let plain = lines_before_ready(&["--data-dir", dir.join("a").to_str().unwrap()]);
+    assert!(
+        plain
+            .iter()
+            .any(|l| l.contains("traffic is not encrypted: give --tls-cert and --tls-key")),
+        "{plain:?}"
+    );
+    assert!(plain.last().unwrap().contains("ready on"), "{plain:?}");
+    let Some((cert, key)) = self_signed(&dir, "say") else {
+        println!("SKIPPED the TLS half: openssl is not on PATH");
+        return;
+    };
+    let tls = lines_before_ready(&[
+        "--data-dir",
+        dir.join("b").to_str().unwrap(),
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    assert!(tls.iter().any(|l| l.contains("TLS on")), "{tls:?}");
+    assert!(!tls.iter().any(|l| l.contains("not encrypted")), "{tls:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
