@@ -16,6 +16,7 @@
 //! not only the statement running when it lands. `statement_timeout` sets
 //! the same flag when a statement runs longer.
 
+use std::borrow::Cow;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -48,7 +49,9 @@ use super::session::{self, Report, Session};
 use super::shared::Shared;
 use super::sql::{self, Arg, Func, Item, Projection, Scalar, Show, SqlError, Stmt};
 
-use crate::api::{CallError, CancelFlag, Home, ProcDef, Row, Type, Value};
+use super::pg_catalog;
+use super::tables::{self, TablePlan};
+use crate::api::{CallError, CancelFlag, Home, ProcDef, Row, Statement, Type, Value};
 
 /// A statement prepared by Parse: the procedure a call names is resolved
 /// then (an unknown one is an error at once, as PostgreSQL's is), and what
@@ -57,6 +60,8 @@ use crate::api::{CallError, CancelFlag, Home, ProcDef, Row, Type, Value};
 pub(crate) struct Prepared {
     stmt: Stmt,
     proc: Option<usize>,
+    /// A statement on tables: its plan, made once.
+    table: Option<Arc<TablePlan>>,
     /// The procedure's columns a call answers with, in order (`None`: all).
     project: Option<Vec<usize>>,
     /// The type of each placeholder ([`param_types`]).
@@ -89,7 +94,7 @@ fn call_error(e: CallError) -> PgWireError {
     let (code, fatal) = match &e {
         CallError::UnknownProcedure(_) => ("42883", false),
         CallError::BadArguments { .. } => ("42804", false),
-        CallError::Rollback { .. } => ("P0001", false),
+        CallError::Rollback { why, .. } => (tables::abort_sqlstate(why).unwrap_or("P0001"), false),
         CallError::Serialization { .. } => ("40001", false),
         CallError::Deadlock { .. } => ("40P01", false),
         CallError::TooManyBlocks { .. } => ("53000", false),
@@ -342,27 +347,46 @@ fn param_types(sh: &Shared, stmt: &Stmt, proc: Option<usize>) -> Vec<PgType> {
 /// take as many arguments as given.
 fn prepare(sh: &Shared, stmt: Stmt) -> PgWireResult<Prepared> {
     let proc = match &stmt {
-        // Seam: statements on tables. The lead plugs `tables::plan` in
-        // here (its plan becomes the prepared statement's).
         Stmt::Tables(s) => {
-            let what = match &**s {
-                sqlparser::ast::Statement::Insert(_) => "INSERT",
-                sqlparser::ast::Statement::Update(_) => "UPDATE",
-                sqlparser::ast::Statement::Delete(_) => "DELETE",
-                _ => "SELECT",
+            let plan = match tables::plan(s, &sh.catalog).map_err(sql_error)? {
+                Some(plan) => plan,
+                None => return Err(user_error("0A000", format!("not supported: {s}"))),
             };
-            return Err(user_error(
-                "0A000",
-                format!("{what} on tables is not supported yet: this server runs procedures (SHOW procedures)"),
-            ));
+            let params = plan.param_types().iter().map(|&t| pg_type(t)).collect();
+            let cols: Vec<(String, PgType)> = plan
+                .columns()
+                .iter()
+                .map(|(n, t)| (n.clone(), pg_type(*t)))
+                .collect();
+            let text_schema = Arc::new(fields(&cols, None)?);
+            return Ok(Prepared {
+                stmt,
+                proc: None,
+                table: Some(Arc::new(plan)),
+                project: None,
+                params,
+                cols,
+                text_schema,
+            });
         }
-        // Seam: queries on pg_catalog / information_schema. The lead plugs
-        // `pg_catalog::answer` in here.
-        Stmt::Catalog { .. } => {
-            return Err(user_error(
-                "0A000",
-                "queries on pg_catalog and information_schema are not supported yet",
-            ));
+        Stmt::Catalog { sql, stmt: ast } => {
+            // Known or refused when prepared; answered with its parameters
+            // when run.
+            let Some(rows) = pg_catalog::answer(sql, ast, &[], &sh.catalog).map_err(sql_error)?
+            else {
+                return Err(user_error("0A000", format!("not supported: {ast}")));
+            };
+            let params = vec![PgType::INT8_ARRAY; placeholders(sql)];
+            let text_schema = Arc::new(fields(&rows.columns, None)?);
+            return Ok(Prepared {
+                stmt,
+                proc: None,
+                table: None,
+                project: None,
+                params,
+                cols: rows.columns,
+                text_schema,
+            });
         }
         Stmt::Call { proc, args, .. } => {
             let Some(i) = sh.lookup(proc) else {
@@ -397,11 +421,68 @@ fn prepare(sh: &Shared, stmt: Stmt) -> PgWireResult<Prepared> {
     Ok(Prepared {
         stmt,
         proc,
+        table: None,
         project,
         params,
         cols,
         text_schema,
     })
+}
+
+/// The highest `$n` in `sql` outside quotes and comments (0: none): the
+/// parameters a catalog query takes.
+fn placeholders(sql: &str) -> usize {
+    let b = sql.as_bytes();
+    let (mut i, mut max) = (0, 0);
+    while i < b.len() {
+        match b[i] {
+            q @ (b'\'' | b'"') => {
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    i += 1;
+                }
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'$' => {
+                let digits = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+                if digits > 0 && (i == 0 || !b[i - 1].is_ascii_alphanumeric()) {
+                    let n = sql[i + 1..i + 1 + digits].parse::<usize>().unwrap_or(0);
+                    max = max.max(n.min(usize::from(u16::MAX)));
+                }
+                i += digits;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    max
+}
+
+/// A statement on tables with its parameters bound, as the engine runs it
+/// (as a transaction of its own, or inside a block). `count` is what its
+/// last run affected or returned, for the command tag.
+struct TableStmt {
+    plan: Arc<TablePlan>,
+    params: Vec<Value>,
+    count: std::sync::atomic::AtomicU64,
+}
+
+impl Statement for TableStmt {
+    fn run<'a>(&'a self, tx: &'a mut crate::txn::Txn, out: &'a mut Vec<Row>) -> crate::api::ProcFuture<'a> {
+        Box::pin(async move {
+            let n = self.plan.run(tx, &self.params, out).await?;
+            self.count.store(n, Ordering::Relaxed);
+            Ok(())
+        })
+    }
+
+    fn name(&self) -> &str {
+        self.plan.tag()
+    }
 }
 
 /// Decodes placeholder `i` (0-based) sent as `bytes` in `format`, of the
@@ -629,17 +710,62 @@ fn check_arg(def: &ProcDef, i: usize, name: &str, t: Type, v: Value) -> PgWireRe
     }
 }
 
-fn encode_row(enc: &mut DataRowEncoder, row: Row) -> PgWireResult<DataRow> {
-    for v in row {
+fn encode_row(enc: &mut DataRowEncoder, fields: &[FieldInfo], row: Row) -> PgWireResult<DataRow> {
+    for (i, v) in row.into_iter().enumerate() {
         match v {
             Value::Null => enc.encode_field(&None::<i64>)?,
             Value::Int(i) => enc.encode_field(&i)?,
             Value::Float(f) => enc.encode_field(&f)?,
-            Value::Str(s) => enc.encode_field(&s)?,
+            // A text value in a column of another type (pg_catalog's
+            // answers) is that type's text form: sent as it is in text, and
+            // encoded as the type in binary.
+            Value::Str(s) => match fields.get(i) {
+                Some(f) if f.format() == FieldFormat::Binary && !is_text(f.datatype()) => {
+                    encode_text_as(enc, f.datatype(), &s)?
+                }
+                _ => enc.encode_field(&s)?,
+            },
             Value::Ints(v) => enc.encode_field(&v)?,
         }
     }
     Ok(enc.take_row())
+}
+
+fn is_text(t: &PgType) -> bool {
+    matches!(
+        *t,
+        PgType::TEXT | PgType::VARCHAR | PgType::BPCHAR | PgType::NAME | PgType::UNKNOWN
+    )
+}
+
+/// Encodes `s`, the text form of a value of type `t`, in `t`'s binary
+/// format (an `oid` is four bytes, a `"char"` one).
+fn encode_text_as(enc: &mut DataRowEncoder, t: &PgType, s: &str) -> PgWireResult<()> {
+    let bad = || user_error("XX000", format!("internal error: {s:?} is not a {t}"));
+    fn list<T: std::str::FromStr>(s: &str) -> Option<Vec<T>> {
+        let inner = s.strip_prefix('{')?.strip_suffix('}')?;
+        if inner.is_empty() {
+            return Some(Vec::new());
+        }
+        inner.split(',').map(|x| x.trim().trim_matches('"').parse().ok()).collect()
+    }
+    match *t {
+        PgType::OID => enc.encode_field(&s.parse::<u32>().map_err(|_| bad())?),
+        PgType::INT2 => enc.encode_field(&s.parse::<i16>().map_err(|_| bad())?),
+        PgType::INT4 => enc.encode_field(&s.parse::<i32>().map_err(|_| bad())?),
+        PgType::INT8 => enc.encode_field(&s.parse::<i64>().map_err(|_| bad())?),
+        PgType::FLOAT8 => enc.encode_field(&s.parse::<f64>().map_err(|_| bad())?),
+        PgType::BOOL => enc.encode_field(&matches!(s, "t" | "true" | "on" | "1")),
+        PgType::CHAR => enc.encode_field(&(s.bytes().next().unwrap_or(0) as i8)),
+        PgType::OID_ARRAY => enc.encode_field(&list::<u32>(s).ok_or_else(bad)?),
+        PgType::INT2_ARRAY => enc.encode_field(&list::<i16>(s).ok_or_else(bad)?),
+        PgType::INT4_ARRAY => enc.encode_field(&list::<i32>(s).ok_or_else(bad)?),
+        PgType::INT8_ARRAY => enc.encode_field(&list::<i64>(s).ok_or_else(bad)?),
+        PgType::TEXT_ARRAY | PgType::NAME_ARRAY | PgType::CHAR_ARRAY => {
+            enc.encode_field(&list::<String>(s).ok_or_else(bad)?)
+        }
+        _ => enc.encode_field(&s),
+    }
 }
 
 /// Rows encoded and fed to the client between two yields to the server
@@ -662,12 +788,12 @@ where
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
     let n = rows.len();
-    let mut enc = DataRowEncoder::new(schema);
+    let mut enc = DataRowEncoder::new(Arc::clone(&schema));
     for (i, row) in rows.into_iter().enumerate() {
         if i > 0 && i % ROWS_PER_CHUNK == 0 {
             tokio::task::yield_now().await;
         }
-        let data = encode_row(&mut enc, row)?;
+        let data = encode_row(&mut enc, &schema, row)?;
         client.feed(PgWireBackendMessage::DataRow(data)).await?;
     }
     Ok(n)
@@ -687,7 +813,8 @@ fn schema(p: &Prepared, format: Option<&Format>) -> PgWireResult<Arc<Vec<FieldIn
 /// fetched (a portal suspended at `max_rows` holds them unencoded).
 fn rows_response(schema: Arc<Vec<FieldInfo>>, tag: &str, rows: Vec<Row>) -> PgWireResult<Response> {
     let mut enc = DataRowEncoder::new(Arc::clone(&schema));
-    let data = stream::iter(rows).map(move |row| encode_row(&mut enc, row));
+    let fields = Arc::clone(&schema);
+    let data = stream::iter(rows).map(move |row| encode_row(&mut enc, &fields, row));
     let mut r = QueryResponse::new(schema, data);
     r.set_command_tag(tag);
     Ok(Response::Query(r))
@@ -697,7 +824,7 @@ fn rows_response(schema: Arc<Vec<FieldInfo>>, tag: &str, rows: Vec<Row>) -> PgWi
 /// and then a command tag with their count. `reports` are the settings it
 /// changed that the client is told of (ParameterStatus, before the tag).
 enum Answer {
-    Done(&'static str, Vec<Report>),
+    Done(Cow<'static, str>, Vec<Report>),
     Rows {
         schema: Arc<Vec<FieldInfo>>,
         tag: &'static str,
@@ -708,12 +835,12 @@ enum Answer {
 
 impl Answer {
     fn done(tag: &'static str) -> Answer {
-        Answer::Done(tag, Vec::new())
+        Answer::Done(Cow::Borrowed(tag), Vec::new())
     }
 
     fn into_response(self) -> PgWireResult<Response> {
         match self {
-            Answer::Done(tag, _) => Ok(Response::Execution(Tag::new(tag))),
+            Answer::Done(tag, _) => Ok(Response::Execution(Tag::new(&tag))),
             Answer::Rows {
                 schema, tag, rows, ..
             } => rows_response(schema, tag, rows),
@@ -894,13 +1021,13 @@ impl Handler {
                     .lock()
                     .set(name, value.as_deref(), *local)
                     .map_err(sql_error)?;
-                Ok(Answer::Done("SET", r.into_iter().collect()))
+                Ok(Answer::Done(Cow::Borrowed("SET"), r.into_iter().collect()))
             }
             Stmt::Reset(Some(name)) => {
                 let r = self.session.lock().reset(name).map_err(sql_error)?;
-                Ok(Answer::Done("RESET", r.into_iter().collect()))
+                Ok(Answer::Done(Cow::Borrowed("RESET"), r.into_iter().collect()))
             }
-            Stmt::Reset(None) => Ok(Answer::Done("RESET", self.session.lock().reset_all())),
+            Stmt::Reset(None) => Ok(Answer::Done(Cow::Borrowed("RESET"), self.session.lock().reset_all())),
             Stmt::DiscardAll => {
                 // As PostgreSQL's: CLOSE ALL, RESET ALL, DEALLOCATE ALL
                 // (locks and listens: there are none).
@@ -909,7 +1036,7 @@ impl Handler {
                 for name in std::mem::take(&mut s.prepared) {
                     store.rm_statement(&name);
                 }
-                Ok(Answer::Done("DISCARD ALL", s.reset_all()))
+                Ok(Answer::Done(Cow::Borrowed("DISCARD ALL"), s.reset_all()))
             }
             Stmt::Deallocate(None) => {
                 for name in std::mem::take(&mut self.session.lock().prepared) {
@@ -950,35 +1077,46 @@ impl Handler {
                 }
                 rows(vec![row], "SELECT", reports)
             }
-            // Prepared refuses these (the seams in `prepare`).
-            Stmt::Tables(_) | Stmt::Catalog { .. } => Err(user_error(
-                "0A000",
-                "statements on tables and pg_catalog are not supported yet",
-            )),
+            Stmt::Catalog { sql, stmt } => {
+                let Some(found) =
+                    pg_catalog::answer(sql, stmt, &params, &sh.catalog).map_err(sql_error)?
+                else {
+                    return Err(user_error("0A000", format!("not supported: {stmt}")));
+                };
+                let out = found
+                    .rows
+                    .into_iter()
+                    .map(|r| r.into_iter().map(|v| v.map_or(Value::Null, Value::Str)).collect())
+                    .collect();
+                rows(out, "SELECT", Vec::new())
+            }
+            Stmt::Tables(_) => {
+                let plan = p.table.as_ref().expect("a prepared table statement has its plan");
+                let home = plan
+                    .home_key(&params)
+                    .and_then(|(t, k)| sh.client.island_of(t, k));
+                let stmt = Arc::new(TableStmt {
+                    plan: Arc::clone(plan),
+                    params,
+                    count: Default::default(),
+                });
+                let run = sh
+                    .client
+                    .run_async(Arc::clone(&stmt) as Arc<dyn Statement>, home, Some(&self.cancel));
+                let out = self.timed(run).await?;
+                let n = stmt.count.load(Ordering::Relaxed);
+                match plan.tag() {
+                    "SELECT" => rows(out, "SELECT", Vec::new()),
+                    tag => Ok(Answer::Done(Cow::Owned(format!("{tag} {n}")), Vec::new())),
+                }
+            }
             Stmt::Call { proc, args, .. } => {
                 let i = p.proc.expect("a prepared call has its procedure");
                 let def = &sh.procs[i];
                 let values = bind_args(def, args, params)?;
                 let counters = &sh.counters[self.thread * sh.procs.len() + i];
-                let timeout = self.session.lock().statement_timeout();
                 let call = sh.client.call_async_cancelable(proc, values, &self.cancel);
-                let mut timed_out = false;
-                let r = match timeout {
-                    None => call.await,
-                    Some(t) => {
-                        tokio::pin!(call);
-                        tokio::select! {
-                            r = &mut call => r,
-                            _ = tokio::time::sleep(t) => {
-                                // Canceled as a cancel request cancels: the
-                                // call rolls back unless it already committed.
-                                timed_out = true;
-                                self.cancel.cancel();
-                                call.await
-                            }
-                        }
-                    }
-                };
+                let (r, timed_out) = self.under_timeout(call).await;
                 let rows_out = match r {
                     Ok(rows) => {
                         counters.committed.fetch_add(1, Ordering::Relaxed);
@@ -1011,6 +1149,42 @@ impl Handler {
                 };
                 rows(rows_out, "CALL", Vec::new())
             }
+        }
+    }
+
+    /// Awaits a call or a statement under the session's
+    /// `statement_timeout`: past it, the call is canceled as a cancel
+    /// request cancels it (it rolls back unless it already committed).
+    /// Returns its answer and whether the timeout fired.
+    async fn under_timeout<F>(&self, call: F) -> (Result<Vec<Row>, CallError>, bool)
+    where
+        F: std::future::Future<Output = Result<Vec<Row>, CallError>>,
+    {
+        let timeout = self.session.lock().statement_timeout();
+        match timeout {
+            None => (call.await, false),
+            Some(t) => {
+                tokio::pin!(call);
+                tokio::select! {
+                    r = &mut call => (r, false),
+                    _ = tokio::time::sleep(t) => {
+                        self.cancel.cancel();
+                        (call.await, true)
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`Handler::under_timeout`], its error as the client sees it.
+    async fn timed<F>(&self, call: F) -> PgWireResult<Vec<Row>>
+    where
+        F: std::future::Future<Output = Result<Vec<Row>, CallError>>,
+    {
+        match self.under_timeout(call).await {
+            (Ok(rows), _) => Ok(rows),
+            (Err(CallError::Canceled { .. }), true) => Err(canceled(true)),
+            (Err(e), _) => Err(call_error(e)),
         }
     }
 
@@ -1189,7 +1363,7 @@ impl SimpleQueryHandler for Handler {
             match answer {
                 Ok(Answer::Done(tag, reports)) => {
                     send_reports(client, reports).await?;
-                    let done = CommandComplete::new(tag.to_owned());
+                    let done = CommandComplete::new(tag.into_owned());
                     client
                         .feed(PgWireBackendMessage::CommandComplete(done))
                         .await?;
@@ -1387,7 +1561,7 @@ impl ExtendedQueryHandler for Extended {
         match answer {
             Answer::Done(tag, reports) => {
                 send_reports(client, reports).await?;
-                let done = CommandComplete::new(tag.to_owned());
+                let done = CommandComplete::new(tag.into_owned());
                 client
                     .feed(PgWireBackendMessage::CommandComplete(done))
                     .await?;

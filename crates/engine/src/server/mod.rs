@@ -44,7 +44,6 @@ mod shared;
 pub mod sql;
 #[doc(hidden)]
 pub mod tables;
-#[allow(dead_code)] // Plugged into the dispatch by the lead (server/handler.rs).
 pub(crate) mod pg_catalog;
 mod tls;
 
@@ -339,6 +338,7 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
     let procs = deployment.catalog().procedures().to_vec();
     let shared = Arc::new(Shared {
         client: deployment.client(),
+        catalog: deployment.catalog().clone(),
         counters: (0..threads * procs.len())
             .map(|_| CachePadded::new(ProcCounters::default()))
             .collect(),

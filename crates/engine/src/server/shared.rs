@@ -10,7 +10,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use pgwire::messages::startup::SecretKey;
 
-use crate::api::{CancelFlag, Client, ProcDef};
+use crate::api::{CancelFlag, Catalog, Client, ProcDef};
 use crate::deploy::Plan;
 use crate::executor::Cluster;
 use crate::island::Island;
@@ -29,6 +29,8 @@ pub(crate) struct ProcCounters {
 /// What the handlers read: the deployment's client and what `SHOW` reports.
 pub(crate) struct Shared {
     pub(crate) client: Client,
+    /// The deployment's catalog: its tables for SQL and pg_catalog.
+    pub(crate) catalog: Catalog,
     pub(crate) procs: Vec<ProcDef>,
     pub(crate) plan: Plan,
     pub(crate) islands: Vec<Island>,

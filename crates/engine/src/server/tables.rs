@@ -24,10 +24,6 @@
 //! aborts whose messages [`crate::api::sql_abort_state`] maps to SQLSTATEs,
 //! or [`crate::Error::OutOfRange`] (`22003`).
 
-// The server dispatches statements here once its SQL front end is joined
-// to it; until then only the tests call the planner.
-#![cfg_attr(not(test), allow(dead_code))]
-
 use std::sync::Arc;
 
 use sqlparser::ast as sql;
@@ -54,6 +50,16 @@ pub(crate) struct TablePlan {
     param_types: Vec<Type>,
     param_sql: Vec<SqlType>,
     kind: Kind,
+}
+
+impl std::fmt::Debug for TablePlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TablePlan")
+            .field("table", &self.table)
+            .field("tag", &self.tag)
+            .field("columns", &self.columns)
+            .finish()
+    }
 }
 
 enum Kind {
@@ -1729,6 +1735,7 @@ impl TablePlan {
     }
 
     /// The table the statement works on.
+    #[cfg(test)]
     pub(crate) fn table(&self) -> TableId {
         self.table
     }
