@@ -20,6 +20,15 @@
 //! conflict is retried inside the engine with back-off; the caller sees
 //! [`CallError::Serialization`] only after `Options::max_attempts`.
 //!
+//! Beside procedures, a client runs [`Statement`]s (work on rows that is
+//! not in the catalog, such as a compiled SQL statement) as transactions of
+//! their own ([`Client::run_async`]), and opens interactive transactions
+//! ([`Client::begin`], a [`Block`]) whose statements run one after another
+//! in one transaction. A block is never retried by the engine: a conflict
+//! aborts it ([`CallError::Serialization`], or [`CallError::Deadlock`] after
+//! a lock wait longer than [`Options::deadlock_timeout`]) and its client
+//! retries it, as PostgreSQL's clients do.
+//!
 //! Arithmetic on stored values is checked: a procedure changes a number
 //! with [`crate::storage::RowMut::add_i64`] (and `sub_i64`, `add_i32`,
 //! `add_u64`), which returns the new value or, when the result leaves the
