@@ -21,6 +21,8 @@ use islands::{Abort, AbortReason};
 use islands_workloads::served::Builtin;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
+use super::raw::{errors, Raw};
+
 pub(super) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -28,7 +30,7 @@ pub(super) fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-fn spec(dir: Option<&Path>) -> DeploySpec {
+pub(super) fn spec(dir: Option<&Path>) -> DeploySpec {
     let mut s = DeploySpec::new(Islands::Count(1));
     s.workers_per_island = Some(2);
     match dir {
@@ -749,7 +751,8 @@ fn errors_carry_their_sqlstates_and_the_connection_goes_on_on(threads: usize) {
             ("CALL conflict(1)", "40001"),
             ("CALL nothing(1)", "42883"),
             ("CALL echo(1)", "42804"),
-            ("CALL echo('a', 1.5, 'x')", "42804"),
+            ("CALL echo('a', 1.5, 'x')", "22P02"),
+            ("CALL echo('a'::text, 1.5, 'x')", "42804"),
             ("CALL echo(1, 2", "42601"),
             ("DELETE FROM t", "0A000"),
             ("SELECT 1 +", "42601"),
@@ -774,12 +777,23 @@ fn errors_carry_their_sqlstates_and_the_connection_goes_on_on(threads: usize) {
             "the signature"
         );
         let e = c
-            .simple_query("CALL echo('a', 1.5, 'x')")
+            .simple_query("CALL echo('a'::text, 1.5, 'x')")
             .await
             .unwrap_err();
         let m = message(e);
         assert!(
             m.contains("argument 1 (i)") && m.contains("is text \"a\"; the parameter is int8"),
+            "{m}"
+        );
+        // An untyped literal that does not parse as its parameter's type.
+        let e = c
+            .simple_query("CALL echo('a', 1.5, 'x')")
+            .await
+            .unwrap_err();
+        let m = message(e);
+        assert!(
+            m.contains("argument 1 (i)")
+                && m.contains("invalid input syntax for type bigint: \"a\""),
             "{m}"
         );
         // A float parameter takes an integer literal; strings escape quotes.
@@ -810,89 +824,6 @@ fn errors_carry_their_sqlstates_and_the_connection_goes_on_on(threads: usize) {
         );
     });
     server.shutdown().unwrap();
-}
-
-/// A raw protocol connection, for what a driver never sends.
-struct Raw {
-    s: TcpStream,
-    /// The process id and secret key of BackendKeyData.
-    key: Option<(i32, Vec<u8>)>,
-}
-
-impl Raw {
-    fn connect(addr: SocketAddr) -> Raw {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut r = Raw { s, key: None };
-        let mut body = Vec::new();
-        body.extend_from_slice(&196608u32.to_be_bytes());
-        for kv in ["user", "raw", "database", "islands"] {
-            body.extend_from_slice(kv.as_bytes());
-            body.push(0);
-        }
-        body.push(0);
-        let mut m = ((body.len() + 4) as u32).to_be_bytes().to_vec();
-        m.extend(body);
-        r.s.write_all(&m).unwrap();
-        r.until_ready();
-        r
-    }
-
-    fn send(&mut self, ty: u8, body: &[u8]) {
-        let mut m = vec![ty];
-        m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
-        m.extend_from_slice(body);
-        self.s.write_all(&m).unwrap();
-    }
-
-    /// Messages up to ReadyForQuery (or the end of the stream): their types
-    /// and, for errors, the SQLSTATE; for CommandComplete, the tag.
-    fn until_ready(&mut self) -> Vec<(u8, String)> {
-        let mut out = Vec::new();
-        loop {
-            let mut h = [0u8; 5];
-            if self.s.read_exact(&mut h).is_err() {
-                out.push((b'!', "closed".into()));
-                return out;
-            }
-            let len = u32::from_be_bytes(h[1..5].try_into().unwrap()) as usize;
-            let mut body = vec![0u8; len - 4];
-            self.s.read_exact(&mut body).unwrap();
-            let mut code = String::new();
-            if h[0] == b'K' && body.len() >= 8 {
-                let pid = i32::from_be_bytes(body[..4].try_into().unwrap());
-                self.key = Some((pid, body[4..].to_vec()));
-            }
-            if h[0] == b'C' {
-                code = String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(&body)).into();
-            }
-            if h[0] == b'E' {
-                for f in body.split(|b| *b == 0) {
-                    if f.first() == Some(&b'C') {
-                        code = String::from_utf8_lossy(&f[1..]).into();
-                    }
-                }
-            }
-            out.push((h[0], code));
-            if h[0] == b'Z' {
-                return out;
-            }
-        }
-    }
-
-    fn query(&mut self, sql: &str) -> Vec<(u8, String)> {
-        let mut b = sql.as_bytes().to_vec();
-        b.push(0);
-        self.send(b'Q', &b);
-        self.until_ready()
-    }
-}
-
-fn errors(msgs: &[(u8, String)]) -> Vec<&str> {
-    msgs.iter()
-        .filter(|(t, _)| *t == b'E')
-        .map(|(_, c)| c.as_str())
-        .collect()
 }
 
 #[test]
@@ -1752,7 +1683,7 @@ fn slow_bumps() -> Deployment {
 
 /// Sends a CancelRequest for process `pid` with `key` on a connection of
 /// its own, which the server closes without an answer.
-fn cancel_raw(addr: SocketAddr, pid: i32, key: &[u8]) {
+pub(super) fn cancel_raw(addr: SocketAddr, pid: i32, key: &[u8]) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut m = ((12 + key.len()) as u32).to_be_bytes().to_vec();

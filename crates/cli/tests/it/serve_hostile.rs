@@ -14,83 +14,8 @@ use islands::server::{serve, sql, Server, ServerOptions};
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::Abort;
 
+use super::raw::{bind_msg, execute_msg, message, parse_msg, Raw};
 use super::serve::{local, temp};
-
-/// A raw protocol connection: messages written by hand, answers read as
-/// (type, SQLSTATE or command tag).
-struct Raw {
-    s: TcpStream,
-}
-
-impl Raw {
-    fn connect(addr: SocketAddr) -> Raw {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut r = Raw { s };
-        let mut body = 196608u32.to_be_bytes().to_vec();
-        for kv in ["user", "raw", "database", "islands", ""] {
-            body.extend_from_slice(kv.as_bytes());
-            body.push(0);
-        }
-        let mut m = ((body.len() + 4) as u32).to_be_bytes().to_vec();
-        m.extend(body);
-        r.s.write_all(&m).unwrap();
-        r.until_ready();
-        r
-    }
-
-    fn message(ty: u8, body: &[u8]) -> Vec<u8> {
-        let mut m = vec![ty];
-        m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
-        m.extend_from_slice(body);
-        m
-    }
-
-    fn send(&mut self, ty: u8, body: &[u8]) {
-        self.s.write_all(&Raw::message(ty, body)).unwrap();
-    }
-
-    /// One message: its type and, for an error its SQLSTATE, for a
-    /// CommandComplete its tag; `!` once the stream ends.
-    fn next(&mut self) -> (u8, String) {
-        let mut h = [0u8; 5];
-        if self.s.read_exact(&mut h).is_err() {
-            return (b'!', "closed".into());
-        }
-        let len = u32::from_be_bytes(h[1..5].try_into().unwrap()) as usize;
-        let mut body = vec![0u8; len - 4];
-        self.s.read_exact(&mut body).unwrap();
-        let what = match h[0] {
-            b'C' => String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(&body)).into(),
-            b'E' => body
-                .split(|b| *b == 0)
-                .find(|f| f.first() == Some(&b'C'))
-                .map(|f| String::from_utf8_lossy(&f[1..]).into())
-                .unwrap_or_default(),
-            _ => String::new(),
-        };
-        (h[0], what)
-    }
-
-    fn until_ready(&mut self) -> Vec<(u8, String)> {
-        let mut out = Vec::new();
-        loop {
-            let m = self.next();
-            let end = m.0 == b'Z' || m.0 == b'!';
-            out.push(m);
-            if end {
-                return out;
-            }
-        }
-    }
-
-    fn query(&mut self, sql: &str) -> Vec<(u8, String)> {
-        let mut b = sql.as_bytes().to_vec();
-        b.push(0);
-        self.send(b'Q', &b);
-        self.until_ready()
-    }
-}
 
 /// Message types, with each CommandComplete's tag and each error's
 /// SQLSTATE after a `:`.
@@ -103,41 +28,10 @@ fn shape(msgs: &[(u8, String)]) -> Vec<String> {
         .collect()
 }
 
-fn parse_msg(name: &str, sql: &str) -> Vec<u8> {
-    let mut b = name.as_bytes().to_vec();
-    b.push(0);
-    b.extend_from_slice(sql.as_bytes());
-    b.extend_from_slice(&[0, 0, 0]);
-    b
-}
-
-/// Bind of portal `portal` to statement `stmt`, text parameters and results.
-fn bind_msg(portal: &str, stmt: &str, params: &[&str]) -> Vec<u8> {
-    let mut b = portal.as_bytes().to_vec();
-    b.push(0);
-    b.extend_from_slice(stmt.as_bytes());
-    b.push(0);
-    b.extend_from_slice(&0u16.to_be_bytes());
-    b.extend_from_slice(&(params.len() as u16).to_be_bytes());
-    for p in params {
-        b.extend_from_slice(&(p.len() as u32).to_be_bytes());
-        b.extend_from_slice(p.as_bytes());
-    }
-    b.extend_from_slice(&0u16.to_be_bytes());
-    b
-}
-
-fn execute_msg(portal: &str) -> Vec<u8> {
-    let mut b = portal.as_bytes().to_vec();
-    b.push(0);
-    b.extend_from_slice(&0u32.to_be_bytes());
-    b
-}
-
 /// Counters 0..16 at 0, and procedures over them: `bump(key)` adds 1 and
 /// answers no rows; `slow(key, ms)` sleeps `ms` in its transaction and
 /// answers the value; `value(key)` answers the value.
-fn counters() -> Deployment {
+pub(super) fn counters() -> Deployment {
     let mut c = Catalog::new();
     let t = c.table(
         TableDef::new("t", &[("v", ColType::I64)], 16, PrimaryKind::Hash),
@@ -322,14 +216,14 @@ fn a_flush_sends_the_answers_before_a_slow_call_pipelined_after_it() {
     let mut r = Raw::connect(server.local_addr());
     // One write: a quick call, Flush, a call of 3 s, Sync.
     let mut w = Vec::new();
-    w.extend(Raw::message(b'P', &parse_msg("", "CALL value(5)")));
-    w.extend(Raw::message(b'B', &bind_msg("", "", &[])));
-    w.extend(Raw::message(b'E', &execute_msg("")));
-    w.extend(Raw::message(b'H', b""));
-    w.extend(Raw::message(b'P', &parse_msg("", "CALL slow(5, 3000)")));
-    w.extend(Raw::message(b'B', &bind_msg("", "", &[])));
-    w.extend(Raw::message(b'E', &execute_msg("")));
-    w.extend(Raw::message(b'S', b""));
+    w.extend(message(b'P', &parse_msg("", "CALL value(5)")));
+    w.extend(message(b'B', &bind_msg("", "", &[])));
+    w.extend(message(b'E', &execute_msg("")));
+    w.extend(message(b'H', b""));
+    w.extend(message(b'P', &parse_msg("", "CALL slow(5, 3000)")));
+    w.extend(message(b'B', &bind_msg("", "", &[])));
+    w.extend(message(b'E', &execute_msg("")));
+    w.extend(message(b'S', b""));
     let sent = Instant::now();
     r.s.write_all(&w).unwrap();
     let mut first = Vec::new();

@@ -1662,10 +1662,12 @@ mod fast {
                     let at = self.peek()?.as_ref().map(|(at, _)| *at);
                     match self.arg()? {
                         a @ (Arg::Lit(Value::Int(_)) | Arg::Param(_)) => items.push(a),
-                        _ => return Err(syntax(format!(
+                        _ => {
+                            return Err(syntax(format!(
                             "an ARRAY holds integers and placeholders only (the item at offset {})",
                             at.unwrap_or_default()
-                        ))),
+                        )))
+                        }
                     }
                     if matches!(self.peek()?, Some((_, Tok::Sym(',')))) {
                         self.next()?;
