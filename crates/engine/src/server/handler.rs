@@ -472,7 +472,11 @@ struct TableStmt {
 }
 
 impl Statement for TableStmt {
-    fn run<'a>(&'a self, tx: &'a mut crate::txn::Txn, out: &'a mut Vec<Row>) -> crate::api::ProcFuture<'a> {
+    fn run<'a>(
+        &'a self,
+        tx: &'a mut crate::txn::Txn,
+        out: &'a mut Vec<Row>,
+    ) -> crate::api::ProcFuture<'a> {
         Box::pin(async move {
             let n = self.plan.run(tx, &self.params, out).await?;
             self.count.store(n, Ordering::Relaxed);
@@ -747,7 +751,10 @@ fn encode_text_as(enc: &mut DataRowEncoder, t: &PgType, s: &str) -> PgWireResult
         if inner.is_empty() {
             return Some(Vec::new());
         }
-        inner.split(',').map(|x| x.trim().trim_matches('"').parse().ok()).collect()
+        inner
+            .split(',')
+            .map(|x| x.trim().trim_matches('"').parse().ok())
+            .collect()
     }
     match *t {
         PgType::OID => enc.encode_field(&s.parse::<u32>().map_err(|_| bad())?),
@@ -1025,9 +1032,15 @@ impl Handler {
             }
             Stmt::Reset(Some(name)) => {
                 let r = self.session.lock().reset(name).map_err(sql_error)?;
-                Ok(Answer::Done(Cow::Borrowed("RESET"), r.into_iter().collect()))
+                Ok(Answer::Done(
+                    Cow::Borrowed("RESET"),
+                    r.into_iter().collect(),
+                ))
             }
-            Stmt::Reset(None) => Ok(Answer::Done(Cow::Borrowed("RESET"), self.session.lock().reset_all())),
+            Stmt::Reset(None) => Ok(Answer::Done(
+                Cow::Borrowed("RESET"),
+                self.session.lock().reset_all(),
+            )),
             Stmt::DiscardAll => {
                 // As PostgreSQL's: CLOSE ALL, RESET ALL, DEALLOCATE ALL
                 // (locks and listens: there are none).
@@ -1086,12 +1099,19 @@ impl Handler {
                 let out = found
                     .rows
                     .into_iter()
-                    .map(|r| r.into_iter().map(|v| v.map_or(Value::Null, Value::Str)).collect())
+                    .map(|r| {
+                        r.into_iter()
+                            .map(|v| v.map_or(Value::Null, Value::Str))
+                            .collect()
+                    })
                     .collect();
                 rows(out, "SELECT", Vec::new())
             }
             Stmt::Tables(_) => {
-                let plan = p.table.as_ref().expect("a prepared table statement has its plan");
+                let plan = p
+                    .table
+                    .as_ref()
+                    .expect("a prepared table statement has its plan");
                 let home = plan
                     .home_key(&params)
                     .and_then(|(t, k)| sh.client.island_of(t, k));
@@ -1100,9 +1120,11 @@ impl Handler {
                     params,
                     count: Default::default(),
                 });
-                let run = sh
-                    .client
-                    .run_async(Arc::clone(&stmt) as Arc<dyn Statement>, home, Some(&self.cancel));
+                let run = sh.client.run_async(
+                    Arc::clone(&stmt) as Arc<dyn Statement>,
+                    home,
+                    Some(&self.cancel),
+                );
                 let out = self.timed(run).await?;
                 let n = stmt.count.load(Ordering::Relaxed);
                 match plan.tag() {
