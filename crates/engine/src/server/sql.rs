@@ -564,6 +564,8 @@ fn convert(stmt: ast::Statement, text: &str, catalog: bool) -> Result<Stmt, SqlE
             ast::Reset::ConfigurationParameter(n) => Stmt::Reset(Some(setting_name(&n))),
             ast::Reset::SessionAuthorization => Stmt::NoOp("RESET"),
         },
+        // PostgreSQL reads `SHOW tables` as a setting's name.
+        S::ShowTables { .. } => Stmt::ShowSetting(Some("tables".into())),
         S::ShowVariable { variable } => {
             let words: Vec<String> = variable.iter().map(ident).collect();
             match words.join(" ").as_str() {
