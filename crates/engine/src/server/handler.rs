@@ -376,7 +376,10 @@ fn prepare(sh: &Shared, stmt: Stmt) -> PgWireResult<Prepared> {
             else {
                 return Err(user_error("0A000", format!("not supported: {ast}")));
             };
-            let params = vec![PgType::INT8_ARRAY; placeholders(sql)];
+            // The catalog queries answered with parameters take lists of
+            // type oids (asyncpg's introspection: `$1::oid[]`); `oid[]` is
+            // a type drivers decode without introspecting it.
+            let params = vec![PgType::OID_ARRAY; placeholders(sql)];
             let text_schema = Arc::new(fields(&rows.columns, None)?);
             return Ok(Prepared {
                 stmt,
@@ -472,7 +475,11 @@ struct TableStmt {
 }
 
 impl Statement for TableStmt {
-    fn run<'a>(&'a self, tx: &'a mut crate::txn::Txn, out: &'a mut Vec<Row>) -> crate::api::ProcFuture<'a> {
+    fn run<'a>(
+        &'a self,
+        tx: &'a mut crate::txn::Txn,
+        out: &'a mut Vec<Row>,
+    ) -> crate::api::ProcFuture<'a> {
         Box::pin(async move {
             let n = self.plan.run(tx, &self.params, out).await?;
             self.count.store(n, Ordering::Relaxed);
@@ -533,7 +540,7 @@ fn decode_param(
                     user_error("22021", format!("parameter ${n} is not valid UTF-8"))
                 })?)
             }
-            PgType::INT8_ARRAY | PgType::INT4_ARRAY | PgType::INT2_ARRAY => {
+            PgType::INT8_ARRAY | PgType::INT4_ARRAY | PgType::INT2_ARRAY | PgType::OID_ARRAY => {
                 Value::Ints(decode_int_array(b).map_err(|why| {
                     user_error("22P03", format!("parameter ${n}: binary int array: {why}"))
                 })?)
@@ -562,7 +569,8 @@ fn decode_param(
 
 /// PostgreSQL's binary array: dimensions, a null flag, the element type,
 /// per dimension its length and lower bound, then each element as a length
-/// and its bytes. One dimension (or none: empty) of int4 or int8, no nulls.
+/// and its bytes. One dimension (or none: empty) of int2, int4, int8 or oid
+/// (unsigned), no nulls.
 fn decode_int_array(b: &[u8]) -> Result<Vec<i64>, String> {
     let word = |at: usize| -> Result<i32, String> {
         b.get(at..at + 4)
@@ -579,9 +587,13 @@ fn decode_int_array(b: &[u8]) -> Result<Vec<i64>, String> {
     }
     let width = match elem {
         20 => 8,
-        23 => 4,
+        23 | 26 => 4,
         21 => 2,
-        o => return Err(format!("element type oid {o}; int2, int4 or int8 expected")),
+        o => {
+            return Err(format!(
+                "element type oid {o}; int2, int4, int8 or oid expected"
+            ))
+        }
     };
     let len = word(12)?;
     if len < 0 || len as usize > b.len() / 4 {
@@ -601,6 +613,7 @@ fn decode_int_array(b: &[u8]) -> Result<Vec<i64>, String> {
         let e = b.get(at..at + width as usize).ok_or("truncated element")?;
         out.push(match width {
             8 => i64::from_be_bytes(e.try_into().expect("8")),
+            4 if elem == 26 => u32::from_be_bytes(e.try_into().expect("4")).into(),
             4 => i32::from_be_bytes(e.try_into().expect("4")).into(),
             _ => i16::from_be_bytes(e.try_into().expect("2")).into(),
         });
@@ -747,7 +760,10 @@ fn encode_text_as(enc: &mut DataRowEncoder, t: &PgType, s: &str) -> PgWireResult
         if inner.is_empty() {
             return Some(Vec::new());
         }
-        inner.split(',').map(|x| x.trim().trim_matches('"').parse().ok()).collect()
+        inner
+            .split(',')
+            .map(|x| x.trim().trim_matches('"').parse().ok())
+            .collect()
     }
     match *t {
         PgType::OID => enc.encode_field(&s.parse::<u32>().map_err(|_| bad())?),
@@ -1025,9 +1041,15 @@ impl Handler {
             }
             Stmt::Reset(Some(name)) => {
                 let r = self.session.lock().reset(name).map_err(sql_error)?;
-                Ok(Answer::Done(Cow::Borrowed("RESET"), r.into_iter().collect()))
+                Ok(Answer::Done(
+                    Cow::Borrowed("RESET"),
+                    r.into_iter().collect(),
+                ))
             }
-            Stmt::Reset(None) => Ok(Answer::Done(Cow::Borrowed("RESET"), self.session.lock().reset_all())),
+            Stmt::Reset(None) => Ok(Answer::Done(
+                Cow::Borrowed("RESET"),
+                self.session.lock().reset_all(),
+            )),
             Stmt::DiscardAll => {
                 // As PostgreSQL's: CLOSE ALL, RESET ALL, DEALLOCATE ALL
                 // (locks and listens: there are none).
@@ -1086,12 +1108,19 @@ impl Handler {
                 let out = found
                     .rows
                     .into_iter()
-                    .map(|r| r.into_iter().map(|v| v.map_or(Value::Null, Value::Str)).collect())
+                    .map(|r| {
+                        r.into_iter()
+                            .map(|v| v.map_or(Value::Null, Value::Str))
+                            .collect()
+                    })
                     .collect();
                 rows(out, "SELECT", Vec::new())
             }
             Stmt::Tables(_) => {
-                let plan = p.table.as_ref().expect("a prepared table statement has its plan");
+                let plan = p
+                    .table
+                    .as_ref()
+                    .expect("a prepared table statement has its plan");
                 let home = plan
                     .home_key(&params)
                     .and_then(|(t, k)| sh.client.island_of(t, k));
@@ -1100,9 +1129,11 @@ impl Handler {
                     params,
                     count: Default::default(),
                 });
-                let run = sh
-                    .client
-                    .run_async(Arc::clone(&stmt) as Arc<dyn Statement>, home, Some(&self.cancel));
+                let run = sh.client.run_async(
+                    Arc::clone(&stmt) as Arc<dyn Statement>,
+                    home,
+                    Some(&self.cancel),
+                );
                 let out = self.timed(run).await?;
                 let n = stmt.count.load(Ordering::Relaxed);
                 match plan.tag() {

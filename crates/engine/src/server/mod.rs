@@ -39,12 +39,12 @@
 mod framing;
 mod handler;
 mod metrics;
+pub(crate) mod pg_catalog;
 mod session;
 mod shared;
 pub mod sql;
 #[doc(hidden)]
 pub mod tables;
-pub(crate) mod pg_catalog;
 mod tls;
 
 #[doc(hidden)]
