@@ -16,7 +16,7 @@
 //!
 //! The catalog it describes: one database, schema `public` (oid 2200)
 //! holding each table (oid `TABLE_OID + i`, columns in order) and each
-//! procedure (oid `PROC_OID + i`); the types the server speaks and their
+//! procedure; the types the server speaks and their
 //! array types ([`TYPES`]). Tables are not shown with their primary keys.
 
 use pgwire::api::Type as PgType;
@@ -38,8 +38,6 @@ pub(crate) struct CatalogRows {
 
 /// The oid of table `i` is `TABLE_OID + i`.
 const TABLE_OID: u32 = 16384;
-/// The oid of procedure `i` is `PROC_OID + i`.
-const PROC_OID: u32 = 24576;
 /// The schema every table and procedure is in, and its oid.
 const SCHEMA: &str = "public";
 /// The owner of everything.
