@@ -11,7 +11,7 @@ import time
 
 import asyncpg
 
-from checks import ARRAY_DSN, DSN, OPENING, ACCOUNTS, Matrix, expect
+from checks import ARRAY_DSN, DSN, OPENING, Matrix, expect
 
 TID = 2_000_000
 A, B, C = 110, 111, 112
@@ -52,7 +52,9 @@ async def check_pool_concurrent(pool):
     await asyncio.gather(*(worker(i) for i in range(4)))
     async with pool.acquire() as conn:
         total = await conn.fetchval("SELECT * FROM bank_total()")
-        expect(total == total0 == OPENING * ACCOUNTS, f"total {total0} then {total}")
+        # Conserved across the transfers; the opening sum is `islands check`'s to check,
+        # so a check that failed before this one does not fail it too.
+        expect(total == total0, f"total {total0} then {total}")
         expect(await balance(conn, 230) == OPENING + 10, "account 230 did not get its 10 transfers")
 
 

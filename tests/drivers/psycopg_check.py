@@ -13,7 +13,7 @@ from psycopg import errors
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
-from checks import ARRAY_DSN, DSN, OPENING, ACCOUNTS, Matrix, expect
+from checks import ARRAY_DSN, DSN, OPENING, Matrix, expect
 
 # Transfer ids this driver uses (each driver its own range).
 TID = 1_000_000
@@ -68,7 +68,9 @@ def check_pool_concurrent(pool):
     expect(not errors_seen, f"pool workers failed: {errors_seen[:2]}")
     with pool.connection() as conn:
         total = conn.execute("SELECT * FROM bank_total()").fetchone()[0]
-        expect(total == total0 == OPENING * ACCOUNTS, f"total {total0} then {total}")
+        # Conserved across the transfers; the opening sum is `islands check`'s to check,
+        # so a check that failed before this one does not fail it too.
+        expect(total == total0, f"total {total0} then {total}")
         expect(balance(conn, 210) == OPENING + 10, "account 210 did not get its 10 transfers")
 
 

@@ -33,7 +33,6 @@ const (
 var (
 	dsn      = env("ISLANDS_DSN", "postgresql://drivers@127.0.0.1:5433/islands")
 	arrayDSN = env("ISLANDS_ARRAY_DSN", "")
-	accounts = int64(1000)
 )
 
 func env(k, d string) string {
@@ -163,7 +162,9 @@ func main() {
 			must(err, "a pool worker")
 		}
 		total := bankTotal(ctx, pool)
-		expect(total == total0 && total == opening*accounts, "total %d then %d", total0, total)
+		// Conserved across the transfers; the opening sum is `islands check`'s
+		// to check, so a check that failed before this one does not fail it too.
+		expect(total == total0, "total %d then %d", total0, total)
 		expect(balance(ctx, pool, 250) == opening+10, "account 250 did not get its 10 transfers")
 	})
 

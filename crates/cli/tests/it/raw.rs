@@ -104,6 +104,16 @@ impl Raw {
                 }
                 names.join(",")
             }
+            b't' => {
+                let n = u16::from_be_bytes(body[..2].try_into().unwrap()) as usize;
+                (0..n)
+                    .map(|i| {
+                        let at = 2 + 4 * i;
+                        u32::from_be_bytes(body[at..at + 4].try_into().unwrap()).to_string()
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }
             b'Z' => (body[0] as char).to_string(),
             _ => String::new(),
         };

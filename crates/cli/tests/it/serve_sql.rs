@@ -269,6 +269,36 @@ fn calls_take_aliases_and_column_lists() {
 }
 
 #[test]
+fn asyncpg_type_introspection_takes_a_binary_oid_array() {
+    let server = serve(deployment(), local()).unwrap();
+    let mut r = Raw::connect(server.local_addr());
+    // asyncpg prepares its introspection without parameter types, and
+    // introspects again any parameter type it does not know: `$1::oid[]`
+    // must be described as oid[] (1028), not int8[], or it loops forever.
+    let sql = "WITH RECURSIVE typeinfo_tree(oid, depth) AS (\
+               SELECT t.oid, 0 FROM pg_catalog.pg_type t WHERE t.oid = any($1::oid[])) \
+               SELECT * FROM typeinfo_tree";
+    r.send(b'P', &parse_msg("", sql));
+    r.send(b'D', b"S\0");
+    let mut oids = Vec::new();
+    for w in [1i32, 0, 26, 1, 1, 4] {
+        oids.extend_from_slice(&w.to_be_bytes());
+    }
+    oids.extend_from_slice(&1016u32.to_be_bytes());
+    r.send(b'B', &bind_binary("", &oids));
+    r.send(b'E', &execute_msg(""));
+    r.send(b'S', b"");
+    let msgs = r.until_ready();
+    assert!(errors(&msgs).is_empty(), "{msgs:?}");
+    assert_eq!(of(b't', &msgs), vec!["1028"], "{msgs:?}");
+    let rows = of(b'D', &msgs);
+    assert_eq!(rows.len(), 2, "{msgs:?}");
+    assert!(rows[0].starts_with("20|pg_catalog|int8|"), "{rows:?}");
+    assert!(rows[1].starts_with("1016|pg_catalog|_int8|"), "{rows:?}");
+    server.shutdown().unwrap();
+}
+
+#[test]
 fn what_pools_and_drivers_send_on_their_own_is_answered() {
     let server = serve(deployment(), local()).unwrap();
     let addr = server.local_addr();

@@ -376,7 +376,10 @@ fn prepare(sh: &Shared, stmt: Stmt) -> PgWireResult<Prepared> {
             else {
                 return Err(user_error("0A000", format!("not supported: {ast}")));
             };
-            let params = vec![PgType::INT8_ARRAY; placeholders(sql)];
+            // The catalog queries answered with parameters take lists of
+            // type oids (asyncpg's introspection: `$1::oid[]`); `oid[]` is
+            // a type drivers decode without introspecting it.
+            let params = vec![PgType::OID_ARRAY; placeholders(sql)];
             let text_schema = Arc::new(fields(&rows.columns, None)?);
             return Ok(Prepared {
                 stmt,
@@ -537,7 +540,7 @@ fn decode_param(
                     user_error("22021", format!("parameter ${n} is not valid UTF-8"))
                 })?)
             }
-            PgType::INT8_ARRAY | PgType::INT4_ARRAY | PgType::INT2_ARRAY => {
+            PgType::INT8_ARRAY | PgType::INT4_ARRAY | PgType::INT2_ARRAY | PgType::OID_ARRAY => {
                 Value::Ints(decode_int_array(b).map_err(|why| {
                     user_error("22P03", format!("parameter ${n}: binary int array: {why}"))
                 })?)
@@ -566,7 +569,8 @@ fn decode_param(
 
 /// PostgreSQL's binary array: dimensions, a null flag, the element type,
 /// per dimension its length and lower bound, then each element as a length
-/// and its bytes. One dimension (or none: empty) of int4 or int8, no nulls.
+/// and its bytes. One dimension (or none: empty) of int2, int4, int8 or oid
+/// (unsigned), no nulls.
 fn decode_int_array(b: &[u8]) -> Result<Vec<i64>, String> {
     let word = |at: usize| -> Result<i32, String> {
         b.get(at..at + 4)
@@ -583,9 +587,13 @@ fn decode_int_array(b: &[u8]) -> Result<Vec<i64>, String> {
     }
     let width = match elem {
         20 => 8,
-        23 => 4,
+        23 | 26 => 4,
         21 => 2,
-        o => return Err(format!("element type oid {o}; int2, int4 or int8 expected")),
+        o => {
+            return Err(format!(
+                "element type oid {o}; int2, int4, int8 or oid expected"
+            ))
+        }
     };
     let len = word(12)?;
     if len < 0 || len as usize > b.len() / 4 {
@@ -605,6 +613,7 @@ fn decode_int_array(b: &[u8]) -> Result<Vec<i64>, String> {
         let e = b.get(at..at + width as usize).ok_or("truncated element")?;
         out.push(match width {
             8 => i64::from_be_bytes(e.try_into().expect("8")),
+            4 if elem == 26 => u32::from_be_bytes(e.try_into().expect("4")).into(),
             4 => i32::from_be_bytes(e.try_into().expect("4")).into(),
             _ => i16::from_be_bytes(e.try_into().expect("2")).into(),
         });
