@@ -10,7 +10,7 @@ use islands::server::{serve, Server, ServerOptions};
 use islands_workloads::served::{Builtin, BANK_INITIAL};
 
 use super::raw::{bind_msg, errors, execute_msg, of, parse_msg, Raw};
-use super::serve::{code, connect, local, runtime, simple_one, spec};
+use super::serve::{code, connect, local, runtime, sigterm, simple_one, spawn_serve, spec, temp};
 
 const ACCOUNTS: u64 = 64;
 
@@ -98,7 +98,7 @@ fn ready_for_query_reports_the_block_and_an_aborted_block_refuses_all_but_its_en
 
     // The extended protocol: the status after Sync; an error in a pipeline
     // inside a block makes it E.
-    let mut ext = |r: &mut Raw, sql: &str| {
+    let ext = |r: &mut Raw, sql: &str| {
         r.send(b'P', &parse_msg("", sql));
         r.send(b'B', &bind_msg("", "", &[]));
         r.send(b'E', &execute_msg(""));
@@ -277,4 +277,78 @@ fn an_idle_block_is_ended_with_25p03_and_its_locks_released() {
     let m = until_closed(&mut r);
     assert_eq!(errors(&m), vec!["25P03"], "{m:?}");
     server.shutdown().unwrap();
+}
+
+fn on_path(tool: &str) -> bool {
+    std::process::Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// pgbench's built-in scripts, unchanged (BEGIN … END blocks of SQL on its
+/// tables), in every query mode: no failed transaction, and the stopped
+/// directory passes `islands check` (branch, teller and account sums agree
+/// with the history).
+#[test]
+fn pgbench_builtin_scripts_run_unchanged_in_blocks() {
+    if !on_path("pgbench") {
+        println!(
+            "SKIPPED pgbench_builtin_scripts_run_unchanged_in_blocks: pgbench is not on PATH \
+             (apt-get install postgresql-client)"
+        );
+        return;
+    }
+    let dir = temp("blocks-pgbench");
+    let d = dir.to_str().unwrap();
+    let (mut child, addr, _) = spawn_serve(&["--init", "tpcb", "--scale", "1", "--data-dir", d]);
+    let port = addr.port().to_string();
+    for (script, mode) in [
+        ("tpcb-like", "simple"),
+        ("tpcb-like", "extended"),
+        ("tpcb-like", "prepared"),
+        ("select-only", "prepared"),
+    ] {
+        let out = std::process::Command::new("pgbench")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "x",
+                "-n",
+                "-b",
+                script,
+            ])
+            .args(["-c", "4", "-j", "2", "-t", "100", "-M", mode, "x"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{script} {mode}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("number of transactions actually processed: 400/400")
+                && text.contains("number of failed transactions: 0 (0.000%)"),
+            "{script} {mode}: {text}"
+        );
+    }
+    sigterm(&mut child);
+    assert!(child.take().wait().unwrap().success());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_islands"))
+        .args(["check", "--log-dir", d])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 400 transactions in each tpcb-like mode, each one history row.
+    assert!(text.contains("the 1200 history deltas"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
