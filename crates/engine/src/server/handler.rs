@@ -1337,25 +1337,23 @@ impl Handler {
                 let def = &sh.procs[i];
                 let values = bind_args(def, args, params)?;
                 let counters = &sh.counters[self.thread * sh.procs.len() + i];
-                let (r, timed_out, in_block) = match self.take_block()? {
+                let (r, timed_out) = match self.take_block()? {
                     Some(mut b) => {
                         let call = b.call(proc, values, Some(&self.cancel));
                         let (r, timed_out) = self.under_timeout(call).await;
                         self.put_block(b);
-                        (r, timed_out, true)
+                        (r, timed_out)
                     }
                     None => {
                         let call = sh.client.call_async_cancelable(proc, values, &self.cancel);
-                        let (r, timed_out) = self.under_timeout(call).await;
-                        (r, timed_out, false)
+                        self.under_timeout(call).await
                     }
                 };
                 let rows_out = match r {
                     Ok(rows) => {
-                        // A call in a block commits with the block.
-                        if !in_block {
-                            counters.committed.fetch_add(1, Ordering::Relaxed);
-                        }
+                        // A call inside a block is counted when it ran,
+                        // though it commits with the block.
+                        counters.committed.fetch_add(1, Ordering::Relaxed);
                         rows
                     }
                     Err(e) => {
