@@ -92,6 +92,15 @@ pub struct ServeArgs {
     /// Seconds a connection may stay idle before it is closed (0: no limit).
     #[arg(long, default_value_t = 3600)]
     idle_timeout_s: u64,
+    /// Seconds a connection may stay idle inside a transaction block before
+    /// it is closed (25P03) and its block rolled back, so that no lock is
+    /// held forever (0: no limit).
+    #[arg(
+        long = "idle-in-transaction-timeout",
+        value_name = "SECS",
+        default_value_t = 60
+    )]
+    idle_in_transaction_timeout_s: u64,
     /// Seconds a connection may take to log in before it is closed (0: no
     /// limit), as PostgreSQL's authentication_timeout.
     #[arg(long, default_value_t = 60)]
@@ -377,6 +386,8 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
         max_connections: a.max_connections,
         max_message_bytes: a.max_message_bytes,
         idle_timeout: idle,
+        idle_in_transaction_timeout: (a.idle_in_transaction_timeout_s > 0)
+            .then(|| Duration::from_secs(a.idle_in_transaction_timeout_s)),
         auth_timeout: (a.auth_timeout_s > 0).then(|| Duration::from_secs(a.auth_timeout_s)),
         password: password(a)?,
         threads: a.server_threads,

@@ -12,6 +12,7 @@ mod placement;
 mod raw;
 mod serve;
 mod serve_bank;
+mod serve_blocks;
 mod serve_fuzz;
 mod serve_hostile;
 mod serve_observe;

@@ -9,6 +9,16 @@
 //! queries on `pg_catalog` ([`Stmt::Catalog`], for `pg_catalog::answer`);
 //! until they are plugged in, both answer `0A000`.
 //!
+//! Transaction blocks: `BEGIN` gives the connection a [`Block`] (kept in
+//! [`Handler::block`], taken out while one of its statements runs), and
+//! the session's [`BlockStatus`] says `T`. Calls and statements on tables
+//! run in the block; `COMMIT` commits it (answered once durable),
+//! `ROLLBACK` rolls it back. Any error inside a block rolls it back at once
+//! (its locks released) and makes the status `E`: every later statement but
+//! `ROLLBACK` (or `COMMIT`, answered `ROLLBACK`) is refused with `25P02`.
+//! Portals end with the block. Outside a block every statement is its own
+//! transaction.
+//!
 //! Cancel: a cancel request sets [`Handler::cancel`], which stays set
 //! until the next query string (simple protocol) or pipeline (extended:
 //! the first Execute after a Sync) begins. Every statement checks it
@@ -20,6 +30,7 @@ use std::borrow::Cow;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -39,19 +50,21 @@ use pgwire::messages::data::{DataRow, FieldDescription, NoData, RowDescription};
 use pgwire::messages::extendedquery::{
     Describe, Execute, Parse, ParseComplete, Sync as PgSync, TARGET_TYPE_BYTE_PORTAL,
 };
-use pgwire::messages::response::{CommandComplete, EmptyQueryResponse, ReadyForQuery};
+use pgwire::messages::response::{
+    CommandComplete, EmptyQueryResponse, NoticeResponse, ReadyForQuery,
+};
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::PgWireBackendMessage;
 
 use super::metrics::Figures;
-use super::session::{self, Report, Session};
+use super::session::{self, BlockStatus, Report, Session};
 use super::shared::Shared;
 use super::sql::{self, Arg, Func, Item, Projection, Scalar, Show, SqlError, Stmt};
 
 use super::pg_catalog;
 use super::tables::{self, TablePlan};
-use crate::api::{CallError, CancelFlag, Home, ProcDef, Row, Statement, Type, Value};
+use crate::api::{Block, CallError, CancelFlag, Home, ProcDef, Row, Statement, Type, Value};
 
 /// A statement prepared by Parse: the procedure a call names is resolved
 /// then (an unknown one is an error at once, as PostgreSQL's is), and what
@@ -896,6 +909,21 @@ pub(crate) struct Handler {
     /// An extended-protocol pipeline is open: an Execute came since the
     /// last Sync.
     in_pipeline: AtomicBool,
+    /// The open transaction block, while the session's status is `Open`
+    /// (taken out while one of its statements runs). Locked after
+    /// `session` when both are, and only between awaits.
+    block: Mutex<Option<Block>>,
+    /// Warnings for the client, sent before the next command tag (or
+    /// ReadyForQuery).
+    notices: Mutex<Vec<ErrorInfo>>,
+}
+
+/// `25P02`: the block failed; only its end is taken.
+fn aborted() -> PgWireError {
+    user_error(
+        "25P02",
+        "current transaction is aborted, commands ignored until end of transaction block",
+    )
 }
 
 /// Why the cancel flag was set, for the message of `57014`.
@@ -915,6 +943,155 @@ impl Handler {
             cancel: CancelFlag::new(),
             session: Mutex::new(Session::default()),
             in_pipeline: AtomicBool::new(false),
+            block: Mutex::new(None),
+            notices: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A WARNING for the client (NoticeResponse), sent before the command
+    /// tag of the statement that raised it.
+    fn warn(&self, code: &str, message: &str) {
+        self.notices.lock().push(ErrorInfo::new(
+            "WARNING".to_owned(),
+            code.to_owned(),
+            message.to_owned(),
+        ));
+    }
+
+    /// Sends the warnings raised so far.
+    async fn send_notices<C>(&self, client: &mut C) -> PgWireResult<()>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let notices = std::mem::take(&mut *self.notices.lock());
+        for n in notices {
+            client
+                .feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
+                    n,
+                )))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The block's statements go to the block: taken out of the handler
+    /// while one runs (`None` outside a block).
+    fn take_block(&self) -> PgWireResult<Option<Block>> {
+        let s = self.session.lock();
+        if s.block == BlockStatus::Idle {
+            return Ok(None);
+        }
+        match self.block.lock().take() {
+            Some(b) => Ok(Some(b)),
+            None => Err(user_error(
+                "XX000",
+                "internal error: the connection's transaction block is missing",
+            )),
+        }
+    }
+
+    /// Puts a block back after its statement ran.
+    fn put_block(&self, b: Block) {
+        *self.block.lock() = Some(b);
+    }
+
+    /// An error inside an open block: the block is rolled back at once
+    /// (its locks released) and the status becomes `E`. Nothing outside a
+    /// block, or in one already failed.
+    pub(crate) async fn fail_block(&self) {
+        let block = {
+            let mut s = self.session.lock();
+            if s.block != BlockStatus::Open {
+                return;
+            }
+            s.block = BlockStatus::Failed;
+            self.block.lock().take()
+        };
+        if let Some(b) = block {
+            let _ = b.rollback().await;
+        }
+    }
+
+    /// Leaves the block (status `I`): its `SET LOCAL` values and its
+    /// portals end with it. Returns the block (if one still runs) and the
+    /// settings to report.
+    fn leave_block<S: PortalStore>(&self, store: &S) -> (Option<Block>, Vec<Report>) {
+        let mut s = self.session.lock();
+        s.block = BlockStatus::Idle;
+        let ended = s.end_transaction();
+        store.clear_portals();
+        (self.block.lock().take(), ended)
+    }
+
+    /// Rolls back the block of a connection that is closing (the idle in
+    /// transaction timeout); the status becomes `I`.
+    pub(crate) async fn end_block(&self) {
+        let block = {
+            let mut s = self.session.lock();
+            s.block = BlockStatus::Idle;
+            s.end_transaction();
+            self.block.lock().take()
+        };
+        if let Some(b) = block {
+            let _ = b.rollback().await;
+        }
+    }
+
+    /// How long the connection may wait for its client while in a block
+    /// (`T` or `E`): the session's `idle_in_transaction_session_timeout`
+    /// or else `server`. `None` outside a block.
+    pub(crate) fn idle_in_block_timeout(&self, server: Option<Duration>) -> Option<Duration> {
+        let s = self.session.lock();
+        if s.block == BlockStatus::Idle {
+            return None;
+        }
+        s.idle_in_transaction_timeout(server)
+    }
+
+    /// `BEGIN`, `COMMIT`, `ROLLBACK`, with PostgreSQL's answers: `BEGIN`
+    /// in a block and an ending outside one are warnings; `COMMIT` of a
+    /// failed block rolls it back and answers `ROLLBACK`.
+    async fn block_control<S: PortalStore>(&self, stmt: &Stmt, store: &S) -> PgWireResult<Answer> {
+        let status = self.session.lock().block;
+        match (stmt, status) {
+            (Stmt::Begin, BlockStatus::Idle) => {
+                let b = self.shared.client.begin();
+                let mut s = self.session.lock();
+                s.block = BlockStatus::Open;
+                *self.block.lock() = Some(b);
+                Ok(Answer::done("BEGIN"))
+            }
+            (Stmt::Begin, BlockStatus::Open) => {
+                self.warn("25001", "there is already a transaction in progress");
+                Ok(Answer::done("BEGIN"))
+            }
+            (Stmt::Commit | Stmt::Rollback, BlockStatus::Idle) => {
+                self.warn("25P01", "there is no transaction in progress");
+                let ended = self.session.lock().end_transaction();
+                let tag = if matches!(stmt, Stmt::Commit) {
+                    "COMMIT"
+                } else {
+                    "ROLLBACK"
+                };
+                Ok(Answer::Done(Cow::Borrowed(tag), ended))
+            }
+            (Stmt::Commit, BlockStatus::Open) => {
+                let (b, ended) = self.leave_block(store);
+                if let Some(b) = b {
+                    b.commit().await.map_err(call_error)?;
+                }
+                Ok(Answer::Done(Cow::Borrowed("COMMIT"), ended))
+            }
+            (Stmt::Commit | Stmt::Rollback, _) => {
+                let (b, ended) = self.leave_block(store);
+                if let Some(b) = b {
+                    b.rollback().await.map_err(call_error)?;
+                }
+                Ok(Answer::Done(Cow::Borrowed("ROLLBACK"), ended))
+            }
+            _ => Err(aborted()),
         }
     }
 
@@ -933,6 +1110,7 @@ impl Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        self.send_notices(client).await?;
         let status = self.session.lock().status();
         client.set_transaction_status(status);
         client
@@ -971,11 +1149,26 @@ impl Handler {
         // A cancel that landed earlier in this query string or pipeline
         // (or a statement timeout) stops the statements after it.
         if self.cancel.is_canceled() {
+            self.fail_block().await;
             return Err(canceled(false));
         }
+        if matches!(p.stmt, Stmt::Begin | Stmt::Commit | Stmt::Rollback) {
+            return self.block_control(&p.stmt, store).await;
+        }
+        let status = self.session.lock().block;
+        if status == BlockStatus::Failed {
+            return Err(aborted());
+        }
         let answer = self.answer_now(p, params, format, store, pid).await;
-        // Each statement is its own transaction: SET LOCAL ends with it.
-        let ended = self.session.lock().end_transaction();
+        let ended = if status == BlockStatus::Idle {
+            // Each statement is its own transaction: SET LOCAL ends with it.
+            self.session.lock().end_transaction()
+        } else {
+            if answer.is_err() {
+                self.fail_block().await;
+            }
+            Vec::new()
+        };
         match answer {
             Ok(Answer::Done(tag, mut reports)) => {
                 reports.extend(ended);
@@ -1018,6 +1211,7 @@ impl Handler {
         };
         match &p.stmt {
             Stmt::NoOp(tag) => Ok(Answer::done(tag)),
+            Stmt::Begin | Stmt::Commit | Stmt::Rollback => self.block_control(&p.stmt, store).await,
             Stmt::Show(s) => rows(self.show(*s), "SHOW", Vec::new()),
             Stmt::ShowSetting(Some(name)) => {
                 let v = self.session.lock().show(name).map_err(sql_error)?;
@@ -1129,12 +1323,18 @@ impl Handler {
                     params,
                     count: Default::default(),
                 });
-                let run = sh.client.run_async(
-                    Arc::clone(&stmt) as Arc<dyn Statement>,
-                    home,
-                    Some(&self.cancel),
-                );
-                let out = self.timed(run).await?;
+                let dyn_stmt = Arc::clone(&stmt) as Arc<dyn Statement>;
+                let out = match self.take_block()? {
+                    Some(mut b) => {
+                        let r = self.timed(b.run(dyn_stmt, home, Some(&self.cancel))).await;
+                        self.put_block(b);
+                        r?
+                    }
+                    None => {
+                        let run = sh.client.run_async(dyn_stmt, home, Some(&self.cancel));
+                        self.timed(run).await?
+                    }
+                };
                 let n = stmt.count.load(Ordering::Relaxed);
                 match plan.tag() {
                     "SELECT" => rows(out, "SELECT", Vec::new()),
@@ -1146,10 +1346,22 @@ impl Handler {
                 let def = &sh.procs[i];
                 let values = bind_args(def, args, params)?;
                 let counters = &sh.counters[self.thread * sh.procs.len() + i];
-                let call = sh.client.call_async_cancelable(proc, values, &self.cancel);
-                let (r, timed_out) = self.under_timeout(call).await;
+                let (r, timed_out) = match self.take_block()? {
+                    Some(mut b) => {
+                        let call = b.call(proc, values, Some(&self.cancel));
+                        let (r, timed_out) = self.under_timeout(call).await;
+                        self.put_block(b);
+                        (r, timed_out)
+                    }
+                    None => {
+                        let call = sh.client.call_async_cancelable(proc, values, &self.cancel);
+                        self.under_timeout(call).await
+                    }
+                };
                 let rows_out = match r {
                     Ok(rows) => {
+                        // A call inside a block is counted when it ran,
+                        // though it commits with the block.
                         counters.committed.fetch_add(1, Ordering::Relaxed);
                         rows
                     }
@@ -1368,6 +1580,7 @@ impl SimpleQueryHandler for Handler {
         let (stmts, failed) = match parsed {
             Ok(v) => (v, false),
             Err(PgWireError::UserError(info)) => {
+                self.fail_block().await;
                 client
                     .feed(PgWireBackendMessage::ErrorResponse((*info).into()))
                     .await?;
@@ -1391,6 +1604,7 @@ impl SimpleQueryHandler for Handler {
                 }
                 Err(e) => Err(e),
             };
+            self.send_notices(client).await?;
             match answer {
                 Ok(Answer::Done(tag, reports)) => {
                     send_reports(client, reports).await?;
@@ -1421,6 +1635,7 @@ impl SimpleQueryHandler for Handler {
                 // A fatal error closes the connection: it goes alone.
                 Err(e) if e.is_fatal() => return Err(e),
                 Err(PgWireError::UserError(info)) => {
+                    self.fail_block().await;
                     client
                         .feed(PgWireBackendMessage::ErrorResponse((*info).into()))
                         .await?;
@@ -1541,7 +1756,88 @@ impl ExtendedQueryHandler for Extended {
     /// refused with `55000`. The default's cancel receiver is not polled:
     /// this server registers no connection manager, so it never has one (a
     /// cancel request sets [`Handler::cancel`]).
+    ///
+    /// An error inside a block fails the block ([`Handler::fail_block`]).
     async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let r = self.execute(client, message).await;
+        if r.is_err() {
+            self.handler.fail_block().await;
+        }
+        r
+    }
+
+    /// Parses as pgwire's default does, and keeps the statement's name in
+    /// the session (for `DEALLOCATE ALL` and `DISCARD ALL`). A statement
+    /// that does not parse inside a block fails the block.
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let r = self.parse(client, message).await;
+        if r.is_err() {
+            self.handler.fail_block().await;
+        }
+        r
+    }
+
+    /// Ends the pipeline: the unnamed portal goes, and ReadyForQuery is
+    /// sent with the session's status ([`Handler::ready`]).
+    async fn on_sync<C>(&self, client: &mut C, _message: PgSync) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        client.portal_store().rm_portal(DEFAULT_NAME);
+        self.handler.in_pipeline.store(false, Ordering::Relaxed);
+        self.handler.ready(client).await?;
+        client.flush().await?;
+        Ok(())
+    }
+
+    /// Describes a portal whose columns are all in text format from its
+    /// statement's text schema (what pgwire's default would build from
+    /// [`Parser::get_result_schema`]); anything else as the default does.
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if message.target_type == TARGET_TYPE_BYTE_PORTAL {
+            let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+            if let Some(Entry::Value(portal)) = client.portal_store().get_portal(name) {
+                if matches!(portal.result_column_format, Format::UnifiedText) {
+                    let schema = &portal.statement.statement.text_schema;
+                    let msg = if schema.is_empty() {
+                        PgWireBackendMessage::NoData(NoData::new())
+                    } else {
+                        let fields = schema.iter().map(FieldDescription::from).collect();
+                        PgWireBackendMessage::RowDescription(RowDescription::new(fields))
+                    };
+                    client.send(msg).await?;
+                    return Ok(());
+                }
+            }
+        }
+        self._on_describe(client, message).await
+    }
+}
+
+impl Extended {
+    /// [`ExtendedQueryHandler::on_execute`]'s work.
+    async fn execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
@@ -1589,6 +1885,7 @@ impl ExtendedQueryHandler for Extended {
                 pid,
             )
             .await?;
+        self.handler.send_notices(client).await?;
         match answer {
             Answer::Done(tag, reports) => {
                 send_reports(client, reports).await?;
@@ -1627,7 +1924,7 @@ impl ExtendedQueryHandler for Extended {
 
     /// Parses as pgwire's default does, and keeps the statement's name in
     /// the session (for `DEALLOCATE ALL` and `DISCARD ALL`).
-    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    async fn parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
@@ -1649,51 +1946,6 @@ impl ExtendedQueryHandler for Extended {
             .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
             .await?;
         Ok(())
-    }
-
-    /// Ends the pipeline: the unnamed portal goes, and ReadyForQuery is
-    /// sent with the session's status ([`Handler::ready`]).
-    async fn on_sync<C>(&self, client: &mut C, _message: PgSync) -> PgWireResult<()>
-    where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        client.portal_store().rm_portal(DEFAULT_NAME);
-        self.handler.in_pipeline.store(false, Ordering::Relaxed);
-        self.handler.ready(client).await?;
-        client.flush().await?;
-        Ok(())
-    }
-
-    /// Describes a portal whose columns are all in text format from its
-    /// statement's text schema (what pgwire's default would build from
-    /// [`Parser::get_result_schema`]); anything else as the default does.
-    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
-    where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        if message.target_type == TARGET_TYPE_BYTE_PORTAL {
-            let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
-            if let Some(Entry::Value(portal)) = client.portal_store().get_portal(name) {
-                if matches!(portal.result_column_format, Format::UnifiedText) {
-                    let schema = &portal.statement.statement.text_schema;
-                    let msg = if schema.is_empty() {
-                        PgWireBackendMessage::NoData(NoData::new())
-                    } else {
-                        let fields = schema.iter().map(FieldDescription::from).collect();
-                        PgWireBackendMessage::RowDescription(RowDescription::new(fields))
-                    };
-                    client.send(msg).await?;
-                    return Ok(());
-                }
-            }
-        }
-        self._on_describe(client, message).await
     }
 }
 

@@ -108,6 +108,11 @@ pub struct ServerOptions {
     /// A connection that sends nothing for this long is answered `57P05`
     /// and closed; `None`: never.
     pub idle_timeout: Option<Duration>,
+    /// A connection idle this long inside a transaction block (status `T`
+    /// or `E`) is answered `25P03` and closed, its block rolled back, so a
+    /// client that went quiet holds no lock forever; `None`: never. A
+    /// session's positive `idle_in_transaction_session_timeout` replaces it.
+    pub idle_in_transaction_timeout: Option<Duration>,
     /// A connection that has not logged in this long after it was
     /// accepted is closed (PostgreSQL's `authentication_timeout`); `None`:
     /// never (the idle timeout still applies).
@@ -145,6 +150,10 @@ impl std::fmt::Debug for ServerOptions {
             .field("max_connections", &self.max_connections)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("idle_timeout", &self.idle_timeout)
+            .field(
+                "idle_in_transaction_timeout",
+                &self.idle_in_transaction_timeout,
+            )
             .field("auth_timeout", &self.auth_timeout)
             .field("password", &self.password.as_ref().map(|_| "<set>"))
             .field("shutdown_grace", &self.shutdown_grace)
@@ -224,6 +233,9 @@ impl ServerOptions {
 /// The default address: PostgreSQL's port plus one, on loopback.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:5433";
 
+/// [`ServerOptions::idle_in_transaction_timeout`] unless one is given.
+pub const DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
 impl Default for ServerOptions {
     fn default() -> ServerOptions {
         ServerOptions {
@@ -231,6 +243,7 @@ impl Default for ServerOptions {
             max_connections: 256,
             max_message_bytes: 1 << 20,
             idle_timeout: Some(Duration::from_secs(3600)),
+            idle_in_transaction_timeout: Some(DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT),
             auth_timeout: Some(Duration::from_secs(60)),
             password: None,
             shutdown_grace: Duration::from_secs(10),
@@ -847,6 +860,8 @@ impl Conn {
         let login_by = self.opts.auth_timeout.map(|t| Instant::now() + t);
         // The next message must be whole by then.
         let mut idle_by = idle.map(|t| Instant::now() + t);
+        // When the last message was taken: a block's idle time runs from it.
+        let mut last_message = Instant::now();
         // The next password message is SCRAM's first.
         let mut sasl_first = true;
         loop {
@@ -886,6 +901,16 @@ impl Conn {
                         (None, l) if !logged_in => l,
                         (i, _) => i,
                     };
+                    // Inside a transaction block, the client has until
+                    // then to go on with it.
+                    let block_by = self
+                        .handler
+                        .idle_in_block_timeout(self.opts.idle_in_transaction_timeout)
+                        .map(|t| last_message + t);
+                    let by = match (by, block_by) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
                     if input.capacity() - input.len() < INPUT_ROOM / 2 {
                         input.reserve(INPUT_ROOM);
                     }
@@ -912,6 +937,19 @@ impl Conn {
                                 "{peer}: closed: no login within the authentication timeout ({} s)",
                                 self.opts.auth_timeout.map_or(0, |t| t.as_secs())
                             ));
+                            return;
+                        }
+                        None if block_by.is_some_and(|t| Instant::now() >= t) => {
+                            // Rolled back first: its locks go at once.
+                            self.handler.end_block().await;
+                            send_fatal(
+                                &mut socket,
+                                fatal_info(
+                                    "25P03",
+                                    "terminating connection due to idle-in-transaction timeout",
+                                ),
+                            )
+                            .await;
                             return;
                         }
                         None => {
@@ -971,6 +1009,7 @@ impl Conn {
                             && !matches!(frame.ty, b'S' | b'X')) =>
                 {
                     idle_by = idle.map(|t| Instant::now() + t);
+                    last_message = Instant::now();
                     continue;
                 }
                 _ => {}
@@ -990,6 +1029,7 @@ impl Conn {
                     return;
                 }
                 idle_by = idle.map(|t| Instant::now() + t);
+                last_message = Instant::now();
                 continue;
             }
             // Decoded from exactly the message's bytes: whatever the
@@ -1047,6 +1087,7 @@ impl Conn {
                     return;
                 }
                 idle_by = idle.map(|t| Instant::now() + t);
+                last_message = Instant::now();
                 continue;
             }
             let extended = msg.is_extended_query();
@@ -1115,6 +1156,7 @@ impl Conn {
                 }
             }
             idle_by = idle.map(|t| Instant::now() + t);
+            last_message = Instant::now();
             // Logged in: its key (sent in BackendKeyData) now cancels its calls.
             if cancel_key.is_none()
                 && matches!(socket.state(), PgWireConnectionState::ReadyForQuery)

@@ -8,9 +8,10 @@
 //! values it cannot honour with `0A000` (`transaction_isolation` other
 //! than `serializable`, `default_transaction_read_only = on`, a
 //! `client_encoding` other than UTF8, `standard_conforming_strings =
-//! off`); read-only ones refuse `SET` with `55P02`. `statement_timeout` is
-//! honoured; `lock_timeout` and `idle_in_transaction_session_timeout` are
-//! checked and kept.
+//! off`); read-only ones refuse `SET` with `55P02`. `statement_timeout` and
+//! `idle_in_transaction_session_timeout` (a positive value; otherwise the
+//! server's `--idle-in-transaction-timeout`) are honoured; `lock_timeout`
+//! is checked and kept.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::OnceLock;
@@ -128,7 +129,7 @@ const KNOWN: &[Known] = &[
         default: || "0".into(),
         report: false,
         rule: Rule::Millis,
-        about: "kept; the server's --idle-in-transaction-timeout applies",
+        about: "a block idle this long is ended (0: the server's --idle-in-transaction-timeout)",
     },
     Known {
         name: "in_hot_standby",
@@ -303,6 +304,21 @@ pub(crate) struct Session {
     local: BTreeMap<String, String>,
     /// Names of the statements prepared by Parse (for `DEALLOCATE ALL`).
     pub(crate) prepared: BTreeSet<String>,
+    /// Where the connection is: outside a block, in one, in a failed one.
+    pub(crate) block: BlockStatus,
+}
+
+/// A connection's transaction block, as ReadyForQuery reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum BlockStatus {
+    /// Outside a block: every statement is its own transaction (`I`).
+    #[default]
+    Idle,
+    /// In a block (`T`).
+    Open,
+    /// In a block a failed statement aborted: everything but its end is
+    /// refused with `25P02` (`E`).
+    Failed,
 }
 
 /// A setting's new value to report (ParameterStatus): name and value.
@@ -332,9 +348,27 @@ impl Session {
     }
 
     /// The transaction status ReadyForQuery reports: the one place it is
-    /// decided. Every statement is its own transaction, so always idle.
+    /// decided.
     pub(crate) fn status(&self) -> TransactionStatus {
-        TransactionStatus::Idle
+        match self.block {
+            BlockStatus::Idle => TransactionStatus::Idle,
+            BlockStatus::Open => TransactionStatus::Transaction,
+            BlockStatus::Failed => TransactionStatus::Error,
+        }
+    }
+
+    /// How long a block may stay idle before it is ended: the session's
+    /// `idle_in_transaction_session_timeout` when positive, else `server`.
+    pub(crate) fn idle_in_transaction_timeout(&self, server: Option<Duration>) -> Option<Duration> {
+        let ms = self
+            .get("idle_in_transaction_session_timeout")
+            .and_then(|v| parse_millis(&v))
+            .unwrap_or(0);
+        if ms > 0 {
+            Some(Duration::from_millis(ms))
+        } else {
+            server
+        }
     }
 
     /// The login user.

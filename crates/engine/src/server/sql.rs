@@ -9,7 +9,10 @@
 //!   (`version()`, `current_setting(…)`, `set_config(…)`,
 //!   `pg_advisory_unlock_all()`, …);
 //! - `SHOW`, `SET`, `RESET`, `DISCARD`, `DEALLOCATE`, `CLOSE`: the session;
-//! - `BEGIN`, `COMMIT`, `ROLLBACK`, `UNLISTEN`: accepted ([`Stmt::NoOp`]);
+//! - `BEGIN`/`START TRANSACTION`, `COMMIT`/`END`, `ROLLBACK`/`ABORT`: a
+//!   transaction block ([`Stmt::Begin`], [`Stmt::Commit`],
+//!   [`Stmt::Rollback`]); savepoints are refused (`0A000`);
+//! - `UNLISTEN`: accepted ([`Stmt::NoOp`]);
 //! - statements on tables and on `pg_catalog`: the two seams
 //!   ([`Stmt::Tables`], [`Stmt::Catalog`]).
 //!
@@ -113,6 +116,13 @@ pub enum Stmt {
     },
     /// Accepted; the command tag to answer with.
     NoOp(&'static str),
+    /// `BEGIN`, `START TRANSACTION` (serializable, read-write): opens a
+    /// transaction block.
+    Begin,
+    /// `COMMIT`, `END`: commits the block.
+    Commit,
+    /// `ROLLBACK`, `ABORT`: rolls the block back.
+    Rollback,
     Show(Show),
     /// `SHOW name` (lower case) and `SHOW ALL` (`None`).
     ShowSetting(Option<String>),
@@ -182,6 +192,24 @@ impl SqlError {
 
 fn unsupported(message: impl Into<String>) -> SqlError {
     SqlError::new("0A000", message)
+}
+
+/// Transaction modes of `BEGIN` or `SET TRANSACTION` (`what`): every
+/// transaction here is serializable and read-write, so those are accepted
+/// and any other is `0A000`, as the session's settings refuse them.
+fn serializable_read_write(what: &str, modes: &[ast::TransactionMode]) -> Result<(), SqlError> {
+    for m in modes {
+        match m {
+            ast::TransactionMode::IsolationLevel(ast::TransactionIsolationLevel::Serializable)
+            | ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadWrite) => {}
+            m => {
+                return Err(unsupported(format!(
+                    "{what} {m}: every transaction here is SERIALIZABLE READ WRITE"
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Placeholders above this are refused (PostgreSQL's own limit is 65535).
@@ -544,11 +572,17 @@ fn convert(stmt: ast::Statement, text: &str, catalog: bool) -> Result<Stmt, SqlE
         },
         S::Query(q) => query(q)?,
         s @ (S::Insert(_) | S::Update(_) | S::Delete(_)) => Stmt::Tables(Box::new(s)),
-        S::StartTransaction { .. } => Stmt::NoOp("BEGIN"),
-        S::Commit { .. } => Stmt::NoOp("COMMIT"),
+        S::StartTransaction { modes, .. } => {
+            serializable_read_write("BEGIN", &modes)?;
+            Stmt::Begin
+        }
+        S::Commit { chain: true, .. } | S::Rollback { chain: true, .. } => {
+            return Err(unsupported("AND CHAIN is not supported"))
+        }
+        S::Commit { .. } => Stmt::Commit,
         S::Rollback {
             savepoint: None, ..
-        } => Stmt::NoOp("ROLLBACK"),
+        } => Stmt::Rollback,
         S::Rollback {
             savepoint: Some(_), ..
         }
@@ -684,19 +718,7 @@ fn set(s: ast::Set) -> Result<Stmt, SqlError> {
             local: false,
         }),
         T::SetTransaction { modes, .. } => {
-            for m in &modes {
-                match m {
-                    ast::TransactionMode::IsolationLevel(
-                        ast::TransactionIsolationLevel::Serializable,
-                    ) => {}
-                    ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadWrite) => {}
-                    m => {
-                        return Err(unsupported(format!(
-                            "SET TRANSACTION {m}: every transaction here is SERIALIZABLE READ WRITE"
-                        )))
-                    }
-                }
-            }
+            serializable_read_write("SET TRANSACTION", &modes)?;
             Ok(Stmt::NoOp("SET"))
         }
         s => Err(unsupported(format!("{s} is not supported"))),
@@ -1995,10 +2017,14 @@ mod tests {
             ("CLOSE c", Stmt::Close(Some("c".into()))),
             ("UNLISTEN *", Stmt::NoOp("UNLISTEN")),
             ("DISCARD ALL", Stmt::DiscardAll),
-            ("BEGIN ISOLATION LEVEL SERIALIZABLE", Stmt::NoOp("BEGIN")),
-            ("START TRANSACTION", Stmt::NoOp("BEGIN")),
-            ("END", Stmt::NoOp("COMMIT")),
-            ("ABORT", Stmt::NoOp("ROLLBACK")),
+            ("BEGIN ISOLATION LEVEL SERIALIZABLE", Stmt::Begin),
+            ("BEGIN READ WRITE", Stmt::Begin),
+            ("START TRANSACTION", Stmt::Begin),
+            ("BEGIN", Stmt::Begin),
+            ("COMMIT", Stmt::Commit),
+            ("END", Stmt::Commit),
+            ("ROLLBACK", Stmt::Rollback),
+            ("ABORT", Stmt::Rollback),
         ] {
             assert_eq!(one(sql), want, "{sql}");
         }
@@ -2021,7 +2047,11 @@ mod tests {
         for sql in [
             "SAVEPOINT a",
             "ROLLBACK TO SAVEPOINT a",
+            "RELEASE SAVEPOINT a",
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+            "BEGIN ISOLATION LEVEL READ COMMITTED",
+            "START TRANSACTION READ ONLY",
+            "COMMIT AND CHAIN",
             "CREATE TABLE t (a int)",
             "LISTEN x",
         ] {
@@ -2036,9 +2066,9 @@ mod tests {
         assert_eq!(
             v,
             vec![
-                Stmt::NoOp("BEGIN"),
+                Stmt::Begin,
                 call("a", vec![Arg::Lit(Value::Int(1))]),
-                Stmt::NoOp("COMMIT")
+                Stmt::Commit
             ]
         );
         assert_eq!(parse(" ; ").unwrap(), vec![]);
