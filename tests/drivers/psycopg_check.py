@@ -68,6 +68,9 @@ def check_pool_concurrent(pool):
     expect(not errors_seen, f"pool workers failed: {errors_seen[:2]}")
     with pool.connection() as conn:
         total = conn.execute("SELECT * FROM bank_total()").fetchone()[0]
+        # Ends the block psycopg opened (autocommit is off): `balance`'s
+        # `transaction()` inside it would be a SAVEPOINT, which is refused.
+        conn.commit()
         # Conserved across the transfers; the opening sum is `islands check`'s to check,
         # so a check that failed before this one does not fail it too.
         expect(total == total0, f"total {total0} then {total}")
