@@ -295,7 +295,6 @@ fn a_failed_password_is_one_error_naming_the_login_user_then_closed() {
 /// psql's `\dt`, `\d TABLE` and `\df` against a served data set: the
 /// tables, a table's columns and the procedures of its catalog.
 #[test]
-#[ignore = "until pg_catalog::answer is called by the statement dispatch (issue 30's merge)"]
 fn psql_describes_tables_and_procedures() {
     if !on_path("psql") {
         println!("SKIPPED psql_describes_tables_and_procedures: psql is not on PATH");
