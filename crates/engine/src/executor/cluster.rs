@@ -349,7 +349,21 @@ impl Cluster {
             }
             None => Arc::new(InProc::new(n as usize, opts.mailbox_depth)) as Arc<dyn Transport>,
         };
-        let (islands, recovered) = islands.into_iter().unzip();
+        let (islands, recovered): (Vec<Island>, _) = islands.into_iter().unzip();
+        // An executor whose transactions wait only for the log sleeps on its
+        // bell: the log writer rings the island's bells when a batch is
+        // durable.
+        for (i, island) in islands.iter().enumerate() {
+            if let Some(wal) = island.wal() {
+                let t = Arc::clone(&transport);
+                let eps = base[i]..base[i] + workers[i] as u32;
+                wal.on_durable(Some(Arc::new(move || {
+                    for e in eps.clone() {
+                        t.bell(Endpoint(e)).ring();
+                    }
+                })));
+            }
+        }
         Ok(Arc::new(Cluster {
             recovered_worker: (0..n).map(|_| AtomicBool::new(false)).collect(),
             has_executor: (0..n).map(|_| AtomicBool::new(false)).collect(),

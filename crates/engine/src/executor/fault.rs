@@ -106,6 +106,10 @@ impl FaultyTransport {
 }
 
 impl Transport for FaultyTransport {
+    fn bell(&self, me: Endpoint) -> &crate::transport::Bell {
+        self.inner.bell(me)
+    }
+
     fn send(&self, from: Endpoint, to: Endpoint, batch: Vec<u8>) -> Result<(), Full> {
         {
             let mut once = self.lose_once.lock();

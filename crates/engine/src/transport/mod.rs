@@ -26,7 +26,12 @@
 //! TCP) that keeps one connection per pair of endpoints and never resends a
 //! batch on another connection meets the default.
 
+pub mod bell;
+pub mod layout;
 pub mod wire;
+
+pub use bell::Bell;
+pub use layout::Layout;
 
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
@@ -57,6 +62,10 @@ pub trait Transport: Send + Sync {
     fn recycle(&self, buf: Vec<u8>);
     /// Number of endpoints.
     fn endpoints(&self) -> usize;
+    /// The bell of local endpoint `me`: its worker sleeps on it when it has
+    /// nothing to do, and the transport rings it after delivering a batch
+    /// to `me` (see [`bell`]).
+    fn bell(&self, me: Endpoint) -> &Bell;
     /// `None` (the default): every batch is delivered at most once, and in
     /// the order sent between two endpoints. `Some(w)`: a batch may also be
     /// delivered more than once, or after batches sent later, but never
@@ -267,6 +276,7 @@ pub struct InProc {
 /// would be a locked read-modify-write per batch on the message path).
 struct Inbox {
     queue: Mailbox,
+    bell: Bell,
     #[cfg(test)]
     sent: CachePadded<AtomicU64>,
 }
@@ -279,6 +289,7 @@ impl InProc {
                 .map(|_| {
                     CachePadded::new(Inbox {
                         queue: ArrayQueue::new(depth.max(1)),
+                        bell: Bell::new(),
                         #[cfg(test)]
                         sent: CachePadded::new(AtomicU64::new(0)),
                     })
@@ -306,6 +317,7 @@ impl Transport for InProc {
             Ok(()) => {
                 #[cfg(test)]
                 inbox.sent.fetch_add(1, Ordering::Relaxed);
+                inbox.bell.ring();
                 Ok(())
             }
             Err((_, b)) => Err(Full(b)),
@@ -330,6 +342,11 @@ impl Transport for InProc {
 
     fn endpoints(&self) -> usize {
         self.mailboxes.len()
+    }
+
+    #[inline]
+    fn bell(&self, me: Endpoint) -> &Bell {
+        &self.mailboxes[me.0 as usize].bell
     }
 }
 

@@ -676,6 +676,9 @@ struct Shared {
     /// Taken by the writer around publishing progress or failure, so waiters never miss it.
     durable_lock: Mutex<()>,
     durable_cv: Condvar,
+    /// Called after the durable mark moves, the log fails or the writer
+    /// stops (see [`Wal::on_durable`]).
+    on_durable: parking_lot::RwLock<Option<DurableHook>>,
     failed_flag: AtomicBool,
     failed: Mutex<Option<WalError>>,
     /// Set once the writer thread has exited.
@@ -691,7 +694,16 @@ struct Shared {
     dir_lock: Mutex<Option<std::fs::File>>,
 }
 
+/// What a log calls when its durable mark moves (see [`Wal::on_durable`]).
+pub type DurableHook = Arc<dyn Fn() + Send + Sync>;
+
 impl Shared {
+    fn durable_moved(&self) {
+        if let Some(f) = &*self.on_durable.read() {
+            f();
+        }
+    }
+
     fn poison(&self, e: WalError) {
         {
             let mut failed = self.failed.lock();
@@ -700,8 +712,11 @@ impl Shared {
             }
             self.failed_flag.store(true, Ordering::Release);
         }
-        let _g = self.durable_lock.lock();
-        self.durable_cv.notify_all();
+        {
+            let _g = self.durable_lock.lock();
+            self.durable_cv.notify_all();
+        }
+        self.durable_moved();
     }
 
     fn failure(&self) -> Option<WalError> {
@@ -713,8 +728,11 @@ impl Shared {
 
     fn publish(&self, seq: BatchSeq) {
         self.durable.store(seq, Ordering::Release);
-        let _g = self.durable_lock.lock();
-        self.durable_cv.notify_all();
+        {
+            let _g = self.durable_lock.lock();
+            self.durable_cv.notify_all();
+        }
+        self.durable_moved();
     }
 }
 
@@ -1481,6 +1499,7 @@ impl Wal {
             control: Mutex::new(control),
             durable_lock: Mutex::new(()),
             durable_cv: Condvar::new(),
+            on_durable: parking_lot::RwLock::new(None),
             failed_flag: AtomicBool::new(false),
             failed: Mutex::new(None),
             stopped: AtomicBool::new(false),
@@ -1549,6 +1568,14 @@ impl Wal {
     }
 
     /// Sync: batches <= this are written and fdatasync'ed. Async: written. Off: submitted.
+    /// Calls `hook` (from the log writer's thread) each time the durable
+    /// mark moves, the log fails or its writer stops: executors that wait
+    /// for durability sleep, and the hook wakes them. Replaces an earlier
+    /// hook. The hook must be short and must not call into this log.
+    pub fn on_durable(&self, hook: Option<DurableHook>) {
+        *self.shared.on_durable.write() = hook;
+    }
+
     pub fn durable_seq(&self) -> BatchSeq {
         self.shared.durable.load(Ordering::Acquire)
     }
@@ -1885,8 +1912,11 @@ impl Writer {
             shared.poison(e);
         }
         shared.stopped.store(true, Ordering::Release);
-        let _g = shared.durable_lock.lock();
-        shared.durable_cv.notify_all();
+        {
+            let _g = shared.durable_lock.lock();
+            shared.durable_cv.notify_all();
+        }
+        shared.durable_moved();
     }
 
     fn run_loop(&mut self) -> Result<(), WalError> {
