@@ -7,17 +7,21 @@
 //! endpoint it delivered to, and the owner wakes.
 //!
 //! Protocol (the owner is the one thread that sleeps on the bell):
-//! 1. the owner calls [`Bell::prepare_sleep`], then looks once more at every
-//!    source of work (mailboxes, rings, queues);
-//! 2. if it found work, [`Bell::cancel_sleep`]; otherwise [`Bell::sleep`];
-//! 3. a producer first makes its work visible (a push), then calls
-//!    [`Bell::ring`].
+//! - a producer first makes its work visible (a push), then calls
+//!   [`Bell::ring`];
+//! - the owner, out of work, calls [`Bell::prepare_sleep`]. It answers
+//!   `false` if the bell rang since the owner last slept (or last tried to):
+//!   work may have come meanwhile, so the owner looks again instead of
+//!   sleeping. Otherwise the owner may look at its sources once more, then
+//!   [`Bell::sleep`]s (which returns at once if a ring came after
+//!   `prepare_sleep`) or [`Bell::cancel_sleep`]s.
 //!
-//! The fences on both sides (the owner's store of `SLEEPING` before its last
-//! look, the producer's fence before it reads the word) make sure that either
-//! the owner's last look sees the work or the producer sees `SLEEPING` and
-//! wakes it: no wake-up is lost, whatever the producer's push was made of.
-//! A ring while the owner is awake costs a fence and one load.
+//! A ring is remembered until the owner's next `prepare_sleep`, so a
+//! producer whose ring lands while the owner is busy, or between its last
+//! look and its sleep, is never lost: the owner need not look at every
+//! source again before it sleeps. A ring that finds the bell already rung
+//! costs a fence and one load; the first ring after the owner's
+//! `prepare_sleep` costs a swap, and a `futex` wake if the owner sleeps.
 
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::Duration;
@@ -41,12 +45,13 @@ impl Bell {
         }
     }
 
-    /// Wakes the owner if it sleeps or is about to. Call after making the
-    /// work it is woken for visible.
+    /// Wakes the owner if it sleeps, or makes its next
+    /// [`Bell::prepare_sleep`] answer `false`. Call after making the work it
+    /// is woken for visible.
     #[inline]
     pub fn ring(&self) {
         fence(Ordering::SeqCst);
-        if self.word.load(Ordering::Relaxed) == AWAKE {
+        if self.word.load(Ordering::Relaxed) == RUNG {
             return;
         }
         if self.word.swap(RUNG, Ordering::SeqCst) == SLEEPING {
@@ -54,28 +59,45 @@ impl Bell {
         }
     }
 
-    /// Owner: announces a sleep. Look at every source of work after this,
-    /// then [`Bell::sleep`] or [`Bell::cancel_sleep`].
+    /// Owner: announces a sleep. `false`: the bell rang since the owner's
+    /// last `prepare_sleep`, so work may be waiting: it must look again (the
+    /// bell is then awake and unrung). `true`: the owner may look at its
+    /// sources once more, then [`Bell::sleep`] or [`Bell::cancel_sleep`].
     #[inline]
-    pub fn prepare_sleep(&self) {
-        self.word.store(SLEEPING, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+    pub fn prepare_sleep(&self) -> bool {
+        if self.word.swap(SLEEPING, Ordering::SeqCst) == RUNG {
+            self.word.swap(AWAKE, Ordering::SeqCst);
+            return false;
+        }
+        true
     }
 
-    /// Owner: found work after [`Bell::prepare_sleep`]; stays awake.
+    /// Owner: found work after a successful [`Bell::prepare_sleep`]; stays
+    /// awake (a ring since is kept for the next `prepare_sleep`).
     #[inline]
     pub fn cancel_sleep(&self) {
-        self.word.store(AWAKE, Ordering::Relaxed);
+        let _ = self
+            .word
+            .compare_exchange(SLEEPING, AWAKE, Ordering::SeqCst, Ordering::Relaxed);
     }
 
-    /// Owner: sleeps until rung (since [`Bell::prepare_sleep`]) or until
-    /// `timeout` passes. Returns whether it was rung. Returns at once if a
-    /// ring came after `prepare_sleep`.
+    /// Owner: sleeps until rung or until `timeout` passes, after a
+    /// successful [`Bell::prepare_sleep`] (returns at once if a ring came
+    /// after it). Returns whether it was rung; the bell is then awake.
     pub fn sleep(&self, timeout: Duration) -> bool {
         if self.word.load(Ordering::Acquire) == SLEEPING {
             wait(&self.word, SLEEPING, timeout);
         }
-        self.word.swap(AWAKE, Ordering::Acquire) == RUNG
+        self.word.swap(AWAKE, Ordering::SeqCst) == RUNG
+    }
+
+    /// [`Bell::prepare_sleep`] then [`Bell::sleep`]: sleeps unless rung
+    /// since the last call. Returns whether it was rung.
+    pub fn sleep_unless_rung(&self, timeout: Duration) -> bool {
+        if !self.prepare_sleep() {
+            return true;
+        }
+        self.sleep(timeout)
     }
 
     /// Whether the owner sleeps (or is about to): for counters and tests.
@@ -122,7 +144,7 @@ mod tests {
     #[test]
     fn a_ring_before_the_sleep_is_not_lost() {
         let b = Bell::new();
-        b.prepare_sleep();
+        assert!(b.prepare_sleep());
         b.ring();
         let t = Instant::now();
         assert!(b.sleep(Duration::from_secs(5)), "woken by the ring");
@@ -133,7 +155,7 @@ mod tests {
     #[test]
     fn an_unrung_sleep_times_out() {
         let b = Bell::new();
-        b.prepare_sleep();
+        assert!(b.prepare_sleep());
         assert!(!b.sleep(Duration::from_millis(5)));
     }
 
@@ -165,13 +187,10 @@ mod tests {
                     got += 1;
                     continue;
                 }
-                b2.prepare_sleep();
-                if !q2.is_empty() {
-                    b2.cancel_sleep();
-                    continue;
-                }
+                // No second look at the queue: a ring since the last
+                // prepare_sleep is remembered.
                 let t = Instant::now();
-                b2.sleep(Duration::from_secs(2));
+                b2.sleep_unless_rung(Duration::from_secs(2));
                 if t.elapsed() >= Duration::from_secs(2) {
                     slept_long += 1;
                 }
