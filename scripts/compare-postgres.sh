@@ -12,7 +12,10 @@
 #   pg-builtin   pgbench's built-in tpcb-like script (five statements)
 #   pg-function  a PL/pgSQL function doing the same transaction in one call
 #   islands      CALL tpcb(...)
+#   is-builtin   pgbench's built-in tpcb-like script, unchanged, against islands
+#                (a transaction block of five statements on pgbench_* tables)
 #   pg-select / islands-select: pgbench -S, and CALL tpcb_balance(...)
+#   is-select    pgbench -S (the built-in select-only script) against islands
 # Each line gives tps, mean and p99 latency (from pgbench's per-transaction
 # log), and failed transactions; the ratios islands / PostgreSQL follow.
 set -euo pipefail
@@ -116,6 +119,8 @@ for c in $clients; do
     run pg-function "$c" -f "$work/fn.sql" "${pg[@]}" postgres
     run pg-select "$c" -b select-only "${pg[@]}" postgres
     run islands-select "$c" -f "$work/sel.sql" "${is[@]}" islands
+    run is-builtin "$c" -b tpcb-like "${is[@]}" islands
+    run is-select "$c" -b select-only "${is[@]}" islands
   } | tee -a "$results"
 done
 python3 - "$results" <<'PY'
@@ -132,4 +137,6 @@ for c in sorted(r):
           f"islands/pg-function {ratio('islands', 'pg-function', 0):.2f}, "
           f"select islands/pg {ratio('islands-select', 'pg-select', 0):.2f}; "
           f"p99 islands/pg-builtin {ratio('islands', 'pg-builtin', 1):.2f}")
+    print(f"clients {c:>3}: pgbench's own scripts on both: tpcb-like islands/pg {ratio('is-builtin', 'pg-builtin', 0):.2f} "
+          f"(p99 {ratio('is-builtin', 'pg-builtin', 1):.2f}), select-only islands/pg {ratio('is-select', 'pg-select', 0):.2f}")
 PY

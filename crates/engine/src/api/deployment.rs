@@ -1,11 +1,12 @@
 //! Opening, serving and shutting down a deployment.
 
+use crate::transport::{Bell, Endpoint, Transport};
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::task::Waker;
-use std::thread::{JoinHandle, Thread};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
@@ -311,12 +312,11 @@ pub(crate) struct Mailbox {
     blocks: ArrayQueue<Arc<BlockShared>>,
     /// Blocks begun here and not yet closed (queued or running).
     open_blocks: AtomicUsize,
-    /// A block's client handed it an operation since the executor last
-    /// parked: it must look at its blocks before it parks again.
-    kicked: AtomicBool,
-    /// The executor is parked (or about to be) waiting for calls.
-    sleeping: AtomicBool,
-    thread: OnceLock<Thread>,
+    /// Its executor's endpoint on the deployment's transport, whose bell
+    /// the executor sleeps on: a push here, a peer's batch and a durable log
+    /// batch ring it.
+    transport: Arc<dyn Transport>,
+    endpoint: Endpoint,
     /// Rounds in a row its executor found nothing to do (its own counter).
     idle: AtomicU32,
     /// When those rounds reached the deployment's `park_after`, in
@@ -374,40 +374,39 @@ impl Mailbox {
     }
 
     /// A block's client handed it an operation: the executor looks at its
-    /// blocks before it parks, and wakes if it sleeps.
+    /// blocks before it sleeps, and wakes if it sleeps.
     pub(crate) fn kick(&self) {
-        self.kicked.store(true, Ordering::SeqCst);
         self.notify();
     }
 
-    /// Wakes the executor if it sleeps: called after a push.
+    /// Wakes the executor if it sleeps, or keeps it from sleeping before
+    /// it looks again: called after a push.
+    #[inline]
     pub(crate) fn notify(&self) {
-        if self.sleeping.load(Ordering::SeqCst) {
-            if let Some(t) = self.thread.get() {
-                t.unpark();
-            }
-        }
+        self.bell().ring();
+    }
+
+    #[inline]
+    fn bell(&self) -> &Bell {
+        self.transport.bell(self.endpoint)
     }
 }
 
-/// Idle rounds before an executor parks (a round without work takes well
-/// under a microsecond, or a `yield`) when its peers may message it: a
-/// parked executor reads their messages only when it wakes, so short
-/// bursts keep it spinning.
-const PARK_AFTER: u32 = 20_000;
-/// The same on one island, where no peer messages an executor and only a
-/// caller's push (which unparks it) brings work: a few dozen rounds and
-/// [`PARK_SOON_IDLE`]. An executor that spins longer between calls takes
-/// its core from the callers (the server's threads, the clients) when they
-/// share the cores, as they do on a small machine.
+/// Idle rounds before an executor parks: a few dozen rounds and
+/// [`PARK_SOON_IDLE`]. A caller's push, a peer's batch and a durable log
+/// batch ring the executor's bell, so a parked executor misses nothing; one
+/// that spins longer between calls takes its core from the callers (the
+/// server's threads, the clients, the log writer) when they share the
+/// cores, as they do on a small machine.
 const PARK_SOON: u32 = 64;
-/// How long an executor of one island stays idle before it parks, once it
-/// has idled [`PARK_SOON`] rounds (which at durability `off` take well under
-/// a microsecond): callers that keep calls in flight refill its queue
-/// within that time, so they do not pay an unpark per call.
+/// How long an executor stays idle before it parks, once it has idled
+/// [`PARK_SOON`] rounds (which at durability `off` take well under a
+/// microsecond): callers that keep calls in flight refill its queue within
+/// that time, so they do not pay a wake-up per call.
 const PARK_SOON_IDLE: Duration = Duration::from_micros(200);
-/// How long a parked executor sleeps before it looks at its peers'
-/// messages again (a caller's push wakes it at once).
+/// How long a parked executor sleeps at most (its bell wakes it at once):
+/// timers (an operation's timeout, a resend) run at this grain while it
+/// sleeps.
 const PARK_FOR: Duration = Duration::from_millis(1);
 
 /// What clients and executors share.
@@ -429,7 +428,7 @@ pub(crate) struct Inner {
     /// [`Options::blocks_per_worker`] and [`Options::deadlock_timeout`].
     pub(crate) blocks_per_worker: usize,
     pub(crate) deadlock_timeout: Duration,
-    /// Idle rounds before an executor parks ([`PARK_AFTER`], [`PARK_SOON`]).
+    /// Idle rounds before an executor parks ([`PARK_SOON`]).
     park_after: u32,
     /// How long past those rounds it stays idle first ([`PARK_SOON_IDLE`],
     /// or zero).
@@ -727,18 +726,18 @@ impl Workload for Calls {
                 return;
             }
         }
-        mb.sleeping.store(true, Ordering::SeqCst);
-        // A push or a block's operation after this check sees `sleeping`
-        // and unparks; one before it left `kicked` set.
-        if mb.queue.is_empty()
-            && mb.blocks.is_empty()
-            && !mb.kicked.swap(false, Ordering::SeqCst)
-            && self.0.open.load(Ordering::SeqCst)
-        {
-            mb.parks.fetch_add(1, Ordering::Relaxed);
-            std::thread::park_timeout(PARK_FOR);
+        // A push, a block's operation, a peer's batch or a durable log
+        // batch rings the bell after it is visible: one since the last
+        // sleep keeps the executor awake for another look.
+        let bell = mb.bell();
+        if bell.prepare_sleep() {
+            if mb.queue.is_empty() && mb.blocks.is_empty() && self.0.open.load(Ordering::SeqCst) {
+                mb.parks.fetch_add(1, Ordering::Relaxed);
+                bell.sleep(PARK_FOR);
+            } else {
+                bell.cancel_sleep();
+            }
         }
-        mb.sleeping.store(false, Ordering::Relaxed);
     }
 }
 
@@ -1034,14 +1033,13 @@ impl Deployment {
         }
         first.push(at);
         let mailboxes: Box<[CachePadded<Mailbox>]> = (0..total)
-            .map(|_| {
+            .map(|w| {
                 CachePadded::new(Mailbox {
                     queue: ArrayQueue::new(opts.queue_depth),
                     blocks: ArrayQueue::new(opts.blocks_per_worker.max(1)),
                     open_blocks: AtomicUsize::new(0),
-                    kicked: AtomicBool::new(false),
-                    sleeping: AtomicBool::new(false),
-                    thread: OnceLock::new(),
+                    transport: Arc::clone(cluster.transport()),
+                    endpoint: Endpoint(w as u32),
                     idle: AtomicU32::new(0),
                     idle_since: AtomicU64::new(0),
                     room_waiters: AtomicUsize::new(0),
@@ -1064,12 +1062,8 @@ impl Deployment {
             max_attempts: opts.max_attempts,
             blocks_per_worker: opts.blocks_per_worker,
             deadlock_timeout: opts.deadlock_timeout,
-            park_after: if n == 1 { PARK_SOON } else { PARK_AFTER },
-            park_idle_ns: if n == 1 {
-                PARK_SOON_IDLE.as_nanos() as u64
-            } else {
-                0
-            },
+            park_after: PARK_SOON,
+            park_idle_ns: PARK_SOON_IDLE.as_nanos() as u64,
             epoch: Instant::now(),
             committed: (0..total).map(|_| ProgressCounter::new()).collect(),
         });
@@ -1086,7 +1080,7 @@ impl Deployment {
         }
         let phase = Arc::new(AtomicU8::new(MEASURE));
         let calls = Arc::new(workload(Calls(Arc::clone(&inner))));
-        let (started, registry) = (Arc::clone(&inner), threads.clone());
+        let registry = threads.clone();
         let island_of: Vec<u32> = cws.iter().map(|c| c.island as u32).collect();
         let executors = crate::executor::run::serve(
             &cluster,
@@ -1094,10 +1088,7 @@ impl Deployment {
             calls,
             &phase,
             &inner.committed,
-            move |w| {
-                let _ = started.mailboxes[w].thread.set(std::thread::current());
-                registry.enter(Role::Executor, Some(island_of[w]))
-            },
+            move |w| registry.enter(Role::Executor, Some(island_of[w])),
         )?;
         let watcher = {
             let (islands, phase, inner) = (islands.clone(), Arc::clone(&phase), Arc::clone(&inner));
@@ -1202,9 +1193,7 @@ impl Deployment {
             .phase
             .compare_exchange(MEASURE, STOP, Ordering::AcqRel, Ordering::Acquire);
         for mb in self.inner.mailboxes.iter() {
-            if let Some(t) = mb.thread.get() {
-                t.unpark();
-            }
+            mb.notify();
         }
         let mut first_err = None;
         for h in self.executors.drain(..) {

@@ -386,6 +386,11 @@ impl Cluster {
         &self.islands
     }
 
+    /// The transport its workers exchange batches over.
+    pub fn transport(&self) -> &Arc<dyn Transport> {
+        &self.transport
+    }
+
     pub fn workers(&self, island: usize) -> usize {
         self.workers[island]
     }

@@ -1267,7 +1267,12 @@ where
                 idle_since = None;
             }
             idle_rounds = if progressed { 0 } else { idle_rounds + 1 };
-            if !progressed && source_dry && busy == suspended && wk.pending.is_empty() {
+            // Nothing to run: no request came, no slot is ready, and the
+            // commits acknowledged later wait only for the log writer (all
+            // handed to it), which rings this worker's bell when they are
+            // durable.
+            let waits_for_nothing_but_the_log = wk.pending.is_empty() || wk.since_flush == 0;
+            if !progressed && source_dry && busy == suspended && waits_for_nothing_but_the_log {
                 workload.idle(w);
                 told_idle = true;
             } else if progressed && told_idle {
