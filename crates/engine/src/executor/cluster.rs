@@ -114,6 +114,9 @@ pub(crate) struct WorkerCounts {
     user_aborts: AtomicU64,
     /// Home transactions given up once their attempts ran out.
     gave_up: AtomicU64,
+    /// Batches its outbox dropped: their destination refused them until
+    /// they reached [`crate::transport::MAX_PENDING`].
+    pub(super) dropped_batches: AtomicU64,
 }
 
 impl WorkerCounts {
@@ -149,6 +152,9 @@ pub struct IslandCounts {
     /// Transactions homed here given up after their last attempt aborted
     /// (a caller's serialization failure).
     pub gave_up: u64,
+    /// Batches this island's workers dropped because their destination
+    /// kept refusing them (a full mailbox, a peer that is down).
+    pub dropped_batches: u64,
 }
 
 /// Adds one to a counter only its owner thread writes: a plain store, no
@@ -193,6 +199,7 @@ impl ClusterStats {
             }
             c.user_aborts += load(&w.user_aborts);
             c.gave_up += load(&w.gave_up);
+            c.dropped_batches += load(&w.dropped_batches);
         }
         c
     }

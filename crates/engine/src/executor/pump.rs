@@ -94,6 +94,11 @@ impl Executor {
             self.check_early();
         }
         self.outbox.flush(&*self.transport, self.me);
+        let dropped = self.outbox.take_dropped();
+        if dropped > 0 {
+            let c = &self.counts().dropped_batches;
+            c.store(c.load(Ordering::Relaxed) + dropped, Ordering::Relaxed);
+        }
         self.publish_served(now);
         Ok(received)
     }

@@ -168,7 +168,17 @@ pub struct Outbox {
     /// A frame someone waits for was queued since the last flush (see
     /// [`Outbox::batch_lazy`]).
     urgent: bool,
+    /// Batches dropped because their destination kept refusing them (see
+    /// [`MAX_PENDING`]), since [`Outbox::take_dropped`] last read it.
+    dropped: u64,
 }
+
+/// The most a batch kept for a destination that refuses it (a full
+/// mailbox, a peer that is down) may grow to. Past it the batch is dropped
+/// and counted: the engine tolerates lost batches (two-phase commit resends
+/// what it must; a remote operation times out), and a dead peer must not
+/// grow a worker's memory without bound.
+pub const MAX_PENDING: usize = 4 << 20;
 
 /// Consumed buffers an [`Outbox`] keeps for itself; more go back to the
 /// transport's pool.
@@ -181,6 +191,7 @@ impl Outbox {
             dirty: Vec::new(),
             spare: Vec::new(),
             urgent: false,
+            dropped: 0,
         }
     }
 
@@ -213,6 +224,10 @@ impl Outbox {
             *slot = Some(self.spare.pop().unwrap_or_else(|| t.buffer()));
         }
         let b = slot.as_mut().expect("just filled");
+        if b.len() >= MAX_PENDING {
+            b.clear();
+            self.dropped += 1;
+        }
         if b.is_empty() && !self.dirty.contains(&to) {
             self.dirty.push(to);
         }
@@ -252,6 +267,12 @@ impl Outbox {
 
     pub fn is_empty(&self) -> bool {
         self.dirty.is_empty()
+    }
+
+    /// Batches dropped (see [`MAX_PENDING`]) since the last call.
+    #[inline]
+    pub fn take_dropped(&mut self) -> u64 {
+        std::mem::take(&mut self.dropped)
     }
 
     /// Whether an urgent frame was queued since the last flush.
@@ -398,6 +419,32 @@ mod tests {
             vec![b"b".as_slice(), b"c".as_slice()],
             "kept frames are sent in order"
         );
+    }
+
+    #[test]
+    fn a_refused_destination_grows_no_batch_past_the_cap() {
+        let t = InProc::new(2, 1);
+        let mut out = Outbox::new(2);
+        push_frame(out.batch(&t, Endpoint(1)), b"fills the mailbox");
+        assert_eq!(out.flush(&t, Endpoint(0)), 0);
+        let frame = vec![7u8; 64 << 10];
+        let mut kept_max = 0;
+        for _ in 0..(3 * MAX_PENDING / frame.len()) {
+            push_frame(out.batch(&t, Endpoint(1)), &frame);
+            assert_eq!(out.flush(&t, Endpoint(0)), 1, "nobody reads: it stays");
+            kept_max = kept_max.max(out.pending[1].as_ref().map_or(0, Vec::len));
+        }
+        assert!(
+            kept_max <= MAX_PENDING + frame.len() + 4,
+            "kept {kept_max} bytes"
+        );
+        assert!(out.take_dropped() >= 2, "the dropped batches are counted");
+        assert_eq!(out.take_dropped(), 0);
+        // Once the peer reads again, what was kept since the last drop goes.
+        assert!(t.recv(Endpoint(1)).is_some());
+        assert_eq!(out.flush(&t, Endpoint(0)), 0);
+        let (_, b) = t.recv(Endpoint(1)).expect("the kept batch");
+        assert!(frames(&b).all(|f| f.unwrap() == frame.as_slice()));
     }
 
     #[test]
