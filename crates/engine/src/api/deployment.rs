@@ -392,14 +392,19 @@ impl Mailbox {
     }
 }
 
-/// Idle rounds before an executor parks: a few dozen rounds and
-/// [`PARK_SOON_IDLE`]. A caller's push, a peer's batch and a durable log
-/// batch ring the executor's bell, so a parked executor misses nothing; one
-/// that spins longer between calls takes its core from the callers (the
-/// server's threads, the clients, the log writer) when they share the
-/// cores, as they do on a small machine.
+/// Idle rounds before an executor with nothing in flight parks, when its
+/// peers may message it: a batch rings its bell, but a sleeping executor
+/// takes a wake-up (a system call, a reschedule) to answer, so short bursts
+/// of peers' requests keep it spinning.
+const PARK_AFTER: u32 = 20_000;
+/// The same on one island, and for an executor whose transactions wait
+/// (for the log writer, for a peer's reply, for their clients): a few dozen
+/// rounds and [`PARK_SOON_IDLE`]. A caller's push, a peer's batch and a
+/// durable log batch ring the executor's bell, and one that spins longer
+/// takes its core from the callers (the server's threads, the clients, the
+/// log writer) when they share the cores, as they do on a small machine.
 const PARK_SOON: u32 = 64;
-/// How long an executor stays idle before it parks, once it has idled
+/// How long such an executor stays idle before it parks, once it has idled
 /// [`PARK_SOON`] rounds (which at durability `off` take well under a
 /// microsecond): callers that keep calls in flight refill its queue within
 /// that time, so they do not pay a wake-up per call.
@@ -428,7 +433,8 @@ pub(crate) struct Inner {
     /// [`Options::blocks_per_worker`] and [`Options::deadlock_timeout`].
     pub(crate) blocks_per_worker: usize,
     pub(crate) deadlock_timeout: Duration,
-    /// Idle rounds before an executor parks ([`PARK_SOON`]).
+    /// Idle rounds before an executor with nothing in flight parks
+    /// ([`PARK_AFTER`], [`PARK_SOON`]).
     park_after: u32,
     /// How long past those rounds it stays idle first ([`PARK_SOON_IDLE`],
     /// or zero).
@@ -575,7 +581,7 @@ impl Workload for Calls {
             if let Some(ty) = self.poll_next(worker, rng, req) {
                 return ty;
             }
-            self.idle(worker);
+            self.idle(worker, false);
         }
     }
 
@@ -710,19 +716,24 @@ impl Workload for Calls {
         self.0.mailboxes[worker].idle.store(0, Ordering::Relaxed);
     }
 
-    fn idle(&self, worker: usize) {
+    fn idle(&self, worker: usize, waiting: bool) {
         let mb = &self.0.mailboxes[worker];
+        let (park_after, park_idle_ns) = if waiting {
+            (PARK_SOON, PARK_SOON_IDLE.as_nanos() as u64)
+        } else {
+            (self.0.park_after, self.0.park_idle_ns)
+        };
         let rounds = mb.idle.fetch_add(1, Ordering::Relaxed);
-        if rounds < self.0.park_after {
+        if rounds < park_after {
             return;
         }
-        if self.0.park_idle_ns > 0 {
+        if park_idle_ns > 0 {
             let now = self.0.epoch.elapsed().as_nanos() as u64;
-            if rounds == self.0.park_after {
+            if rounds == park_after {
                 mb.idle_since.store(now, Ordering::Relaxed);
                 return;
             }
-            if now.saturating_sub(mb.idle_since.load(Ordering::Relaxed)) < self.0.park_idle_ns {
+            if now.saturating_sub(mb.idle_since.load(Ordering::Relaxed)) < park_idle_ns {
                 return;
             }
         }
@@ -1062,8 +1073,12 @@ impl Deployment {
             max_attempts: opts.max_attempts,
             blocks_per_worker: opts.blocks_per_worker,
             deadlock_timeout: opts.deadlock_timeout,
-            park_after: PARK_SOON,
-            park_idle_ns: PARK_SOON_IDLE.as_nanos() as u64,
+            park_after: if n == 1 { PARK_SOON } else { PARK_AFTER },
+            park_idle_ns: if n == 1 {
+                PARK_SOON_IDLE.as_nanos() as u64
+            } else {
+                0
+            },
             epoch: Instant::now(),
             committed: (0..total).map(|_| ProgressCounter::new()).collect(),
         });

@@ -212,6 +212,13 @@ impl Executor {
     }
 
     /// This worker's counts in [`ClusterStats`].
+    /// Forced log records (prepares, decisions) of this worker wait in the
+    /// island's log buffer for it to hand the buffer over (once handed,
+    /// they wait for the log writer, which rings the worker's bell).
+    pub(super) fn hand_off_due(&self) -> bool {
+        self.flush_due
+    }
+
     pub(super) fn counts(&self) -> &WorkerCounts {
         self.cl.worker_counts(self.me)
     }

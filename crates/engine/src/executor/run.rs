@@ -1209,7 +1209,8 @@ where
             }
             // Block slots waiting for their clients: the executor may park
             // meanwhile (a client's operation wakes it).
-            let mut suspended = 0;
+            // Blocks waiting for a lock (see `block_round`).
+            let mut lock_waits = 0;
             if !bs.slots.is_empty() {
                 let (ran, b, susp, got) = wk.block_round(
                     &mut ex,
@@ -1223,7 +1224,7 @@ where
                 )?;
                 progressed |= ran;
                 busy += b;
-                suspended = susp;
+                lock_waits = b - susp;
                 received += got;
             }
             wk.log_round(&mut ex, now)?;
@@ -1267,13 +1268,18 @@ where
                 idle_since = None;
             }
             idle_rounds = if progressed { 0 } else { idle_rounds + 1 };
-            // Nothing to run: no request came, no slot is ready, and the
-            // commits acknowledged later wait only for the log writer (all
-            // handed to it), which rings this worker's bell when they are
-            // durable.
-            let waits_for_nothing_but_the_log = wk.pending.is_empty() || wk.since_flush == 0;
-            if !progressed && source_dry && busy == suspended && waits_for_nothing_but_the_log {
-                workload.idle(w);
+            // Nothing to run: no request came, no slot was ready, no retry
+            // waits for its time, and the log holds nothing of this
+            // worker's that it must still hand over. What is left waits for
+            // a message (a batch rings this worker's bell), for the log
+            // writer (which rings it when a batch is durable) or for a
+            // client (whose call rings it): the workload may sleep.
+            let only_waits = wk.retries.is_empty()
+                && lock_waits == 0
+                && wk.since_flush == 0
+                && !ex.hand_off_due();
+            if !progressed && source_dry && only_waits {
+                workload.idle(w, busy > 0 || !wk.pending.is_empty());
                 told_idle = true;
             } else if progressed && told_idle {
                 // Work came by another way than the workload (batches

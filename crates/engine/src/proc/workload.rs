@@ -70,10 +70,13 @@ pub trait Workload: Send + Sync {
     }
 
     /// A round of worker `worker` found nothing to do: no request to start,
-    /// nothing received, nothing ready. A workload fed from outside may
-    /// sleep here a while; the default returns at once.
-    fn idle(&self, worker: usize) {
-        let _ = worker;
+    /// nothing received, nothing ready. `waiting`: transactions of the
+    /// worker are in flight, each waiting for something that rings the
+    /// worker's bell when it comes (the log writer, a peer's reply, a
+    /// client). A workload fed from outside may sleep here a while on the
+    /// bell; the default returns at once.
+    fn idle(&self, worker: usize, waiting: bool) {
+        let _ = (worker, waiting);
     }
 
     /// A round of worker `worker` did some work (it received batches, or
@@ -236,9 +239,9 @@ impl<A: Workload, B: Workload> Workload for Both<A, B> {
         }
     }
 
-    fn idle(&self, worker: usize) {
-        self.first.idle(worker);
-        self.second.idle(worker);
+    fn idle(&self, worker: usize, waiting: bool) {
+        self.first.idle(worker, waiting);
+        self.second.idle(worker, waiting);
     }
 
     fn busy_again(&self, worker: usize) {

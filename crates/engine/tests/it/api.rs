@@ -766,10 +766,20 @@ fn in_sync_mode_a_call_returns_only_once_its_commit_is_durable() {
                 r
             })
         };
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(50));
+        // The commit waits for the log alone: its executor sleeps, woken by
+        // its 1 ms timeout here (by the log writer once the batch is
+        // durable), instead of spinning until then.
+        let parks_before = db.executor_parks(0);
+        std::thread::sleep(Duration::from_millis(250));
+        let parks = db.executor_parks(0) - parks_before;
         assert!(
             !returned.load(Ordering::Acquire),
             "{islands} island(s): the call returned while its log was held back"
+        );
+        assert!(
+            parks >= 10,
+            "{islands} island(s): the executor parked {parks} times in 250 ms of waiting for the log"
         );
         hold.store(false, Ordering::Release);
         assert_eq!(caller.join().unwrap(), Ok(vec![]));
