@@ -1348,8 +1348,10 @@ fn a_restarted_home_never_reuses_the_gtid_of_a_branch_in_doubt() {
     let defs = tables(9);
     let opts = ClusterOptions::default();
     let config = sync_island_config(&dir, opts.contexts_needed(1));
-    // The first gtid worker 0 of island 0 hands out in a fresh run.
-    let old = coord::gtid(0, 1 << WORKER_BITS);
+    // The first gtid worker 0 of island 0 hands out in its second
+    // incarnation (the first one made the database), were it seeded by its
+    // gtid reservation alone: the logs of the other islands must lift it.
+    let old = coord::gtid(0, (1 + coord::GTID_RESERVE) << WORKER_BITS);
     // What a crash left: three islands of three accounts each; island 1
     // prepared a branch of `old` that credits account 3 with 500, and the
     // home (island 0) had aborted `old` without a trace in its log.
