@@ -170,7 +170,11 @@ pub(crate) fn recover_read_only(
         let resolve: Option<&dyn Fn(u64) -> Option<bool>> =
             decisions.as_ref().map(|_| &decide as _);
         let (island, report) = Island::open_in_memory(cfg, &spec.tables(), rec, resolve)?;
-        eprintln!("{}: {report}", dirs[i].display());
+        eprintln!(
+            "{}: {report} (incarnation {})",
+            dirs[i].display(),
+            controls[i].incarnation
+        );
         if report.resolved != (0, 0) {
             eprintln!(
                 "{}: resolved {} branch(es) left in doubt from the logs: {} committed, {} aborted",

@@ -86,6 +86,10 @@ pub struct IslandConfig {
     /// Where the island's own threads (its log writer, its checkpointer)
     /// register; `None`: nowhere.
     pub threads: Option<ThreadRegistry>,
+    /// Gtid sequence numbers the log reserves at a time, per worker (see
+    /// `coord/gtids.rs`): [`crate::coord::GTID_RESERVE`]; tests make it small
+    /// to reserve often.
+    pub gtid_reserve: u64,
 }
 
 /// When an island with a log checkpoints by itself, from a background thread
@@ -169,6 +173,7 @@ impl std::fmt::Debug for IslandConfig {
             .field("workload", &self.workload)
             .field("checkpoint", &self.checkpoint)
             .field("threads", &self.threads.is_some())
+            .field("gtid_reserve", &self.gtid_reserve)
             .finish()
     }
 }
@@ -194,6 +199,7 @@ impl IslandConfig {
             sites: 0,
             checkpoint: CheckpointPolicy::DEFAULT,
             threads: None,
+            gtid_reserve: crate::coord::GTID_RESERVE,
         }
     }
 
@@ -696,6 +702,7 @@ impl Island {
                     identity: cfg.log_identity(tables),
                     on_damage: crate::wal::OnDamage::Refuse,
                     threads: cfg.threads.clone(),
+                    gtid_reserve: cfg.gtid_reserve,
                 };
                 let (wal, rec) = Wal::open_with_device(wal_cfg, device).map_err(|e| {
                     Error::from(e).context(&format!(
@@ -942,6 +949,13 @@ impl Island {
     /// The island's log, if it has one (for statistics).
     pub fn wal(&self) -> Option<&Arc<Wal>> {
         self.shared.wal.as_ref()
+    }
+
+    /// How many times the island's log was opened, this open included: a
+    /// new incarnation at each open, durable before the island hands out a
+    /// gtid (0: the island has no log). See [`Wal::incarnation`].
+    pub fn incarnation(&self) -> u64 {
+        self.shared.wal.as_ref().map_or(0, |w| w.incarnation())
     }
 
     /// Records in the log's control file that the database's initial load is complete

@@ -111,6 +111,15 @@ fn rebuild_control_restores_a_flipped_truncated_or_deleted_control_file() {
     assert!(out.status.success(), "{}", text(&out));
     let before = recovered(&out);
     assert_eq!(before.len(), 2, "{}", text(&out));
+    // Each island's line names its incarnation: the bench opened it at least once.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("recovered")).collect();
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("(incarnation ") && !l.contains("(incarnation 0)")),
+        "{stderr}"
+    );
     let damages: [(&str, Damage); 3] = [
         ("flipped", |p| {
             let mut d = std::fs::read(p).unwrap();

@@ -21,10 +21,11 @@
 //! writes only `Prepare` and `Decision`, the coordinator only `Decision { commit: true }`
 //! and `End`, and a commit decision means the same thing to both.
 //!
-//! For the glue: gtids must never be reused, also across a restart of the home island
-//! (seed the sequence above anything in the logs of *all* islands: an aborted transaction
-//! leaves nothing in its home's log, but may leave a prepared branch in a participant's).
-//! The wal's `decision` record is documented there as the coordinator's; the participant
+//! For the glue: gtids must never be reused, also across a restart of the home island alone:
+//! an aborted transaction leaves nothing in its home's log, but may leave a prepared branch
+//! in a participant's. Draw them with [`SeqDraw`] below a reservation the island's control
+//! file holds durably (see `gtids.rs`, and the simulator, which restarts one island while
+//! the others run). The wal's `decision` record is documented there as the coordinator's; the participant
 //! writes its branch outcome with it too. The decision record carries no participant
 //! list, so a recovered coordinator re-sends its unfinished commits to every island;
 //! adding the list to the record would narrow that.
@@ -35,6 +36,7 @@
 //! island ids are below [`MAX_ISLANDS`] so that participant sets are one `u128`.
 
 mod coordinator;
+pub mod gtids;
 mod msg;
 mod participant;
 mod table;
@@ -45,13 +47,14 @@ mod sim;
 mod tests;
 
 pub use coordinator::{CoordStats, Coordinator};
+pub use gtids::{SeqDraw, GTID_RESERVE};
 pub use msg::{DecodeError, Msg};
 pub use participant::{Branches, PartStats, Participant, Vote};
 
 use crate::route::IslandId;
 
 /// Global transaction id: the top 16 bits are the home (coordinator) island, the low 48 a
-/// sequence number the home island never reuses (also across restarts).
+/// sequence number the home island never reuses (also across restarts: see [`gtids`]).
 pub type Gtid = u64;
 
 /// Bits of a [`Gtid`] below the home island id.

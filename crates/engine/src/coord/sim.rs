@@ -11,14 +11,24 @@
 //! remote operations before commit) is modelled as instantaneous: at submission each up
 //! participant island executes its branch and registers it with `on_branch_begin`.
 //!
+//! Each island draws its gtids as the executor does ([`SeqDraw`]) below a reservation kept
+//! in a simulated control file, which survives a crash with the log; a reservation asked for
+//! becomes durable after an fsync delay, and a crash before then loses it. A crash loses the
+//! island's volatile state (its machines, its engine's branches, its drawer) while the other
+//! islands run on; the restart is a new incarnation, which draws above the last durable
+//! reservation and above every gtid of its own log (all it can see). With
+//! [`SimConfig::reserve_gtids`] off, it draws above its own log only, as recovery did before
+//! incarnations: the check then finds the gtids it handed out twice.
+//!
 //! Everything (time, scheduling, faults) derives from the seed; iteration is over ordered
 //! containers only, so a seed replays exactly.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
+use super::gtids::SeqDraw;
 use super::{
-    gtid, Action, Branches, Config, Coordinator, Gtid, IslandId, LogRec, LogToken, Msg,
+    gtid, home_of, Action, Branches, Config, Coordinator, Gtid, IslandId, LogRec, LogToken, Msg,
     Participant, Timeouts, Vote,
 };
 
@@ -101,6 +111,12 @@ pub(super) struct SimConfig {
     pub timeouts: Timeouts,
     pub hooks: Vec<Hook>,
     pub trace: bool,
+    /// Gtid sequence numbers reserved per control-file write (small, so that runs reserve
+    /// often and crashes land in the middle of reservations).
+    pub gtid_chunk: u64,
+    /// Draw gtids below a durable reservation (off: above the island's own log only, the
+    /// rule before incarnations, which reuses gtids; for tests that show the hazard).
+    pub reserve_gtids: bool,
 }
 
 impl SimConfig {
@@ -132,6 +148,8 @@ impl SimConfig {
             },
             hooks: Vec::new(),
             trace: std::env::var_os("COORD_TRACE").is_some(),
+            gtid_chunk: 8,
+            reserve_gtids: true,
         }
     }
 }
@@ -282,6 +300,15 @@ struct SimLog {
     flushes: VecDeque<(u64, usize)>,
 }
 
+/// The durable part of an island's control file that the simulation models.
+#[derive(Clone, Copy, Debug)]
+struct SimControl {
+    /// Opens of the island so far.
+    incarnation: u64,
+    /// Gtid sequence numbers below this are reserved (exclusive bound).
+    reserved: u64,
+}
+
 struct Island {
     up: bool,
     restart_at: u64,
@@ -289,6 +316,11 @@ struct Island {
     part: Participant,
     engine: Engine,
     log: SimLog,
+    control: SimControl,
+    /// Volatile: where this incarnation draws its gtids.
+    draw: SeqDraw,
+    /// Volatile: a control-file write in flight (completes at, reserves below).
+    reserving: Option<(u64, u64)>,
 }
 
 struct TxnInfo {
@@ -313,6 +345,10 @@ pub(super) struct Report {
     pub refused_full: u64,
     pub idle_aborts: u64,
     pub presumed_aborts: u64,
+    /// Control-file writes that extended a gtid reservation.
+    pub reservations: u64,
+    /// The highest incarnation any island reached.
+    pub incarnations: u64,
 }
 
 pub(super) struct Sim {
@@ -323,8 +359,9 @@ pub(super) struct Sim {
     islands: Vec<Island>,
     net: BinaryHeap<Packet>,
     net_seq: u64,
-    next_seq: Vec<u64>,
     txns: BTreeMap<Gtid, TxnInfo>,
+    /// Gtids handed out a second time (a violation, reported by the check).
+    reused: Vec<Gtid>,
     outcomes: BTreeMap<Gtid, bool>,
     report: Report,
 }
@@ -332,13 +369,23 @@ pub(super) struct Sim {
 impl Sim {
     pub(super) fn new(cfg: SimConfig) -> Self {
         let islands = (0..cfg.islands)
-            .map(|i| Island {
-                up: true,
-                restart_at: 0,
-                coord: Coordinator::new(machine_config(&cfg, i)),
-                part: Participant::new(machine_config(&cfg, i)),
-                engine: Engine::new(cfg.accounts, cfg.initial_balance),
-                log: SimLog::default(),
+            .map(|i| {
+                let mut isl = Island {
+                    up: true,
+                    restart_at: 0,
+                    coord: Coordinator::new(machine_config(&cfg, i)),
+                    part: Participant::new(machine_config(&cfg, i)),
+                    engine: Engine::new(cfg.accounts, cfg.initial_balance),
+                    log: SimLog::default(),
+                    control: SimControl {
+                        incarnation: 0,
+                        reserved: 1,
+                    },
+                    draw: SeqDraw::new(1, cfg.gtid_chunk),
+                    reserving: None,
+                };
+                isl.open(&cfg);
+                isl
             })
             .collect();
         Sim {
@@ -348,8 +395,8 @@ impl Sim {
             islands,
             net: BinaryHeap::new(),
             net_seq: 0,
-            next_seq: vec![1; cfg.islands],
             txns: BTreeMap::new(),
+            reused: Vec::new(),
             outcomes: BTreeMap::new(),
             report: Report::default(),
             cfg,
@@ -358,9 +405,20 @@ impl Sim {
 
     /// Runs the fault phase, then heals everything and runs to quiescence, then checks.
     pub(super) fn run(mut self) -> Result<Report, String> {
-        for _ in 0..self.cfg.fault_steps {
+        self.advance(self.cfg.fault_steps);
+        self.finish()
+    }
+
+    /// Runs `steps` steps with clients and faults (a scripted run submits its own transfers
+    /// between calls, with [`Sim::transfer`]).
+    pub(super) fn advance(&mut self, steps: u64) {
+        for _ in 0..steps {
             self.step(true);
         }
+    }
+
+    /// Heals everything, runs to quiescence, then checks the invariants.
+    pub(super) fn finish(mut self) -> Result<Report, String> {
         self.faults = false;
         for i in 0..self.islands.len() {
             if !self.islands[i].up {
@@ -415,6 +473,7 @@ impl Sim {
         }
         for i in 0..self.islands.len() {
             self.complete_flushes(i);
+            self.complete_reservation(i);
         }
         self.deliver();
         for i in 0..self.islands.len() {
@@ -459,15 +518,39 @@ impl Sim {
         let a_from = self.rng.below(accts) as usize;
         let a_to = self.rng.below(accts) as usize;
         let a_read = self.rng.below(accts) as usize;
-        if !self.islands[home].up || self.islands[home].coord.is_full() {
-            return;
-        }
-        let g = gtid(home as IslandId, self.next_seq[home]);
-        self.next_seq[home] += 1;
         let mut branches = vec![(from, vec![(a_from, -amount)]), (to, vec![(a_to, amount)])];
         if let Some(r) = reader {
             branches.push((r, vec![(a_read, 0)]));
         }
+        self.submit_branches(home, from, to, branches);
+    }
+
+    /// Submits a transfer of `amount` from account `a_from` of island `from` to account
+    /// `a_to` of island `to`, coordinated by `home`: its gtid, or `None` if the home is down,
+    /// full, or waits for a gtid reservation.
+    pub(super) fn transfer(
+        &mut self,
+        home: usize,
+        (from, a_from): (usize, usize),
+        (to, a_to): (usize, usize),
+        amount: i64,
+    ) -> Option<Gtid> {
+        let branches = vec![(from, vec![(a_from, -amount)]), (to, vec![(a_to, amount)])];
+        self.submit_branches(home, from, to, branches)
+    }
+
+    fn submit_branches(
+        &mut self,
+        home: usize,
+        from: usize,
+        to: usize,
+        branches: Vec<(usize, Vec<(usize, i64)>)>,
+    ) -> Option<Gtid> {
+        if !self.islands[home].up || self.islands[home].coord.is_full() {
+            return None;
+        }
+        let seq = self.draw_seq(home)?;
+        let g = gtid(home as IslandId, seq);
         let now = self.now;
         let mut participants = Vec::new();
         for (p, ops) in &branches {
@@ -482,6 +565,9 @@ impl Sim {
             }
         }
         self.trace(format_args!("submit {g:#x} {branches:?}"));
+        if self.txns.contains_key(&g) {
+            self.reused.push(g);
+        }
         self.txns.insert(
             g,
             TxnInfo {
@@ -496,6 +582,7 @@ impl Sim {
             .begin_commit(g, &participants, now, &mut out)
             .expect("begin_commit on a coordinator with room");
         self.apply(home, Role::Coord, out);
+        Some(g)
     }
 
     /// Performs a machine's actions in order; a hook may crash the island midway, and the
@@ -687,6 +774,7 @@ impl Sim {
         isl.restart_at = self.now + down;
         isl.log.entries.truncate(isl.log.durable);
         isl.log.flushes.clear();
+        isl.reserving = None;
         let durable = isl.log.durable;
         self.report.crashes += 1;
         self.trace(format_args!("crash {i} (durable log: {durable} records)"));
@@ -704,7 +792,15 @@ impl Sim {
         );
         isl.coord = Coordinator::new(cfg);
         isl.part = Participant::new(cfg);
+        isl.open(&self.cfg);
         let records: Vec<LogRec> = isl.log.entries.iter().map(|e| e.rec).collect();
+        // As the executor's recovery: never below a gtid of this island in its own log.
+        for r in &records {
+            if usize::from(home_of(r.gtid())) == i {
+                isl.draw
+                    .skip_past(r.gtid() & ((1 << super::GTID_SEQ_BITS) - 1));
+            }
+        }
         let mut out = Vec::new();
         isl.coord
             .recover(&records, now, &mut out)
@@ -716,6 +812,41 @@ impl Sim {
         self.trace(format_args!("restart {i}"));
         self.apply(i, Role::Coord, out);
         self.apply(i, Role::Part, out2);
+    }
+
+    /// The next gtid sequence number of island `i`'s drawer, asking for a reservation when
+    /// it runs low; `None` while the reservation it needs is not durable yet.
+    fn draw_seq(&mut self, i: usize) -> Option<u64> {
+        if let Some(s) = self.islands[i].draw.take() {
+            return Some(s);
+        }
+        let isl = &mut self.islands[i];
+        let r = isl.draw.renew(isl.control.reserved);
+        if let Some(want) = r.ask {
+            if isl.reserving.is_none_or(|(_, upto)| upto < want) {
+                let at = self.now + self.rng.range(1, self.cfg.fsync_max_us);
+                let isl = &mut self.islands[i];
+                // One control-file write at a time; a later ask extends the one in flight.
+                let at = isl.reserving.map_or(at, |(t, _)| t.max(at));
+                isl.reserving = Some((at, want));
+            }
+        }
+        if !r.ready {
+            return None;
+        }
+        self.islands[i].draw.take()
+    }
+
+    fn complete_reservation(&mut self, i: usize) {
+        let isl = &mut self.islands[i];
+        if let Some((at, upto)) = isl.reserving {
+            if isl.up && at <= self.now {
+                isl.reserving = None;
+                isl.control.reserved = isl.control.reserved.max(upto);
+                self.report.reservations += 1;
+                self.trace(format_args!("island {i} reserved gtids below {upto}"));
+            }
+        }
     }
 
     fn quiescent(&self) -> bool {
@@ -745,6 +876,12 @@ impl Sim {
 
     /// The invariants after quiescence.
     fn check(&mut self) -> Result<(), String> {
+        self.report.incarnations = self
+            .islands
+            .iter()
+            .map(|isl| isl.control.incarnation)
+            .max()
+            .unwrap_or(0);
         let total: i64 = self
             .islands
             .iter()
@@ -809,7 +946,31 @@ impl Sim {
                 self.report.aborted += 1;
             }
         }
+        if let Some(g) = self.reused.first() {
+            return Err(format!(
+                "gtid {g:#x} was handed out twice ({} reused in all)",
+                self.reused.len()
+            ));
+        }
         Ok(())
+    }
+}
+
+impl Island {
+    /// Opens the island (a new incarnation): as `Wal::open`, one durable control-file write
+    /// bumps the incarnation and reserves the first chunk above the last reservation, and
+    /// the drawer starts there.
+    fn open(&mut self, cfg: &SimConfig) {
+        self.control.incarnation += 1;
+        self.reserving = None;
+        if cfg.reserve_gtids {
+            let start = self.control.reserved;
+            self.control.reserved = start + cfg.gtid_chunk;
+            self.draw = SeqDraw::new(start, cfg.gtid_chunk);
+        } else {
+            self.control.reserved = u64::MAX;
+            self.draw = SeqDraw::new(1, cfg.gtid_chunk);
+        }
     }
 }
 

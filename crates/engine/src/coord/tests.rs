@@ -631,6 +631,7 @@ fn sim_random_faults() {
     };
     let t = std::time::Instant::now();
     let (mut committed, mut aborted, mut crashes, mut msgs) = (0, 0, 0, 0);
+    let (mut reservations, mut incarnations) = (0, 0);
     for &seed in &seeds {
         let r = run_seed(SimConfig::new(seed));
         if seeds.len() == 1 {
@@ -640,14 +641,19 @@ fn sim_random_faults() {
         aborted += r.aborted;
         crashes += r.crashes;
         msgs += r.messages;
+        reservations += r.reservations;
+        incarnations = incarnations.max(r.incarnations);
     }
     eprintln!(
-        "{} seeds in {:?}: {committed} committed, {aborted} aborted, {crashes} crashes, {msgs} messages",
+        "{} seeds in {:?}: {committed} committed, {aborted} aborted, {crashes} crashes, {msgs} messages, \
+         {reservations} gtid reservations, up to incarnation {incarnations}",
         seeds.len(),
         t.elapsed()
     );
     if seeds.len() > 1 {
         assert!(committed > 0 && aborted > 0 && crashes > 0);
+        // One island restarts while the others run, with reservations in flight.
+        assert!(reservations > 0 && incarnations > 2);
     }
 }
 
@@ -845,4 +851,79 @@ fn sim_replays_a_seed_exactly() {
         let b = format!("{:?}", run_seed(SimConfig::new(seed)));
         assert_eq!(a, b, "seed {seed} is not deterministic");
     }
+}
+
+/// The hazard that incarnations remove: island 1 holds a prepared branch of transaction `a`
+/// (home: island 0) when the home crashes before any decision (its log holds nothing of
+/// `a`: presumed abort). The home restarts alone and begins transaction `b`, with island 2;
+/// island 2 crashes before it acknowledges `b`'s commit, so the home holds `b` decided
+/// while island 1 asks it about `a`. Were `b` named like `a`, the home would answer
+/// "commit", and island 1 would install `a`'s credit, whose debit aborted.
+fn home_restarts_alone_under_a_prepared_branch(
+    reserve_gtids: bool,
+) -> (Result<super::sim::Report, String>, Gtid, Option<Gtid>) {
+    let mut cfg = SimConfig::new(3);
+    cfg.islands = 3;
+    cfg.submit_ppm = 0;
+    cfg.crash_ppm = 0;
+    cfg.drop_ppm = 0;
+    cfg.dup_ppm = 0;
+    cfg.fsync_slow_ppm = 0;
+    cfg.down_min_us = 400;
+    cfg.down_max_us = 400;
+    cfg.reserve_gtids = reserve_gtids;
+    cfg.hooks = vec![
+        Hook {
+            island: 0,
+            role: Role::Coord,
+            on: HookOn::ActionAfter(|a| {
+                matches!(
+                    a,
+                    Action::Send {
+                        to: 1,
+                        msg: Msg::PrepareReq { .. }
+                    }
+                )
+            }),
+            times: 1,
+        },
+        Hook {
+            island: 2,
+            role: Role::Part,
+            on: HookOn::ActionBefore(|a| is_send(a, |m| matches!(m, Msg::CommitConf { .. }))),
+            times: 1,
+        },
+    ];
+    let mut sim = Sim::new(cfg);
+    let a = sim.transfer(0, (0, 0), (1, 0), 10).expect("a is submitted");
+    // The home crashed at once; it is down for 400 µs, and island 1 prepared meanwhile.
+    sim.advance(420);
+    let b = sim.transfer(0, (0, 1), (2, 1), 5);
+    sim.advance(1500);
+    (sim.finish(), a, b)
+}
+
+#[test]
+fn a_home_that_restarts_alone_never_commits_a_branch_it_aborted() {
+    let (r, a, b) = home_restarts_alone_under_a_prepared_branch(true);
+    let r = r.unwrap_or_else(|e| panic!("{e}"));
+    let b = b.expect("b is submitted after the home restarted");
+    assert_ne!(a, b, "the restarted home named b like a");
+    assert_eq!(r.hooks_fired, 2, "both scripted crashes happened: {r:?}");
+    assert!(
+        r.presumed_aborts >= 1,
+        "island 1 asked about a and heard abort: {r:?}"
+    );
+    assert!(r.incarnations >= 2, "{r:?}");
+    assert_eq!((r.committed, r.aborted), (1, 1), "{r:?}");
+}
+
+/// The same script with gtids drawn above the home's own log only (the rule before
+/// incarnations): the check must see the hazard, or the test above proves nothing.
+#[test]
+fn without_reservations_the_restarted_home_commits_the_aborted_branch() {
+    let (r, a, b) = home_restarts_alone_under_a_prepared_branch(false);
+    assert_eq!(b, Some(a), "the restarted home drew a's gtid again");
+    let e = r.expect_err("the check sees the hazard");
+    assert!(e.contains("total balance"), "{e}");
 }

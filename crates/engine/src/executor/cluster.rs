@@ -535,7 +535,11 @@ impl Cluster {
             waiting_from: BatchSeq::MAX,
             owed_since: u64::MAX,
             early_stale: false,
-            next_seq: 1,
+            gtids: {
+                let shared = self.islands[island].shared();
+                let start = shared.wal.as_ref().map_or(1, |w| w.gtid_start());
+                crate::coord::SeqDraw::new(start.max(1), shared.cfg.gtid_reserve.max(2))
+            },
             ticks_per_us: (phases::ticks_per_us().round() as u64).max(1),
             now: 0,
             last_tick: 0,

@@ -70,19 +70,73 @@ impl Executor {
         self.pool.ctx_ptr(c)
     }
 
-    fn new_gtid(&mut self) -> Gtid {
-        let seq = (self.next_seq << WORKER_BITS) | self.worker as u64;
-        self.next_seq += 1;
-        coord::gtid(self.island, seq & ((1 << GTID_SEQ_BITS) - 1))
+    /// A new gtid: this worker's next sequence number below the island's
+    /// durable reservation (see `coord/gtids.rs`), with the worker's number in
+    /// its low bits. On the transaction path it costs one compare and one add
+    /// besides composing the gtid; near the reservation's end it asks the log
+    /// writer for more, and waits only if the writer fell half a reservation
+    /// behind. `None`: the log failed before the reservation it needs was
+    /// durable (the worker stops at its next round, with the log's error). A
+    /// worker's count wraps in the gtid after 2^40 transactions of that worker.
+    #[inline]
+    fn new_gtid(&mut self) -> Option<Gtid> {
+        let n = match self.gtids.take() {
+            Some(n) => n,
+            None => self.renew_gtids()?,
+        };
+        let seq = (n << WORKER_BITS) | self.worker as u64;
+        Some(coord::gtid(self.island, seq & ((1 << GTID_SEQ_BITS) - 1)))
+    }
+
+    #[cold]
+    fn renew_gtids(&mut self) -> Option<u64> {
+        let wal = self.shared.wal.as_deref();
+        let limit = wal.map_or(u64::MAX, crate::wal::Wal::gtid_reserved);
+        let r = self.gtids.renew(limit);
+        if let (Some(want), Some(w)) = (r.ask, wal) {
+            w.reserve_gtids(want);
+        }
+        if !r.ready {
+            let w = wal?;
+            let need = self.gtids.peek().saturating_add(1);
+            w.reserve_gtids(need);
+            if let Err(e) = w.wait_gtids(need) {
+                self.pool.failed.get_or_insert(Error::from(e));
+                return None;
+            }
+            self.gtids.renew(w.gtid_reserved());
+        }
+        self.gtids.take()
     }
 
     /// Takes a context for a new home transaction (attempt): `None` when all
-    /// are busy. `retry` keeps the context's previous wait-die age.
+    /// are busy (or, with a router, when no gtid can be had: see
+    /// [`Executor::failure`]). `retry` keeps the context's previous wait-die
+    /// age.
     pub fn begin_home(&mut self, retry: bool) -> Option<u32> {
         let c = self.pool.alloc_ctx()?;
+        let Some(gtid) = self.home_gtid() else {
+            self.pool.free_ctx(c);
+            return None;
+        };
         self.pool.ctx(c).begin(retry);
-        self.start_home(c);
+        self.start_home(c, gtid);
         Some(c)
+    }
+
+    /// The error that stops this worker at its next round, if any.
+    pub(crate) fn failure(&self) -> Option<Error> {
+        self.pool.failed.clone()
+    }
+
+    /// A gtid for a new home transaction (0 in a cluster without a router,
+    /// whose transactions never cross islands).
+    #[inline]
+    fn home_gtid(&mut self) -> Option<Gtid> {
+        if self.cl.router.is_none() {
+            return Some(0);
+        }
+        self.new_gtid()
     }
 
     /// [`Executor::begin_home`] for the retry of an attempt whose timestamp
@@ -91,18 +145,22 @@ impl Executor {
     /// it runs on.
     pub(crate) fn begin_retry(&mut self, ts: u64) -> Option<u32> {
         let c = self.pool.alloc_ctx()?;
+        let Some(gtid) = self.home_gtid() else {
+            self.pool.free_ctx(c);
+            return None;
+        };
         self.pool.ctx(c).begin_at(ts);
-        self.start_home(c);
+        self.start_home(c, gtid);
         Some(c)
     }
 
-    /// Names the transaction just begun on `c`, if it may cross islands.
+    /// Names the transaction just begun on `c` `gtid`, if it may cross
+    /// islands.
     #[inline]
-    fn start_home(&mut self, c: u32) {
+    fn start_home(&mut self, c: u32, gtid: Gtid) {
         if self.cl.router.is_none() {
             return;
         }
-        let gtid = self.new_gtid();
         // The current step's clock: at most one poll old (each poll is
         // followed by an exchange that reads it). Older than the truth only
         // makes `no_branch_idled_out` more careful.

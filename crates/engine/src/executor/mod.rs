@@ -26,7 +26,9 @@
 //! holds a part of it).
 //!
 //! Endpoints: worker `w` of island `i` is endpoint `base[i] + w`. A gtid names
-//! its home worker in its low 8 bits, so replies and votes reach the worker
+//! its home worker in its low 8 bits (above them, the worker's own count,
+//! drawn below the island's durable gtid reservation, so that no incarnation
+//! of the island repeats one: `coord/gtids.rs`), so replies and votes reach the worker
 //! that coordinates it; its branch on another island lives on the worker
 //! chosen by a hash of the gtid, so every message about one branch reaches
 //! the one worker that holds it (and recovery can find it again).
@@ -86,7 +88,7 @@ pub use home::HomeCommit;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::coord::{Action, Coordinator, Gtid, LogToken, Msg, Participant};
+use crate::coord::{Action, Coordinator, Gtid, LogToken, Msg, Participant, SeqDraw};
 use crate::phases;
 use crate::route::IslandId;
 use crate::transport::{Endpoint, Outbox, Transport};
@@ -153,7 +155,8 @@ pub struct Executor {
     /// checked: only then can a vote have come in (the check is a lookup per
     /// entry, too dear for every round).
     early_stale: bool,
-    next_seq: u64,
+    /// This worker's gtid sequence numbers (see `coord/gtids.rs`).
+    gtids: SeqDraw,
     /// Converts [`phases::ticks`] to the protocol clock's microseconds.
     ticks_per_us: u64,
     now: u64,

@@ -14,19 +14,21 @@ impl Executor {
         let rep = &self.cl.recovered[self.island as usize];
         let mine_as_home =
             |g: Gtid| home_of(g) == self.island && self.cl.home_worker(g) == self.worker;
-        // Never reuse a gtid found in any island's log, not only this one's:
-        // a home that aborted a transaction logged nothing about it (presumed
-        // abort), while a participant may still hold its branch prepared. A
-        // new transaction of that name would answer the participant's
-        // DecisionReq, and the aborted branch would commit with it. The
-        // whole cluster restarts together, so every island's log is here;
-        // a gtid in none of them is unknown everywhere (messages die with
-        // the process), and reusing it is harmless.
+        // Never reuse a gtid: a home that aborted a transaction logged
+        // nothing about it (presumed abort), while a participant may still
+        // hold its branch prepared; a new transaction of that name would
+        // answer the participant's DecisionReq, and the aborted branch would
+        // commit with it. The worker's draw starts above the gtid reservation
+        // of every earlier incarnation of this island (`coord/gtids.rs`), which
+        // is what keeps an island that restarts alone safe. Above what the
+        // logs of the islands opened here show, too: it costs nothing, and it
+        // covers a log written before reservations (a control file of
+        // version 2 or older, or a rebuilt one).
         for r in self.cl.recovered.iter().flat_map(|rep| &rep.two_pc) {
             let g = r.gtid();
             if mine_as_home(g) {
-                let seq = (g & ((1 << GTID_SEQ_BITS) - 1)) >> WORKER_BITS;
-                self.next_seq = self.next_seq.max(seq + 1);
+                self.gtids
+                    .skip_past((g & ((1 << GTID_SEQ_BITS) - 1)) >> WORKER_BITS);
             }
         }
         let coord_recs: Vec<LogRec> = rep

@@ -659,6 +659,9 @@ impl<W: Workload> Worker<'_, W> {
                 ex.begin_retry(at.ts)
             };
             let Some(c) = c else {
+                if let Some(e) = ex.failure() {
+                    return Err(e);
+                }
                 return Err(Error::Config(
                     "an executor that runs procedures inline found its transaction context taken"
                         .into(),

@@ -1348,8 +1348,10 @@ fn a_restarted_home_never_reuses_the_gtid_of_a_branch_in_doubt() {
     let defs = tables(9);
     let opts = ClusterOptions::default();
     let config = sync_island_config(&dir, opts.contexts_needed(1));
-    // The first gtid worker 0 of island 0 hands out in a fresh run.
-    let old = coord::gtid(0, 1 << WORKER_BITS);
+    // The first gtid worker 0 of island 0 hands out in its second
+    // incarnation (the first one made the database), were it seeded by its
+    // gtid reservation alone: the logs of the other islands must lift it.
+    let old = coord::gtid(0, (1 + coord::GTID_RESERVE) << WORKER_BITS);
     // What a crash left: three islands of three accounts each; island 1
     // prepared a branch of `old` that credits account 3 with 500, and the
     // home (island 0) had aborted `old` without a trace in its log.
@@ -1458,6 +1460,65 @@ fn a_restarted_home_never_reuses_the_gtid_of_a_branch_in_doubt() {
         h.shutdown();
     }
     drop(handles);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An island that restarts alone sees only its own log, and a transaction
+/// it began and aborted (or lost in a crash) left nothing in it (presumed
+/// abort), while a participant may still hold its branch prepared. So the
+/// gtids a reopened island hands out must lie above every gtid of its
+/// earlier incarnations, whatever its log holds: here no transaction of the
+/// first run logged anything anywhere, and the second run's gtids must
+/// still be new.
+#[test]
+fn a_reopened_island_hands_out_no_gtid_of_an_earlier_incarnation() {
+    let dir = fresh_dir("gtid-incarnation");
+    let defs = tables(8);
+    let opts = ClusterOptions::default();
+    let sync_config = sync_island_config(&dir, opts.contexts_needed(1));
+    // Reservations of 4: the worker runs past several within a run, waiting
+    // for the log writer's control-file writes when it catches up with them.
+    let config = |i| {
+        let mut c = sync_config(i);
+        c.gtid_reserve = 4;
+        c
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut incarnations = Vec::new();
+    for run in 0..3 {
+        let opened: Vec<(Island, RecoveryReport)> = (0..2)
+            .map(|i| {
+                if run == 0 {
+                    let island =
+                        open_with_accounts(config(i), &defs, 4 * i as u64..4 * i as u64 + 4);
+                    island.shutdown();
+                }
+                Island::open(config(i), &defs).unwrap()
+            })
+            .collect();
+        incarnations.push(opened[0].0.incarnation());
+        let handles: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+        let cl = Cluster::new(opened, vec![1, 1], Arc::new(SplitRouter), opts.clone()).unwrap();
+        let mut home = cl.executor(0, 0).unwrap();
+        for _ in 0..25 {
+            let c = home.begin_home(false).unwrap();
+            let g = home.pool.ctx_ref(c).dist.as_ref().unwrap().gtid;
+            assert!(
+                seen.insert(g),
+                "run {run} handed out gtid {g:#x} again (an earlier incarnation's)"
+            );
+            home.abort_home(c);
+        }
+        drop(home);
+        drop(cl);
+        for h in handles {
+            h.shutdown();
+        }
+    }
+    assert!(
+        incarnations.windows(2).all(|w| w[1] > w[0]),
+        "every open is a new incarnation: {incarnations:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -226,6 +226,7 @@ impl Show {
                 int("numa_node"),
                 text("durability"),
                 text("log_dir"),
+                int("incarnation"),
             ],
             Show::Threads => vec![
                 text("thread"),
@@ -1510,6 +1511,11 @@ impl Handler {
                         ip.numa_node.map_or(Value::Null, |n| Value::Int(n as i64)),
                         str(ip.durability.clone()),
                         str(ip.log_dir.display().to_string()),
+                        Value::Int(
+                            sh.islands
+                                .get(ip.id as usize)
+                                .map_or(0, |i| i64::try_from(i.incarnation()).unwrap_or(i64::MAX)),
+                        ),
                     ]
                 })
                 .collect(),

@@ -4,7 +4,8 @@
 //! `CONTROL` is rewritten whole and atomically (`CONTROL.tmp`, fdatasync, rename, directory
 //! fsync; see [`super::device::write_atomically`]) when the log opens, when it rolls over to
 //! a new segment, when a checkpoint is written and when the initial load is marked
-//! complete; never per batch. Layout (little-endian), version 2:
+//! complete, and when the island reserves more gtids (about once per million transactions of
+//! a worker); never per batch. Layout (little-endian), version 3:
 //!
 //! ```text
 //! [magic "ISLCTRL1"][version u32][body_len u32][body][crc32c u32 of everything before it]
@@ -12,6 +13,7 @@
 //!        [checkpoint u64][durable u64][first_segment u64][last_segment u64]
 //!        [workload_len u16][workload bytes (UTF-8)]
 //!        [loaded u8: 0|1][sites u32]
+//!        [incarnation u64][gtid_reserved u64]
 //! ```
 //!
 //! `loaded` says the database's initial load completed and was checkpointed on every
@@ -21,10 +23,19 @@
 //! `islands`, it fixes which island holds each key (sites are split evenly, in order, over
 //! the islands), so a reopen must route with the same count.
 //!
-//! Version 1 (no `loaded`, no `sites`) is still read: its load is taken as complete when
+//! `incarnation` counts the opens of the log: each open increments it and writes it, durably,
+//! before the island hands out its first gtid. `gtid_reserved` bounds (exclusive) the gtid
+//! sequence numbers of the island's workers (a worker's own count, below its number in a
+//! gtid's low bits): no worker of any incarnation used one at or above it, so a new
+//! incarnation starts there and never names a transaction like one of an earlier
+//! incarnation (see `coord/gtids.rs`). The log writer raises it ahead of need.
+//!
+//! Version 2 (no `incarnation`, no `gtid_reserved`) is still read, as incarnation 0 with no
+//! reservation; its gtids are then known only from the logs (as before incarnations).
+//! Version 1 (no `loaded`, no `sites`, and neither of those) is still read too: its load is taken as complete when
 //! it names a checkpoint (the load is the first thing checkpointed; a version-1 directory
 //! whose load was killed names none), and its site count as not recorded. The next write
-//! upgrades it to version 2.
+//! upgrades either to version 3.
 //!
 //! What recovery demands of it (see `Wal::open`): the identity matches the one the opener
 //! expects ([`LogIdentity`]); the checkpoint it names (or a newer one) exists; the segments
@@ -39,11 +50,11 @@ use super::{BatchSeq, WalError};
 pub(crate) const CONTROL_NAME: &str = "CONTROL";
 pub(crate) const CONTROL_TMP: &str = "CONTROL.tmp";
 const MAGIC: &[u8; 8] = b"ISLCTRL1";
-/// The format this code writes (it reads this one and version 1).
-pub const CONTROL_VERSION: u32 = 2;
+/// The format this code writes (it reads this one and versions 1 and 2).
+pub const CONTROL_VERSION: u32 = 3;
 /// Longest workload description a control file holds.
 pub const WORKLOAD_MAX_BYTES: usize = 1024;
-const FIXED_BODY_BYTES: usize = 16 + 4 + 4 + 8 + 8 * 4 + 2 + 1 + 4;
+const FIXED_BODY_BYTES: usize = 16 + 4 + 4 + 8 + 8 * 4 + 2 + 1 + 4 + 8 + 8;
 
 /// Whose log a directory holds: what an opener expects, and what a new directory records.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,6 +110,11 @@ pub struct Control {
     pub loaded: bool,
     /// The deployment's site count when it was made (0: not recorded).
     pub sites: u32,
+    /// Opens of this log so far (0: none recorded, or a version-2 file).
+    pub incarnation: u64,
+    /// No worker of this island used a gtid sequence number at or above this (0: no
+    /// reservation recorded). See the module's doc.
+    pub gtid_reserved: u64,
 }
 
 impl Control {
@@ -116,6 +132,8 @@ impl Control {
             last_segment: 0,
             loaded: false,
             sites: id.sites,
+            incarnation: 0,
+            gtid_reserved: 0,
         }
     }
 
@@ -139,6 +157,8 @@ impl Control {
         body.extend_from_slice(w);
         body.push(u8::from(self.loaded));
         body.extend_from_slice(&self.sites.to_le_bytes());
+        body.extend_from_slice(&self.incarnation.to_le_bytes());
+        body.extend_from_slice(&self.gtid_reserved.to_le_bytes());
         let mut out = Vec::with_capacity(20 + body.len());
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&CONTROL_VERSION.to_le_bytes());
@@ -156,9 +176,9 @@ impl Control {
         }
         let u32_at = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().expect("4 bytes"));
         let version = u32_at(8);
-        if version != 1 && version != CONTROL_VERSION {
+        if !(1..=CONTROL_VERSION).contains(&version) {
             return Err(format!(
-                "format version {version}; this islands reads versions 1 and {CONTROL_VERSION}"
+                "format version {version}; this islands reads versions 1 to {CONTROL_VERSION}"
             ));
         }
         let body_len = u32_at(12) as usize;
@@ -197,6 +217,11 @@ impl Control {
             };
             (loaded, c.u32().ok_or_else(bad)?)
         };
+        let (incarnation, gtid_reserved) = if version < 3 {
+            (0, 0)
+        } else {
+            (c.u64().ok_or_else(bad)?, c.u64().ok_or_else(bad)?)
+        };
         if !c.is_done() {
             return Err("trailing bytes in the body".into());
         }
@@ -212,6 +237,8 @@ impl Control {
             last_segment,
             loaded,
             sites,
+            incarnation,
+            gtid_reserved,
         })
     }
 
@@ -411,6 +438,12 @@ pub fn rebuild(dir: &Path, id: &LogIdentity, loaded: Option<bool>) -> Result<Reb
     control.first_segment = listing.segments.first().map_or(0, |s| s.0);
     control.last_segment = listing.segments.last().map_or(0, |s| s.0);
     control.loaded = loaded;
+    notes.push(
+        "the island's incarnation and gtid reservation are not known (they were in the lost \
+         control file): reopen it together with every island of its deployment, whose logs \
+         then show the gtids it used"
+            .into(),
+    );
     let path = path(dir);
     let kept = match std::fs::read(&path) {
         Ok(old) => {
@@ -474,15 +507,22 @@ mod tests {
             last_segment: 8,
             loaded: true,
             sites: 6,
+            incarnation: 12,
+            gtid_reserved: 3 << 20,
         }
     }
 
     /// `c` as version 1 wrote it: no load flag, no site count.
     fn encode_v1(c: &Control) -> Vec<u8> {
+        encode_old(c, 1, 5 + 16)
+    }
+
+    /// `c` as version `version` wrote it: its body without the last `cut` bytes.
+    fn encode_old(c: &Control, version: u32, cut: usize) -> Vec<u8> {
         let mut body = c.encode()[16..].to_vec();
-        body.truncate(body.len() - 4 - 5);
+        body.truncate(body.len() - 4 - cut);
         let mut out = MAGIC.to_vec();
-        out.extend_from_slice(&1u32.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&(body.len() as u32).to_le_bytes());
         out.extend_from_slice(&body);
         let crc = crc32c::crc32c(&out);
@@ -499,10 +539,21 @@ mod tests {
         assert_eq!((old.checkpoint, old.durable), (c.checkpoint, c.durable));
         c.checkpoint = 0;
         assert!(!Control::decode(&encode_v1(&c)).unwrap().loaded);
-        let mut v3 = c.encode();
-        v3[8] = 3;
-        let e = Control::decode(&v3).unwrap_err();
-        assert!(e.contains("version 3"), "{e}");
+        let mut v4 = c.encode();
+        v4[8] = 4;
+        let e = Control::decode(&v4).unwrap_err();
+        assert!(e.contains("version 4"), "{e}");
+    }
+
+    #[test]
+    fn version_2_reads_as_incarnation_0_without_a_reservation() {
+        let c = sample();
+        let old = Control::decode(&encode_old(&c, 2, 16)).unwrap();
+        assert_eq!((old.incarnation, old.gtid_reserved), (0, 0));
+        assert_eq!((old.loaded, old.sites), (c.loaded, c.sites));
+        assert_eq!(old.workload, c.workload);
+        let v3 = Control::decode(&c.encode()).unwrap();
+        assert_eq!((v3.incarnation, v3.gtid_reserved), (12, 3 << 20));
     }
 
     #[test]

@@ -225,6 +225,9 @@ pub struct WalConfig {
     /// Where the log's threads (its writer, its preallocator) register;
     /// `None`: nowhere.
     pub threads: Option<ThreadRegistry>,
+    /// Gtid sequence numbers reserved at open, per worker (see [`Wal::gtid_start`]): at
+    /// least 2. [`crate::coord::GTID_RESERVE`] unless a test wants reservations often.
+    pub gtid_reserve: u64,
 }
 
 /// What recovery does with damage it cannot explain as a torn tail (see the module
@@ -256,6 +259,7 @@ impl WalConfig {
             identity: LogIdentity::default(),
             on_damage: OnDamage::Refuse,
             threads: None,
+            gtid_reserve: crate::coord::GTID_RESERVE,
         }
     }
 }
@@ -624,6 +628,9 @@ struct Queue {
     /// decision): the writer cuts its group-commit pause short. Cleared when
     /// the writer takes the pending batches.
     urgent: bool,
+    /// The gtid reservation asked for ([`Wal::reserve_gtids`]): the writer makes the
+    /// control file's reach at least this far.
+    gtid_want: u64,
     /// The writer is in its group-commit pause (so `expedite` must wake it;
     /// `submit` does not, or every commit would cut the pause short).
     pausing: bool,
@@ -673,6 +680,13 @@ struct Shared {
     synced: AtomicU64,
     /// The directory's control file as last written (`None` when durability is off).
     control: Mutex<Option<Control>>,
+    /// This open's incarnation (see `control.rs`; 0 when durability is off).
+    incarnation: u64,
+    /// The gtid reservation as this open found it: where this incarnation's workers start.
+    gtid_start: u64,
+    /// The gtid reservation the control file holds durably (exclusive; `u64::MAX` when
+    /// durability is off: nothing survives a restart to be confused with).
+    gtid_reserved: AtomicU64,
     /// Taken by the writer around publishing progress or failure, so waiters never miss it.
     durable_lock: Mutex<()>,
     durable_cv: Condvar,
@@ -1194,8 +1208,11 @@ impl Wal {
         if cfg.segment_bytes == 0 {
             return Err(WalError::Config("segment_bytes must be at least 1".into()));
         }
+        if cfg.gtid_reserve < 2 {
+            return Err(WalError::Config("gtid_reserve must be at least 2".into()));
+        }
         if cfg.durability == Durability::Off {
-            let shared = Self::shared(cfg, device, 1, Vec::new(), None, None);
+            let shared = Self::shared(cfg, device, 1, Vec::new(), None, None, (0, 1, u64::MAX));
             let wal = Wal {
                 shared,
                 writer: Mutex::new(None),
@@ -1358,6 +1375,12 @@ impl Wal {
         control.durable = next_seq - 1;
         control.first_segment = segments.first().map_or(0, |s| s.0);
         control.last_segment = segments.last().map_or(0, |s| s.0);
+        // A new incarnation, durable before any gtid of it is handed out, with its first
+        // gtid reservation: it starts above every one an earlier incarnation may have used.
+        control.incarnation += 1;
+        let gtid_start = control.gtid_reserved.max(1);
+        control.gtid_reserved = gtid_start.saturating_add(cfg.gtid_reserve);
+        let gtids = (control.incarnation, gtid_start, control.gtid_reserved);
         control::write(dev, &dir, &control)?;
         let segment = segments.last().map_or(next_seq, |s| s.0);
         let mark = synced::Mark {
@@ -1367,7 +1390,15 @@ impl Wal {
         };
         synced::write(dev, &dir, &mark)?;
 
-        let shared = Self::shared(cfg, device, next_seq, segments, Some(lock), Some(control));
+        let shared = Self::shared(
+            cfg,
+            device,
+            next_seq,
+            segments,
+            Some(lock),
+            Some(control),
+            gtids,
+        );
         shared.durable.store(next_seq - 1, Ordering::Release);
         let writer = Writer {
             shared: Arc::clone(&shared),
@@ -1481,6 +1512,7 @@ impl Wal {
         segments: Vec<(BatchSeq, PathBuf)>,
         lock: Option<std::fs::File>,
         control: Option<Control>,
+        (incarnation, gtid_start, gtid_reserved): (u64, u64, u64),
     ) -> Arc<Shared> {
         Arc::new(Shared {
             cfg,
@@ -1492,11 +1524,15 @@ impl Wal {
                 shutdown: false,
                 urgent: false,
                 pausing: false,
+                gtid_want: 0,
             }),
             work_cv: Condvar::new(),
             durable: AtomicU64::new(next_seq - 1),
             synced: AtomicU64::new(next_seq - 1),
             control: Mutex::new(control),
+            incarnation,
+            gtid_start,
+            gtid_reserved: AtomicU64::new(gtid_reserved),
             durable_lock: Mutex::new(()),
             durable_cv: Condvar::new(),
             on_durable: parking_lot::RwLock::new(None),
@@ -1616,6 +1652,59 @@ impl Wal {
     /// The directory's control file as last written (`None` when durability is off).
     pub fn control(&self) -> Option<Control> {
         self.shared.control.lock().clone()
+    }
+
+    /// This open's incarnation: how many times the log was opened, this time included (0
+    /// when durability is off). Durable before any gtid of this open is handed out.
+    pub fn incarnation(&self) -> u64 {
+        self.shared.incarnation
+    }
+
+    /// Where this incarnation's gtid sequence numbers start (per worker; see
+    /// `coord/gtids.rs`): no earlier incarnation used one at or above it.
+    pub fn gtid_start(&self) -> u64 {
+        self.shared.gtid_start
+    }
+
+    /// The gtid reservation the control file holds durably now (exclusive; `u64::MAX` when
+    /// durability is off). One atomic load: a worker reads it only when its draw nears it.
+    pub fn gtid_reserved(&self) -> u64 {
+        self.shared.gtid_reserved.load(Ordering::Acquire)
+    }
+
+    /// Asks the log writer to raise the gtid reservation to at least `upto`, durably, off
+    /// the caller's path (the writer rewrites the control file after its current group).
+    pub fn reserve_gtids(&self, upto: u64) {
+        let sh = &*self.shared;
+        if upto <= sh.gtid_reserved.load(Ordering::Acquire) {
+            return;
+        }
+        let mut q = sh.queue.lock();
+        if upto <= q.gtid_want {
+            return;
+        }
+        q.gtid_want = upto;
+        drop(q);
+        sh.work_cv.notify_one();
+    }
+
+    /// Blocks until the gtid reservation reaches `upto` (ask for it with
+    /// [`Wal::reserve_gtids`] first). Err if the log failed or shut down before that.
+    pub fn wait_gtids(&self, upto: u64) -> Result<(), WalError> {
+        let sh = &*self.shared;
+        let mut g = sh.durable_lock.lock();
+        loop {
+            if sh.gtid_reserved.load(Ordering::Acquire) >= upto {
+                return Ok(());
+            }
+            if let Some(e) = sh.failure() {
+                return Err(WalError::Poisoned(Box::new(e)));
+            }
+            if sh.stopped.load(Ordering::Acquire) {
+                return Err(WalError::ShutDown);
+            }
+            sh.durable_cv.wait(&mut g);
+        }
     }
 
     /// Records in the control file, durably, that the database's initial load is complete:
@@ -1937,9 +2026,12 @@ impl Writer {
                 }
                 q.pausing = false;
             }
-            let shutdown = {
+            let (shutdown, gtid_want) = {
                 let mut q = self.shared.queue.lock();
-                while q.pending.is_empty() && !q.shutdown {
+                while q.pending.is_empty()
+                    && !q.shutdown
+                    && q.gtid_want <= self.shared.gtid_reserved.load(Ordering::Acquire)
+                {
                     if async_mode && self.unsynced {
                         let left = ASYNC_SYNC_INTERVAL.saturating_sub(self.last_sync.elapsed());
                         if left.is_zero() || self.shared.work_cv.wait_for(&mut q, left).timed_out()
@@ -1952,7 +2044,7 @@ impl Writer {
                 }
                 std::mem::swap(&mut q.pending, &mut self.taken);
                 q.urgent = false;
-                q.shutdown
+                (q.shutdown, q.gtid_want)
             };
             if !self.taken.is_empty() {
                 self.write_group()?;
@@ -1970,6 +2062,9 @@ impl Writer {
             }
             // After the publish: no commit of this group waits for it.
             self.mark(shutdown)?;
+            if gtid_want > self.shared.gtid_reserved.load(Ordering::Acquire) {
+                self.reserve_gtids(gtid_want)?;
+            }
             if shutdown {
                 return Ok(());
             }
@@ -2126,6 +2221,22 @@ impl Writer {
                 .segments_preallocated
                 .fetch_add(1, Ordering::Relaxed);
         }
+        Ok(())
+    }
+
+    /// Raises the control file's gtid reservation to `upto` (durably), then publishes it.
+    fn reserve_gtids(&mut self, upto: u64) -> Result<(), WalError> {
+        {
+            let mut ctl = self.shared.control.lock();
+            if let Some(c) = ctl.as_mut() {
+                c.gtid_reserved = c.gtid_reserved.max(upto);
+                c.durable = c.durable.max(self.shared.synced.load(Ordering::Acquire));
+                control::write(self.shared.device.as_ref(), &self.shared.cfg.dir, c)?;
+            }
+        }
+        self.shared.gtid_reserved.fetch_max(upto, Ordering::AcqRel);
+        let _g = self.shared.durable_lock.lock();
+        self.shared.durable_cv.notify_all();
         Ok(())
     }
 

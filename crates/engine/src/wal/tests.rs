@@ -225,6 +225,52 @@ fn round_trip_all_record_kinds() {
     assert_eq!(rec.records.last().map(LogRecord::seq), Some(24));
 }
 
+/// Each open is a new incarnation, recorded before the log is handed out;
+/// the gtid reservation raised while the log runs survives it, and the next
+/// open starts above it, whether the log closed cleanly or the process died
+/// (a reservation lives in the control file, which a crash keeps).
+#[test]
+fn every_open_is_a_new_incarnation_above_the_last_gtid_reservation() {
+    let tmp = TempDir::new("incarnation");
+    let mut c = cfg(tmp.path(), Durability::Sync);
+    c.gtid_reserve = 10;
+    let (wal, _) = Wal::open(c.clone()).unwrap();
+    assert_eq!((wal.incarnation(), wal.gtid_start()), (1, 1));
+    assert_eq!(wal.gtid_reserved(), 11);
+    assert_eq!(read_control(tmp.path()).unwrap().unwrap().gtid_reserved, 11);
+    wal.reserve_gtids(35);
+    wal.wait_gtids(35).unwrap();
+    assert_eq!(wal.gtid_reserved(), 35);
+    assert_eq!(read_control(tmp.path()).unwrap().unwrap().gtid_reserved, 35);
+    // Asking for less than what is reserved changes nothing.
+    wal.reserve_gtids(20);
+    write_batches(&wal, 0, 2);
+    assert_eq!(wal.gtid_reserved(), 35);
+    drop(wal);
+    let (wal, _) = Wal::open(c.clone()).unwrap();
+    assert_eq!(wal.incarnation(), 2);
+    assert_eq!(wal.gtid_start(), 35, "starts above the last reservation");
+    assert_eq!(wal.gtid_reserved(), 45);
+    // A reservation in the middle of a run, then a crash (no shutdown).
+    wal.reserve_gtids(60);
+    wal.wait_gtids(60).unwrap();
+    std::mem::forget(wal);
+    let ctl = read_control(tmp.path()).unwrap().unwrap();
+    assert_eq!((ctl.incarnation, ctl.gtid_reserved), (2, 60));
+}
+
+/// With durability off nothing survives a restart: no incarnation, and
+/// gtids are never held back.
+#[test]
+fn off_mode_has_no_incarnation_and_no_gtid_limit() {
+    let tmp = TempDir::new("incarnation-off");
+    let (wal, _) = Wal::open(cfg(tmp.path(), Durability::Off)).unwrap();
+    assert_eq!(wal.incarnation(), 0);
+    assert_eq!(wal.gtid_reserved(), u64::MAX);
+    wal.reserve_gtids(5);
+    wal.wait_gtids(5).unwrap();
+}
+
 #[test]
 fn async_mode_writes_and_syncs_in_background() {
     let tmp = TempDir::new("async");
