@@ -275,6 +275,11 @@ impl Producer {
         Ok(cap - (self.tail - head))
     }
 
+    /// Bytes pushed so far (the producer's position).
+    pub fn position(&self) -> u64 {
+        self.tail
+    }
+
     /// Whether the consumer has taken everything pushed so far.
     pub fn is_drained(&self) -> bool {
         self.ring.head().load(Ordering::Acquire) == self.tail
