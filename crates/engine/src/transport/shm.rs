@@ -680,6 +680,12 @@ mod tests {
             "{e}"
         );
 
+        // A descriptor whose file could shrink under the mapping is refused.
+        let loose = rustix::fs::memfd_create("loose", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&loose, Segment::bytes(1024) as u64).unwrap();
+        let e = Segment::from_fd(loose, dep, 5, 2, 1024).err().unwrap();
+        assert!(matches!(e, ShmError::Refused { .. }), "{e}");
+
         let b = Bells::create_memfd(dep, 4, 3).unwrap();
         let p = Bells::from_fd(b.fd().unwrap(), dep, 4, 3).unwrap();
         assert!(p.bell(2).is_some() && p.bell(3).is_none());

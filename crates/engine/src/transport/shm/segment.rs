@@ -407,22 +407,43 @@ fn remove_if_same(path: &Path, dev_ino: (u64, u64)) {
     }
 }
 
-/// A memfd of `len` bytes (mode as the kernel makes it: no name in any
-/// directory, reachable only by the descriptor).
+/// A memfd of `len` bytes (no name in any directory, reachable only by the
+/// descriptor), sealed against shrinking and growing: a peer that maps it
+/// can never be made to touch pages past the end of the file (a SIGBUS).
 fn memfd(name: &str, len: usize) -> Result<File, ShmError> {
+    use rustix::fs::{MemfdFlags, SealFlags};
     let fd: OwnedFd =
-        rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC).map_err(|e| {
-            ShmError::Io {
+        rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).map_err(
+            |e| ShmError::Io {
                 path: format!("memfd:{name}"),
                 source: e.into(),
-            }
-        })?;
+            },
+        )?;
     let file = File::from(fd);
     file.set_len(len as u64).map_err(|e| ShmError::Io {
         path: format!("memfd:{name}"),
         source: e,
     })?;
+    rustix::fs::fcntl_add_seals(&file, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+        .map_err(|e| ShmError::Io {
+            path: format!("memfd:{name}"),
+            source: e.into(),
+        })?;
     Ok(file)
+}
+
+/// Refuses a received descriptor whose size could still change under our
+/// mapping (a memfd without the shrink and grow seals, or any other file).
+fn check_sealed(file: &File, path: &Path) -> Result<(), ShmError> {
+    use rustix::fs::SealFlags;
+    let want = SealFlags::SHRINK | SealFlags::GROW;
+    match rustix::fs::fcntl_get_seals(file) {
+        Ok(seals) if seals.contains(want) => Ok(()),
+        _ => Err(ShmError::Refused {
+            path: path.display().to_string(),
+            why: "not a memfd sealed against shrinking and growing".into(),
+        }),
+    }
 }
 
 /// The two rings between islands `a < b` and who made them.
@@ -570,6 +591,7 @@ impl Segment {
         let path = PathBuf::from(format!("memfd:{}", segment_name(deployment, me, peer)));
         let header = Segment::header(deployment, me, peer, cap);
         let file = File::from(fd);
+        check_sealed(&file, &path)?;
         let m = file.metadata().map_err(io(&path))?;
         if m.len() != header.len as u64 {
             return Err(ShmError::Mismatch {
@@ -808,6 +830,7 @@ impl Bells {
         let path = PathBuf::from(format!("memfd:{}", bells_name(deployment, island)));
         let header = Bells::header(deployment, island, workers);
         let file = File::from(fd);
+        check_sealed(&file, &path)?;
         let m = file.metadata().map_err(io(&path))?;
         if m.len() != header.len as u64 {
             return Err(ShmError::Mismatch {
