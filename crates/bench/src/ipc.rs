@@ -17,7 +17,15 @@
 //!   both sides spin. Its ratio to `spin` is what batching, framing and the
 //!   buffer pool cost over the bare queue;
 //! - `channel`: two `crossbeam_channel::bounded` channels with blocking `recv`;
-//! - `mpsc`: two `std::sync::mpsc` channels, for reference.
+//! - `mpsc`: two `std::sync::mpsc` channels, for reference;
+//! - `shm-ring`: two bare [`shm::Ring`]s in one shared mapping, one per
+//!   direction: a round's messages go as one record (16 bytes each, as
+//!   `inproc`'s frames), both sides spinning. The floor of `shm`;
+//! - `shm`: two [`Shm`] transports (islands 0 and 1 of one worker each,
+//!   joined by a segment and bells under `/dev/shm`) used as `inproc` is:
+//!   frames, one batch per round each way, the receiver draining the ring
+//!   into its mailbox. Its ratio to `shm-ring` is what the transport adds
+//!   over the bare ring.
 //!
 //! Another transport plugs in by implementing [`Endpoint`] for its two ends
 //! and calling [`measure_round_trips`].
@@ -31,7 +39,8 @@ use serde::Serialize;
 
 use islands::topology::pin_to;
 use islands::topology::CpuId;
-use islands::transport::{self, frames, push_frame, InProc, Outbox, Transport};
+use islands::transport::shm::{self, Shm, ShmConfig};
+use islands::transport::{self, frames, push_frame, InProc, Layout, Outbox, Transport};
 use islands::Error;
 
 /// The end-of-run message; a transport never sees it as a payload.
@@ -424,7 +433,7 @@ pub fn inproc_pair() -> (InProcEnd, InProcEnd) {
 }
 
 /// The built-in transports, by name, in the order `islands bench ipc` runs them.
-pub const TRANSPORTS: [&str; 4] = ["spin", "inproc", "channel", "mpsc"];
+pub const TRANSPORTS: [&str; 6] = ["spin", "inproc", "channel", "mpsc", "shm-ring", "shm"];
 
 /// Measures a built-in transport by name.
 pub fn measure(name: &str, cfg: &IpcConfig) -> Result<IpcResult, Error> {
@@ -447,8 +456,17 @@ pub fn measure(name: &str, cfg: &IpcConfig) -> Result<IpcResult, Error> {
             let (c, s) = mpsc_pair();
             measure_round_trips("std mpsc", c, s, cfg)
         }
+        "shm-ring" => {
+            let (c, s) = shm_ring_pair(cfg.batch)?;
+            measure_round_trips("shm ring (bare)", c, s, cfg)
+        }
+        "shm" => {
+            let (c, s) = shm_pair()?;
+            measure_round_trips("shm (islands)", c, s, cfg)
+        }
         other => Err(Error::Config(format!(
-            "unknown transport '{other}' (expected spin, inproc, channel or mpsc)"
+            "unknown transport '{other}' (expected one of {})",
+            TRANSPORTS.join(", ")
         ))),
     };
     r.map(|r| IpcResult {
@@ -539,7 +557,231 @@ pub fn render_table(results: &[IpcResult], header: &str) -> String {
         }
         out.push('\n');
     }
+    shm_lines(results, &mut out);
     out
+}
+
+/// The ratio of `shm` to its floor `shm-ring`, if both were measured.
+fn shm_lines(results: &[IpcResult], out: &mut String) {
+    use std::fmt::Write as _;
+    if let Some(x) = median_ratio(results, "shm", "shm-ring") {
+        let rate = |k: &str| {
+            results
+                .iter()
+                .find(|r| r.key == k)
+                .map_or(0.0, |r| r.round_trips_per_s)
+        };
+        let _ = writeln!(
+            out,
+            "shm / shm-ring: {x:.2}x at the median; {:.2} of the bare ring's round trips per second (issue target: at least 0.8)",
+            rate("shm") / rate("shm-ring").max(1e-9)
+        );
+    }
+}
+
+/// Bytes of the shared mapping of a `shm-ring` pair: two rings, each with
+/// room for a few rounds of `batch` 16-byte messages.
+fn shm_ring_capacity(batch: usize) -> usize {
+    (4 * shm::record_bytes((batch + 1) * INPROC_MSG_BYTES))
+        .next_power_of_two()
+        .max(4096)
+}
+
+/// One end of a bare ring pair: `send` appends a 16-byte message to the
+/// round's record, `flush` pushes it (spinning while the ring is full),
+/// `recv` pops a record and returns its messages one by one.
+pub struct ShmRingEnd {
+    tx: shm::Producer,
+    rx: shm::Consumer,
+    out: Vec<u8>,
+    buf: Vec<u8>,
+    next: usize,
+    malformed: u64,
+}
+
+impl Endpoint for ShmRingEnd {
+    #[inline]
+    fn send(&mut self, msg: u64) {
+        let mut m = [0u8; INPROC_MSG_BYTES];
+        m[..8].copy_from_slice(&msg.to_le_bytes());
+        self.out.extend_from_slice(&m);
+    }
+
+    #[inline]
+    fn flush(&mut self) {
+        if self.out.is_empty() {
+            return;
+        }
+        loop {
+            match self.tx.try_push(0, 1, &self.out) {
+                Ok(()) => break,
+                Err(shm::PushError::Full) => std::hint::spin_loop(),
+                // A round larger than the ring, or a broken ring: the
+                // messages are lost, and the client reports the missing reply.
+                Err(_) => {
+                    self.malformed += 1;
+                    break;
+                }
+            }
+        }
+        self.out.clear();
+    }
+
+    fn recv(&mut self) -> u64 {
+        loop {
+            if self.next + INPROC_MSG_BYTES <= self.buf.len() {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(&self.buf[self.next..self.next + 8]);
+                self.next += INPROC_MSG_BYTES;
+                return u64::from_le_bytes(word);
+            }
+            self.flush();
+            self.next = 0;
+            match self.rx.pop_into(&mut self.buf) {
+                Ok(Some(r)) if (r.len as usize).is_multiple_of(INPROC_MSG_BYTES) => {}
+                Ok(Some(_)) => {
+                    self.malformed += 1;
+                    self.buf.clear();
+                }
+                Ok(None) => {
+                    self.buf.clear();
+                    std::hint::spin_loop();
+                }
+                Err(_) => {
+                    self.malformed += 1;
+                    self.buf.clear();
+                    return STOP;
+                }
+            }
+        }
+    }
+
+    fn malformed(&self) -> u64 {
+        self.malformed
+    }
+}
+
+/// Two ends of a bare ring pair in one anonymous shared mapping, each ring
+/// with room for a few rounds of `batch` messages.
+pub fn shm_ring_pair(batch: usize) -> Result<(ShmRingEnd, ShmRingEnd), Error> {
+    let cap = shm_ring_capacity(batch);
+    let map = Arc::new(
+        shm::Mapping::anonymous(2 * shm::Ring::bytes(cap))
+            .map_err(|e| Error::Config(format!("shared mapping: {e}")))?,
+    );
+    let ring = |at: usize| -> Result<shm::Ring, Error> {
+        let r = shm::Ring::at(Arc::clone(&map), at, cap).map_err(Error::Config)?;
+        r.reset();
+        Ok(r)
+    };
+    let (ab, ba) = (ring(0)?, ring(shm::Ring::bytes(cap))?);
+    let bad = |e: shm::RingError| Error::Config(format!("ring: {e}"));
+    let end = |tx: &shm::Ring, rx: &shm::Ring| -> Result<ShmRingEnd, Error> {
+        Ok(ShmRingEnd {
+            tx: tx.producer().map_err(bad)?,
+            rx: rx.consumer().map_err(bad)?,
+            out: Vec::with_capacity(batch * INPROC_MSG_BYTES),
+            buf: Vec::new(),
+            next: 0,
+            malformed: 0,
+        })
+    };
+    Ok((end(&ab, &ba)?, end(&ba, &ab)?))
+}
+
+/// One end of the `shm` pair: a worker's view of its island's [`Shm`], as
+/// [`InProcEnd`] is of [`InProc`].
+pub struct ShmEnd {
+    t: Arc<Shm>,
+    me: transport::Endpoint,
+    peer: transport::Endpoint,
+    out: Outbox,
+    inbox: Vec<u64>,
+    next: usize,
+    malformed: u64,
+}
+
+impl Endpoint for ShmEnd {
+    #[inline]
+    fn send(&mut self, msg: u64) {
+        let mut frame = [0u8; INPROC_MSG_BYTES];
+        frame[..8].copy_from_slice(&msg.to_le_bytes());
+        push_frame(self.out.batch(&*self.t, self.peer), &frame);
+    }
+
+    #[inline]
+    fn flush(&mut self) {
+        while self.out.flush(&*self.t, self.me) > 0 {
+            std::hint::spin_loop();
+        }
+    }
+
+    fn recv(&mut self) -> u64 {
+        loop {
+            if let Some(&m) = self.inbox.get(self.next) {
+                self.next += 1;
+                return m;
+            }
+            self.flush();
+            self.inbox.clear();
+            self.next = 0;
+            match self.t.recv(self.me) {
+                Some((_, batch)) => {
+                    for frame in frames(&batch) {
+                        match frame {
+                            Ok(p) if p.len() == INPROC_MSG_BYTES => {
+                                let mut word = [0u8; 8];
+                                word.copy_from_slice(&p[..8]);
+                                self.inbox.push(u64::from_le_bytes(word));
+                            }
+                            Ok(_) | Err(_) => self.malformed += 1,
+                        }
+                    }
+                    self.out.recycle(&*self.t, batch);
+                }
+                None => std::hint::spin_loop(),
+            }
+        }
+    }
+
+    fn malformed(&self) -> u64 {
+        self.malformed
+    }
+}
+
+/// Two islands of one worker each joined by [`Shm`] under `/dev/shm`
+/// (client: island 0's endpoint 0, server: island 1's endpoint 1). The
+/// files are removed when both ends are dropped.
+pub fn shm_pair() -> Result<(ShmEnd, ShmEnd), Error> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut cfg = ShmConfig::new(nanos ^ (u128::from(std::process::id()) << 96));
+    cfg.ring_bytes = 1 << 16;
+    cfg.mailbox_depth = INPROC_DEPTH;
+    cfg.wait = Duration::from_secs(10);
+    let open = |island: u16| {
+        let cfg = cfg.clone();
+        std::thread::spawn(move || Shm::open(Layout::new(&[1, 1], island), &cfg))
+    };
+    let (a, b) = (open(0), open(1));
+    let join = |h: std::thread::JoinHandle<Result<Shm, shm::ShmError>>| -> Result<Arc<Shm>, Error> {
+        h.join()
+            .map_err(|_| Error::Config("opening a shm island panicked".into()))?
+            .map(Arc::new)
+            .map_err(|e| Error::Config(format!("shm: {e}")))
+    };
+    let (a, b) = (join(a)?, join(b)?);
+    let end = |t: Arc<Shm>, me: u32, peer: u32| ShmEnd {
+        out: Outbox::new(t.endpoints()),
+        t,
+        me: transport::Endpoint(me),
+        peer: transport::Endpoint(peer),
+        inbox: Vec::new(),
+        next: 0,
+        malformed: 0,
+    };
+    Ok((end(a, 0, 1), end(b, 1, 0)))
 }
 
 #[cfg(test)]
@@ -686,6 +928,31 @@ mod tests {
         );
         assert!(table.contains("target under 2,000 ns"), "{table}");
         assert!(median_ratio(&results, "inproc", "mpsc").is_none());
+    }
+
+    #[test]
+    fn shm_ends_round_trip_and_report_their_ratio_to_the_bare_ring() {
+        let c = cfg(3, 300);
+        let results = vec![
+            measure("shm-ring", &c).unwrap(),
+            measure("shm", &c).unwrap(),
+        ];
+        for r in &results {
+            assert_eq!((r.messages, r.malformed), (900, 0), "{r:?}");
+        }
+        let x = median_ratio(&results, "shm", "shm-ring").unwrap();
+        let table = render_table(&results, "h");
+        assert!(
+            table.contains(&format!("shm / shm-ring: {x:.2}x")),
+            "{table}"
+        );
+        // A round larger than the bare ring is lost and counted, not a hang.
+        let (mut a, _b) = shm_ring_pair(1).unwrap();
+        for i in 0..1_000 {
+            a.send(i);
+        }
+        a.flush();
+        assert_eq!(a.malformed(), 1);
     }
 
     #[test]

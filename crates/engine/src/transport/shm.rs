@@ -1,0 +1,1034 @@
+//! Islands of different processes on one machine, joined by shared memory.
+//!
+//! Between two island processes there is one [`Segment`] holding two
+//! [`Ring`]s, one per direction. [`Shm`] is the [`Transport`] of one island
+//! ([`Layout::me`]): a batch for a local endpoint goes to its in-process
+//! mailbox; a batch for a remote endpoint is one record pushed into the ring
+//! toward its island (one copy, no system call), then the destination's
+//! [`Bell`] (in the peer's [`Bells`] segment, which this process maps) is
+//! rung, a system call only if the destination sleeps.
+//!
+//! Receiving: `recv(me)` takes from `me`'s mailbox; when it is empty, the
+//! worker drains the incoming rings (one worker at a time per ring) and
+//! routes every record to the mailbox of the local endpoint it names,
+//! ringing that endpoint's bell, then looks at its mailbox again. Routing
+//! everything through the mailboxes keeps the order between two endpoints
+//! whichever worker drains. A record whose destination mailbox is full stays
+//! in the ring (back-pressure on the peer); a full ring is [`Full`] for the
+//! sender, as a full mailbox is in [`super::InProc`].
+//!
+//! The sender of a record is the peer island's worker the record names,
+//! mapped through the [`Layout`]; it is never an endpoint read from the
+//! bytes. A record naming a worker the peer does not have, or a destination
+//! that is not ours, is refused and counted. See `docs/architecture.md`,
+//! "Shared memory".
+
+mod map;
+mod ring;
+mod segment;
+
+pub use map::Mapping;
+pub use ring::{
+    record_bytes, Consumer, Producer, PushError, Record, Ring, RingError, MAX_CAP, MIN_CAP,
+    RECORD_HEADER, RING_HEADER,
+};
+pub use segment::{
+    bells_name, segment_name, Bells, Segment, ShmError, BELLS_HEADER, BELL_STRIDE, SEGMENT_HEADER,
+    SHM_DIR, SHM_VERSION,
+};
+
+use super::{Bell, Endpoint, Full, Layout, Transport};
+use crate::route::IslandId;
+use crossbeam_queue::ArrayQueue;
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Whether a peer's link works.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum PeerState {
+    Up,
+    /// A ring broke (the peer wrote something out of range); nothing more
+    /// is read from it or sent on it.
+    Broken,
+}
+
+/// What crossed one peer's link (the minimal form of the per-peer counters
+/// of every transport).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PeerStats {
+    pub island: IslandId,
+    pub state: PeerState,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub batches_in: u64,
+    pub batches_out: u64,
+    /// Batches for this peer dropped: too large for the ring, or the ring
+    /// broken.
+    pub dropped: u64,
+    /// Records refused: a worker the peer does not have, or a destination
+    /// that is not one of ours.
+    pub refusals: u64,
+    /// Why the link broke, if it did.
+    pub error: Option<String>,
+}
+
+/// The sending side toward one peer, with its counters (kept under the
+/// lock the push takes anyway: no extra atomic operation per batch).
+struct TxSide {
+    ring: Producer,
+    bytes: u64,
+    batches: u64,
+    dropped: u64,
+}
+
+/// The receiving side from one peer. `scratch`: a buffer holding the copy
+/// of a record not yet delivered (its mailbox was full), reused next time.
+struct RxSide {
+    ring: Consumer,
+    scratch: Option<Vec<u8>>,
+    bytes: u64,
+    batches: u64,
+    refusals: u64,
+}
+
+struct Peer {
+    island: IslandId,
+    /// Endpoints of the peer island.
+    range: Range<u32>,
+    bells: Bells,
+    tx: Mutex<TxSide>,
+    rx: Mutex<RxSide>,
+    /// Kept mapped (and removed when dropped, if this process made it).
+    _segment: Segment,
+}
+
+/// How a drain of one ring ended.
+enum Drain {
+    /// The ring is empty (or broken).
+    Empty,
+    /// A record waits for a full mailbox.
+    Stalled,
+}
+
+/// A local endpoint's mailbox: (sender, batch), bounded.
+type Mailbox = ArrayQueue<(Endpoint, Vec<u8>)>;
+
+/// One island's transport over shared memory (see the module documentation).
+pub struct Shm {
+    layout: Layout,
+    local: Range<u32>,
+    bells: Bells,
+    mailboxes: Vec<CachePadded<Mailbox>>,
+    /// Per island; set once by [`Shm::connect`].
+    peers: Vec<OnceLock<Peer>>,
+    pool: ArrayQueue<Vec<u8>>,
+    /// Batches for an endpoint outside the layout or of an island not
+    /// connected: dropped (the engine tolerates loss) and counted.
+    unroutable: CachePadded<AtomicU64>,
+    /// Returned by [`Transport::bell`] for an endpoint that is not ours.
+    stray: Bell,
+}
+
+/// Where and how big: the settings of [`Shm::open`].
+#[derive(Clone, Debug)]
+pub struct ShmConfig {
+    /// Directory of the files (`/dev/shm` by default).
+    pub dir: PathBuf,
+    pub deployment: u128,
+    /// Data bytes of each ring (a power of two).
+    pub ring_bytes: usize,
+    /// Batches each local mailbox holds.
+    pub mailbox_depth: usize,
+    /// How long to wait for a peer's files.
+    pub wait: Duration,
+}
+
+impl ShmConfig {
+    pub fn new(deployment: u128) -> ShmConfig {
+        ShmConfig {
+            dir: PathBuf::from(SHM_DIR),
+            deployment,
+            ring_bytes: 1 << 22,
+            mailbox_depth: 256,
+            wait: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Shm {
+    /// The transport of island `layout.me()`, with its own bells and no
+    /// peer yet (see [`Shm::connect`]).
+    pub fn new(layout: Layout, bells: Bells, mailbox_depth: usize) -> Result<Shm, ShmError> {
+        let me = layout.me();
+        let local = layout.range(me);
+        let workers = local.end - local.start;
+        if bells.island() != me || bells.workers() != workers {
+            return Err(ShmError::Config(format!(
+                "bells of island {} with {} workers for island {me} with {workers}",
+                bells.island(),
+                bells.workers()
+            )));
+        }
+        let depth = mailbox_depth.max(1);
+        Ok(Shm {
+            mailboxes: (0..workers)
+                .map(|_| CachePadded::new(ArrayQueue::new(depth)))
+                .collect(),
+            peers: (0..layout.islands()).map(|_| OnceLock::new()).collect(),
+            pool: ArrayQueue::new((workers as usize * depth).clamp(16, 1 << 16)),
+            unroutable: CachePadded::new(AtomicU64::new(0)),
+            stray: Bell::new(),
+            local,
+            bells,
+            layout,
+        })
+    }
+
+    /// Joins island `layout.me()` to every other island with workers
+    /// through files in `cfg.dir`: creates this island's bells, then opens
+    /// (or creates) the segment with each peer and opens its bells, waiting
+    /// up to `cfg.wait` for them.
+    pub fn open(layout: Layout, cfg: &ShmConfig) -> Result<Shm, ShmError> {
+        let me = layout.me();
+        let bells = Bells::create(&cfg.dir, cfg.deployment, me, layout.workers(me))?;
+        let shm = Shm::new(layout, bells, cfg.mailbox_depth)?;
+        for island in 0..shm.layout.islands() as IslandId {
+            if island == me || shm.layout.workers(island) == 0 {
+                continue;
+            }
+            let seg = Segment::open_or_create(
+                &cfg.dir,
+                cfg.deployment,
+                me,
+                island,
+                cfg.ring_bytes,
+                cfg.wait,
+            )?;
+            let bells = Bells::open(
+                &cfg.dir,
+                cfg.deployment,
+                island,
+                shm.layout.workers(island),
+                cfg.wait,
+            )?;
+            shm.connect(seg, bells)?;
+        }
+        Ok(shm)
+    }
+
+    /// Links the peer `segment.peer()`: batches for its endpoints go into
+    /// the segment's outgoing ring and ring its `bells`.
+    pub fn connect(&self, segment: Segment, bells: Bells) -> Result<(), ShmError> {
+        let island = segment.peer();
+        let me = self.layout.me();
+        if segment.me() != me || usize::from(island) >= self.layout.islands() {
+            return Err(ShmError::Config(format!(
+                "a segment of islands {} and {island} for island {me} of {}",
+                segment.me(),
+                self.layout.islands()
+            )));
+        }
+        if bells.island() != island || bells.workers() != self.layout.workers(island) {
+            return Err(ShmError::Config(format!(
+                "bells of island {} with {} workers for island {island} with {}",
+                bells.island(),
+                bells.workers(),
+                self.layout.workers(island)
+            )));
+        }
+        let broken = |e: RingError| ShmError::Config(format!("island {island}'s ring: {e}"));
+        let tx = segment.outgoing().producer().map_err(broken)?;
+        let rx = segment.incoming().consumer().map_err(broken)?;
+        let peer = Peer {
+            island,
+            range: self.layout.range(island),
+            bells,
+            tx: Mutex::new(TxSide {
+                ring: tx,
+                bytes: 0,
+                batches: 0,
+                dropped: 0,
+            }),
+            rx: Mutex::new(RxSide {
+                ring: rx,
+                scratch: None,
+                bytes: 0,
+                batches: 0,
+                refusals: 0,
+            }),
+            _segment: segment,
+        };
+        self.peers[usize::from(island)]
+            .set(peer)
+            .map_err(|_| ShmError::Config(format!("island {island} is already connected")))
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Counters of every connected peer.
+    pub fn peers(&self) -> Vec<PeerStats> {
+        self.peers
+            .iter()
+            .filter_map(|p| p.get())
+            .map(|p| {
+                let tx = p.tx.lock();
+                let rx = p.rx.lock();
+                let error = rx.ring.broken().or(tx.ring.broken());
+                PeerStats {
+                    island: p.island,
+                    state: if error.is_some() {
+                        PeerState::Broken
+                    } else {
+                        PeerState::Up
+                    },
+                    bytes_in: rx.bytes,
+                    bytes_out: tx.bytes,
+                    batches_in: rx.batches,
+                    batches_out: tx.batches,
+                    dropped: tx.dropped,
+                    refusals: rx.refusals,
+                    error: error.map(|e| e.to_string()),
+                }
+            })
+            .collect()
+    }
+
+    /// Batches dropped because their destination is no connected endpoint.
+    pub fn unroutable(&self) -> u64 {
+        self.unroutable.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn local_index(&self, e: Endpoint) -> Option<usize> {
+        if self.local.contains(&e.0) {
+            Some((e.0 - self.local.start) as usize)
+        } else {
+            None
+        }
+    }
+
+    fn drop_unroutable(&self, batch: Vec<u8>) {
+        self.unroutable.fetch_add(1, Ordering::Relaxed);
+        self.recycle(batch);
+    }
+
+    /// Drains every incoming ring no other worker is draining.
+    fn drain(&self) {
+        for peer in self.peers.iter().filter_map(|p| p.get()) {
+            loop {
+                let Some(mut rx) = peer.rx.try_lock() else {
+                    // Another worker drains this ring; it delivers to us.
+                    break;
+                };
+                let end = self.drain_one(peer, &mut rx);
+                drop(rx);
+                // A record pushed after our last look but before the unlock
+                // would wait for whoever drains next: look once more.
+                if matches!(end, Drain::Stalled) || !peer.incoming_waiting() {
+                    break;
+                }
+            }
+        }
+    }
+
+    fn drain_one(&self, peer: &Peer, rx: &mut RxSide) -> Drain {
+        loop {
+            let mut buf = rx.scratch.take().unwrap_or_else(|| self.buffer());
+            let rec = match rx.ring.peek_into(&mut buf) {
+                Ok(Some(rec)) => rec,
+                Ok(None) | Err(_) => {
+                    rx.scratch = Some(buf);
+                    return Drain::Empty;
+                }
+            };
+            let Some(to) = self.local_index(Endpoint(rec.to)) else {
+                rx.ring.consume();
+                rx.refusals += 1;
+                rx.scratch = Some(buf);
+                continue;
+            };
+            if rec.from >= peer.range.end - peer.range.start {
+                rx.ring.consume();
+                rx.refusals += 1;
+                rx.scratch = Some(buf);
+                continue;
+            }
+            let from = Endpoint(peer.range.start + rec.from);
+            match self.mailboxes[to].push((from, buf)) {
+                Ok(()) => {
+                    rx.ring.consume();
+                    rx.batches += 1;
+                    rx.bytes += u64::from(rec.len);
+                    if let Some(b) = self.bells.bell(to as u32) {
+                        b.ring();
+                    }
+                }
+                Err((_, buf)) => {
+                    rx.scratch = Some(buf);
+                    return Drain::Stalled;
+                }
+            }
+        }
+    }
+}
+
+impl Peer {
+    /// Whether the incoming ring holds a record no worker is draining.
+    fn incoming_waiting(&self) -> bool {
+        self.rx.try_lock().is_some_and(|rx| rx.ring.has_data())
+    }
+}
+
+impl Transport for Shm {
+    fn send(&self, from: Endpoint, to: Endpoint, batch: Vec<u8>) -> Result<(), Full> {
+        if let Some(i) = self.local_index(to) {
+            return match self.mailboxes[i].push((from, batch)) {
+                Ok(()) => {
+                    if let Some(b) = self.bells.bell(i as u32) {
+                        b.ring();
+                    }
+                    Ok(())
+                }
+                Err((_, b)) => Err(Full(b)),
+            };
+        }
+        let (Some(worker), Some(island)) = (self.local_index(from), self.layout.island_of(to))
+        else {
+            self.drop_unroutable(batch);
+            return Ok(());
+        };
+        let Some(peer) = self.peers[usize::from(island)].get() else {
+            self.drop_unroutable(batch);
+            return Ok(());
+        };
+        let mut tx = peer.tx.lock();
+        match tx.ring.try_push(worker as u32, to.0, &batch) {
+            Ok(()) => {
+                tx.batches += 1;
+                tx.bytes += batch.len() as u64;
+                drop(tx);
+                if let Some(b) = peer.bells.bell(to.0 - peer.range.start) {
+                    b.ring();
+                }
+                self.recycle(batch);
+                Ok(())
+            }
+            Err(PushError::Full) => Err(Full(batch)),
+            Err(PushError::TooLarge { .. } | PushError::Broken(_)) => {
+                tx.dropped += 1;
+                drop(tx);
+                self.recycle(batch);
+                Ok(())
+            }
+        }
+    }
+
+    fn recv(&self, me: Endpoint) -> Option<(Endpoint, Vec<u8>)> {
+        let mailbox = &self.mailboxes[self.local_index(me)?];
+        if let Some(x) = mailbox.pop() {
+            return Some(x);
+        }
+        self.drain();
+        mailbox.pop()
+    }
+
+    #[inline]
+    fn buffer(&self) -> Vec<u8> {
+        self.pool.pop().unwrap_or_else(|| Vec::with_capacity(4096))
+    }
+
+    #[inline]
+    fn recycle(&self, mut buf: Vec<u8>) {
+        buf.clear();
+        let _ = self.pool.push(buf);
+    }
+
+    fn endpoints(&self) -> usize {
+        self.layout.endpoints()
+    }
+
+    fn bell(&self, me: Endpoint) -> &Bell {
+        self.local_index(me)
+            .and_then(|i| self.bells.bell(i as u32))
+            .unwrap_or(&self.stray)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::frames;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    /// A directory of its own under /dev/shm (or the temp directory),
+    /// removed with what is left in it.
+    struct TestDir(PathBuf);
+
+    impl TestDir {
+        fn new(tag: &str) -> TestDir {
+            static N: AtomicU64 = AtomicU64::new(0);
+            let base = if Path::new(SHM_DIR).is_dir() {
+                PathBuf::from(SHM_DIR)
+            } else {
+                std::env::temp_dir()
+            };
+            let d = base.join(format!(
+                "islands-test-{}-{tag}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&d).unwrap();
+            TestDir(d)
+        }
+    }
+
+    impl Drop for TestDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn deployment() -> u128 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        t ^ (u128::from(std::process::id()) << 96)
+    }
+
+    fn files(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// A pid that is not alive: a child that has exited and been reaped.
+    fn dead_pid() -> u32 {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    }
+
+    const W: Duration = Duration::from_millis(300);
+
+    #[test]
+    fn a_segment_is_shared_checked_replaced_when_stale_and_removed_on_drop() {
+        let d = TestDir::new("seg");
+        let dep = deployment();
+        let s0 = Segment::open_or_create(&d.0, dep, 0, 1, 4096, W).unwrap();
+        let s1 = Segment::open_or_create(&d.0, dep, 1, 0, 4096, W).unwrap();
+        assert!(s0.created() && !s1.created());
+        assert_eq!(s1.creator(), (0, std::process::id()));
+        let name = segment_name(dep, 1, 0);
+        assert_eq!(files(&d.0), vec![name.clone()]);
+        let meta = std::fs::metadata(d.0.join(&name)).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+
+        // Each direction is its own ring.
+        let mut buf = Vec::new();
+        s0.outgoing()
+            .producer()
+            .unwrap()
+            .try_push(0, 7, b"to one")
+            .unwrap();
+        s1.outgoing()
+            .producer()
+            .unwrap()
+            .try_push(0, 3, b"to zero")
+            .unwrap();
+        let r = s1
+            .incoming()
+            .consumer()
+            .unwrap()
+            .pop_into(&mut buf)
+            .unwrap()
+            .unwrap();
+        assert_eq!((r.to, buf.as_slice()), (7, b"to one".as_slice()));
+        let r = s0
+            .incoming()
+            .consumer()
+            .unwrap()
+            .pop_into(&mut buf)
+            .unwrap()
+            .unwrap();
+        assert_eq!((r.to, buf.as_slice()), (3, b"to zero".as_slice()));
+
+        // Another ring size: refused, naming the field.
+        let e = Segment::open_or_create(&d.0, dep, 1, 0, 8192, W)
+            .err()
+            .unwrap();
+        assert!(
+            matches!(
+                e,
+                ShmError::Mismatch {
+                    field: "ring capacity",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // Another mode: refused.
+        let path = d.0.join(&name);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = Segment::open_or_create(&d.0, dep, 1, 0, 4096, W)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("mode 0644"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        drop(s1);
+        assert!(path.exists(), "only the creator removes the file");
+        drop(s0);
+        assert!(files(&d.0).is_empty(), "the creator removed it");
+
+        // A file left by a dead creator is replaced.
+        let s = Segment::open_or_create(&d.0, dep, 0, 1, 4096, W).unwrap();
+        let old = std::fs::metadata(&path).unwrap().ino();
+        s.outgoing()
+            .producer()
+            .unwrap()
+            .try_push(0, 1, b"stale")
+            .unwrap();
+        s.map
+            .u32_at(52)
+            .unwrap()
+            .store(dead_pid(), Ordering::Relaxed);
+        // As if the creator had crashed: the file stays.
+        std::mem::forget(s);
+        let s1 = Segment::open_or_create(&d.0, dep, 1, 0, 4096, W).unwrap();
+        assert!(s1.created(), "a stale file is made afresh");
+        assert_ne!(std::fs::metadata(&path).unwrap().ino(), old);
+        assert!(
+            s1.incoming()
+                .consumer()
+                .unwrap()
+                .pop_into(&mut buf)
+                .unwrap()
+                .is_none(),
+            "nothing of the dead creator's rings survives"
+        );
+
+        // A symbolic link in the file's place is not followed.
+        drop(s1);
+        std::os::unix::fs::symlink("/etc/passwd", &path).unwrap();
+        assert!(Segment::open_or_create(&d.0, dep, 0, 1, 4096, W).is_err());
+        std::fs::remove_file(&path).unwrap();
+
+        assert!(Segment::open_or_create(&d.0, dep, 1, 1, 4096, W).is_err());
+        assert!(Segment::open_or_create(&d.0, dep, 0, 1, 1000, W).is_err());
+    }
+
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn memfd_segments_and_bells_check_their_header() {
+        let dep = deployment();
+        let s0 = Segment::create_memfd(dep, 2, 5, 1024).unwrap();
+        let s1 = Segment::from_fd(s0.fd().unwrap(), dep, 5, 2, 1024).unwrap();
+        assert_eq!(s1.creator(), (2, std::process::id()));
+        s0.outgoing()
+            .producer()
+            .unwrap()
+            .try_push(1, 9, b"hi")
+            .unwrap();
+        let mut buf = Vec::new();
+        let r = s1
+            .incoming()
+            .consumer()
+            .unwrap()
+            .pop_into(&mut buf)
+            .unwrap()
+            .unwrap();
+        assert_eq!((r.from, r.to, buf.as_slice()), (1, 9, b"hi".as_slice()));
+        let e = Segment::from_fd(s0.fd().unwrap(), dep ^ 1, 5, 2, 1024)
+            .err()
+            .unwrap();
+        assert!(
+            matches!(
+                e,
+                ShmError::Mismatch {
+                    field: "deployment (low half)",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = Segment::from_fd(s0.fd().unwrap(), dep, 5, 3, 1024)
+            .err()
+            .unwrap();
+        assert!(
+            matches!(
+                e,
+                ShmError::Mismatch {
+                    field: "first island",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+
+        // A descriptor whose file could shrink under the mapping is refused.
+        let loose = rustix::fs::memfd_create("loose", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&loose, Segment::bytes(1024) as u64).unwrap();
+        let e = Segment::from_fd(loose, dep, 5, 2, 1024).err().unwrap();
+        assert!(matches!(e, ShmError::Refused { .. }), "{e}");
+
+        let b = Bells::create_memfd(dep, 4, 3).unwrap();
+        let p = Bells::from_fd(b.fd().unwrap(), dep, 4, 3).unwrap();
+        assert!(p.bell(2).is_some() && p.bell(3).is_none());
+        // The peer's view of a bell is the owner's bell.
+        let owner = b.bell(1).unwrap();
+        owner.prepare_sleep();
+        p.bell(1).unwrap().ring();
+        assert!(
+            owner.sleep(Duration::from_secs(5)),
+            "rung through the other mapping"
+        );
+        let e = Bells::from_fd(b.fd().unwrap(), dep, 4, 2).err().unwrap();
+        assert!(matches!(e, ShmError::Mismatch { field: "size", .. }), "{e}");
+        let e = Bells::from_fd(b.fd().unwrap(), dep, 3, 3).err().unwrap();
+        assert!(
+            matches!(
+                e,
+                ShmError::Mismatch {
+                    field: "island",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bells_are_one_live_owner_s() {
+        let d = TestDir::new("bells");
+        let dep = deployment();
+        let b = Bells::create(&d.0, dep, 0, 2).unwrap();
+        let e = Bells::create(&d.0, dep, 0, 2).err().unwrap();
+        assert!(matches!(e, ShmError::Busy { island: 0, .. }), "{e}");
+        let e = Bells::open(&d.0, dep, 1, 2, Duration::from_millis(20))
+            .err()
+            .unwrap();
+        assert!(matches!(e, ShmError::Io { .. }), "not there: {e}");
+        // A dead owner's bells are taken over.
+        b.map
+            .u32_at(40)
+            .unwrap()
+            .store(dead_pid(), Ordering::Relaxed);
+        std::mem::forget(b);
+        let b = Bells::create(&d.0, dep, 0, 2).unwrap();
+        drop(b);
+        assert!(files(&d.0).is_empty());
+    }
+
+    /// One `Shm` per island of `workers`, opened together (each waits for
+    /// the others' bells).
+    fn islands(dir: &Path, workers: &[u32], ring_bytes: usize) -> (u128, Vec<Arc<Shm>>) {
+        let dep = deployment();
+        let mut cfg = ShmConfig::new(dep);
+        cfg.dir = dir.to_path_buf();
+        cfg.ring_bytes = ring_bytes;
+        cfg.mailbox_depth = 8;
+        cfg.wait = Duration::from_secs(10);
+        let hs: Vec<_> = (0..workers.len())
+            .map(|i| {
+                let (cfg, layout) = (cfg.clone(), Layout::new(workers, i as IslandId));
+                std::thread::spawn(move || Shm::open(layout, &cfg).map(Arc::new))
+            })
+            .collect();
+        (
+            dep,
+            hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect(),
+        )
+    }
+
+    fn batch(t: &Shm, seq: u64, len: usize) -> Vec<u8> {
+        let mut b = t.buffer();
+        let mut body = seq.to_le_bytes().to_vec();
+        body.resize(len.max(8), seq as u8);
+        crate::transport::push_frame(&mut b, &body);
+        b
+    }
+
+    fn seq_of(b: &[u8]) -> u64 {
+        let f = frames(b).next().unwrap().unwrap();
+        u64::from_le_bytes(f[..8].try_into().unwrap())
+    }
+
+    fn recv_wait(t: &Shm, me: Endpoint) -> (Endpoint, Vec<u8>) {
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(x) = t.recv(me) {
+                return x;
+            }
+            assert!(Instant::now() < end, "nothing for {me:?}");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn three_islands_deliver_in_order_with_the_right_sender() {
+        let d = TestDir::new("three");
+        // Endpoints: island 0: 0, 1; island 1: 2; island 2: 3, 4.
+        let (_, t) = islands(&d.0, &[2, 1, 2], 1 << 12);
+        let routes = [
+            (0usize, Endpoint(1), Endpoint(4)),
+            (2, Endpoint(3), Endpoint(0)),
+            (1, Endpoint(2), Endpoint(3)),
+            (0, Endpoint(0), Endpoint(1)), // local
+        ];
+        let n = 500u64;
+        for seq in 0..n {
+            for &(i, from, to) in &routes {
+                let b = batch(&t[i], seq, 8 + (seq as usize * 37) % 300);
+                // One batch in flight per route: never full.
+                assert!(t[i].send(from, to, b).is_ok(), "full at {seq}");
+            }
+            for &(_, from, to) in &routes {
+                let owner = t.iter().position(|s| s.layout().is_local(to)).unwrap();
+                let (f, b) = recv_wait(&t[owner], to);
+                assert_eq!(f, from, "sender of {seq} to {to:?}");
+                assert_eq!(seq_of(&b), seq, "order to {to:?}");
+                t[owner].recycle(b);
+            }
+        }
+        let p0 = t[0].peers();
+        assert_eq!(p0.len(), 2);
+        let to2 = p0.iter().find(|p| p.island == 2).unwrap();
+        assert_eq!((to2.batches_out, to2.batches_in, to2.refusals), (n, n, 0));
+        assert!(to2.bytes_out > n * 12 && to2.state == PeerState::Up);
+        assert_eq!(t[0].unroutable(), 0);
+        // An endpoint past the layout is dropped and counted, not an error.
+        let b = batch(&t[0], 0, 8);
+        assert!(t[0].send(Endpoint(0), Endpoint(99), b).is_ok());
+        assert_eq!(t[0].unroutable(), 1);
+        drop(t);
+        assert!(
+            files(&d.0).is_empty(),
+            "every file removed: {:?}",
+            files(&d.0)
+        );
+    }
+
+    #[test]
+    fn a_full_ring_pushes_back_and_bad_records_are_refused() {
+        let d = TestDir::new("full");
+        let (dep, t) = islands(&d.0, &[1, 2], 1 << 10);
+        let mut sent = 0u64;
+        let back = loop {
+            match t[0].send(Endpoint(0), Endpoint(2), batch(&t[0], sent, 100)) {
+                Ok(()) => sent += 1,
+                Err(Full(b)) => break b,
+            }
+        };
+        assert!(
+            sent > 0 && sent < 20,
+            "{sent} batches of 112 bytes in 1 KiB"
+        );
+        assert_eq!(seq_of(&back), sent, "the batch comes back whole");
+        // The receiver's mailbox holds 8 and the rest stays in the ring.
+        for seq in 0..sent {
+            let (from, b) = recv_wait(&t[1], Endpoint(2));
+            assert_eq!((from, seq_of(&b)), (Endpoint(0), seq));
+        }
+        assert!(t[0].send(Endpoint(0), Endpoint(2), back).is_ok());
+        let _ = recv_wait(&t[1], Endpoint(2));
+
+        // A second producer on the same ring plays a broken island 0.
+        let seg = Segment::open_or_create(&d.0, dep, 0, 1, 1 << 10, W).unwrap();
+        let mut evil = seg.outgoing().producer().unwrap();
+        evil.try_push(5, 2, b"no worker 5 on island 0").unwrap();
+        evil.try_push(0, 0, b"endpoint 0 is not island 1's")
+            .unwrap();
+        evil.try_push(0, 1, b"fine").unwrap();
+        let (from, b) = recv_wait(&t[1], Endpoint(1));
+        assert_eq!((from, b.as_slice()), (Endpoint(0), b"fine".as_slice()));
+        let p = &t[1].peers()[0];
+        assert_eq!((p.refusals, p.batches_in), (2, sent + 2));
+        // A length past the ring breaks the link: counted, never a panic.
+        evil.try_push(0, 1, b"x").unwrap();
+        let ring = seg.outgoing();
+        let at = SEGMENT_HEADER + RING_HEADER + (evil_tail(&ring) as usize - 16) % 1024;
+        seg.map.u32_at(at).unwrap().store(5000, Ordering::Relaxed);
+        assert!(t[1].recv(Endpoint(1)).is_none());
+        let p = &t[1].peers()[0];
+        assert_eq!(p.state, PeerState::Broken);
+        assert!(p.error.as_deref().unwrap().contains("5000"), "{p:?}");
+    }
+
+    fn evil_tail(r: &Ring) -> u64 {
+        r.producer().unwrap().position()
+    }
+
+    #[test]
+    fn a_sleeping_receiver_is_woken_by_the_other_island() {
+        let d = TestDir::new("bell");
+        let (_, t) = islands(&d.0, &[1, 1], 1 << 12);
+        let (t0, t1) = (Arc::clone(&t[0]), Arc::clone(&t[1]));
+        let sleeper = std::thread::spawn(move || {
+            let me = Endpoint(1);
+            let bell = t1.bell(me);
+            let mut woken = Vec::new();
+            for _ in 0..3 {
+                loop {
+                    if let Some((_, b)) = t1.recv(me) {
+                        t1.recycle(b);
+                        break;
+                    }
+                    bell.prepare_sleep();
+                    if let Some((_, b)) = t1.recv(me) {
+                        bell.cancel_sleep();
+                        t1.recycle(b);
+                        break;
+                    }
+                    let at = Instant::now();
+                    let rung = bell.sleep(Duration::from_secs(5));
+                    woken.push((rung, at.elapsed()));
+                }
+            }
+            woken
+        });
+        for seq in 0..3 {
+            // Wait until the receiver sleeps, then send.
+            let end = Instant::now() + Duration::from_secs(10);
+            while !t[1].bell(Endpoint(1)).is_sleeping() && Instant::now() < end {
+                std::thread::yield_now();
+            }
+            t0.send(Endpoint(0), Endpoint(1), batch(&t0, seq, 8))
+                .unwrap();
+        }
+        let woken = sleeper.join().unwrap();
+        assert!(!woken.is_empty());
+        for (rung, took) in woken {
+            assert!(rung, "woken by the ring, not the 5 s timeout");
+            assert!(took < Duration::from_secs(2), "slept {took:?}");
+        }
+    }
+
+    const CHILD_ENV: &str = "ISLANDS_SHM_TEST_CHILD";
+
+    fn cross_len(seq: u64) -> usize {
+        8 + (seq as usize * 37) % 500
+    }
+
+    /// The child side of `a_child_process_exchanges_batches_through_dev_shm`:
+    /// island 1, echoing every batch to its sender. Runs only when the parent
+    /// starts this test binary with the variable set.
+    #[test]
+    #[ignore = "run by a_child_process_exchanges_batches_through_dev_shm in a child process"]
+    fn child_island() {
+        let Ok(spec) = std::env::var(CHILD_ENV) else {
+            return;
+        };
+        let parts: Vec<&str> = spec.split(';').collect();
+        let mut cfg = ShmConfig::new(u128::from_str_radix(parts[1], 16).unwrap());
+        cfg.dir = PathBuf::from(parts[0]);
+        cfg.ring_bytes = 1 << 14;
+        let n: u64 = parts[2].parse().unwrap();
+        let t = Shm::open(Layout::new(&[1, 1], 1), &cfg).unwrap();
+        let me = Endpoint(1);
+        let bell = t.bell(me);
+        let mut echoed = 0;
+        while echoed < n {
+            let got = match t.recv(me) {
+                Some(x) => Some(x),
+                None => {
+                    bell.prepare_sleep();
+                    let x = t.recv(me);
+                    if x.is_some() {
+                        bell.cancel_sleep();
+                    } else {
+                        bell.sleep(Duration::from_secs(1));
+                    }
+                    x
+                }
+            };
+            if let Some((from, mut b)) = got {
+                assert_eq!(from, Endpoint(0));
+                while let Err(Full(back)) = t.send(me, from, b) {
+                    b = back;
+                    std::thread::yield_now();
+                }
+                echoed += 1;
+            }
+        }
+        // Leave when the parent has taken every echo (the rings live on in
+        // its mapping either way; this keeps the counters simple).
+        let end = Instant::now() + Duration::from_secs(20);
+        while t.peers()[0].batches_out < n && Instant::now() < end {
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_child_process_exchanges_batches_through_dev_shm() {
+        let d = TestDir::new("proc");
+        let dep = deployment();
+        let n = 3000u64;
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "transport::shm::tests::child_island",
+                "--ignored",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, format!("{};{dep:x};{n}", d.0.display()))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut cfg = ShmConfig::new(dep);
+        cfg.dir = d.0.clone();
+        cfg.ring_bytes = 1 << 14;
+        let t = Shm::open(Layout::new(&[1, 1], 0), &cfg).unwrap();
+        let (me, peer) = (Endpoint(0), Endpoint(1));
+        let bell = t.bell(me);
+        let (mut sent, mut got) = (0u64, 0u64);
+        let end = Instant::now() + Duration::from_secs(120);
+        while got < n {
+            assert!(Instant::now() < end, "{got} of {n} echoes");
+            while sent < n && sent - got < 32 {
+                match t.send(me, peer, batch(&t, sent, cross_len(sent))) {
+                    Ok(()) => sent += 1,
+                    Err(Full(_)) => break,
+                }
+            }
+            let x = t.recv(me).or_else(|| {
+                bell.prepare_sleep();
+                let x = t.recv(me);
+                if x.is_some() {
+                    bell.cancel_sleep();
+                } else {
+                    bell.sleep(Duration::from_millis(500));
+                }
+                x
+            });
+            if let Some((from, b)) = x {
+                assert_eq!(from, peer);
+                assert_eq!(
+                    b,
+                    batch(&t, got, cross_len(got)),
+                    "echo {got} intact, in order"
+                );
+                t.recycle(b);
+                got += 1;
+            }
+        }
+        assert!(child.wait().unwrap().success(), "the child failed");
+        let p = &t.peers()[0];
+        assert_eq!((p.batches_out, p.batches_in, p.refusals), (n, n, 0));
+        assert_eq!(p.bytes_in, p.bytes_out);
+    }
+}
