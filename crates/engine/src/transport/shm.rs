@@ -888,7 +888,10 @@ mod tests {
                         t1.recycle(b);
                         break;
                     }
-                    bell.prepare_sleep();
+                    if !bell.prepare_sleep() {
+                        // Rung since the last sleep: look again.
+                        continue;
+                    }
                     if let Some((_, b)) = t1.recv(me) {
                         bell.cancel_sleep();
                         t1.recycle(b);
