@@ -733,6 +733,25 @@ impl Shared {
         self.durable_moved();
     }
 
+    /// Blocks until `done()` holds (checked under `durable_lock`, which the
+    /// writer takes around publishing progress). Err if the log failed or
+    /// its writer stopped first.
+    fn wait_for(&self, done: impl Fn() -> bool) -> Result<(), WalError> {
+        let mut g = self.durable_lock.lock();
+        loop {
+            if done() {
+                return Ok(());
+            }
+            if let Some(e) = self.failure() {
+                return Err(WalError::Poisoned(Box::new(e)));
+            }
+            if self.stopped.load(Ordering::Acquire) {
+                return Err(WalError::ShutDown);
+            }
+            self.durable_cv.wait(&mut g);
+        }
+    }
+
     fn failure(&self) -> Option<WalError> {
         if !self.failed_flag.load(Ordering::Acquire) {
             return None;
@@ -1629,19 +1648,7 @@ impl Wal {
         if seq >= next {
             return Err(WalError::NotSubmitted { seq, next });
         }
-        let mut g = sh.durable_lock.lock();
-        loop {
-            if sh.durable.load(Ordering::Acquire) >= seq {
-                return Ok(());
-            }
-            if let Some(e) = sh.failure() {
-                return Err(WalError::Poisoned(Box::new(e)));
-            }
-            if sh.stopped.load(Ordering::Acquire) {
-                return Err(WalError::ShutDown);
-            }
-            sh.durable_cv.wait(&mut g);
-        }
+        sh.wait_for(|| sh.durable.load(Ordering::Acquire) >= seq)
     }
 
     /// The failure that poisoned the log, if any. Once `Some`, always `Some`.
@@ -1692,19 +1699,7 @@ impl Wal {
     /// [`Wal::reserve_gtids`] first). Err if the log failed or shut down before that.
     pub fn wait_gtids(&self, upto: u64) -> Result<(), WalError> {
         let sh = &*self.shared;
-        let mut g = sh.durable_lock.lock();
-        loop {
-            if sh.gtid_reserved.load(Ordering::Acquire) >= upto {
-                return Ok(());
-            }
-            if let Some(e) = sh.failure() {
-                return Err(WalError::Poisoned(Box::new(e)));
-            }
-            if sh.stopped.load(Ordering::Acquire) {
-                return Err(WalError::ShutDown);
-            }
-            sh.durable_cv.wait(&mut g);
-        }
+        sh.wait_for(|| sh.gtid_reserved.load(Ordering::Acquire) >= upto)
     }
 
     /// Records in the control file, durably, that the database's initial load is complete:

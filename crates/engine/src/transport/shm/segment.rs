@@ -124,6 +124,17 @@ struct Backing {
     dev_ino: (u64, u64),
 }
 
+impl Backing {
+    /// A file with no name to remove (a memfd, or one received as a descriptor).
+    fn unnamed(file: File, m: &std::fs::Metadata) -> Backing {
+        Backing {
+            file,
+            path: None,
+            dev_ino: (m.dev(), m.ino()),
+        }
+    }
+}
+
 /// How a header is checked and filled: the creator's side writes, the
 /// opener's side compares. `fields` are (offset, value, name) of u32 words
 /// and `wide` of u64 words, after the magic.
@@ -566,11 +577,7 @@ impl Segment {
         })?;
         Ok(Segment {
             map,
-            backing: Backing {
-                file,
-                path: None,
-                dev_ino: (m.dev(), m.ino()),
-            },
+            backing: Backing::unnamed(file, &m),
             created: true,
             me,
             peer,
@@ -608,11 +615,7 @@ impl Segment {
         })?;
         Ok(Segment {
             map,
-            backing: Backing {
-                file,
-                path: None,
-                dev_ino: (m.dev(), m.ino()),
-            },
+            backing: Backing::unnamed(file, &m),
             created: false,
             me,
             peer,
@@ -808,11 +811,7 @@ impl Bells {
         })?;
         Ok(Bells {
             map,
-            backing: Backing {
-                file,
-                path: None,
-                dev_ino: (m.dev(), m.ino()),
-            },
+            backing: Backing::unnamed(file, &m),
             created: true,
             island,
             workers,
@@ -847,11 +846,7 @@ impl Bells {
         })?;
         Ok(Bells {
             map,
-            backing: Backing {
-                file,
-                path: None,
-                dev_ino: (m.dev(), m.ino()),
-            },
+            backing: Backing::unnamed(file, &m),
             created: false,
             island,
             workers,
