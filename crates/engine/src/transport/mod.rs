@@ -28,6 +28,7 @@
 
 pub mod bell;
 pub mod layout;
+pub mod stream;
 pub mod wire;
 
 pub use bell::Bell;
