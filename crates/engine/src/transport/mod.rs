@@ -27,6 +27,7 @@
 //! batch on another connection meets the default.
 
 pub mod bell;
+pub mod handshake;
 pub mod layout;
 pub mod stream;
 pub mod wire;
