@@ -29,11 +29,14 @@
 pub mod bell;
 pub mod handshake;
 pub mod layout;
+pub mod peer;
 pub mod stream;
+pub mod uds;
 pub mod wire;
 
 pub use bell::Bell;
 pub use layout::Layout;
+pub use peer::{PeerState, PeerStats};
 
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
