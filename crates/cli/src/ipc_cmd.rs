@@ -12,8 +12,9 @@ use crate::args::{list, seconds, write_file};
 
 /// Message round trips between two pinned threads: a spinning ArrayQueue pair
 /// (the floor), the islands' in-process transport (framed messages, batched per
-/// destination), crossbeam bounded channels and std mpsc. Uses --duration,
-/// --warmup and --json of `islands bench`.
+/// destination), crossbeam bounded channels, std mpsc, a bare Unix socket pair
+/// (the floor of sockets) and the islands' Unix-socket transport. Uses
+/// --duration, --warmup and --json of `islands bench`.
 #[derive(Args, Clone, Debug)]
 pub struct IpcArgs {
     /// The two CPUs, client then server (default: the first two allowed CPUs).
@@ -24,8 +25,14 @@ pub struct IpcArgs {
     batch: usize,
     /// Transports, comma-separated: spin (two spinning ArrayQueues, the floor), inproc (the
     /// islands' transport: 16-byte frames, one batch per round each way, both sides spinning),
-    /// channel (crossbeam bounded, blocking), mpsc (std).
-    #[arg(long, value_name = "LIST", default_value = "spin,inproc,channel,mpsc")]
+    /// channel (crossbeam bounded, blocking), mpsc (std), socketpair (a bare UnixStream pair, one
+    /// write per round each way), uds (the islands' Unix-socket transport: two islands of one
+    /// worker in this process, I/O threads, stream headers; reported as a ratio to socketpair).
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "spin,inproc,channel,mpsc,socketpair,uds"
+    )]
     transports: String,
     /// Measure exactly N round trips per transport instead of --duration.
     #[arg(long, value_name = "N")]
