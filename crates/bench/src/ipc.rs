@@ -25,7 +25,17 @@
 //!   joined by a segment and bells under `/dev/shm`) used as `inproc` is:
 //!   frames, one batch per round each way, the receiver draining the ring
 //!   into its mailbox. Its ratio to `shm-ring` is what the transport adds
-//!   over the bare ring.
+//!   over the bare ring;
+//! - `socketpair`: a bare `UnixStream::pair()` between the two threads, each
+//!   round's messages written with one `write` and echoed with one (the floor
+//!   of any transport over a Unix socket: two system calls and two wake-ups
+//!   each way);
+//! - `uds`: the islands' Unix-socket transport ([`Uds`]), two islands of one
+//!   worker each in this process, used as a worker uses it (frames in one
+//!   batch per round each way, the worker asleep on its bell while it waits);
+//!   each batch crosses a send thread, the socket and a receive thread. Its
+//!   ratio to `socketpair` is what the stream layer and the I/O threads cost
+//!   over the bare socket.
 //!
 //! Another transport plugs in by implementing [`Endpoint`] for its two ends
 //! and calling [`measure_round_trips`].
@@ -39,8 +49,10 @@ use serde::Serialize;
 
 use islands::topology::pin_to;
 use islands::topology::CpuId;
+use islands::transport::handshake::{build_id, Hello, Secret, WIRE_VERSION};
 use islands::transport::shm::{self, Shm, ShmConfig};
-use islands::transport::{self, frames, push_frame, InProc, Layout, Outbox, Transport};
+use islands::transport::uds::{Uds, UdsConfig};
+use islands::transport::{self, frames, push_frame, InProc, Layout, Outbox, PeerState, Transport};
 use islands::Error;
 
 /// The end-of-run message; a transport never sees it as a payload.
@@ -369,18 +381,7 @@ impl InProcEnd {
 
     /// Decodes one batch into the inbox (which the caller has emptied).
     fn decode(&mut self, batch: &[u8]) {
-        for frame in frames(batch) {
-            match frame {
-                Ok(p) if p.len() == INPROC_MSG_BYTES => {
-                    let mut word = [0u8; 8];
-                    word.copy_from_slice(&p[..8]);
-                    self.inbox.push(u64::from_le_bytes(word));
-                }
-                // A frame of the wrong size, or a batch that stops adding up
-                // (the iterator yields no frame after its error).
-                Ok(_) | Err(_) => self.malformed += 1,
-            }
-        }
+        decode_messages(batch, &mut self.inbox, &mut self.malformed);
     }
 }
 
@@ -432,8 +433,238 @@ pub fn inproc_pair() -> (InProcEnd, InProcEnd) {
     )
 }
 
+/// One end of a bare Unix socket pair: `send` appends 8 bytes to a buffer,
+/// `flush` writes it with one `write`; `recv` takes the next message from
+/// what the last `read` brought, and when none is left it first flushes
+/// (the echoes of a round leave together) and then blocks in `read`.
+pub struct SocketEnd {
+    s: std::os::unix::net::UnixStream,
+    out: Vec<u8>,
+    input: Vec<u8>,
+    at: usize,
+}
+
+impl Endpoint for SocketEnd {
+    fn send(&mut self, msg: u64) {
+        self.out.extend_from_slice(&msg.to_le_bytes());
+    }
+
+    fn flush(&mut self) {
+        use std::io::Write;
+        if !self.out.is_empty() {
+            // A gone peer reads as STOP on the other side; nothing to do here.
+            let _ = self.s.write_all(&self.out);
+            self.out.clear();
+        }
+    }
+
+    fn recv(&mut self) -> u64 {
+        use std::io::Read;
+        loop {
+            if self.input.len() - self.at >= 8 {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&self.input[self.at..self.at + 8]);
+                self.at += 8;
+                return u64::from_le_bytes(w);
+            }
+            self.flush();
+            self.input.drain(..self.at);
+            self.at = 0;
+            let have = self.input.len();
+            self.input.resize(have + 64 * 1024, 0);
+            match self.s.read(&mut self.input[have..]) {
+                Ok(n) if n > 0 => self.input.truncate(have + n),
+                _ => return STOP,
+            }
+        }
+    }
+}
+
+/// Two ends of `UnixStream::pair()`.
+pub fn socket_pair() -> Result<(SocketEnd, SocketEnd), Error> {
+    let (a, b) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| Error::Io(format!("socketpair: {e}")))?;
+    let end = |s| SocketEnd {
+        s,
+        out: Vec::new(),
+        input: Vec::new(),
+        at: 0,
+    };
+    Ok((end(a), end(b)))
+}
+
+/// A directory removed when the last end using it is gone.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One end of the `uds` pair: island `me`'s only worker, on its own [`Uds`].
+/// As [`InProcEnd`], but it sleeps on its bell while its mailbox is empty
+/// (the receive thread that delivers to it needs a CPU too).
+pub struct UdsEnd {
+    t: Arc<Uds>,
+    me: transport::Endpoint,
+    peer: transport::Endpoint,
+    out: Outbox,
+    inbox: Vec<u64>,
+    next: usize,
+    malformed: u64,
+    /// Declared last: removed after this end's transport closed its socket.
+    _dir: Arc<TempDir>,
+}
+
+impl Endpoint for UdsEnd {
+    #[inline]
+    fn send(&mut self, msg: u64) {
+        let mut frame = [0u8; INPROC_MSG_BYTES];
+        frame[..8].copy_from_slice(&msg.to_le_bytes());
+        push_frame(self.out.batch(&*self.t, self.peer), &frame);
+    }
+
+    #[inline]
+    fn flush(&mut self) {
+        while self.out.flush(&*self.t, self.me) > 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    fn recv(&mut self) -> u64 {
+        loop {
+            if let Some(&m) = self.inbox.get(self.next) {
+                self.next += 1;
+                return m;
+            }
+            self.flush();
+            self.inbox.clear();
+            self.next = 0;
+            let batch = match self.t.recv(self.me) {
+                Some((_, b)) => b,
+                None => {
+                    let bell = self.t.bell(self.me);
+                    bell.prepare_sleep();
+                    match self.t.recv(self.me) {
+                        Some((_, b)) => {
+                            bell.cancel_sleep();
+                            b
+                        }
+                        None => {
+                            if !bell.sleep(Duration::from_millis(100))
+                                && self.t.peers().iter().any(|p| p.state != PeerState::Up)
+                            {
+                                // The other island is gone: nothing more comes.
+                                return STOP;
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
+            decode_messages(&batch, &mut self.inbox, &mut self.malformed);
+            self.t.recycle(batch);
+        }
+    }
+
+    fn malformed(&self) -> u64 {
+        self.malformed
+    }
+}
+
+/// Appends the messages of a batch of [`INPROC_MSG_BYTES`]-byte frames to
+/// `inbox`; counts a frame of another size, or a batch that stops adding up
+/// (the iterator yields no frame after its error).
+fn decode_messages(batch: &[u8], inbox: &mut Vec<u64>, malformed: &mut u64) {
+    for frame in frames(batch) {
+        match frame {
+            Ok(p) if p.len() == INPROC_MSG_BYTES => {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(&p[..8]);
+                inbox.push(u64::from_le_bytes(word));
+            }
+            Ok(_) | Err(_) => *malformed += 1,
+        }
+    }
+}
+
+/// Two islands of one worker each, each its own [`Uds`] on a socket in a
+/// fresh temporary directory, connected and past their handshake (client:
+/// island 0's worker, server: island 1's).
+pub fn uds_pair() -> Result<(UdsEnd, UdsEnd), Error> {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "islands-ipc-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
+    let dir = Arc::new(TempDir(dir));
+    let workers = [1u32, 1];
+    let paths: Vec<_> = (0..2)
+        .map(|i| dir.0.join(format!("island-{i}.sock")))
+        .collect();
+    // Known to this process only: nobody else may join the two islands.
+    let secret = Secret::random();
+    let open = |me: u16| -> Result<Arc<Uds>, Error> {
+        let hello = Hello {
+            wire_version: WIRE_VERSION,
+            build_id: build_id(),
+            deployment: 1,
+            island: me,
+            incarnation: 1,
+            schema: 0,
+            catalog: 0,
+            workers: workers.to_vec(),
+        };
+        let mut cfg = UdsConfig::new(
+            Layout::new(&workers, me),
+            paths.clone(),
+            secret.clone(),
+            hello,
+        );
+        cfg.mailbox_depth = INPROC_DEPTH;
+        let u = Uds::new(cfg).map_err(|e| Error::Io(e.to_string()))?;
+        Ok(Arc::new(u))
+    };
+    let (a, b) = (open(0)?, open(1)?);
+    let end = Instant::now() + Duration::from_secs(10);
+    while a.peers().iter().any(|p| p.state != PeerState::Up)
+        || b.peers().iter().any(|p| p.state != PeerState::Up)
+    {
+        if Instant::now() > end {
+            return Err(Error::Io(format!(
+                "the two uds islands did not connect within 10 s: {:?}",
+                a.peers()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let end = |t: Arc<Uds>, me: u32, peer: u32| UdsEnd {
+        out: Outbox::new(t.endpoints()),
+        t,
+        me: transport::Endpoint(me),
+        peer: transport::Endpoint(peer),
+        inbox: Vec::new(),
+        next: 0,
+        malformed: 0,
+        _dir: Arc::clone(&dir),
+    };
+    Ok((end(a, 0, 1), end(b, 1, 0)))
+}
+
 /// The built-in transports, by name, in the order `islands bench ipc` runs them.
-pub const TRANSPORTS: [&str; 6] = ["spin", "inproc", "channel", "mpsc", "shm-ring", "shm"];
+pub const TRANSPORTS: [&str; 8] = [
+    "spin",
+    "inproc",
+    "channel",
+    "mpsc",
+    "shm-ring",
+    "shm",
+    "socketpair",
+    "uds",
+];
 
 /// Measures a built-in transport by name.
 pub fn measure(name: &str, cfg: &IpcConfig) -> Result<IpcResult, Error> {
@@ -463,6 +694,14 @@ pub fn measure(name: &str, cfg: &IpcConfig) -> Result<IpcResult, Error> {
         "shm" => {
             let (c, s) = shm_pair()?;
             measure_round_trips("shm (islands)", c, s, cfg)
+        }
+        "socketpair" => {
+            let (c, s) = socket_pair()?;
+            measure_round_trips("socketpair (bare)", c, s, cfg)
+        }
+        "uds" => {
+            let (c, s) = uds_pair()?;
+            measure_round_trips("uds (islands)", c, s, cfg)
         }
         other => Err(Error::Config(format!(
             "unknown transport '{other}' (expected one of {})",
@@ -558,6 +797,12 @@ pub fn render_table(results: &[IpcResult], header: &str) -> String {
         out.push('\n');
     }
     shm_lines(results, &mut out);
+    if let Some(x) = median_ratio(results, "uds", "socketpair") {
+        let _ = writeln!(
+            out,
+            "\nuds / socketpair: {x:.2}x at the median (the stream layer and the I/O threads over the bare socket)"
+        );
+    }
     out
 }
 
@@ -953,6 +1198,46 @@ mod tests {
         }
         a.flush();
         assert_eq!(a.malformed(), 1);
+    }
+
+    #[test]
+    fn uds_ends_cross_the_socket_in_one_batch_each_way() {
+        let (mut client, mut server) = uds_pair().unwrap();
+        let sent = [3u64, 1 << 40, 17];
+        for &m in &sent {
+            client.send(m);
+        }
+        client.flush();
+        for &m in &sent {
+            let got = server.recv();
+            assert_eq!(got, m);
+            server.send(got);
+        }
+        server.flush();
+        let back: Vec<u64> = sent.iter().map(|_| client.recv()).collect();
+        assert_eq!(back, sent);
+        let (c, s) = (&client.t.peers()[0], &server.t.peers()[0]);
+        assert_eq!((c.batches_out, c.batches_in), (1, 1), "{c:?}");
+        assert_eq!((s.batches_out, s.batches_in), (1, 1), "{s:?}");
+        assert_eq!((client.malformed(), server.malformed()), (0, 0));
+    }
+
+    #[test]
+    fn socketpair_and_uds_report_their_ratio() {
+        let c = cfg(2, 200);
+        let results = vec![
+            measure("socketpair", &c).unwrap(),
+            measure("uds", &c).unwrap(),
+        ];
+        assert_eq!(results[1].messages, 400);
+        assert_eq!(results[1].malformed, 0);
+        let x = median_ratio(&results, "uds", "socketpair").unwrap();
+        let table = render_table(&results, "h");
+        assert!(table.contains("socketpair (bare)"), "{table}");
+        assert!(
+            table.contains(&format!("uds / socketpair: {x:.2}x")),
+            "{table}"
+        );
     }
 
     #[test]

@@ -13,8 +13,9 @@ use crate::args::{list, seconds, write_file};
 /// Message round trips between two pinned threads: a spinning ArrayQueue pair
 /// (the floor), the islands' in-process transport (framed messages, batched per
 /// destination), crossbeam bounded channels, std mpsc, a bare shared-memory
-/// ring and the shared-memory transport. Uses --duration, --warmup and --json
-/// of `islands bench`.
+/// ring and the shared-memory transport, a bare Unix socket pair (the floor
+/// of sockets) and the islands' Unix-socket transport. Uses --duration,
+/// --warmup and --json of `islands bench`.
 #[derive(Args, Clone, Debug)]
 pub struct IpcArgs {
     /// The two CPUs, client then server (default: the first two allowed CPUs).
@@ -27,11 +28,14 @@ pub struct IpcArgs {
     /// islands' transport: 16-byte frames, one batch per round each way, both sides spinning),
     /// channel (crossbeam bounded, blocking), mpsc (std), shm-ring (two bare rings in a shared
     /// mapping, one record per round, spinning: the floor of shm), shm (two islands joined by
-    /// the shared-memory transport under /dev/shm, used as inproc is).
+    /// the shared-memory transport under /dev/shm, used as inproc is), socketpair (a bare
+    /// UnixStream pair, one write per round each way), uds (the islands' Unix-socket transport:
+    /// two islands of one worker in this process, I/O threads, stream headers; reported as a
+    /// ratio to socketpair).
     #[arg(
         long,
         value_name = "LIST",
-        default_value = "spin,inproc,channel,mpsc,shm-ring,shm"
+        default_value = "spin,inproc,channel,mpsc,shm-ring,shm,socketpair,uds"
     )]
     transports: String,
     /// Measure exactly N round trips per transport instead of --duration.

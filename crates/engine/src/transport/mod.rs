@@ -27,12 +27,17 @@
 //! batch on another connection meets the default.
 
 pub mod bell;
+pub mod handshake;
 pub mod layout;
+pub mod peer;
 pub mod shm;
+pub mod stream;
+pub mod uds;
 pub mod wire;
 
 pub use bell::Bell;
 pub use layout::Layout;
+pub use peer::{PeerState, PeerStats};
 
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;

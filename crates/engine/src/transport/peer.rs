@@ -1,0 +1,134 @@
+//! What a transport between processes reports about each peer island: the
+//! state of its connection and what crossed it ([`PeerStats`]), kept in
+//! relaxed atomic counters ([`PeerCounters`]) that only the transport's I/O
+//! threads write.
+
+use crate::route::IslandId;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+/// The state of the connection with a peer island.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum PeerState {
+    /// Never connected yet: connecting, or waiting for the peer to connect.
+    Connecting,
+    /// Connected, handshake done.
+    Up,
+    /// Was up, lost; reconnecting or waiting for the peer.
+    Down,
+}
+
+/// A snapshot of one peer's connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerStats {
+    pub island: IslandId,
+    pub state: PeerState,
+    /// Bytes received and sent on the connection, stream headers included.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub batches_in: u64,
+    pub batches_out: u64,
+    /// Batches for this peer dropped: its send queue was full while it was
+    /// not up, a write failed under them, or they were queued for an
+    /// incarnation that is gone.
+    pub dropped: u64,
+    /// Connections established after the first.
+    pub reconnects: u64,
+    /// Handshakes refused (either side's verdict), and connections closed
+    /// because a frame broke the stream's rules (bad header, checksum,
+    /// foreign worker, destination not local).
+    pub refusals: u64,
+    /// When a batch or a heartbeat last came from the peer.
+    pub last_heard: Option<Instant>,
+    /// The peer's incarnation, from its last handshake (0: none yet).
+    pub incarnation: u64,
+}
+
+/// The live counters behind a [`PeerStats`].
+#[derive(Debug)]
+pub struct PeerCounters {
+    pub island: IslandId,
+    state: AtomicU8,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub batches_in: AtomicU64,
+    pub batches_out: AtomicU64,
+    pub dropped: AtomicU64,
+    pub reconnects: AtomicU64,
+    pub refusals: AtomicU64,
+    /// Nanoseconds after `epoch` plus one; 0: never heard.
+    last_heard: AtomicU64,
+    pub incarnation: AtomicU64,
+    epoch: Instant,
+}
+
+impl PeerCounters {
+    pub fn new(island: IslandId, epoch: Instant) -> PeerCounters {
+        PeerCounters {
+            island,
+            state: AtomicU8::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            batches_in: AtomicU64::new(0),
+            batches_out: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            reconnects: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
+            last_heard: AtomicU64::new(0),
+            incarnation: AtomicU64::new(0),
+            epoch,
+        }
+    }
+
+    pub fn state(&self) -> PeerState {
+        match self.state.load(Ordering::Acquire) {
+            0 => PeerState::Connecting,
+            1 => PeerState::Up,
+            _ => PeerState::Down,
+        }
+    }
+
+    pub fn set_state(&self, s: PeerState) {
+        let v = match s {
+            PeerState::Connecting => 0,
+            PeerState::Up => 1,
+            PeerState::Down => 2,
+        };
+        self.state.store(v, Ordering::Release);
+    }
+
+    /// Adds `n` to a counter (one writer per counter: a load and a store
+    /// would do, but the atomic add keeps the counters right if two threads
+    /// ever share one).
+    #[inline]
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn heard(&self) {
+        let ns = self
+            .epoch
+            .elapsed()
+            .as_nanos()
+            .min(u128::from(u64::MAX - 1)) as u64;
+        self.last_heard.store(ns + 1, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> PeerStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let heard = get(&self.last_heard);
+        PeerStats {
+            island: self.island,
+            state: self.state(),
+            bytes_in: get(&self.bytes_in),
+            bytes_out: get(&self.bytes_out),
+            batches_in: get(&self.batches_in),
+            batches_out: get(&self.batches_out),
+            dropped: get(&self.dropped),
+            reconnects: get(&self.reconnects),
+            refusals: get(&self.refusals),
+            last_heard: (heard > 0).then(|| self.epoch + Duration::from_nanos(heard - 1)),
+            incarnation: get(&self.incarnation),
+        }
+    }
+}
