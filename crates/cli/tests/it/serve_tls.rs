@@ -313,12 +313,26 @@ fn psql_describes_tables_and_procedures() {
             t.name
         );
     }
+    // `\d` shows each column `SELECT *` shows, the key column `id` first,
+    // with psql's type names.
     let first = &catalog.tables()[0];
     let (ok, out, err) = psql(port, "disable", &format!("\\d {}", first.name));
     assert!(ok, "{err}");
-    for (column, _) in &first.columns {
-        assert!(out.contains(column.as_str()), "{column}: {out}");
-    }
+    let view = catalog.sql_view(0).unwrap();
+    let shown: Vec<&str> = out
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').collect();
+            view.columns()
+                .iter()
+                .any(|c| c.name == cells[0])
+                .then_some(cells[0])
+        })
+        .collect();
+    let names: Vec<&str> = view.columns().iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(shown, names, "{out}");
+    assert_eq!(names.first(), Some(&"id"));
+    assert!(out.contains("id|bigint||not null|"), "{out}");
     let (ok, out, err) = psql(port, "disable", "\\df");
     assert!(ok, "{err}");
     for p in catalog.procedures() {
