@@ -307,11 +307,24 @@ fn what_pools_and_drivers_send_on_their_own_is_answered() {
     let msgs = r.query("SELECT 1 AS x, 2 * 3");
     assert_eq!(of(b'T', &msgs), vec!["x,?column?"]);
     assert_eq!(of(b'D', &msgs), vec!["1|6"]);
-    let v = row(&mut r, "SELECT version()");
+    // One version everywhere, PostgreSQL's number first as drivers parse
+    // it (as they parse a distribution's `16.6 (Debian 16.6-1)`).
+    let status: Vec<&str> = of(b'S', &r.startup)
+        .into_iter()
+        .filter_map(|p| p.strip_prefix("server_version="))
+        .collect();
+    assert_eq!(status.len(), 1, "{:?}", r.startup);
+    let version = status[0].to_string();
+    let number = version.split(' ').next().unwrap();
+    assert_eq!(number, "16.6", "{version}");
     assert!(
-        v.starts_with("PostgreSQL 16") && v.contains("islands"),
-        "{v}"
+        version.starts_with("16.6 (islands ") && version.ends_with(')'),
+        "{version}"
     );
+    assert_eq!(row(&mut r, "SHOW server_version"), version);
+    assert_eq!(row(&mut r, "SHOW server_version_num"), "160006");
+    let v = row(&mut r, "SELECT version()");
+    assert!(v.starts_with(&format!("PostgreSQL {version} on ")), "{v}");
     assert_eq!(row(&mut r, "SHOW transaction_isolation"), "serializable");
     assert_eq!(
         row(&mut r, "SHOW TRANSACTION ISOLATION LEVEL"),

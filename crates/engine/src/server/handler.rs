@@ -1437,19 +1437,7 @@ impl Handler {
         match s {
             Scalar::Value(v) => Ok(v.clone()),
             Scalar::Func(f) => match f {
-                Func::Version => {
-                    let v = session::server_version();
-                    let number: String = v
-                        .chars()
-                        .take_while(|c| c.is_ascii_digit() || *c == '.')
-                        .collect();
-                    str(format!(
-                        "PostgreSQL {number} (islands {}) on {}-{}",
-                        env!("CARGO_PKG_VERSION"),
-                        std::env::consts::ARCH,
-                        std::env::consts::OS
-                    ))
-                }
+                Func::Version => str(session::version()),
                 Func::CurrentSetting(name) => {
                     str(self.session.lock().show(name).map_err(sql_error)?)
                 }
