@@ -402,6 +402,60 @@ fn what_pools_and_drivers_send_on_their_own_is_answered() {
     server.shutdown().unwrap();
 }
 
+/// The body of a Describe or Close of statement `name`.
+fn statement_ref(name: &str) -> Vec<u8> {
+    let mut b = vec![b'S'];
+    b.extend_from_slice(name.as_bytes());
+    b.push(0);
+    b
+}
+
+#[test]
+fn select_of_placeholders_is_typed_as_postgresql_types_it_in_the_extended_protocol() {
+    let server = serve(deployment(), local()).unwrap();
+    let addr = server.local_addr();
+    let mut r = Raw::connect(addr);
+    // (statement, its parameter's type oid, a value, the answer, the
+    // column's type oid is the parameter's)
+    for (sql, oid, param, answer) in [
+        ("SELECT $1", "25", "hello", "hello"),
+        ("SELECT $1::int8", "20", "5", "5"),
+        ("SELECT $1 + 1", "20", "41", "42"),
+        ("SELECT 2.5 * $1", "701", "3", "7.5"),
+        ("SELECT $1 || '!'", "25", "hi", "hi!"),
+    ] {
+        r.send(b'P', &parse_msg("s", sql));
+        r.send(b'D', &statement_ref("s"));
+        r.send(b'B', &bind_msg("", "s", &[param]));
+        r.send(b'E', &execute_msg(""));
+        r.send(b'C', &statement_ref("s"));
+        r.send(b'S', b"");
+        let m = r.until_ready();
+        assert!(errors(&m).is_empty(), "{sql}: {m:?}");
+        assert_eq!(of(b't', &m), vec![oid], "{sql}: {m:?}");
+        assert_eq!(of(b'D', &m), vec![answer], "{sql}: {m:?}");
+    }
+    // Out of range: 22003, not a wrong answer.
+    r.send(b'P', &parse_msg("", "SELECT $1 + 1"));
+    r.send(b'B', &bind_msg("", "", &[&i64::MAX.to_string()]));
+    r.send(b'E', &execute_msg(""));
+    r.send(b'S', b"");
+    assert_eq!(errors(&r.until_ready()), vec!["22003"]);
+    // In a simple query, still 42P02.
+    assert_eq!(errors(&r.query("SELECT $1")), vec!["42P02"]);
+    // tokio-postgres prepares them and sends its parameters typed so.
+    runtime().block_on(async {
+        let c = connect(addr).await.unwrap();
+        let row = c.query_one("SELECT $1", &[&"x"]).await.unwrap();
+        assert_eq!(row.get::<_, &str>(0), "x");
+        let row = c.query_one("SELECT $1::int8", &[&7i64]).await.unwrap();
+        assert_eq!(row.get::<_, i64>(0), 7);
+        let row = c.query_one("SELECT $1 + 1", &[&41i64]).await.unwrap();
+        assert_eq!(row.get::<_, i64>(0), 42);
+    });
+    server.shutdown().unwrap();
+}
+
 #[test]
 fn a_statement_running_past_statement_timeout_is_canceled_with_57014() {
     let server = serve(deployment(), local()).unwrap();

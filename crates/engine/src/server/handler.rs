@@ -250,6 +250,7 @@ fn scalar_type(s: &Scalar) -> PgType {
         Scalar::Value(Value::Int(_)) | Scalar::Func(Func::BackendPid) => PgType::INT8,
         Scalar::Value(Value::Float(_)) => PgType::FLOAT8,
         Scalar::Value(Value::Ints(_)) => PgType::INT8_ARRAY,
+        Scalar::Param(p) => pg_type(p.result),
         _ => PgType::TEXT,
     }
 }
@@ -335,9 +336,19 @@ fn project(proc: &str, mut all: Vec<(String, PgType)>, p: &Projection) -> PgWire
 }
 
 /// The type each placeholder stands for: the parameter it is passed as
-/// (an element of an `ARRAY[…]` is an int8); text for one not used.
+/// (an element of an `ARRAY[…]` is an int8), or as a constant's
+/// expression types it; text for one not used.
 fn param_types(sh: &Shared, stmt: &Stmt, proc: Option<usize>) -> Vec<PgType> {
     let mut out = vec![PgType::TEXT; stmt.params()];
+    if let Stmt::Select(cols) = stmt {
+        for (_, c) in cols {
+            if let Scalar::Param(p) = c {
+                for (o, t) in out.iter_mut().zip(&p.params) {
+                    *o = pg_type(*t);
+                }
+            }
+        }
+    }
     if let (Stmt::Call { args, .. }, Some(i)) = (stmt, proc) {
         for (arg, (_, t)) in args.iter().zip(sh.procs[i].params()) {
             match arg {
@@ -1289,7 +1300,7 @@ impl Handler {
                 let mut reports = Vec::new();
                 let mut row = Vec::with_capacity(cols.len());
                 for (_, s) in cols {
-                    row.push(self.scalar(s, pid, &mut reports)?);
+                    row.push(self.scalar(s, &params, pid, &mut reports)?);
                 }
                 rows(vec![row], "SELECT", reports)
             }
@@ -1432,10 +1443,17 @@ impl Handler {
     }
 
     /// One column of a constant `SELECT`.
-    fn scalar(&self, s: &Scalar, pid: i32, reports: &mut Vec<Report>) -> PgWireResult<Value> {
+    fn scalar(
+        &self,
+        s: &Scalar,
+        params: &[Value],
+        pid: i32,
+        reports: &mut Vec<Report>,
+    ) -> PgWireResult<Value> {
         let str = |s: String| Ok(Value::Str(s));
         match s {
             Scalar::Value(v) => Ok(v.clone()),
+            Scalar::Param(p) => p.eval(params).map_err(sql_error),
             Scalar::Func(f) => match f {
                 Func::Version => str(session::version()),
                 Func::CurrentSetting(name) => {
