@@ -125,6 +125,69 @@ fn ready_for_query_reports_the_block_and_an_aborted_block_refuses_all_but_its_en
     server.shutdown().unwrap();
 }
 
+/// The command tags, the errors' SQLSTATEs and the final status of `m`.
+fn answered(m: &[(u8, String)]) -> (Vec<&str>, Vec<&str>, &str) {
+    (of(b'C', m), errors(m), status(m))
+}
+
+/// The one DataRow of `sql` on `r`.
+fn one_row(r: &mut Raw, sql: &str) -> String {
+    let m = r.query(sql);
+    assert!(errors(&m).is_empty(), "{sql}: {m:?}");
+    of(b'D', &m).concat()
+}
+
+#[test]
+fn a_refused_statement_fails_where_it_stands_and_a_syntax_error_runs_nothing() {
+    let server = bank(local());
+    let mut r = Raw::connect(server.local_addr());
+    let bump = |id: i64| format!("UPDATE accounts SET balance = balance + 1 WHERE id = {id}");
+    // BEGIN runs; the refused SAVEPOINT fails the block it opened.
+    let m = r.query("BEGIN; SAVEPOINT a; SELECT 1");
+    assert_eq!(answered(&m), (vec!["BEGIN"], vec!["0A000"], "E"), "{m:?}");
+    assert_eq!(errors(&r.query("SELECT 1")), vec!["25P02"]);
+    let m = r.query("ROLLBACK");
+    assert_eq!((of(b'C', &m), status(&m)), (vec!["ROLLBACK"], "I"));
+    // In an open block, the statements before the refusal run in it, and
+    // go with it.
+    r.query("BEGIN");
+    let m = r.query(&format!("{}; SAVEPOINT a", bump(1)));
+    assert_eq!(
+        answered(&m),
+        (vec!["UPDATE 1"], vec!["0A000"], "E"),
+        "{m:?}"
+    );
+    r.query("ROLLBACK");
+    assert_eq!(one_row(&mut r, &balance_sql(1)), "1000");
+    // Outside a block, PostgreSQL's implicit transaction would roll back
+    // what comes before the refusal: it does not run.
+    let m = r.query(&format!("{}; SAVEPOINT a", bump(1)));
+    assert_eq!(answered(&m), (vec![], vec!["0A000"], "I"), "{m:?}");
+    assert_eq!(one_row(&mut r, &balance_sql(1)), "1000");
+    // What a COMMIT settled before it stays.
+    let m = r.query(&format!(
+        "BEGIN; {}; COMMIT; {}; SAVEPOINT a",
+        bump(1),
+        bump(2)
+    ));
+    assert_eq!(
+        answered(&m),
+        (vec!["BEGIN", "UPDATE 1", "COMMIT"], vec!["0A000"], "I"),
+        "{m:?}"
+    );
+    assert_eq!(one_row(&mut r, &balance_sql(1)), "1001");
+    assert_eq!(one_row(&mut r, &balance_sql(2)), "1000");
+    // $n in a simple query is refused the same way.
+    let m = r.query(&format!("BEGIN; {}; CALL bank_balance($1)", bump(2)));
+    assert_eq!((errors(&m), status(&m)), (vec!["42P02"], "E"), "{m:?}");
+    r.query("ROLLBACK");
+    // A syntax error anywhere: none of the string runs, no block opens.
+    let m = r.query(&format!("BEGIN; {}; SELEC 1", bump(2)));
+    assert_eq!(answered(&m), (vec![], vec!["42601"], "I"), "{m:?}");
+    assert_eq!(one_row(&mut r, &balance_sql(2)), "1000");
+    server.shutdown().unwrap();
+}
+
 #[test]
 fn rollback_undoes_calls_and_statements_and_commit_keeps_them() {
     let server = bank(local());

@@ -1574,15 +1574,10 @@ impl SimpleQueryHandler for Handler {
         self.cancel.clear();
         self.start_session(client);
         client.set_state(PgWireConnectionState::QueryInProgress);
-        let parsed = sql::parse(&query.query).map_err(sql_error).and_then(|v| {
-            match v.iter().map(Stmt::params).max() {
-                Some(n) if n > 0 => Err(user_error(
-                    "42P02",
-                    format!("there is no parameter ${n}: a simple query has no parameters"),
-                )),
-                _ => Ok(v),
-            }
-        });
+        // A syntax error anywhere runs none of the string; a statement
+        // refused (unsupported, `$n`) fails where it stands, once the
+        // statements PostgreSQL would keep before it have run.
+        let parsed = sql::parse_each(&query.query).map_err(sql_error);
         let (stmts, failed) = match parsed {
             Ok(v) => (v, false),
             Err(PgWireError::UserError(info)) => {
@@ -1594,6 +1589,19 @@ impl SimpleQueryHandler for Handler {
             }
             Err(e) => return Err(e),
         };
+        let stmts: Vec<Result<Stmt, SqlError>> = stmts
+            .into_iter()
+            .map(|s| match s {
+                Ok(s) if s.params() > 0 => Err(SqlError::new(
+                    "42P02",
+                    format!(
+                        "there is no parameter ${}: a simple query has no parameters",
+                        s.params()
+                    ),
+                )),
+                s => s,
+            })
+            .collect();
         if stmts.is_empty() && !failed {
             client
                 .feed(PgWireBackendMessage::EmptyQueryResponse(
@@ -1601,9 +1609,17 @@ impl SimpleQueryHandler for Handler {
                 ))
                 .await?;
         }
+        let in_block = self.session.lock().block != BlockStatus::Idle;
+        let runs = sql::runs_before_refusal(&stmts, in_block);
         let (pid, _) = client.pid_and_secret_key();
-        for stmt in stmts {
-            let answer = match prepare(&self.shared, stmt) {
+        for (stmt, run) in stmts.into_iter().zip(runs) {
+            if !run {
+                continue;
+            }
+            let answer = match stmt
+                .map_err(sql_error)
+                .and_then(|s| prepare(&self.shared, s))
+            {
                 Ok(p) => {
                     self.answer(&p, Vec::new(), None, client.portal_store(), pid)
                         .await

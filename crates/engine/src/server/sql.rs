@@ -614,8 +614,68 @@ fn parser_error(e: ParserError) -> SqlError {
     }
 }
 
+/// Parses a simple query's string as PostgreSQL does before running any
+/// of it: a syntax error anywhere (`42601`, or a bound: `54000`, `54001`)
+/// is the whole string's error; a statement that parses but is refused
+/// (`0A000`, …) is kept as its error, in its place, for the caller to
+/// answer when the statements before it have run.
+pub fn parse_each(sql: &str) -> Result<Vec<Result<Stmt, SqlError>>, SqlError> {
+    if let Some(v) = fast::parse(sql) {
+        return Ok(v.into_iter().map(Ok).collect());
+    }
+    let mut out = Vec::new();
+    for text in split(sql)? {
+        let (stmt, catalog) = parse_ast(text)?;
+        match convert(stmt, text, catalog) {
+            Err(e) if e.code == "42601" => return Err(e),
+            r => out.push(r),
+        }
+    }
+    Ok(out)
+}
+
+/// Which statements of a simple query's string run, given the first one
+/// refused ([`parse_each`]), so that what stays is what PostgreSQL would
+/// keep: PostgreSQL runs the statements before a refusal and then rolls
+/// back the transaction open at it. Statements settled before it (up to a
+/// `COMMIT` or `ROLLBACK`) run. Of the transaction open at the refusal,
+/// the statements of an explicit block (opened by a `BEGIN` in the string
+/// or before it, `in_block`) run, and the refusal then fails the block; the
+/// statements of PostgreSQL's implicit transaction (since the last
+/// `COMMIT`/`ROLLBACK`, before any `BEGIN`), which here would each commit
+/// on their own, do not run. Every statement runs when none is refused.
+pub fn runs_before_refusal(stmts: &[Result<Stmt, SqlError>], in_block: bool) -> Vec<bool> {
+    let mut run = vec![true; stmts.len()];
+    let Some(refused) = stmts.iter().position(Result::is_err) else {
+        return run;
+    };
+    let mut open_from = 0;
+    let mut block_from = in_block.then_some(0);
+    for (i, s) in stmts[..refused].iter().enumerate() {
+        match s {
+            Ok(Stmt::Begin) if block_from.is_none() => block_from = Some(i),
+            Ok(Stmt::Commit | Stmt::Rollback) => {
+                block_from = None;
+                open_from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    for r in &mut run[open_from..block_from.unwrap_or(refused).max(open_from)] {
+        *r = false;
+    }
+    run
+}
+
 /// Parses one statement's text (no `;` outside quotes) with sqlparser.
 pub fn parse_statement(text: &str) -> Result<Stmt, SqlError> {
+    let (stmt, catalog) = parse_ast(text)?;
+    convert(stmt, text, catalog)
+}
+
+/// Parses one statement's text into sqlparser's tree, within the bounds,
+/// and says whether it names a catalog relation.
+fn parse_ast(text: &str) -> Result<(ast::Statement, bool), SqlError> {
     let dialect = PostgreSqlDialect {};
     let tokens = Tokenizer::new(&dialect, text)
         .with_unescape(true)
@@ -650,7 +710,7 @@ pub fn parse_statement(text: &str) -> Result<Stmt, SqlError> {
             next.token, next.span.start.line, next.span.start.column
         )));
     }
-    convert(stmt, text, catalog)
+    Ok((stmt, catalog))
 }
 
 /// Whether a token may join two expressions (an operator, `AND`, `OR`).
@@ -2114,6 +2174,40 @@ mod tests {
             parse("SELECT * FROM f(1) WHERE a = 1").unwrap_err().code,
             "0A000"
         );
+    }
+
+    #[test]
+    fn a_syntax_error_fails_the_whole_string_and_a_refusal_fails_where_it_stands() {
+        // A syntax error anywhere: nothing of the string is kept.
+        assert_eq!(parse_each("BEGIN; SELEC 1").unwrap_err().code, "42601");
+        // A refusal is kept in its place.
+        let v = parse_each("BEGIN; SAVEPOINT a; SELECT 1").unwrap();
+        assert_eq!(v.len(), 3);
+        assert_eq!(v[0], Ok(Stmt::Begin));
+        assert_eq!(v[1].as_ref().unwrap_err().code, "0A000");
+        let runs =
+            |sql: &str, in_block: bool| runs_before_refusal(&parse_each(sql).unwrap(), in_block);
+        // In a block (opened in the string or before it), the statements
+        // before the refusal run: the refusal then fails the block.
+        assert_eq!(runs("BEGIN; SAVEPOINT a", false), [true, true]);
+        assert_eq!(runs("SELECT 1; SAVEPOINT a", true), [true, true]);
+        // PostgreSQL's implicit transaction rolls back what came before
+        // the refusal since the last COMMIT or ROLLBACK: it does not run.
+        assert_eq!(runs("SELECT 1; SAVEPOINT a", false), [false, true]);
+        assert_eq!(
+            runs("SELECT 1; COMMIT; SELECT 2; SAVEPOINT a", false),
+            [true, true, false, true]
+        );
+        assert_eq!(
+            runs("SELECT 1; BEGIN; SELECT 2; SAVEPOINT a", false),
+            [false, true, true, true]
+        );
+        assert_eq!(
+            runs("BEGIN; SELECT 1; ROLLBACK; SELECT 2; SAVEPOINT a", false),
+            [true, true, true, false, true]
+        );
+        // Nothing refused: everything runs.
+        assert_eq!(runs("SELECT 1; SELECT 2", false), [true, true]);
     }
 
     #[test]
