@@ -188,6 +188,51 @@ fn a_refused_statement_fails_where_it_stands_and_a_syntax_error_runs_nothing() {
     server.shutdown().unwrap();
 }
 
+/// `SHOW stats`' value of `counter` for procedure `proc`.
+fn proc_stat(r: &mut Raw, proc: &str, counter: &str) -> u64 {
+    let m = r.query("SHOW stats");
+    let want = format!("{proc}|{counter}|");
+    let rows = of(b'D', &m);
+    let row = rows
+        .iter()
+        .find(|row| row.starts_with(&want))
+        .unwrap_or_else(|| panic!("{want}: {m:?}"));
+    row[want.len()..].parse().unwrap()
+}
+
+#[test]
+fn show_stats_counts_a_block_s_calls_as_the_block_ends() {
+    let server = bank(local());
+    let mut r = Raw::connect(server.local_addr());
+    let count = |r: &mut Raw| {
+        (
+            proc_stat(r, "transfer", "committed"),
+            proc_stat(r, "transfer", "rollbacks"),
+        )
+    };
+    assert_eq!(count(&mut r), (0, 0));
+    // Rolled back: never committed, counted as rolled back.
+    r.query("BEGIN; CALL transfer(1, 1, 2, 10); CALL transfer(2, 2, 3, 10)");
+    assert_eq!(count(&mut r), (0, 0));
+    assert_eq!(status(&r.query("ROLLBACK")), "I");
+    assert_eq!(count(&mut r), (0, 2));
+    // Failed by an error: rolled back with it (SHOW is refused in the
+    // failed block, 25P02, until its ROLLBACK).
+    r.query("BEGIN; CALL transfer(3, 1, 2, 10)");
+    assert_eq!(errors(&r.query("CALL nope()")), vec!["42883"]);
+    r.query("ROLLBACK");
+    assert_eq!(count(&mut r), (0, 3));
+    // Committed: counted when the block commits.
+    r.query("BEGIN; CALL transfer(4, 1, 2, 10)");
+    assert_eq!(count(&mut r), (0, 3));
+    assert_eq!(of(b'C', &r.query("COMMIT")), vec!["COMMIT"]);
+    assert_eq!(count(&mut r), (1, 3));
+    // Outside a block, at once.
+    r.query("CALL transfer(5, 1, 2, 10)");
+    assert_eq!(count(&mut r), (2, 3));
+    server.shutdown().unwrap();
+}
+
 #[test]
 fn rollback_undoes_calls_and_statements_and_commit_keeps_them() {
     let server = bank(local());

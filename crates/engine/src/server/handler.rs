@@ -924,9 +924,20 @@ pub(crate) struct Handler {
     /// (taken out while one of its statements runs). Locked after
     /// `session` when both are, and only between awaits.
     block: Mutex<Option<Block>>,
+    /// The procedures (indexes) of the calls the open block ran: counted
+    /// in `SHOW stats` when the block ends, as it ends.
+    block_calls: Mutex<Vec<usize>>,
     /// Warnings for the client, sent before the next command tag (or
     /// ReadyForQuery).
     notices: Mutex<Vec<ErrorInfo>>,
+}
+
+/// How a transaction block ended, for the counts of its calls.
+#[derive(Clone, Copy)]
+enum BlockEnd<'a> {
+    Committed,
+    RolledBack,
+    Failed(&'a CallError),
 }
 
 /// `25P02`: the block failed; only its end is taken.
@@ -955,6 +966,7 @@ impl Handler {
             session: Mutex::new(Session::default()),
             in_pipeline: AtomicBool::new(false),
             block: Mutex::new(None),
+            block_calls: Mutex::new(Vec::new()),
             notices: Mutex::new(Vec::new()),
         }
     }
@@ -1008,6 +1020,26 @@ impl Handler {
         *self.block.lock() = Some(b);
     }
 
+    /// Counts the calls the block ran, now that it ended: as committed
+    /// when it committed, as rolled back when it rolled back, and as its
+    /// commit failed when that failed.
+    fn count_block_calls(&self, ended: BlockEnd<'_>) {
+        let sh = &self.shared;
+        for i in self.block_calls.lock().drain(..) {
+            let c = &sh.counters[self.thread * sh.procs.len() + i];
+            match ended {
+                BlockEnd::Committed => &c.committed,
+                BlockEnd::RolledBack => &c.rollbacks,
+                BlockEnd::Failed(CallError::Serialization { .. }) => &c.serialization,
+                BlockEnd::Failed(CallError::Rollback { .. } | CallError::Canceled { .. }) => {
+                    &c.rollbacks
+                }
+                BlockEnd::Failed(_) => &c.errors,
+            }
+            .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// An error inside an open block: the block is rolled back at once
     /// (its locks released) and the status becomes `E`. Nothing outside a
     /// block, or in one already failed.
@@ -1020,6 +1052,7 @@ impl Handler {
             s.block = BlockStatus::Failed;
             self.block.lock().take()
         };
+        self.count_block_calls(BlockEnd::RolledBack);
         if let Some(b) = block {
             let _ = b.rollback().await;
         }
@@ -1045,6 +1078,7 @@ impl Handler {
             s.end_transaction();
             self.block.lock().take()
         };
+        self.count_block_calls(BlockEnd::RolledBack);
         if let Some(b) = block {
             let _ = b.rollback().await;
         }
@@ -1091,12 +1125,17 @@ impl Handler {
             (Stmt::Commit, BlockStatus::Open) => {
                 let (b, ended) = self.leave_block(store);
                 if let Some(b) = b {
-                    b.commit().await.map_err(call_error)?;
+                    if let Err(e) = b.commit().await {
+                        self.count_block_calls(BlockEnd::Failed(&e));
+                        return Err(call_error(e));
+                    }
                 }
+                self.count_block_calls(BlockEnd::Committed);
                 Ok(Answer::Done(Cow::Borrowed("COMMIT"), ended))
             }
             (Stmt::Commit | Stmt::Rollback, _) => {
                 let (b, ended) = self.leave_block(store);
+                self.count_block_calls(BlockEnd::RolledBack);
                 if let Some(b) = b {
                     b.rollback().await.map_err(call_error)?;
                 }
@@ -1357,22 +1396,26 @@ impl Handler {
                 let def = &sh.procs[i];
                 let values = bind_args(def, args, params)?;
                 let counters = &sh.counters[self.thread * sh.procs.len() + i];
-                let (r, timed_out) = match self.take_block()? {
+                let (r, timed_out, in_block) = match self.take_block()? {
                     Some(mut b) => {
                         let call = b.call(proc, values, Some(&self.cancel));
                         let (r, timed_out) = self.under_timeout(call).await;
                         self.put_block(b);
-                        (r, timed_out)
+                        (r, timed_out, true)
                     }
                     None => {
                         let call = sh.client.call_async_cancelable(proc, values, &self.cancel);
-                        self.under_timeout(call).await
+                        let (r, timed_out) = self.under_timeout(call).await;
+                        (r, timed_out, false)
                     }
                 };
                 let rows_out = match r {
+                    // A call inside a block is counted as the block ends.
+                    Ok(rows) if in_block => {
+                        self.block_calls.lock().push(i);
+                        rows
+                    }
                     Ok(rows) => {
-                        // A call inside a block is counted when it ran,
-                        // though it commits with the block.
                         counters.committed.fetch_add(1, Ordering::Relaxed);
                         rows
                     }
