@@ -39,6 +39,13 @@ pub(super) fn startup(version: u32, user: &str) -> Vec<u8> {
     m
 }
 
+/// `s` as a C string.
+pub(super) fn cstr(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
 fn cstrs(body: &[u8]) -> Vec<String> {
     body.split(|b| *b == 0)
         .map(|f| String::from_utf8_lossy(f).to_string())

@@ -7,58 +7,21 @@
 
 use std::time::Duration;
 
-use islands::api::{Catalog, Deployment, Options, Partition, ProcDef, Type, Value};
+use islands::api::{Deployment, ProcDef, Type, Value};
 use islands::server::serve;
-use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::Abort;
 
 use super::raw::{bind_msg, errors, execute_msg, of, parse_msg, Raw};
-use super::serve::{cancel_raw, code, connect, local, runtime, spec};
+use super::serve::{cancel_raw, code, connect, local, runtime};
+use super::support::{counters, open_counters, slow_bump};
 
 /// Counters 0..16 at 0, and procedures: `bump(key, ms)` adds 1 and takes
 /// `ms` more before it commits; `value(key)`; `echo(i, f, s)` answers its
 /// arguments; `sum(keys int8[])` answers their count and sum; `rows(n)`
 /// answers `n` rows of 1 KiB.
 fn deployment() -> Deployment {
-    let mut c = Catalog::new();
-    let t = c.table(
-        TableDef::new("t", &[("v", ColType::I64)], 16, PrimaryKind::Hash),
-        Partition::BySite(|_| 0),
-    );
-    c.procedure(
-        ProcDef::new("bump", move |tx, a, out| {
-            Box::pin(async move {
-                let h = tx
-                    .get_for_update(t, a.int(0) as u64)
-                    .await?
-                    .ok_or(Abort::User("no such counter"))?;
-                let v = tx.row(h).i64(Col(0)) + 1;
-                tx.row_mut(h).set_i64(Col(0), v);
-                std::thread::sleep(Duration::from_millis(a.int(1) as u64));
-                out.push(vec![Value::Int(v)]);
-                Ok(())
-            })
-        })
-        .param("key", Type::Int)
-        .param("ms", Type::Int)
-        .column("v", Type::Int),
-    )
-    .unwrap();
-    c.procedure(
-        ProcDef::new("value", move |tx, a, out| {
-            Box::pin(async move {
-                let h = tx
-                    .get(t, a.int(0) as u64)
-                    .await?
-                    .ok_or(Abort::User("no such counter"))?;
-                out.push(vec![Value::Int(tx.row(h).i64(Col(0)))]);
-                Ok(())
-            })
-        })
-        .param("key", Type::Int)
-        .column("v", Type::Int),
-    )
-    .unwrap();
+    let (mut c, t) = counters();
+    c.procedure(slow_bump(t)).unwrap();
     c.procedure(
         ProcDef::new("echo", |_, a, out| {
             Box::pin(async move {
@@ -106,15 +69,7 @@ fn deployment() -> Deployment {
         .column("s", Type::Str),
     )
     .unwrap();
-    let mut o = Options::new(spec(None));
-    o.pin = false;
-    Deployment::open(o, c, move |l| {
-        for k in 0..16 {
-            l.put(t, k, |r| r.set_i64(Col(0), 0))?;
-        }
-        Ok(())
-    })
-    .unwrap()
+    open_counters(c, t)
 }
 
 /// The one DataRow of `sql`, asserting there is no error.
