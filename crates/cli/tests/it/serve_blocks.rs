@@ -10,7 +10,9 @@ use islands::server::{serve, Server, ServerOptions};
 use islands_workloads::served::{Builtin, BANK_INITIAL};
 
 use super::raw::{bind_msg, errors, execute_msg, of, parse_msg, Raw};
-use super::serve::{code, connect, local, runtime, sigterm, simple_one, spawn_serve, spec, temp};
+use super::serve::{
+    code, connect, local, runtime, sigterm, simple_one, spawn_serve, spec, temp, Served,
+};
 
 const ACCOUNTS: u64 = 64;
 
@@ -394,6 +396,24 @@ fn on_path(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// Stops the served child with SIGTERM and runs `islands check` on its
+/// data directory `d`, asserting both succeed; the check's report.
+fn stop_and_check(mut child: Served, d: &str) -> String {
+    sigterm(&mut child);
+    assert!(child.take().wait().unwrap().success());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_islands"))
+        .args(["check", "--log-dir", d])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// pgbench's built-in scripts, unchanged (BEGIN … END blocks of SQL on its
 /// tables), in every query mode: no failed transaction, and the stopped
 /// directory passes `islands check` (branch, teller and account sums agree
@@ -409,7 +429,7 @@ fn pgbench_builtin_scripts_run_unchanged_in_blocks() {
     }
     let dir = temp("blocks-pgbench");
     let d = dir.to_str().unwrap();
-    let (mut child, addr, _) = spawn_serve(&["--init", "tpcb", "--scale", "1", "--data-dir", d]);
+    let (child, addr, _) = spawn_serve(&["--init", "tpcb", "--scale", "1", "--data-dir", d]);
     let port = addr.port().to_string();
     for (script, mode) in [
         ("tpcb-like", "simple"),
@@ -444,18 +464,7 @@ fn pgbench_builtin_scripts_run_unchanged_in_blocks() {
             "{script} {mode}: {text}"
         );
     }
-    sigterm(&mut child);
-    assert!(child.take().wait().unwrap().success());
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_islands"))
-        .args(["check", "--log-dir", d])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = stop_and_check(child, d);
     // 400 transactions in each tpcb-like mode, each one history row.
     assert!(text.contains("the 1200 history deltas"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -507,7 +516,7 @@ fn after_sigkill_a_committed_block_is_there_whole_and_other_blocks_are_not() {
     child.child().kill().unwrap(); // SIGKILL
     let _ = child.child().wait();
     drop((a, b, c));
-    let (mut child, addr, _) = spawn_serve(&["--data-dir", d]);
+    let (child, addr, _) = spawn_serve(&["--data-dir", d]);
     let mut r = Raw::connect(addr);
     let mut expect: Vec<i64> = vec![BANK_INITIAL; ACCOUNTS as usize];
     for (block, id, src, dst, amount) in transfers {
@@ -540,17 +549,6 @@ fn after_sigkill_a_committed_block_is_there_whole_and_other_blocks_are_not() {
         one_row(&mut r, "CALL bank_total()"),
         format!("{total}|{ACCOUNTS}")
     );
-    sigterm(&mut child);
-    assert!(child.take().wait().unwrap().success());
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_islands"))
-        .args(["check", "--log-dir", d])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    stop_and_check(child, d);
     let _ = std::fs::remove_dir_all(&dir);
 }

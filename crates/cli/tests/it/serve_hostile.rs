@@ -10,12 +10,10 @@ use std::time::{Duration, Instant};
 
 use islands::api::{Deployment, ProcDef, Type, Value};
 use islands::server::{serve, sql, Server, ServerOptions};
-use islands::storage::Col;
-use islands::Abort;
 
 use super::raw::{bind_msg, execute_msg, message, parse_msg, Raw};
 use super::serve::{local, temp};
-use super::support::{self, add_one, open_counters};
+use super::support::{self, add_one, open_counters, read};
 
 /// Message types, with each CommandComplete's tag and each error's
 /// SQLSTATE after a `:`.
@@ -46,12 +44,9 @@ fn counters() -> Deployment {
     c.procedure(
         ProcDef::new("slow", move |tx, a, out| {
             Box::pin(async move {
-                let h = tx
-                    .get(t, a.int(0) as u64)
-                    .await?
-                    .ok_or(Abort::User("no such counter"))?;
+                let v = read(tx, t, a.int(0) as u64).await?;
                 std::thread::sleep(Duration::from_millis(a.int(1) as u64));
-                out.push(vec![Value::Int(tx.row(h).i64(Col(0)))]);
+                out.push(vec![Value::Int(v)]);
                 Ok(())
             })
         })

@@ -24,11 +24,8 @@ pub(super) fn counters() -> (Catalog, TableId) {
     c.procedure(
         ProcDef::new("value", move |tx, a, out| {
             Box::pin(async move {
-                let h = tx
-                    .get(t, a.int(0) as u64)
-                    .await?
-                    .ok_or(Abort::User("no such counter"))?;
-                out.push(vec![Value::Int(tx.row(h).i64(Col(0)))]);
+                let v = read(tx, t, a.int(0) as u64).await?;
+                out.push(vec![Value::Int(v)]);
                 Ok(())
             })
         })
@@ -37,6 +34,15 @@ pub(super) fn counters() -> (Catalog, TableId) {
     )
     .unwrap();
     (c, t)
+}
+
+/// The value of counter `key` of table `t`.
+pub(super) async fn read(tx: &mut Txn, t: TableId, key: u64) -> Result<i64, Abort> {
+    let h = tx
+        .get(t, key)
+        .await?
+        .ok_or(Abort::User("no such counter"))?;
+    Ok(tx.row(h).i64(Col(0)))
 }
 
 /// Adds 1 to counter `key` of table `t`; its new value.
