@@ -20,4 +20,5 @@ mod serve_overflow;
 mod serve_protocol;
 mod serve_sql;
 mod serve_tls;
+mod support;
 mod tpcc_crash;

@@ -14,6 +14,8 @@ pub(super) struct Raw {
     pub(super) s: TcpStream,
     /// The process id and secret key of BackendKeyData.
     pub(super) key: Option<(i32, Vec<u8>)>,
+    /// What the server answered the startup message with.
+    pub(super) startup: Vec<(u8, String)>,
 }
 
 /// A message of type `ty` with `body`.
@@ -22,6 +24,26 @@ pub(super) fn message(ty: u8, body: &[u8]) -> Vec<u8> {
     m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
     m.extend_from_slice(body);
     m
+}
+
+/// A startup message at protocol `version` for `user`, database `islands`.
+pub(super) fn startup(version: u32, user: &str) -> Vec<u8> {
+    let mut body = version.to_be_bytes().to_vec();
+    for kv in ["user", user, "database", "islands"] {
+        body.extend_from_slice(kv.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut m = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+    m.extend(body);
+    m
+}
+
+/// `s` as a C string.
+pub(super) fn cstr(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    v
 }
 
 fn cstrs(body: &[u8]) -> Vec<String> {
@@ -34,16 +56,13 @@ impl Raw {
     pub(super) fn connect(addr: SocketAddr) -> Raw {
         let s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut r = Raw { s, key: None };
-        let mut body = 196608u32.to_be_bytes().to_vec();
-        for kv in ["user", "raw", "database", "islands", ""] {
-            body.extend_from_slice(kv.as_bytes());
-            body.push(0);
-        }
-        let mut m = ((body.len() + 4) as u32).to_be_bytes().to_vec();
-        m.extend(body);
-        r.s.write_all(&m).unwrap();
-        r.until_ready();
+        let mut r = Raw {
+            s,
+            key: None,
+            startup: Vec::new(),
+        };
+        r.s.write_all(&startup(196608, "raw")).unwrap();
+        r.startup = r.until_ready();
         r
     }
 

@@ -16,12 +16,13 @@ use std::time::{Duration, Instant};
 use islands::api::{Catalog, Deployment, Options, Partition, ProcDef, Type, Value};
 use islands::deploy::{DeploySpec, Islands};
 use islands::server::{serve, Server, ServerOptions};
-use islands::storage::{Col, ColType, PrimaryKind, TableDef};
+use islands::storage::{ColType, PrimaryKind, TableDef};
 use islands::{Abort, AbortReason};
 use islands_workloads::served::Builtin;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 use super::raw::{errors, Raw};
+use super::support::{counters, open_counters, slow_bump};
 
 pub(super) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -1628,57 +1629,11 @@ fn connections_spread_over_the_server_threads() {
     server.shutdown().unwrap();
 }
 
-/// A table of 16 counters on one island, and procedures that bump one
-/// (taking `ms` milliseconds more before they commit) and read one.
+/// The counters of [`counters`], with `bump(key, ms)`.
 fn slow_bumps() -> Deployment {
-    let mut c = Catalog::new();
-    let t = c.table(
-        TableDef::new("t", &[("v", ColType::I64)], 16, PrimaryKind::Hash),
-        Partition::BySite(|_| 0),
-    );
-    c.procedure(
-        ProcDef::new("bump", move |tx, a, out| {
-            Box::pin(async move {
-                let h = tx
-                    .get_for_update(t, a.int(0) as u64)
-                    .await?
-                    .ok_or(Abort::User("no such counter"))?;
-                let v = tx.row(h).i64(Col(0)) + 1;
-                tx.row_mut(h).set_i64(Col(0), v);
-                std::thread::sleep(Duration::from_millis(a.int(1) as u64));
-                out.push(vec![Value::Int(v)]);
-                Ok(())
-            })
-        })
-        .param("key", Type::Int)
-        .param("ms", Type::Int)
-        .column("v", Type::Int),
-    )
-    .unwrap();
-    c.procedure(
-        ProcDef::new("value", move |tx, a, out| {
-            Box::pin(async move {
-                let h = tx
-                    .get(t, a.int(0) as u64)
-                    .await?
-                    .ok_or(Abort::User("no such counter"))?;
-                out.push(vec![Value::Int(tx.row(h).i64(Col(0)))]);
-                Ok(())
-            })
-        })
-        .param("key", Type::Int)
-        .column("v", Type::Int),
-    )
-    .unwrap();
-    let mut o = Options::new(spec(None));
-    o.pin = false;
-    Deployment::open(o, c, move |l| {
-        for k in 0..16 {
-            l.put(t, k, |r| r.set_i64(Col(0), 0))?;
-        }
-        Ok(())
-    })
-    .unwrap()
+    let (mut c, t) = counters();
+    c.procedure(slow_bump(t)).unwrap();
+    open_counters(c, t)
 }
 
 /// Sends a CancelRequest for process `pid` with `key` on a connection of

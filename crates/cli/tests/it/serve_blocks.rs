@@ -10,7 +10,9 @@ use islands::server::{serve, Server, ServerOptions};
 use islands_workloads::served::{Builtin, BANK_INITIAL};
 
 use super::raw::{bind_msg, errors, execute_msg, of, parse_msg, Raw};
-use super::serve::{code, connect, local, runtime, sigterm, simple_one, spawn_serve, spec, temp};
+use super::serve::{
+    code, connect, local, runtime, sigterm, simple_one, spawn_serve, spec, temp, Served,
+};
 
 const ACCOUNTS: u64 = 64;
 
@@ -122,6 +124,114 @@ fn ready_for_query_reports_the_block_and_an_aborted_block_refuses_all_but_its_en
     assert_eq!(status(&m), "E", "{m:?}");
     let m = ext(&mut r, "END");
     assert_eq!((of(b'C', &m), status(&m)), (vec!["ROLLBACK"], "I"), "{m:?}");
+    server.shutdown().unwrap();
+}
+
+/// The command tags, the errors' SQLSTATEs and the final status of `m`.
+fn answered(m: &[(u8, String)]) -> (Vec<&str>, Vec<&str>, &str) {
+    (of(b'C', m), errors(m), status(m))
+}
+
+/// The one DataRow of `sql` on `r`.
+fn one_row(r: &mut Raw, sql: &str) -> String {
+    let m = r.query(sql);
+    assert!(errors(&m).is_empty(), "{sql}: {m:?}");
+    of(b'D', &m).concat()
+}
+
+#[test]
+fn a_refused_statement_fails_where_it_stands_and_a_syntax_error_runs_nothing() {
+    let server = bank(local());
+    let mut r = Raw::connect(server.local_addr());
+    let bump = |id: i64| format!("UPDATE accounts SET balance = balance + 1 WHERE id = {id}");
+    // BEGIN runs; the refused SAVEPOINT fails the block it opened.
+    let m = r.query("BEGIN; SAVEPOINT a; SELECT 1");
+    assert_eq!(answered(&m), (vec!["BEGIN"], vec!["0A000"], "E"), "{m:?}");
+    assert_eq!(errors(&r.query("SELECT 1")), vec!["25P02"]);
+    let m = r.query("ROLLBACK");
+    assert_eq!((of(b'C', &m), status(&m)), (vec!["ROLLBACK"], "I"));
+    // In an open block, the statements before the refusal run in it, and
+    // go with it.
+    r.query("BEGIN");
+    let m = r.query(&format!("{}; SAVEPOINT a", bump(1)));
+    assert_eq!(
+        answered(&m),
+        (vec!["UPDATE 1"], vec!["0A000"], "E"),
+        "{m:?}"
+    );
+    r.query("ROLLBACK");
+    assert_eq!(one_row(&mut r, &balance_sql(1)), "1000");
+    // Outside a block, PostgreSQL's implicit transaction would roll back
+    // what comes before the refusal: it does not run.
+    let m = r.query(&format!("{}; SAVEPOINT a", bump(1)));
+    assert_eq!(answered(&m), (vec![], vec!["0A000"], "I"), "{m:?}");
+    assert_eq!(one_row(&mut r, &balance_sql(1)), "1000");
+    // What a COMMIT settled before it stays.
+    let m = r.query(&format!(
+        "BEGIN; {}; COMMIT; {}; SAVEPOINT a",
+        bump(1),
+        bump(2)
+    ));
+    assert_eq!(
+        answered(&m),
+        (vec!["BEGIN", "UPDATE 1", "COMMIT"], vec!["0A000"], "I"),
+        "{m:?}"
+    );
+    assert_eq!(one_row(&mut r, &balance_sql(1)), "1001");
+    assert_eq!(one_row(&mut r, &balance_sql(2)), "1000");
+    // $n in a simple query is refused the same way.
+    let m = r.query(&format!("BEGIN; {}; CALL bank_balance($1)", bump(2)));
+    assert_eq!((errors(&m), status(&m)), (vec!["42P02"], "E"), "{m:?}");
+    r.query("ROLLBACK");
+    // A syntax error anywhere: none of the string runs, no block opens.
+    let m = r.query(&format!("BEGIN; {}; SELEC 1", bump(2)));
+    assert_eq!(answered(&m), (vec![], vec!["42601"], "I"), "{m:?}");
+    assert_eq!(one_row(&mut r, &balance_sql(2)), "1000");
+    server.shutdown().unwrap();
+}
+
+/// `SHOW stats`' value of `counter` for procedure `proc`.
+fn proc_stat(r: &mut Raw, proc: &str, counter: &str) -> u64 {
+    let m = r.query("SHOW stats");
+    let want = format!("{proc}|{counter}|");
+    let rows = of(b'D', &m);
+    let row = rows
+        .iter()
+        .find(|row| row.starts_with(&want))
+        .unwrap_or_else(|| panic!("{want}: {m:?}"));
+    row[want.len()..].parse().unwrap()
+}
+
+#[test]
+fn show_stats_counts_a_block_s_calls_as_the_block_ends() {
+    let server = bank(local());
+    let mut r = Raw::connect(server.local_addr());
+    let count = |r: &mut Raw| {
+        (
+            proc_stat(r, "transfer", "committed"),
+            proc_stat(r, "transfer", "rollbacks"),
+        )
+    };
+    assert_eq!(count(&mut r), (0, 0));
+    // Rolled back: never committed, counted as rolled back.
+    r.query("BEGIN; CALL transfer(1, 1, 2, 10); CALL transfer(2, 2, 3, 10)");
+    assert_eq!(count(&mut r), (0, 0));
+    assert_eq!(status(&r.query("ROLLBACK")), "I");
+    assert_eq!(count(&mut r), (0, 2));
+    // Failed by an error: rolled back with it (SHOW is refused in the
+    // failed block, 25P02, until its ROLLBACK).
+    r.query("BEGIN; CALL transfer(3, 1, 2, 10)");
+    assert_eq!(errors(&r.query("CALL nope()")), vec!["42883"]);
+    r.query("ROLLBACK");
+    assert_eq!(count(&mut r), (0, 3));
+    // Committed: counted when the block commits.
+    r.query("BEGIN; CALL transfer(4, 1, 2, 10)");
+    assert_eq!(count(&mut r), (0, 3));
+    assert_eq!(of(b'C', &r.query("COMMIT")), vec!["COMMIT"]);
+    assert_eq!(count(&mut r), (1, 3));
+    // Outside a block, at once.
+    r.query("CALL transfer(5, 1, 2, 10)");
+    assert_eq!(count(&mut r), (2, 3));
     server.shutdown().unwrap();
 }
 
@@ -286,6 +396,24 @@ fn on_path(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// Stops the served child with SIGTERM and runs `islands check` on its
+/// data directory `d`, asserting both succeed; the check's report.
+fn stop_and_check(mut child: Served, d: &str) -> String {
+    sigterm(&mut child);
+    assert!(child.take().wait().unwrap().success());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_islands"))
+        .args(["check", "--log-dir", d])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// pgbench's built-in scripts, unchanged (BEGIN … END blocks of SQL on its
 /// tables), in every query mode: no failed transaction, and the stopped
 /// directory passes `islands check` (branch, teller and account sums agree
@@ -301,7 +429,7 @@ fn pgbench_builtin_scripts_run_unchanged_in_blocks() {
     }
     let dir = temp("blocks-pgbench");
     let d = dir.to_str().unwrap();
-    let (mut child, addr, _) = spawn_serve(&["--init", "tpcb", "--scale", "1", "--data-dir", d]);
+    let (child, addr, _) = spawn_serve(&["--init", "tpcb", "--scale", "1", "--data-dir", d]);
     let port = addr.port().to_string();
     for (script, mode) in [
         ("tpcb-like", "simple"),
@@ -336,19 +464,91 @@ fn pgbench_builtin_scripts_run_unchanged_in_blocks() {
             "{script} {mode}: {text}"
         );
     }
-    sigterm(&mut child);
-    assert!(child.take().wait().unwrap().success());
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_islands"))
-        .args(["check", "--log-dir", d])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = stop_and_check(child, d);
     // 400 transactions in each tpcb-like mode, each one history row.
     assert!(text.contains("the 1200 history deltas"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SIGKILL with blocks in every state: after recovery a committed block is
+/// there entirely, a rolled-back one and one still open are not there at
+/// all, the total is conserved and `islands check` passes.
+#[test]
+fn after_sigkill_a_committed_block_is_there_whole_and_other_blocks_are_not() {
+    let dir = temp("blocks-kill");
+    let d = dir.to_str().unwrap();
+    let init = ["--init", "bank", "--accounts", "64", "--durability", "sync"];
+    let (mut child, addr, _) = spawn_serve(&[&init[..], &["--data-dir", d]].concat());
+    // (block, transfer id, from, to, amount): A commits, B rolls back, C
+    // stays open at the kill. The blocks touch accounts of their own: they
+    // are open side by side, and one waiting for another's row would end
+    // in a deadlock (40P01).
+    let transfers = [
+        ('A', 1, 1, 2, 100),
+        ('A', 2, 3, 4, 50),
+        ('B', 3, 5, 6, 70),
+        ('B', 4, 7, 8, 30),
+        ('C', 5, 9, 10, 40),
+        ('C', 6, 11, 12, 20),
+    ];
+    let calls = |block: char| -> String {
+        transfers
+            .iter()
+            .filter(|t| t.0 == block)
+            .map(|(_, id, src, dst, amount)| {
+                format!("CALL transfer({id}, {src}, {dst}, {amount});")
+            })
+            .collect()
+    };
+    let (mut a, mut b, mut c) = (Raw::connect(addr), Raw::connect(addr), Raw::connect(addr));
+    for (r, block) in [(&mut a, 'A'), (&mut b, 'B'), (&mut c, 'C')] {
+        let m = r.query("BEGIN");
+        assert_eq!(status(&m), "T");
+        let m = r.query(&calls(block));
+        assert!(errors(&m).is_empty(), "{block}: {m:?}");
+        assert_eq!(status(&m), "T");
+    }
+    let m = a.query("COMMIT");
+    assert_eq!((of(b'C', &m), status(&m)), (vec!["COMMIT"], "I"), "{m:?}");
+    let m = b.query("ROLLBACK");
+    assert_eq!((of(b'C', &m), status(&m)), (vec!["ROLLBACK"], "I"), "{m:?}");
+    // C's block is open, its rows locked, when the server is killed.
+    child.child().kill().unwrap(); // SIGKILL
+    let _ = child.child().wait();
+    drop((a, b, c));
+    let (child, addr, _) = spawn_serve(&["--data-dir", d]);
+    let mut r = Raw::connect(addr);
+    let mut expect: Vec<i64> = vec![BANK_INITIAL; ACCOUNTS as usize];
+    for (block, id, src, dst, amount) in transfers {
+        let m = r.query(&format!("CALL bank_transfer({id})"));
+        if block == 'A' {
+            assert_eq!(
+                of(b'D', &m),
+                vec![format!("{src}|{dst}|{amount}")],
+                "{id}: {m:?}"
+            );
+            expect[src as usize] -= amount;
+            expect[dst as usize] += amount;
+        } else {
+            assert_eq!(
+                errors(&m),
+                vec!["P0001"],
+                "transfer {id} of block {block}: {m:?}"
+            );
+        }
+    }
+    for (account, want) in expect.iter().enumerate() {
+        assert_eq!(
+            one_row(&mut r, &balance_sql(account as i64)),
+            want.to_string(),
+            "account {account}"
+        );
+    }
+    let total = BANK_INITIAL * ACCOUNTS as i64;
+    assert_eq!(
+        one_row(&mut r, "CALL bank_total()"),
+        format!("{total}|{ACCOUNTS}")
+    );
+    stop_and_check(child, d);
     let _ = std::fs::remove_dir_all(&dir);
 }

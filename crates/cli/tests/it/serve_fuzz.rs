@@ -18,8 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::raw::{cstr, message, startup};
 use super::serve::{sigterm, spawn_serve_env, temp, Served};
-use super::serve_protocol::{cstr, startup, typed, Wire};
+use super::serve_protocol::Wire;
 
 /// A small generator for the fuzzer's choices (xorshift64*).
 struct Rng(u64);
@@ -54,23 +55,23 @@ fn corpus() -> Vec<Vec<u8>> {
     sasl.extend_from_slice(&24i32.to_be_bytes());
     sasl.extend_from_slice(b"n,,n=*,r=abcdefghijklmnop");
     vec![
-        typed(b'Q', &cstr("CALL tpcb_balance(1)")),
-        typed(b'Q', &cstr("SHOW stats")),
-        typed(b'P', &parse),
-        typed(b'B', &bind),
-        typed(b'E', b"\0\0\0\0\0"),
-        typed(b'D', b"Ss\0"),
-        typed(b'D', b"P\0"),
-        typed(b'C', b"Ss\0"),
-        typed(b'C', b"P\0"),
-        typed(b'S', b""),
-        typed(b'H', b""),
-        typed(b'd', b"data"),
-        typed(b'c', b""),
-        typed(b'f', &cstr("no")),
-        typed(b'p', &sasl),
-        typed(b'p', b"c=biws,r=abc,p=AAAA"),
-        typed(b'F', b"\0\0\0\0"),
+        message(b'Q', &cstr("CALL tpcb_balance(1)")),
+        message(b'Q', &cstr("SHOW stats")),
+        message(b'P', &parse),
+        message(b'B', &bind),
+        message(b'E', b"\0\0\0\0\0"),
+        message(b'D', b"Ss\0"),
+        message(b'D', b"P\0"),
+        message(b'C', b"Ss\0"),
+        message(b'C', b"P\0"),
+        message(b'S', b""),
+        message(b'H', b""),
+        message(b'd', b"data"),
+        message(b'c', b""),
+        message(b'f', &cstr("no")),
+        message(b'p', &sasl),
+        message(b'p', b"c=biws,r=abc,p=AAAA"),
+        message(b'F', b"\0\0\0\0"),
         startup(196608, "fuzz"),
         startup(3 << 16 | 9, "fuzz"),
         {

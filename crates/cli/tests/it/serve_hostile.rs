@@ -8,14 +8,12 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use islands::api::{Catalog, Deployment, Options, Partition, ProcDef, Type, Value};
-use islands::deploy::{DeploySpec, Islands};
+use islands::api::{Deployment, ProcDef, Type, Value};
 use islands::server::{serve, sql, Server, ServerOptions};
-use islands::storage::{Col, ColType, PrimaryKind, TableDef};
-use islands::Abort;
 
 use super::raw::{bind_msg, execute_msg, message, parse_msg, Raw};
 use super::serve::{local, temp};
+use super::support::{self, add_one, open_counters, read};
 
 /// Message types, with each CommandComplete's tag and each error's
 /// SQLSTATE after a `:`.
@@ -31,21 +29,12 @@ fn shape(msgs: &[(u8, String)]) -> Vec<String> {
 /// Counters 0..16 at 0, and procedures over them: `bump(key)` adds 1 and
 /// answers no rows; `slow(key, ms)` sleeps `ms` in its transaction and
 /// answers the value; `value(key)` answers the value.
-pub(super) fn counters() -> Deployment {
-    let mut c = Catalog::new();
-    let t = c.table(
-        TableDef::new("t", &[("v", ColType::I64)], 16, PrimaryKind::Hash),
-        Partition::BySite(|_| 0),
-    );
+fn counters() -> Deployment {
+    let (mut c, t) = support::counters();
     c.procedure(
         ProcDef::new("bump", move |tx, a, _out| {
             Box::pin(async move {
-                let h = tx
-                    .get_for_update(t, a.int(0) as u64)
-                    .await?
-                    .ok_or(Abort::User("no such counter"))?;
-                let v = tx.row(h).i64(Col(0)) + 1;
-                tx.row_mut(h).set_i64(Col(0), v);
+                add_one(tx, t, a.int(0) as u64).await?;
                 Ok(())
             })
         })
@@ -55,12 +44,9 @@ pub(super) fn counters() -> Deployment {
     c.procedure(
         ProcDef::new("slow", move |tx, a, out| {
             Box::pin(async move {
-                let h = tx
-                    .get(t, a.int(0) as u64)
-                    .await?
-                    .ok_or(Abort::User("no such counter"))?;
+                let v = read(tx, t, a.int(0) as u64).await?;
                 std::thread::sleep(Duration::from_millis(a.int(1) as u64));
-                out.push(vec![Value::Int(tx.row(h).i64(Col(0)))]);
+                out.push(vec![Value::Int(v)]);
                 Ok(())
             })
         })
@@ -69,33 +55,7 @@ pub(super) fn counters() -> Deployment {
         .column("v", Type::Int),
     )
     .unwrap();
-    c.procedure(
-        ProcDef::new("value", move |tx, a, out| {
-            Box::pin(async move {
-                let h = tx
-                    .get(t, a.int(0) as u64)
-                    .await?
-                    .ok_or(Abort::User("no such counter"))?;
-                out.push(vec![Value::Int(tx.row(h).i64(Col(0)))]);
-                Ok(())
-            })
-        })
-        .param("key", Type::Int)
-        .column("v", Type::Int),
-    )
-    .unwrap();
-    let mut spec = DeploySpec::new(Islands::Count(1));
-    spec.workers_per_island = Some(2);
-    spec.durability = "off".into();
-    let mut o = Options::new(spec);
-    o.pin = false;
-    Deployment::open(o, c, move |l| {
-        for k in 0..16 {
-            l.put(t, k, |r| r.set_i64(Col(0), 0))?;
-        }
-        Ok(())
-    })
-    .unwrap()
+    open_counters(c, t)
 }
 
 fn start(opts: ServerOptions) -> Server {

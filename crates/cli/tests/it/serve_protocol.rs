@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use islands::server::{serve, Server, ServerOptions};
 use islands_workloads::served::Builtin;
 
+use super::raw::{cstr, message, startup};
 use super::serve::{local, open};
 
 pub(super) fn start(opts: ServerOptions) -> Server {
@@ -33,31 +34,6 @@ pub(super) struct Msg {
 /// A raw protocol connection.
 pub(super) struct Wire {
     pub s: TcpStream,
-}
-
-pub(super) fn typed(ty: u8, body: &[u8]) -> Vec<u8> {
-    let mut m = vec![ty];
-    m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
-    m.extend_from_slice(body);
-    m
-}
-
-pub(super) fn startup(version: u32, user: &str) -> Vec<u8> {
-    let mut body = version.to_be_bytes().to_vec();
-    for kv in ["user", user, "database", "islands"] {
-        body.extend_from_slice(kv.as_bytes());
-        body.push(0);
-    }
-    body.push(0);
-    let mut m = ((body.len() + 4) as u32).to_be_bytes().to_vec();
-    m.extend(body);
-    m
-}
-
-pub(super) fn cstr(s: &str) -> Vec<u8> {
-    let mut v = s.as_bytes().to_vec();
-    v.push(0);
-    v
 }
 
 impl Wire {
@@ -83,7 +59,7 @@ impl Wire {
     }
 
     pub(super) fn send(&mut self, ty: u8, body: &[u8]) {
-        self.raw(&typed(ty, body));
+        self.raw(&message(ty, body));
     }
 
     /// The next message; `b'!'` when the stream ends.
@@ -202,7 +178,7 @@ fn a_statement_hidden_after_a_query_s_end_never_runs() {
     // tpcb_balance. What follows its NUL, inside its stated length, is a
     // second Query.
     let mut body = cstr("CALL tpcb_balance(1)");
-    body.extend(typed(b'Q', &cstr("CALL tpcb(1, 1, 1, 424242)")));
+    body.extend(message(b'Q', &cstr("CALL tpcb(1, 1, 1, 424242)")));
     let mut w = Wire::login(addr);
     w.send(b'Q', &body);
     let msgs = w.until_ready();
@@ -260,19 +236,19 @@ fn malformed_messages_before_login_are_fatal_08p01_never_a_panic() {
     });
     let addr = server.local_addr();
     let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("empty Execute", typed(b'E', b"")),
-        ("empty Describe", typed(b'D', b"")),
-        ("empty Close", typed(b'C', b"")),
-        ("short Bind", typed(b'B', b"\0\0\0")),
-        ("short Parse", typed(b'P', b"\0x\0")),
-        ("cleartext password", typed(b'p', &cstr("s3cret"))),
+        ("empty Execute", message(b'E', b"")),
+        ("empty Describe", message(b'D', b"")),
+        ("empty Close", message(b'C', b"")),
+        ("short Bind", message(b'B', b"\0\0\0")),
+        ("short Parse", message(b'P', b"\0x\0")),
+        ("cleartext password", message(b'p', &cstr("s3cret"))),
         (
             "short SASLInitialResponse",
-            typed(b'p', b"SCRAM-SHA-256\0\0\0"),
+            message(b'p', b"SCRAM-SHA-256\0\0\0"),
         ),
         ("a length under 4", vec![b'p', 0, 0, 0, 2]),
-        ("a Query", typed(b'Q', &cstr("CALL tpcb_balance(1)"))),
-        ("unknown type", typed(b'y', b"junk")),
+        ("a Query", message(b'Q', &cstr("CALL tpcb_balance(1)"))),
+        ("unknown type", message(b'y', b"junk")),
     ];
     for (what, bytes) in cases {
         let mut w = Wire::open(addr);
@@ -330,36 +306,39 @@ fn malformed_messages_after_login_are_fatal_08p01_never_a_panic() {
     let server = start(local());
     let addr = server.local_addr();
     let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("empty Execute", typed(b'E', b"")),
-        ("Execute without max_rows", typed(b'E', b"\0")),
-        ("empty Describe", typed(b'D', b"")),
-        ("Describe without a name", typed(b'D', b"S")),
-        ("empty Close", typed(b'C', b"")),
-        ("short Bind", typed(b'B', b"\0\0\0")),
+        ("empty Execute", message(b'E', b"")),
+        ("Execute without max_rows", message(b'E', b"\0")),
+        ("empty Describe", message(b'D', b"")),
+        ("Describe without a name", message(b'D', b"S")),
+        ("empty Close", message(b'C', b"")),
+        ("short Bind", message(b'B', b"\0\0\0")),
         ("Bind with a parameter past its end", {
             let mut b = b"\0\0\0\0\0\x01".to_vec();
             b.extend_from_slice(&100i32.to_be_bytes());
-            typed(b'B', &b)
+            message(b'B', &b)
         }),
         ("Bind with a length of -2", {
             let mut b = b"\0\0\0\0\0\x01".to_vec();
             b.extend_from_slice(&(-2i32).to_be_bytes());
             b.extend_from_slice(&[0, 0]);
-            typed(b'B', &b)
+            message(b'B', &b)
         }),
-        ("short Parse", typed(b'P', b"\0x\0")),
+        ("short Parse", message(b'P', b"\0x\0")),
         (
             "Parse with types past its end",
-            typed(b'P', b"\0x\0\0\x05\0\0"),
+            message(b'P', b"\0x\0\0\x05\0\0"),
         ),
-        ("Query without a NUL", typed(b'Q', b"CALL tpcb_balance(1)")),
+        (
+            "Query without a NUL",
+            message(b'Q', b"CALL tpcb_balance(1)"),
+        ),
         (
             "Query with bytes after its NUL",
-            typed(b'Q', b"SHOW islands\0xx"),
+            message(b'Q', b"SHOW islands\0xx"),
         ),
-        ("Sync with a body", typed(b'S', b"x")),
-        ("Terminate with a body", typed(b'X', b"x")),
-        ("a password message", typed(b'p', &cstr("pw"))),
+        ("Sync with a body", message(b'S', b"x")),
+        ("Terminate with a body", message(b'X', b"x")),
+        ("a password message", message(b'p', &cstr("pw"))),
         ("a length under 4", vec![b'Q', 0, 0, 0, 3]),
     ];
     for (what, bytes) in cases {

@@ -7,58 +7,21 @@
 
 use std::time::Duration;
 
-use islands::api::{Catalog, Deployment, Options, Partition, ProcDef, Type, Value};
+use islands::api::{Deployment, ProcDef, Type, Value};
 use islands::server::serve;
-use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::Abort;
 
 use super::raw::{bind_msg, errors, execute_msg, of, parse_msg, Raw};
-use super::serve::{cancel_raw, code, connect, local, runtime, spec};
+use super::serve::{cancel_raw, code, connect, local, runtime};
+use super::support::{counters, open_counters, slow_bump};
 
 /// Counters 0..16 at 0, and procedures: `bump(key, ms)` adds 1 and takes
 /// `ms` more before it commits; `value(key)`; `echo(i, f, s)` answers its
 /// arguments; `sum(keys int8[])` answers their count and sum; `rows(n)`
 /// answers `n` rows of 1 KiB.
 fn deployment() -> Deployment {
-    let mut c = Catalog::new();
-    let t = c.table(
-        TableDef::new("t", &[("v", ColType::I64)], 16, PrimaryKind::Hash),
-        Partition::BySite(|_| 0),
-    );
-    c.procedure(
-        ProcDef::new("bump", move |tx, a, out| {
-            Box::pin(async move {
-                let h = tx
-                    .get_for_update(t, a.int(0) as u64)
-                    .await?
-                    .ok_or(Abort::User("no such counter"))?;
-                let v = tx.row(h).i64(Col(0)) + 1;
-                tx.row_mut(h).set_i64(Col(0), v);
-                std::thread::sleep(Duration::from_millis(a.int(1) as u64));
-                out.push(vec![Value::Int(v)]);
-                Ok(())
-            })
-        })
-        .param("key", Type::Int)
-        .param("ms", Type::Int)
-        .column("v", Type::Int),
-    )
-    .unwrap();
-    c.procedure(
-        ProcDef::new("value", move |tx, a, out| {
-            Box::pin(async move {
-                let h = tx
-                    .get(t, a.int(0) as u64)
-                    .await?
-                    .ok_or(Abort::User("no such counter"))?;
-                out.push(vec![Value::Int(tx.row(h).i64(Col(0)))]);
-                Ok(())
-            })
-        })
-        .param("key", Type::Int)
-        .column("v", Type::Int),
-    )
-    .unwrap();
+    let (mut c, t) = counters();
+    c.procedure(slow_bump(t)).unwrap();
     c.procedure(
         ProcDef::new("echo", |_, a, out| {
             Box::pin(async move {
@@ -106,15 +69,7 @@ fn deployment() -> Deployment {
         .column("s", Type::Str),
     )
     .unwrap();
-    let mut o = Options::new(spec(None));
-    o.pin = false;
-    Deployment::open(o, c, move |l| {
-        for k in 0..16 {
-            l.put(t, k, |r| r.set_i64(Col(0), 0))?;
-        }
-        Ok(())
-    })
-    .unwrap()
+    open_counters(c, t)
 }
 
 /// The one DataRow of `sql`, asserting there is no error.
@@ -307,11 +262,24 @@ fn what_pools_and_drivers_send_on_their_own_is_answered() {
     let msgs = r.query("SELECT 1 AS x, 2 * 3");
     assert_eq!(of(b'T', &msgs), vec!["x,?column?"]);
     assert_eq!(of(b'D', &msgs), vec!["1|6"]);
-    let v = row(&mut r, "SELECT version()");
+    // One version everywhere, PostgreSQL's number first as drivers parse
+    // it (as they parse a distribution's `16.6 (Debian 16.6-1)`).
+    let status: Vec<&str> = of(b'S', &r.startup)
+        .into_iter()
+        .filter_map(|p| p.strip_prefix("server_version="))
+        .collect();
+    assert_eq!(status.len(), 1, "{:?}", r.startup);
+    let version = status[0].to_string();
+    let number = version.split(' ').next().unwrap();
+    assert_eq!(number, "16.6", "{version}");
     assert!(
-        v.starts_with("PostgreSQL 16") && v.contains("islands"),
-        "{v}"
+        version.starts_with("16.6 (islands ") && version.ends_with(')'),
+        "{version}"
     );
+    assert_eq!(row(&mut r, "SHOW server_version"), version);
+    assert_eq!(row(&mut r, "SHOW server_version_num"), "160006");
+    let v = row(&mut r, "SELECT version()");
+    assert!(v.starts_with(&format!("PostgreSQL {version} on ")), "{v}");
     assert_eq!(row(&mut r, "SHOW transaction_isolation"), "serializable");
     assert_eq!(
         row(&mut r, "SHOW TRANSACTION ISOLATION LEVEL"),
@@ -385,6 +353,60 @@ fn what_pools_and_drivers_send_on_their_own_is_answered() {
             .unwrap();
         let e = c.simple_query("SELECT * FROM echo($1, 1, 'a')").await.unwrap_err();
         assert_eq!(code(&e), "42P02");
+    });
+    server.shutdown().unwrap();
+}
+
+/// The body of a Describe or Close of statement `name`.
+fn statement_ref(name: &str) -> Vec<u8> {
+    let mut b = vec![b'S'];
+    b.extend_from_slice(name.as_bytes());
+    b.push(0);
+    b
+}
+
+#[test]
+fn select_of_placeholders_is_typed_as_postgresql_types_it_in_the_extended_protocol() {
+    let server = serve(deployment(), local()).unwrap();
+    let addr = server.local_addr();
+    let mut r = Raw::connect(addr);
+    // (statement, its parameter's type oid, a value, the answer, the
+    // column's type oid is the parameter's)
+    for (sql, oid, param, answer) in [
+        ("SELECT $1", "25", "hello", "hello"),
+        ("SELECT $1::int8", "20", "5", "5"),
+        ("SELECT $1 + 1", "20", "41", "42"),
+        ("SELECT 2.5 * $1", "701", "3", "7.5"),
+        ("SELECT $1 || '!'", "25", "hi", "hi!"),
+    ] {
+        r.send(b'P', &parse_msg("s", sql));
+        r.send(b'D', &statement_ref("s"));
+        r.send(b'B', &bind_msg("", "s", &[param]));
+        r.send(b'E', &execute_msg(""));
+        r.send(b'C', &statement_ref("s"));
+        r.send(b'S', b"");
+        let m = r.until_ready();
+        assert!(errors(&m).is_empty(), "{sql}: {m:?}");
+        assert_eq!(of(b't', &m), vec![oid], "{sql}: {m:?}");
+        assert_eq!(of(b'D', &m), vec![answer], "{sql}: {m:?}");
+    }
+    // Out of range: 22003, not a wrong answer.
+    r.send(b'P', &parse_msg("", "SELECT $1 + 1"));
+    r.send(b'B', &bind_msg("", "", &[&i64::MAX.to_string()]));
+    r.send(b'E', &execute_msg(""));
+    r.send(b'S', b"");
+    assert_eq!(errors(&r.until_ready()), vec!["22003"]);
+    // In a simple query, still 42P02.
+    assert_eq!(errors(&r.query("SELECT $1")), vec!["42P02"]);
+    // tokio-postgres prepares them and sends its parameters typed so.
+    runtime().block_on(async {
+        let c = connect(addr).await.unwrap();
+        let row = c.query_one("SELECT $1", &[&"x"]).await.unwrap();
+        assert_eq!(row.get::<_, &str>(0), "x");
+        let row = c.query_one("SELECT $1::int8", &[&7i64]).await.unwrap();
+        assert_eq!(row.get::<_, i64>(0), 7);
+        let row = c.query_one("SELECT $1 + 1", &[&41i64]).await.unwrap();
+        assert_eq!(row.get::<_, i64>(0), 42);
     });
     server.shutdown().unwrap();
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use islands::server::{serve, ServerOptions};
 use islands_workloads::served::Builtin;
 
+use super::raw::startup;
 use super::serve::{local, open, temp};
 
 fn on_path(tool: &str) -> bool {
@@ -220,15 +221,7 @@ fn send(s: &mut TcpStream, ty: u8, body: &[u8]) {
 fn wrong_scram_login(addr: SocketAddr, user: &str) -> Vec<(u8, Vec<u8>)> {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut body = 196608u32.to_be_bytes().to_vec();
-    for kv in ["user", user, "database", "islands"] {
-        body.extend_from_slice(kv.as_bytes());
-        body.push(0);
-    }
-    body.push(0);
-    let mut m = ((body.len() + 4) as u32).to_be_bytes().to_vec();
-    m.extend(body);
-    s.write_all(&m).unwrap();
+    s.write_all(&startup(196608, user)).unwrap();
     // AuthenticationSASL (R, code 10).
     let (ty, b) = read_message(&mut s).unwrap();
     assert_eq!((ty, &b[..4]), (b'R', &10u32.to_be_bytes()[..]));
@@ -313,12 +306,26 @@ fn psql_describes_tables_and_procedures() {
             t.name
         );
     }
+    // `\d` shows each column `SELECT *` shows, the key column `id` first,
+    // with psql's type names.
     let first = &catalog.tables()[0];
     let (ok, out, err) = psql(port, "disable", &format!("\\d {}", first.name));
     assert!(ok, "{err}");
-    for (column, _) in &first.columns {
-        assert!(out.contains(column.as_str()), "{column}: {out}");
-    }
+    let view = catalog.sql_view(0).unwrap();
+    let shown: Vec<&str> = out
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').collect();
+            view.columns()
+                .iter()
+                .any(|c| c.name == cells[0])
+                .then_some(cells[0])
+        })
+        .collect();
+    let names: Vec<&str> = view.columns().iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(shown, names, "{out}");
+    assert_eq!(names.first(), Some(&"id"));
+    assert!(out.contains("id|bigint||not null|"), "{out}");
     let (ok, out, err) = psql(port, "disable", "\\df");
     assert!(ok, "{err}");
     for p in catalog.procedures() {

@@ -251,6 +251,7 @@ fn scalar_type(s: &Scalar) -> PgType {
         Scalar::Value(Value::Int(_)) | Scalar::Func(Func::BackendPid) => PgType::INT8,
         Scalar::Value(Value::Float(_)) => PgType::FLOAT8,
         Scalar::Value(Value::Ints(_)) => PgType::INT8_ARRAY,
+        Scalar::Param(p) => pg_type(p.result),
         _ => PgType::TEXT,
     }
 }
@@ -336,9 +337,19 @@ fn project(proc: &str, mut all: Vec<(String, PgType)>, p: &Projection) -> PgWire
 }
 
 /// The type each placeholder stands for: the parameter it is passed as
-/// (an element of an `ARRAY[…]` is an int8); text for one not used.
+/// (an element of an `ARRAY[…]` is an int8), or as a constant's
+/// expression types it; text for one not used.
 fn param_types(sh: &Shared, stmt: &Stmt, proc: Option<usize>) -> Vec<PgType> {
     let mut out = vec![PgType::TEXT; stmt.params()];
+    if let Stmt::Select(cols) = stmt {
+        for (_, c) in cols {
+            if let Scalar::Param(p) = c {
+                for (o, t) in out.iter_mut().zip(&p.params) {
+                    *o = pg_type(*t);
+                }
+            }
+        }
+    }
     if let (Stmt::Call { args, .. }, Some(i)) = (stmt, proc) {
         for (arg, (_, t)) in args.iter().zip(sh.procs[i].params()) {
             match arg {
@@ -914,9 +925,20 @@ pub(crate) struct Handler {
     /// (taken out while one of its statements runs). Locked after
     /// `session` when both are, and only between awaits.
     block: Mutex<Option<Block>>,
+    /// The procedures (indexes) of the calls the open block ran: counted
+    /// in `SHOW stats` when the block ends, as it ends.
+    block_calls: Mutex<Vec<usize>>,
     /// Warnings for the client, sent before the next command tag (or
     /// ReadyForQuery).
     notices: Mutex<Vec<ErrorInfo>>,
+}
+
+/// How a transaction block ended, for the counts of its calls.
+#[derive(Clone, Copy)]
+enum BlockEnd<'a> {
+    Committed,
+    RolledBack,
+    Failed(&'a CallError),
 }
 
 /// `25P02`: the block failed; only its end is taken.
@@ -945,6 +967,7 @@ impl Handler {
             session: Mutex::new(Session::default()),
             in_pipeline: AtomicBool::new(false),
             block: Mutex::new(None),
+            block_calls: Mutex::new(Vec::new()),
             notices: Mutex::new(Vec::new()),
         }
     }
@@ -998,6 +1021,26 @@ impl Handler {
         *self.block.lock() = Some(b);
     }
 
+    /// Counts the calls the block ran, now that it ended: as committed
+    /// when it committed, as rolled back when it rolled back, and as its
+    /// commit failed when that failed.
+    fn count_block_calls(&self, ended: BlockEnd<'_>) {
+        let sh = &self.shared;
+        for i in self.block_calls.lock().drain(..) {
+            let c = &sh.counters[self.thread * sh.procs.len() + i];
+            match ended {
+                BlockEnd::Committed => &c.committed,
+                BlockEnd::RolledBack => &c.rollbacks,
+                BlockEnd::Failed(CallError::Serialization { .. }) => &c.serialization,
+                BlockEnd::Failed(CallError::Rollback { .. } | CallError::Canceled { .. }) => {
+                    &c.rollbacks
+                }
+                BlockEnd::Failed(_) => &c.errors,
+            }
+            .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// An error inside an open block: the block is rolled back at once
     /// (its locks released) and the status becomes `E`. Nothing outside a
     /// block, or in one already failed.
@@ -1010,6 +1053,7 @@ impl Handler {
             s.block = BlockStatus::Failed;
             self.block.lock().take()
         };
+        self.count_block_calls(BlockEnd::RolledBack);
         if let Some(b) = block {
             let _ = b.rollback().await;
         }
@@ -1035,6 +1079,7 @@ impl Handler {
             s.end_transaction();
             self.block.lock().take()
         };
+        self.count_block_calls(BlockEnd::RolledBack);
         if let Some(b) = block {
             let _ = b.rollback().await;
         }
@@ -1081,12 +1126,17 @@ impl Handler {
             (Stmt::Commit, BlockStatus::Open) => {
                 let (b, ended) = self.leave_block(store);
                 if let Some(b) = b {
-                    b.commit().await.map_err(call_error)?;
+                    if let Err(e) = b.commit().await {
+                        self.count_block_calls(BlockEnd::Failed(&e));
+                        return Err(call_error(e));
+                    }
                 }
+                self.count_block_calls(BlockEnd::Committed);
                 Ok(Answer::Done(Cow::Borrowed("COMMIT"), ended))
             }
             (Stmt::Commit | Stmt::Rollback, _) => {
                 let (b, ended) = self.leave_block(store);
+                self.count_block_calls(BlockEnd::RolledBack);
                 if let Some(b) = b {
                     b.rollback().await.map_err(call_error)?;
                 }
@@ -1290,7 +1340,7 @@ impl Handler {
                 let mut reports = Vec::new();
                 let mut row = Vec::with_capacity(cols.len());
                 for (_, s) in cols {
-                    row.push(self.scalar(s, pid, &mut reports)?);
+                    row.push(self.scalar(s, &params, pid, &mut reports)?);
                 }
                 rows(vec![row], "SELECT", reports)
             }
@@ -1347,22 +1397,26 @@ impl Handler {
                 let def = &sh.procs[i];
                 let values = bind_args(def, args, params)?;
                 let counters = &sh.counters[self.thread * sh.procs.len() + i];
-                let (r, timed_out) = match self.take_block()? {
+                let (r, timed_out, in_block) = match self.take_block()? {
                     Some(mut b) => {
                         let call = b.call(proc, values, Some(&self.cancel));
                         let (r, timed_out) = self.under_timeout(call).await;
                         self.put_block(b);
-                        (r, timed_out)
+                        (r, timed_out, true)
                     }
                     None => {
                         let call = sh.client.call_async_cancelable(proc, values, &self.cancel);
-                        self.under_timeout(call).await
+                        let (r, timed_out) = self.under_timeout(call).await;
+                        (r, timed_out, false)
                     }
                 };
                 let rows_out = match r {
+                    // A call inside a block is counted as the block ends.
+                    Ok(rows) if in_block => {
+                        self.block_calls.lock().push(i);
+                        rows
+                    }
                     Ok(rows) => {
-                        // A call inside a block is counted when it ran,
-                        // though it commits with the block.
                         counters.committed.fetch_add(1, Ordering::Relaxed);
                         rows
                     }
@@ -1433,24 +1487,19 @@ impl Handler {
     }
 
     /// One column of a constant `SELECT`.
-    fn scalar(&self, s: &Scalar, pid: i32, reports: &mut Vec<Report>) -> PgWireResult<Value> {
+    fn scalar(
+        &self,
+        s: &Scalar,
+        params: &[Value],
+        pid: i32,
+        reports: &mut Vec<Report>,
+    ) -> PgWireResult<Value> {
         let str = |s: String| Ok(Value::Str(s));
         match s {
             Scalar::Value(v) => Ok(v.clone()),
+            Scalar::Param(p) => p.eval(params).map_err(sql_error),
             Scalar::Func(f) => match f {
-                Func::Version => {
-                    let v = session::server_version();
-                    let number: String = v
-                        .chars()
-                        .take_while(|c| c.is_ascii_digit() || *c == '.')
-                        .collect();
-                    str(format!(
-                        "PostgreSQL {number} (islands {}) on {}-{}",
-                        env!("CARGO_PKG_VERSION"),
-                        std::env::consts::ARCH,
-                        std::env::consts::OS
-                    ))
-                }
+                Func::Version => str(session::version()),
                 Func::CurrentSetting(name) => {
                     str(self.session.lock().show(name).map_err(sql_error)?)
                 }
@@ -1574,15 +1623,10 @@ impl SimpleQueryHandler for Handler {
         self.cancel.clear();
         self.start_session(client);
         client.set_state(PgWireConnectionState::QueryInProgress);
-        let parsed = sql::parse(&query.query).map_err(sql_error).and_then(|v| {
-            match v.iter().map(Stmt::params).max() {
-                Some(n) if n > 0 => Err(user_error(
-                    "42P02",
-                    format!("there is no parameter ${n}: a simple query has no parameters"),
-                )),
-                _ => Ok(v),
-            }
-        });
+        // A syntax error anywhere runs none of the string; a statement
+        // refused (unsupported, `$n`) fails where it stands, once the
+        // statements PostgreSQL would keep before it have run.
+        let parsed = sql::parse_each(&query.query).map_err(sql_error);
         let (stmts, failed) = match parsed {
             Ok(v) => (v, false),
             Err(PgWireError::UserError(info)) => {
@@ -1594,6 +1638,19 @@ impl SimpleQueryHandler for Handler {
             }
             Err(e) => return Err(e),
         };
+        let stmts: Vec<Result<Stmt, SqlError>> = stmts
+            .into_iter()
+            .map(|s| match s {
+                Ok(s) if s.params() > 0 => Err(SqlError::new(
+                    "42P02",
+                    format!(
+                        "there is no parameter ${}: a simple query has no parameters",
+                        s.params()
+                    ),
+                )),
+                s => s,
+            })
+            .collect();
         if stmts.is_empty() && !failed {
             client
                 .feed(PgWireBackendMessage::EmptyQueryResponse(
@@ -1601,9 +1658,17 @@ impl SimpleQueryHandler for Handler {
                 ))
                 .await?;
         }
+        let in_block = self.session.lock().block != BlockStatus::Idle;
+        let runs = sql::runs_before_refusal(&stmts, in_block);
         let (pid, _) = client.pid_and_secret_key();
-        for stmt in stmts {
-            let answer = match prepare(&self.shared, stmt) {
+        for (stmt, run) in stmts.into_iter().zip(runs) {
+            if !run {
+                continue;
+            }
+            let answer = match stmt
+                .map_err(sql_error)
+                .and_then(|s| prepare(&self.shared, s))
+            {
                 Ok(p) => {
                     self.answer(&p, Vec::new(), None, client.portal_store(), pid)
                         .await

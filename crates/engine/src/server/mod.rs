@@ -64,16 +64,17 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::BytesMut;
 use crossbeam_utils::CachePadded;
-use futures::{FutureExt, SinkExt};
-use pgwire::api::auth::noop::NoopStartupHandler;
+use futures::{FutureExt, Sink, SinkExt};
 use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::{
-    AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
+    DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
 };
 use pgwire::api::store::PortalStore;
 use pgwire::api::{
-    ClientInfo, ClientPortalStore, DefaultClient, NoopHandler, PgWireConnectionState, DEFAULT_NAME,
+    ClientInfo, ClientPortalStore, DefaultClient, NoopHandler, PgWireConnectionState,
+    PidSecretKeyGenerator, RandomPidSecretKeyGenerator, DEFAULT_NAME,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::response::{GssEncResponse, SslResponse};
@@ -316,10 +317,36 @@ impl AuthSource for OnePassword {
     }
 }
 
-/// No authentication (loopback only).
-struct NoAuth;
+/// No authentication (loopback only): the startup message is answered
+/// with the server's parameters ([`session::parameters`]) and
+/// ReadyForQuery.
+struct NoAuth {
+    parameters: DefaultServerParameterProvider,
+    pids: RandomPidSecretKeyGenerator,
+}
 
-impl NoopStartupHandler for NoAuth {}
+#[async_trait]
+impl StartupHandler for NoAuth {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: std::fmt::Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if let PgWireFrontendMessage::Startup(ref startup) = message {
+            protocol_negotiation(client, startup).await?;
+            save_startup_parameters_to_metadata(client, startup);
+            let (pid, secret_key) = self.pids.generate(client);
+            client.set_pid_and_secret_key(pid, secret_key);
+            finish_authentication(client, &self.parameters).await?;
+        }
+        Ok(())
+    }
+}
 
 /// Starts serving `deployment` as `opts` say: binds the address (an error
 /// if it cannot), then returns while a server thread accepts connections.
@@ -554,17 +581,17 @@ enum Auth {
 impl Auth {
     fn new(opts: &ServerOptions) -> Auth {
         match &opts.password {
-            None => Auth::None(Arc::new(NoAuth)),
+            None => Auth::None(Arc::new(NoAuth {
+                parameters: session::parameters(),
+                pids: RandomPidSecretKeyGenerator::default(),
+            })),
             Some(pw) => {
                 let salt: Vec<u8> = (0..16).map(|_| rand::random::<u8>()).collect();
                 let salted = gen_salted_password(pw, &salt, SCRAM_ITERATIONS);
                 let mut auth = ScramAuth::new(Arc::new(OnePassword { salt, salted }));
                 auth.set_iterations(SCRAM_ITERATIONS);
                 Auth::Scram(Arc::new(
-                    SASLAuthStartupHandler::new(
-                        Arc::new(DefaultServerParameterProvider::default()),
-                    )
-                    .with_scram(auth),
+                    SASLAuthStartupHandler::new(Arc::new(session::parameters())).with_scram(auth),
                 ))
             }
         }

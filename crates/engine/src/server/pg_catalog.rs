@@ -17,7 +17,10 @@
 //! The catalog it describes: one database, schema `public` (oid 2200)
 //! holding each table (oid `TABLE_OID + i`, columns in order) and each
 //! procedure; the types the server speaks and their array types
-//! ([`TYPES`]). Tables are not shown with their primary keys.
+//! ([`TYPES`]). A table's columns are those of its SQL view, as `SELECT *`
+//! shows them, key columns among them; no primary key constraint is shown.
+
+use std::sync::Arc;
 
 use pgwire::api::Type as PgType;
 use sqlparser::ast::{
@@ -25,8 +28,8 @@ use sqlparser::ast::{
 };
 
 use super::sql::SqlError;
-use crate::api::{Catalog, Type, Value};
-use crate::storage::ColType;
+use crate::api::{Catalog, SqlSource, SqlTable, Type, Value};
+use crate::storage::schema::SqlType;
 
 /// Rows answered to a catalog query: the columns (name, type) and each
 /// row's values as text (`None`: NULL).
@@ -416,12 +419,14 @@ fn name_pattern<'t>(text: &'t str, column: &str) -> Option<&'t str> {
     literal_after(text, &format!("{column} operator(~)"))
 }
 
-fn col_format(t: ColType) -> String {
+/// psql's name of a column's SQL type (`format_type`).
+fn sql_format(t: SqlType) -> String {
     match t {
-        ColType::I32 => "integer".into(),
-        ColType::I64 | ColType::U64 => "bigint".into(),
-        ColType::F64 => "double precision".into(),
-        ColType::Str(n) => format!("character varying({n})"),
+        SqlType::Int4 => "integer".into(),
+        SqlType::Int8 => "bigint".into(),
+        SqlType::Float8 => "double precision".into(),
+        SqlType::Varchar(n) => format!("character varying({n})"),
+        SqlType::Timestamp => "timestamp without time zone".into(),
     }
 }
 
@@ -543,6 +548,12 @@ fn table_of(catalog: &Catalog, oid: u32) -> Option<&crate::storage::TableDef> {
         .get(usize::try_from(oid.checked_sub(TABLE_OID)?).ok()?)
 }
 
+/// The SQL view (the columns `SELECT *` shows) of the table of oid `oid`.
+fn view_of(catalog: &Catalog, oid: u32) -> Option<Arc<SqlTable>> {
+    let table = oid.checked_sub(TABLE_OID)?;
+    catalog.sql_view(table.try_into().ok()?)
+}
+
 /// psql's `\d NAME`, second query: the relation's kind and flags.
 fn psql_relation_details(
     text: &str,
@@ -585,33 +596,35 @@ fn psql_relation_details(
     ))
 }
 
-/// psql's `\d NAME`, third query: the relation's columns and their types.
+/// psql's `\d NAME`, third query: the relation's columns and their types,
+/// as `SELECT *` shows them (the key columns among them, not null).
 fn psql_columns(text: &str, names: &Option<Vec<String>>, catalog: &Catalog) -> Option<CatalogRows> {
     if !text.contains("from pg_attribute a where a.attrelid =") || !text.contains("a.attnum > 0") {
         return None;
     }
     let names = names.as_ref()?;
-    let table = oid_after(text, "a.attrelid =").and_then(|o| table_of(catalog, o));
-    let rows: Vec<RowFn<'_>> = table
-        .map(|t| {
-            t.columns
+    let view = oid_after(text, "a.attrelid =").and_then(|o| view_of(catalog, o));
+    let rows: Vec<RowFn<'_>> = view
+        .map(|v| {
+            v.columns()
                 .iter()
                 .enumerate()
-                .map(|(i, (name, ty))| {
-                    let (name, ty) = (name.clone(), *ty);
+                .map(|(i, c)| {
+                    let (name, ty) = (c.name.clone(), c.ty);
+                    let key = matches!(c.source, SqlSource::Key(_));
                     Box::new(move |col: &str| match col {
                         "attname" => val(name.clone()),
-                        "format_type" => val(col_format(ty)),
+                        "format_type" => val(sql_format(ty)),
                         "attnum" => val((i + 1).to_string()),
-                        "attnotnull" => val("f"),
+                        "attnotnull" => val(if key { "t" } else { "f" }),
                         "attidentity" | "attgenerated" | "attcompression" => val(""),
                         // \d+: fixed-size values are stored plain, strings extended.
                         "attstorage" => val(match ty {
-                            ColType::Str(_) => "x",
+                            SqlType::Varchar(_) => "x",
                             _ => "p",
                         }),
                         _ => None,
-                    }) as RowFn<'_>
+                    }) as RowFn<'static>
                 })
                 .collect()
         })

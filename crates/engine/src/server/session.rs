@@ -52,26 +52,52 @@ struct Known {
     about: &'static str,
 }
 
+/// The PostgreSQL version the server speaks as (major.minor): the one
+/// place it is written; `server_version`, `server_version_num` and
+/// `version()` follow from it.
+macro_rules! pg_version {
+    () => {
+        "16.6"
+    };
+}
+
+/// `server_version` as the login's ParameterStatus, `SHOW` and `version()`
+/// give it: PostgreSQL's number, then this server in parentheses, as a
+/// distribution's build says `16.6 (Debian 16.6-1)`; libpq, psycopg,
+/// asyncpg, pgx and pgjdbc read the number before the space.
+pub(crate) const SERVER_VERSION: &str =
+    concat!(pg_version!(), " (islands ", env!("CARGO_PKG_VERSION"), ")");
+
+/// The parameters a login reports (ParameterStatus): pgwire's defaults
+/// with [`SERVER_VERSION`].
+pub(crate) fn parameters() -> DefaultServerParameterProvider {
+    let mut p = DefaultServerParameterProvider::default();
+    p.server_version = SERVER_VERSION.to_string();
+    p
+}
+
 fn provider() -> &'static DefaultServerParameterProvider {
     static P: OnceLock<DefaultServerParameterProvider> = OnceLock::new();
-    P.get_or_init(DefaultServerParameterProvider::default)
+    P.get_or_init(parameters)
 }
 
-/// The server version the server reports at login (ParameterStatus).
-pub(crate) fn server_version() -> &'static str {
-    &provider().server_version
+/// `SELECT version()`: PostgreSQL's form, `PostgreSQL 16.6 (islands x.y.z)
+/// on ARCH-OS`.
+pub(crate) fn version() -> String {
+    format!(
+        "PostgreSQL {SERVER_VERSION} on {}-{}",
+        std::env::consts::ARCH,
+        std::env::consts::OS
+    )
 }
 
-/// PostgreSQL's `server_version_num` of [`server_version`]: 16.6 is 160006.
+/// PostgreSQL's `server_version_num`: 16.6 is 160006.
 fn server_version_num() -> String {
-    let v = server_version();
-    let mut parts = v
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|p| !p.is_empty())
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    let major = parts.next().unwrap_or(16);
-    let minor = parts.next().unwrap_or(0);
-    (major * 10_000 + minor).to_string()
+    let (major, minor) = pg_version!()
+        .split_once('.')
+        .unwrap_or((pg_version!(), "0"));
+    let number = |s: &str| s.parse::<u32>().unwrap_or(0);
+    (number(major) * 10_000 + number(minor)).to_string()
 }
 
 const KNOWN: &[Known] = &[
@@ -189,7 +215,7 @@ const KNOWN: &[Known] = &[
     },
     Known {
         name: "server_version",
-        default: || server_version().to_string(),
+        default: || SERVER_VERSION.to_string(),
         report: true,
         rule: Rule::ReadOnly,
         about: "the PostgreSQL version the server speaks as",
@@ -597,7 +623,12 @@ mod tests {
         assert_eq!(s.show("transaction_isolation").unwrap(), "serializable");
         assert_eq!(s.show("APPLICATION_NAME").unwrap(), "psql");
         assert_eq!(s.user(), "ann");
-        assert_eq!(s.show("server_version_num").unwrap().len(), 6);
+        assert_eq!(s.show("server_version_num").unwrap(), "160006");
+        // PostgreSQL's number first, as drivers parse it (asyncpg's regex
+        // takes digits, a dot, digits; libpq's sscanf "%d.%d").
+        let v = s.show("server_version").unwrap();
+        assert!(v.starts_with("16.6 (islands "), "{v}");
+        assert!(version().starts_with(&format!("PostgreSQL {v} on ")));
         assert_eq!(s.show("nope").unwrap_err().code, "42704");
         // A reported setting reports its change, once.
         assert_eq!(

@@ -103,6 +103,184 @@ pub enum Func {
 pub enum Scalar {
     Value(Value),
     Func(Func),
+    /// A constant over placeholders (the extended protocol's `SELECT $1`,
+    /// `SELECT $1::int8`, `SELECT $1 + 1`): evaluated when bound.
+    Param(ParamExpr),
+}
+
+/// A constant expression over placeholders, typed as PostgreSQL types
+/// it: a placeholder takes the type of its cast or of the other operand
+/// of its operator, and is `text` when nothing says (as PostgreSQL
+/// resolves an unknown); two unknown operands of arithmetic are integers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamExpr {
+    expr: Box<Expr>,
+    /// The type of each placeholder, `$1` first.
+    pub params: Vec<Type>,
+    /// The type of its value.
+    pub result: Type,
+}
+
+impl ParamExpr {
+    /// Types `e`, which holds a placeholder.
+    fn new(e: &Expr) -> Result<ParamExpr, SqlError> {
+        let mut params = Vec::new();
+        let result = infer(e, None, &mut params)?.unwrap_or(Type::Str);
+        Ok(ParamExpr {
+            expr: Box::new(e.clone()),
+            params: params.into_iter().map(|t| t.unwrap_or(Type::Str)).collect(),
+            result,
+        })
+    }
+
+    /// Its value with `params` bound (each decoded as its type says).
+    pub fn eval(&self, params: &[Value]) -> Result<Value, SqlError> {
+        eval(&self.expr, params)
+    }
+}
+
+/// Whether `e` holds a placeholder (in the forms a constant takes).
+fn has_param(e: &Expr) -> bool {
+    match e {
+        Expr::Value(v) => matches!(v.value, ast::Value::Placeholder(_)),
+        Expr::Nested(e) | Expr::UnaryOp { expr: e, .. } | Expr::Cast { expr: e, .. } => {
+            has_param(e)
+        }
+        Expr::BinaryOp { left, right, .. } => has_param(left) || has_param(right),
+        _ => false,
+    }
+}
+
+/// The type of `e` (`None`: unknown), typing each placeholder in it as
+/// `want` says where nothing else does.
+fn infer(
+    e: &Expr,
+    want: Option<Type>,
+    params: &mut Vec<Option<Type>>,
+) -> Result<Option<Type>, SqlError> {
+    use ast::BinaryOperator as B;
+    Ok(match e {
+        Expr::Value(v) => match &v.value {
+            ast::Value::Placeholder(_) => {
+                let Arg::Param(n) = literal(e)? else {
+                    return Err(syntax(format!("the placeholder {e}")));
+                };
+                if params.len() < n {
+                    params.resize(n, None);
+                }
+                if params[n - 1].is_none() {
+                    params[n - 1] = want;
+                }
+                params[n - 1]
+            }
+            _ => match literal(e)? {
+                Arg::Lit(Value::Int(_)) => Some(Type::Int),
+                Arg::Lit(Value::Float(_)) => Some(Type::Float),
+                _ => None,
+            },
+        },
+        Expr::Nested(e) => infer(e, want, params)?,
+        Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus | ast::UnaryOperator::Plus,
+            expr,
+        } => infer(expr, want.or(Some(Type::Int)), params)?,
+        Expr::Cast {
+            expr, data_type, ..
+        } => {
+            let name = data_type.to_string();
+            let t = match cast_to(&name) {
+                Some(CastTo::Int(_) | CastTo::Bool) => Type::Int,
+                Some(CastTo::Float) => Type::Float,
+                Some(CastTo::Text) => Type::Str,
+                Some(CastTo::Ints) => Type::Ints,
+                None => {
+                    return Err(unsupported(format!(
+                        "a cast to {name}: this server casts to integers, floats, text, bool and int8[]"
+                    )))
+                }
+            };
+            infer(expr, Some(t), params)?;
+            Some(t)
+        }
+        Expr::BinaryOp {
+            left,
+            op: B::StringConcat,
+            right,
+        } => {
+            infer(left, Some(Type::Str), params)?;
+            infer(right, Some(Type::Str), params)?;
+            Some(Type::Str)
+        }
+        Expr::BinaryOp { left, op, right }
+            if matches!(op, B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo) =>
+        {
+            let l = infer(left, None, params)?;
+            let r = infer(right, l, params)?;
+            let both = l.or(r).unwrap_or(Type::Int);
+            let l = infer(left, Some(both), params)?;
+            let r = infer(right, Some(both), params)?;
+            match (l, r) {
+                (Some(Type::Float), _) | (_, Some(Type::Float)) => Some(Type::Float),
+                (Some(Type::Int), Some(Type::Int)) => Some(Type::Int),
+                (l, r) => {
+                    return Err(SqlError::new(
+                        "42883",
+                        format!(
+                            "operator does not exist: {} {op} {}",
+                            operand_type(l),
+                            operand_type(r)
+                        ),
+                    ))
+                }
+            }
+        }
+        e => {
+            return Err(unsupported(format!(
+                "{e} in a SELECT of constants with placeholders (this server answers \
+                 placeholders, casts, arithmetic and ||)"
+            )))
+        }
+    })
+}
+
+/// PostgreSQL's name of an operand's type (`unknown`: not known).
+fn operand_type(t: Option<Type>) -> &'static str {
+    t.map_or("unknown", type_name)
+}
+
+/// The value of a constant expression with its placeholders bound.
+fn eval(e: &Expr, params: &[Value]) -> Result<Value, SqlError> {
+    match e {
+        Expr::Nested(e) => eval(e, params),
+        Expr::BinaryOp { left, op, right } => {
+            let (l, r) = (eval(left, params)?, eval(right, params)?);
+            binary(l, op, r)
+        }
+        Expr::Cast {
+            expr, data_type, ..
+        } => match cast(Arg::Lit(eval(expr, params)?), &data_type.to_string())? {
+            Arg::Lit(v) => Ok(v),
+            a => Err(unsupported(format!("the cast of {a:?}"))),
+        },
+        Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus,
+            expr,
+        } => match negate(Arg::Lit(eval(expr, params)?))? {
+            Arg::Lit(v) => Ok(v),
+            a => Err(unsupported(format!("the negation of {a:?}"))),
+        },
+        Expr::UnaryOp {
+            op: ast::UnaryOperator::Plus,
+            expr,
+        } => eval(expr, params),
+        e => match literal(e)? {
+            Arg::Param(n) => params
+                .get(n - 1)
+                .cloned()
+                .ok_or_else(|| SqlError::new("08P01", format!("there is no parameter ${n}"))),
+            _ => constant(e),
+        },
+    }
 }
 
 /// One parsed statement.
@@ -168,6 +346,14 @@ impl Stmt {
         }
         match self {
             Stmt::Call { args, .. } => max(args),
+            Stmt::Select(cols) => cols
+                .iter()
+                .map(|(_, c)| match c {
+                    Scalar::Param(p) => p.params.len(),
+                    _ => 0,
+                })
+                .max()
+                .unwrap_or(0),
             _ => 0,
         }
     }
@@ -428,8 +614,68 @@ fn parser_error(e: ParserError) -> SqlError {
     }
 }
 
+/// Parses a simple query's string as PostgreSQL does before running any
+/// of it: a syntax error anywhere (`42601`, or a bound: `54000`, `54001`)
+/// is the whole string's error; a statement that parses but is refused
+/// (`0A000`, …) is kept as its error, in its place, for the caller to
+/// answer when the statements before it have run.
+pub fn parse_each(sql: &str) -> Result<Vec<Result<Stmt, SqlError>>, SqlError> {
+    if let Some(v) = fast::parse(sql) {
+        return Ok(v.into_iter().map(Ok).collect());
+    }
+    let mut out = Vec::new();
+    for text in split(sql)? {
+        let (stmt, catalog) = parse_ast(text)?;
+        match convert(stmt, text, catalog) {
+            Err(e) if e.code == "42601" => return Err(e),
+            r => out.push(r),
+        }
+    }
+    Ok(out)
+}
+
+/// Which statements of a simple query's string run, given the first one
+/// refused ([`parse_each`]), so that what stays is what PostgreSQL would
+/// keep: PostgreSQL runs the statements before a refusal and then rolls
+/// back the transaction open at it. Statements settled before it (up to a
+/// `COMMIT` or `ROLLBACK`) run. Of the transaction open at the refusal,
+/// the statements of an explicit block (opened by a `BEGIN` in the string
+/// or before it, `in_block`) run, and the refusal then fails the block; the
+/// statements of PostgreSQL's implicit transaction (since the last
+/// `COMMIT`/`ROLLBACK`, before any `BEGIN`), which here would each commit
+/// on their own, do not run. Every statement runs when none is refused.
+pub fn runs_before_refusal(stmts: &[Result<Stmt, SqlError>], in_block: bool) -> Vec<bool> {
+    let mut run = vec![true; stmts.len()];
+    let Some(refused) = stmts.iter().position(Result::is_err) else {
+        return run;
+    };
+    let mut open_from = 0;
+    let mut block_from = in_block.then_some(0);
+    for (i, s) in stmts[..refused].iter().enumerate() {
+        match s {
+            Ok(Stmt::Begin) if block_from.is_none() => block_from = Some(i),
+            Ok(Stmt::Commit | Stmt::Rollback) => {
+                block_from = None;
+                open_from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    for r in &mut run[open_from..block_from.unwrap_or(refused).max(open_from)] {
+        *r = false;
+    }
+    run
+}
+
 /// Parses one statement's text (no `;` outside quotes) with sqlparser.
 pub fn parse_statement(text: &str) -> Result<Stmt, SqlError> {
+    let (stmt, catalog) = parse_ast(text)?;
+    convert(stmt, text, catalog)
+}
+
+/// Parses one statement's text into sqlparser's tree, within the bounds,
+/// and says whether it names a catalog relation.
+fn parse_ast(text: &str) -> Result<(ast::Statement, bool), SqlError> {
     let dialect = PostgreSqlDialect {};
     let tokens = Tokenizer::new(&dialect, text)
         .with_unescape(true)
@@ -464,7 +710,7 @@ pub fn parse_statement(text: &str) -> Result<Stmt, SqlError> {
             next.token, next.span.start.line, next.span.start.column
         )));
     }
-    convert(stmt, text, catalog)
+    Ok((stmt, catalog))
 }
 
 /// Whether a token may join two expressions (an operator, `AND`, `OR`).
@@ -1268,6 +1514,9 @@ fn scalar(e: &Expr) -> Result<(String, Scalar), SqlError> {
         Expr::Cast { data_type, .. } => data_type.to_string().to_lowercase(),
         _ => "?column?".to_string(),
     };
+    if has_param(e) {
+        return Ok((name, Scalar::Param(ParamExpr::new(e)?)));
+    }
     Ok((name, Scalar::Value(constant(e)?)))
 }
 
@@ -1925,6 +2174,86 @@ mod tests {
             parse("SELECT * FROM f(1) WHERE a = 1").unwrap_err().code,
             "0A000"
         );
+    }
+
+    #[test]
+    fn a_syntax_error_fails_the_whole_string_and_a_refusal_fails_where_it_stands() {
+        // A syntax error anywhere: nothing of the string is kept.
+        assert_eq!(parse_each("BEGIN; SELEC 1").unwrap_err().code, "42601");
+        // A refusal is kept in its place.
+        let v = parse_each("BEGIN; SAVEPOINT a; SELECT 1").unwrap();
+        assert_eq!(v.len(), 3);
+        assert_eq!(v[0], Ok(Stmt::Begin));
+        assert_eq!(v[1].as_ref().unwrap_err().code, "0A000");
+        let runs =
+            |sql: &str, in_block: bool| runs_before_refusal(&parse_each(sql).unwrap(), in_block);
+        // In a block (opened in the string or before it), the statements
+        // before the refusal run: the refusal then fails the block.
+        assert_eq!(runs("BEGIN; SAVEPOINT a", false), [true, true]);
+        assert_eq!(runs("SELECT 1; SAVEPOINT a", true), [true, true]);
+        // PostgreSQL's implicit transaction rolls back what came before
+        // the refusal since the last COMMIT or ROLLBACK: it does not run.
+        assert_eq!(runs("SELECT 1; SAVEPOINT a", false), [false, true]);
+        assert_eq!(
+            runs("SELECT 1; COMMIT; SELECT 2; SAVEPOINT a", false),
+            [true, true, false, true]
+        );
+        assert_eq!(
+            runs("SELECT 1; BEGIN; SELECT 2; SAVEPOINT a", false),
+            [false, true, true, true]
+        );
+        assert_eq!(
+            runs("BEGIN; SELECT 1; ROLLBACK; SELECT 2; SAVEPOINT a", false),
+            [true, true, true, false, true]
+        );
+        // Nothing refused: everything runs.
+        assert_eq!(runs("SELECT 1; SELECT 2", false), [true, true]);
+    }
+
+    #[test]
+    fn constants_over_placeholders_type_as_postgresql_types_them() {
+        let one = |sql: &str| match parse(sql).unwrap().pop() {
+            Some(Stmt::Select(mut cols)) => match cols.pop() {
+                Some((name, Scalar::Param(p))) => (name, p),
+                c => panic!("{sql}: {c:?}"),
+            },
+            s => panic!("{sql}: {s:?}"),
+        };
+        let (name, p) = one("SELECT $1");
+        assert_eq!(
+            (name.as_str(), &p.params[..], p.result),
+            ("?column?", &[Type::Str][..], Type::Str)
+        );
+        assert_eq!(
+            p.eval(&[Value::Str("x".into())]).unwrap(),
+            Value::Str("x".into())
+        );
+        let (name, p) = one("SELECT $1::int8");
+        assert_eq!(
+            (name.as_str(), &p.params[..], p.result),
+            ("int8", &[Type::Int][..], Type::Int)
+        );
+        assert_eq!(p.eval(&[Value::Int(7)]).unwrap(), Value::Int(7));
+        let (_, p) = one("SELECT $1 + 1");
+        assert_eq!((&p.params[..], p.result), (&[Type::Int][..], Type::Int));
+        assert_eq!(p.eval(&[Value::Int(41)]).unwrap(), Value::Int(42));
+        assert_eq!(p.eval(&[Value::Int(i64::MAX)]).unwrap_err().code, "22003");
+        let (_, p) = one("SELECT 1.5 * $1");
+        assert_eq!((&p.params[..], p.result), (&[Type::Float][..], Type::Float));
+        let (_, p) = one("SELECT $1 || 'a'");
+        assert_eq!((&p.params[..], p.result), (&[Type::Str][..], Type::Str));
+        let (_, p) = one("SELECT $2::int4 - $1");
+        assert_eq!(
+            (&p.params[..], p.result),
+            (&[Type::Int, Type::Int][..], Type::Int)
+        );
+        assert_eq!(
+            p.eval(&[Value::Int(1), Value::Int(3)]).unwrap(),
+            Value::Int(2)
+        );
+        assert_eq!(parse("SELECT 1, $3").unwrap()[0].params(), 3);
+        // Outside the forms a constant takes: refused, naming it.
+        assert_eq!(parse("SELECT $1 = 1").unwrap_err().code, "0A000");
     }
 
     #[test]

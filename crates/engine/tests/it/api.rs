@@ -10,14 +10,15 @@ use islands::api::{
     CallError, CallFuture, CancelFlag, Catalog, Client, Deployment, Options, Partition, ProcDef,
     Type, Value,
 };
-use islands::deploy::{DeploySpec, Islands};
 use islands::proc::rng::FastRng;
 use islands::proc::{Outcome, Workload};
 use islands::storage::{Col, ColType, PrimaryKind, SecondaryId, TableDef, TableId};
 use islands::txn::Txn;
 use islands::Abort;
 
-use crate::common::temp_dir;
+use crate::common::{
+    load_site_accounts, site_accounts, site_options as spec, temp_dir, BAL, INITIAL, PER_SITE,
+};
 
 const ACCOUNTS: TableId = 0;
 const RECEIPTS: TableId = 1;
@@ -26,25 +27,13 @@ const RECEIPTS: TableId = 1;
 fn receipt_key(from: u64, id: u64) -> u64 {
     (from / PER_SITE) << 32 | id
 }
-const BAL: Col = Col(0);
-const PER_SITE: u64 = 100;
-const INITIAL: i64 = 1000;
 
 /// The bank: accounts spread over the sites (100 per site), a transfer
 /// homed at its source account, an audit that sums every account, a
 /// balance lookup, and procedures that misbehave on purpose.
 fn bank() -> Catalog {
     let mut c = Catalog::new();
-    let t = c.table(
-        TableDef::new(
-            "accounts",
-            &[("balance", ColType::I64)],
-            1 << 14,
-            PrimaryKind::Ordered,
-        ),
-        Partition::BySite(|k| (k / PER_SITE) as u32),
-    );
-    assert_eq!(t, ACCOUNTS);
+    assert_eq!(site_accounts(&mut c, 1 << 14), ACCOUNTS);
     let r = c.table(
         TableDef::new(
             "receipts",
@@ -236,26 +225,8 @@ async fn deposit(tx: &mut Txn, key: u64, amount: i64) -> Result<(), Abort> {
     Ok(())
 }
 
-fn spec(islands: u32, durability: &str, dir: Option<&std::path::Path>) -> Options {
-    let mut s = DeploySpec::new(Islands::Count(islands));
-    s.durability = durability.into();
-    s.sites = Some(4);
-    if let Some(d) = dir {
-        s.log_dir = d.to_path_buf();
-    }
-    let mut o = Options::new(s);
-    // Tests run side by side on a small machine: no pinning.
-    o.pin = false;
-    o
-}
-
 fn load_accounts(load: &mut islands::api::Load<'_>) -> Result<(), islands::Error> {
-    for site in load.sites() {
-        for k in site as u64 * PER_SITE..(site as u64 + 1) * PER_SITE {
-            load.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL))?;
-        }
-    }
-    Ok(())
+    load_site_accounts(load, ACCOUNTS)
 }
 
 fn open(o: Options) -> Deployment {

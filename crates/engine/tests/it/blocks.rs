@@ -15,36 +15,25 @@ use islands::api::{
     Block, CallError, CancelFlag, Catalog, Client, Deployment, Options, Partition, ProcDef,
     ProcFuture, Row, Statement, Type, Value,
 };
-use islands::deploy::{DeploySpec, Islands};
 use islands::proc::rng::FastRng;
 use islands::storage::{Col, ColType, PrimaryKind, TableDef, TableId};
 use islands::txn::Txn;
 use islands::Abort;
 
-use crate::common::temp_dir;
+use crate::common::{
+    load_site_accounts, site_accounts, site_options as spec, temp_dir, BAL, INITIAL, PER_SITE,
+    SITES,
+};
 
 const ACCOUNTS: TableId = 0;
 const MARKS: TableId = 1;
-const BAL: Col = Col(0);
-const PER_SITE: u64 = 100;
-const SITES: u64 = 4;
 const N: u64 = SITES * PER_SITE;
-const INITIAL: i64 = 1000;
 
 /// Accounts spread over the sites (100 per site), and marks that blocks
 /// insert (a mark's site is its key's low two bits).
 fn catalog() -> Catalog {
     let mut c = Catalog::new();
-    let t = c.table(
-        TableDef::new(
-            "accounts",
-            &[("balance", ColType::I64)],
-            1 << 12,
-            PrimaryKind::Ordered,
-        ),
-        Partition::BySite(|k| (k / PER_SITE) as u32),
-    );
-    assert_eq!(t, ACCOUNTS);
+    assert_eq!(site_accounts(&mut c, 1 << 12), ACCOUNTS);
     let m = c.table(
         TableDef::new(
             "marks",
@@ -180,28 +169,8 @@ impl Statement for Refuse {
     }
 }
 
-fn spec(islands: u32, durability: &str, dir: Option<&std::path::Path>) -> Options {
-    let mut s = DeploySpec::new(Islands::Count(islands));
-    s.durability = durability.into();
-    s.sites = Some(SITES as u32);
-    if let Some(d) = dir {
-        s.log_dir = d.to_path_buf();
-    }
-    let mut o = Options::new(s);
-    o.pin = false;
-    o
-}
-
 fn open(o: Options) -> Deployment {
-    Deployment::open(o, catalog(), |load| {
-        for site in load.sites() {
-            for k in site as u64 * PER_SITE..(site as u64 + 1) * PER_SITE {
-                load.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL))?;
-            }
-        }
-        Ok(())
-    })
-    .unwrap()
+    Deployment::open(o, catalog(), |load| load_site_accounts(load, ACCOUNTS)).unwrap()
 }
 
 /// Runs a future to its end on this thread.

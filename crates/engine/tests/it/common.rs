@@ -1,8 +1,10 @@
 //! Helpers shared by the integration tests.
 
+use islands::api::{Catalog, Load, Options, Partition};
 use islands::cc::CcKind;
+use islands::deploy::{DeploySpec, Islands};
 use islands::island::{Island, IslandConfig};
-use islands::storage::{Col, ColType, PrimaryKind, TableDef};
+use islands::storage::{Col, ColType, PrimaryKind, TableDef, TableId};
 
 pub const ALL_CC: [CcKind; 4] = [CcKind::None, CcKind::NoWait, CcKind::WaitDie, CcKind::Occ];
 
@@ -42,4 +44,49 @@ pub fn temp_dir(tag: &str) -> std::path::PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// The site-spread bank of the deployment tests (`api`, `blocks`): its
+/// accounts are spread over [`SITES`] sites, [`PER_SITE`] a site, each
+/// opened with [`INITIAL`] in its balance column [`BAL`].
+pub const SITES: u64 = 4;
+pub const PER_SITE: u64 = 100;
+pub const INITIAL: i64 = 1000;
+pub const BAL: Col = Col(0);
+
+/// Adds the site-spread accounts table (`capacity` rows) to `c`.
+pub fn site_accounts(c: &mut Catalog, capacity: u64) -> TableId {
+    c.table(
+        TableDef::new(
+            "accounts",
+            &[("balance", ColType::I64)],
+            capacity,
+            PrimaryKind::Ordered,
+        ),
+        Partition::BySite(|k| (k / PER_SITE) as u32),
+    )
+}
+
+/// Loads the accounts of table `accounts` each site holds.
+pub fn load_site_accounts(load: &mut Load<'_>, accounts: TableId) -> Result<(), islands::Error> {
+    for site in load.sites() {
+        for k in site as u64 * PER_SITE..(site as u64 + 1) * PER_SITE {
+            load.put(accounts, k, |r| r.set_i64(BAL, INITIAL))?;
+        }
+    }
+    Ok(())
+}
+
+/// Options of `islands` islands over the [`SITES`] sites, unpinned (tests
+/// run side by side on a small machine), logging to `dir` if given.
+pub fn site_options(islands: u32, durability: &str, dir: Option<&std::path::Path>) -> Options {
+    let mut s = DeploySpec::new(Islands::Count(islands));
+    s.durability = durability.into();
+    s.sites = Some(SITES as u32);
+    if let Some(d) = dir {
+        s.log_dir = d.to_path_buf();
+    }
+    let mut o = Options::new(s);
+    o.pin = false;
+    o
 }

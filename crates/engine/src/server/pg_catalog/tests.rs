@@ -8,24 +8,34 @@ use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 
 use super::*;
-use crate::api::{Catalog, Partition, ProcDef, Type, Value};
+use crate::api::{Catalog, Partition, ProcDef, SqlTable, Type, Value};
+use crate::storage::schema::SqlType;
 use crate::storage::{ColType, PrimaryKind, TableDef};
 
 fn catalog() -> Catalog {
     let mut c = Catalog::new();
-    c.table(
+    let accounts = c.table(
         TableDef::new(
             "accounts",
-            &[("id", ColType::I64), ("balance", ColType::I64)],
+            &[("balance", ColType::I64)],
             1000,
             PrimaryKind::Hash,
         ),
         Partition::Range { keys: 1000 },
     );
+    // As bank's: the key shows as column `id`.
+    c.sql(
+        accounts,
+        SqlTable::new()
+            .key_column("id", SqlType::Int8, 0, 63)
+            .column("balance", SqlType::Int8, "balance"),
+    )
+    .unwrap();
+    // No view given: the key shows as column `key`.
     c.table(
         TableDef::new(
             "history",
-            &[("id", ColType::I64), ("note", ColType::Str(20))],
+            &[("note", ColType::Str(20))],
             1000,
             PrimaryKind::Ordered,
         ),
@@ -131,13 +141,18 @@ fn psql_d_name_finds_the_table_and_describes_its_columns() {
     let r = rows_of(include_str!("captured/psql15_d_accounts_3.sql"));
     assert_eq!(r.columns.len(), 7, "{:?}", col_names(&r));
     assert_eq!(r.rows.len(), 2);
+    // The key column first, as `SELECT *` shows it, and not null.
     assert_eq!(r.rows[0][0].as_deref(), Some("id"));
     assert_eq!(r.rows[0][1].as_deref(), Some("bigint"));
+    assert_eq!(cell(&r, 0, "attnotnull").as_deref(), Some("t"));
     assert_eq!(r.rows[1][0].as_deref(), Some("balance"));
-    assert_eq!(cell(&r, 0, "attnotnull").as_deref(), Some("f"));
-    // The second table's columns, by its oid.
+    assert_eq!(cell(&r, 1, "attnotnull").as_deref(), Some("f"));
+    // The second table's columns, by its oid: its default view's key first.
     let second = include_str!("captured/psql15_d_accounts_3.sql").replace("'16384'", "'16385'");
     let r = rows_of(&second);
+    assert_eq!(r.rows.len(), 2);
+    assert_eq!(r.rows[0][0].as_deref(), Some("key"));
+    assert_eq!(r.rows[1][0].as_deref(), Some("note"));
     assert_eq!(r.rows[1][1].as_deref(), Some("character varying(20)"));
     // \d+ asks for storage and more: plain for integers, extended for strings.
     let r = rows_of(include_str!("captured/psql15_d_plus_accounts_3.sql"));
