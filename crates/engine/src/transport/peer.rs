@@ -16,6 +16,10 @@ pub enum PeerState {
     Up,
     /// Was up, lost; reconnecting or waiting for the peer.
     Down,
+    /// Broken for good: the peer wrote something out of range into a
+    /// shared ring; nothing more is read from it or sent on it
+    /// ([`PeerStats::error`] says what).
+    Broken,
 }
 
 /// A snapshot of one peer's connection.
@@ -28,20 +32,24 @@ pub struct PeerStats {
     pub bytes_out: u64,
     pub batches_in: u64,
     pub batches_out: u64,
-    /// Batches for this peer dropped: its send queue was full while it was
-    /// not up, a write failed under them, or they were queued for an
-    /// incarnation that is gone.
+    /// Batches for this peer dropped: (`uds`) its send queue was full while
+    /// it was not up, a write failed under them, or they were queued for an
+    /// incarnation that is gone; (`shm`) too large for the ring, or the ring
+    /// broken.
     pub dropped: u64,
     /// Connections established after the first.
     pub reconnects: u64,
     /// Handshakes refused (either side's verdict), and connections closed
     /// because a frame broke the stream's rules (bad header, checksum,
-    /// foreign worker, destination not local).
+    /// foreign worker, destination not local); for `shm`, ring records
+    /// refused (a worker the peer does not have, a destination not ours).
     pub refusals: u64,
     /// When a batch or a heartbeat last came from the peer.
     pub last_heard: Option<Instant>,
     /// The peer's incarnation, from its last handshake (0: none yet).
     pub incarnation: u64,
+    /// Why the link broke for good, if it did ([`PeerState::Broken`]).
+    pub error: Option<String>,
 }
 
 /// The live counters behind a [`PeerStats`].
@@ -84,7 +92,8 @@ impl PeerCounters {
         match self.state.load(Ordering::Acquire) {
             0 => PeerState::Connecting,
             1 => PeerState::Up,
-            _ => PeerState::Down,
+            2 => PeerState::Down,
+            _ => PeerState::Broken,
         }
     }
 
@@ -93,6 +102,7 @@ impl PeerCounters {
             PeerState::Connecting => 0,
             PeerState::Up => 1,
             PeerState::Down => 2,
+            PeerState::Broken => 3,
         };
         self.state.store(v, Ordering::Release);
     }
@@ -129,6 +139,7 @@ impl PeerCounters {
             refusals: get(&self.refusals),
             last_heard: (heard > 0).then(|| self.epoch + Duration::from_nanos(heard - 1)),
             incarnation: get(&self.incarnation),
+            error: None,
         }
     }
 }

@@ -48,34 +48,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// Whether a peer's link works.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum PeerState {
-    Up,
-    /// A ring broke (the peer wrote something out of range); nothing more
-    /// is read from it or sent on it.
-    Broken,
-}
-
-/// What crossed one peer's link (the minimal form of the per-peer counters
-/// of every transport).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct PeerStats {
-    pub island: IslandId,
-    pub state: PeerState,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    pub batches_in: u64,
-    pub batches_out: u64,
-    /// Batches for this peer dropped: too large for the ring, or the ring
-    /// broken.
-    pub dropped: u64,
-    /// Records refused: a worker the peer does not have, or a destination
-    /// that is not one of ours.
-    pub refusals: u64,
-    /// Why the link broke, if it did.
-    pub error: Option<String>,
-}
+pub use super::peer::{PeerState, PeerStats};
 
 /// The sending side toward one peer, with its counters (kept under the
 /// lock the push takes anyway: no extra atomic operation per batch).
@@ -293,7 +266,10 @@ impl Shm {
                     batches_in: rx.batches,
                     batches_out: tx.batches,
                     dropped: tx.dropped,
+                    reconnects: 0,
                     refusals: rx.refusals,
+                    last_heard: None,
+                    incarnation: 0,
                     error: error.map(|e| e.to_string()),
                 }
             })
