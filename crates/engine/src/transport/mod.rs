@@ -291,11 +291,39 @@ impl Outbox {
 /// A bounded queue of (sender, batch).
 type Mailbox = ArrayQueue<(Endpoint, Vec<u8>)>;
 
+/// Batch buffers shared by a transport's senders and receivers: a
+/// consumed batch's buffer comes back here and leaves again as a new batch,
+/// so steady traffic allocates nothing. Bounded: past its capacity a
+/// returned buffer is freed.
+pub struct BufferPool(ArrayQueue<Vec<u8>>);
+
+impl BufferPool {
+    /// Room for `endpoints * depth` buffers, clamped to 16..=65,536.
+    pub fn new(endpoints: usize, depth: usize) -> BufferPool {
+        BufferPool(ArrayQueue::new(
+            endpoints.saturating_mul(depth).clamp(16, 1 << 16),
+        ))
+    }
+
+    /// An empty buffer: a recycled one, or a new one of 4 KiB.
+    #[inline]
+    pub fn take(&self) -> Vec<u8> {
+        self.0.pop().unwrap_or_else(|| Vec::with_capacity(4096))
+    }
+
+    /// Gives `buf` back, emptied.
+    #[inline]
+    pub fn give(&self, mut buf: Vec<u8>) {
+        buf.clear();
+        let _ = self.0.push(buf);
+    }
+}
+
 /// Islands as thread groups of one process: one bounded lock-free mailbox per
 /// endpoint and a shared pool of batch buffers.
 pub struct InProc {
     mailboxes: Vec<CachePadded<Inbox>>,
-    pool: ArrayQueue<Vec<u8>>,
+    pool: BufferPool,
 }
 
 /// A mailbox and, in tests, the count of batches delivered to it (the count
@@ -322,7 +350,7 @@ impl InProc {
                     })
                 })
                 .collect(),
-            pool: ArrayQueue::new((endpoints * depth).clamp(16, 1 << 16)),
+            pool: BufferPool::new(endpoints, depth),
         }
     }
 
@@ -358,13 +386,12 @@ impl Transport for InProc {
 
     #[inline]
     fn buffer(&self) -> Vec<u8> {
-        self.pool.pop().unwrap_or_else(|| Vec::with_capacity(4096))
+        self.pool.take()
     }
 
     #[inline]
-    fn recycle(&self, mut buf: Vec<u8>) {
-        buf.clear();
-        let _ = self.pool.push(buf);
+    fn recycle(&self, buf: Vec<u8>) {
+        self.pool.give(buf);
     }
 
     fn endpoints(&self) -> usize {

@@ -37,7 +37,7 @@ pub use segment::{
     SHM_DIR, SHM_VERSION,
 };
 
-use super::{Bell, Endpoint, Full, Layout, Transport};
+use super::{Bell, BufferPool, Endpoint, Full, Layout, Transport};
 use crate::route::IslandId;
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
@@ -99,7 +99,7 @@ pub struct Shm {
     mailboxes: Vec<CachePadded<Mailbox>>,
     /// Per island; set once by [`Shm::connect`].
     peers: Vec<OnceLock<Peer>>,
-    pool: ArrayQueue<Vec<u8>>,
+    pool: BufferPool,
     /// Batches for an endpoint outside the layout or of an island not
     /// connected: dropped (the engine tolerates loss) and counted.
     unroutable: CachePadded<AtomicU64>,
@@ -153,7 +153,7 @@ impl Shm {
                 .map(|_| CachePadded::new(ArrayQueue::new(depth)))
                 .collect(),
             peers: (0..layout.islands()).map(|_| OnceLock::new()).collect(),
-            pool: ArrayQueue::new((workers as usize * depth).clamp(16, 1 << 16)),
+            pool: BufferPool::new(workers as usize, depth),
             unroutable: CachePadded::new(AtomicU64::new(0)),
             stray: Bell::new(),
             local,
@@ -417,13 +417,12 @@ impl Transport for Shm {
 
     #[inline]
     fn buffer(&self) -> Vec<u8> {
-        self.pool.pop().unwrap_or_else(|| Vec::with_capacity(4096))
+        self.pool.take()
     }
 
     #[inline]
-    fn recycle(&self, mut buf: Vec<u8>) {
-        buf.clear();
-        let _ = self.pool.push(buf);
+    fn recycle(&self, buf: Vec<u8>) {
+        self.pool.give(buf);
     }
 
     fn endpoints(&self) -> usize {

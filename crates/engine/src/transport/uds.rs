@@ -29,6 +29,7 @@ use super::handshake::{self, Expect, Hello, Refused, Secret};
 use super::layout::Layout;
 use super::peer::{PeerCounters, PeerState, PeerStats};
 use super::stream::{self, Decoder, StreamError, FLAG_HEARTBEAT, HEADER};
+use super::BufferPool;
 use super::{Bell, Endpoint, Full, Transport};
 use crate::route::IslandId;
 use crossbeam_queue::ArrayQueue;
@@ -122,7 +123,7 @@ struct Shared {
     /// First local endpoint.
     first: u32,
     inboxes: Vec<CachePadded<Inbox>>,
-    pool: ArrayQueue<Vec<u8>>,
+    pool: BufferPool,
     /// One per island; ours is never used.
     peers: Vec<Peer>,
     paths: Vec<PathBuf>,
@@ -189,7 +190,7 @@ impl Uds {
                     })
                 })
                 .collect(),
-            pool: ArrayQueue::new((layout.endpoints() * depth).clamp(16, 1 << 16)),
+            pool: BufferPool::new(layout.endpoints(), depth),
             peers: (0..layout.islands())
                 .map(|i| Peer {
                     queue: ArrayQueue::new(cfg.send_queue.max(1)),
@@ -380,16 +381,12 @@ impl Transport for Uds {
 
     #[inline]
     fn buffer(&self) -> Vec<u8> {
-        self.shared
-            .pool
-            .pop()
-            .unwrap_or_else(|| Vec::with_capacity(4096))
+        self.shared.pool.take()
     }
 
     #[inline]
-    fn recycle(&self, mut buf: Vec<u8>) {
-        buf.clear();
-        let _ = self.shared.pool.push(buf);
+    fn recycle(&self, buf: Vec<u8>) {
+        self.shared.pool.give(buf);
     }
 
     fn endpoints(&self) -> usize {
@@ -620,8 +617,7 @@ fn read_frames(sh: &Shared, p: IslandId, s: &mut UnixStream) -> Result<String, S
             }
             let from = stream::sender(&sh.layout, p, h.worker)?;
             let to = stream::destination(&sh.layout, h.to)?;
-            let mut b = sh.pool.pop().unwrap_or_default();
-            b.clear();
+            let mut b = sh.pool.take();
             b.extend_from_slice(payload);
             let inbox = &sh.inboxes[(to.0 - sh.first) as usize];
             // Counted before the push: whoever takes the batch sees it counted.
@@ -750,9 +746,8 @@ fn send_loop(sh: &Shared, p: IslandId) {
                 conn = None;
             }
         }
-        for (_, _, mut b) in taken.drain(..) {
-            b.clear();
-            let _ = sh.pool.push(b);
+        for (_, _, b) in taken.drain(..) {
+            sh.pool.give(b);
         }
         peer.busy.store(false, Ordering::SeqCst);
     }
