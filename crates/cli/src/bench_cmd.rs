@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use islands::api::open::{load_islands, open_islands, Expect};
 use islands::cc::CcKind;
 use islands::deploy::{self, DeploySpec, EvenSplit, Islands, Placement, Plan};
 use islands::executor::{Cluster, ClusterOptions};
@@ -13,7 +14,7 @@ use islands::proc::Workload;
 use islands::route::{IslandId, RangeRouter, Router};
 use islands::storage::TableDef;
 use islands::topology::memory;
-use islands::topology::{allowed_cpus, pin_to, CpuId, Topology};
+use islands::topology::{allowed_cpus, CpuId, Topology};
 use islands::wal::{CappedDevice, Durability};
 use islands::Error;
 use islands_bench::driver::{self, DriverConfig, WorkerSpec};
@@ -1054,7 +1055,7 @@ fn execute<W: Workload + 'static>(
         // A database whose load never completed, or one of whose islands' logs is lost, is
         // refused here, before anything runs on it.
         let dirs: Vec<PathBuf> = configs.iter().filter_map(|c| c.log_dir.clone()).collect();
-        let opening = islands::island::judge_deployment_dirs(&dirs)?;
+        let opening = islands::island::judge_deployment_dirs(&dirs, dirs.len())?;
         if let islands::island::Opening::Recover { sites } = opening {
             let planned = configs.first().map_or(0, |c| c.sites);
             if sites != 0 && sites != planned {
@@ -1076,14 +1077,17 @@ fn execute<W: Workload + 'static>(
             .map_or_else(|| "unknown".into(), memory::gib),
         sizing.growth.map(|g| format!("; {g}")).unwrap_or_default()
     );
-    let mut opened = Vec::new();
-    for (i, cfg) in configs.into_iter().enumerate() {
-        let name = cfg.name.clone();
-        let (island, report) = Island::open(cfg, &tables(i))?;
-        if resume && !quiet {
+    let names: Vec<String> = configs.iter().map(|c| c.name.clone()).collect();
+    let expect = if resume {
+        Expect::Recover
+    } else {
+        Expect::Fresh
+    };
+    let opened = open_islands(configs, &tables, expect)?.islands;
+    if resume && !quiet {
+        for (name, (_, report)) in names.iter().zip(&opened) {
             eprintln!("[resume] {name}: {report}");
         }
-        opened.push((island, report));
     }
     let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
     if resume {
@@ -1118,36 +1122,7 @@ fn execute<W: Workload + 'static>(
                 .map(|c| c as usize)
         })
         .collect();
-    std::thread::scope(|scope| -> Result<(), Error> {
-        let handles: Vec<_> = islands
-            .iter()
-            .enumerate()
-            .map(|(i, island)| {
-                let load = &load;
-                let cpu = if dcfg.pin { first_cpu[i] } else { None };
-                scope.spawn(move || {
-                    if let Some(c) = cpu {
-                        let _ = pin_to(c);
-                    }
-                    load(i, island)?;
-                    if island.wal().is_some() {
-                        // The initial population becomes durable as a checkpoint.
-                        island.checkpoint()?;
-                    }
-                    Ok::<(), Error>(())
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join()
-                .map_err(|_| Error::Config("a loader thread panicked".into()))??;
-        }
-        Ok(())
-    })?;
-    // Every island's load is checkpointed: only now may a --resume go on from it.
-    for island in &islands {
-        island.mark_loaded()?;
-    }
+    load_islands(&islands, |i| first_cpu[i].filter(|_| dcfg.pin), &load)?;
     if !quiet {
         eprintln!(
             "[load] {} island(s) loaded in {:.1}s",

@@ -18,6 +18,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use islands::api::open::{load_islands, open_islands, Expect};
 use islands::api::{Catalog, Deployment, Options, Partition, ProcDef, Type, Value};
 use islands::deploy::{self, DeploySpec, Islands};
 use islands::executor::run::ClusterWorker;
@@ -283,7 +284,7 @@ fn generated(cfg: &YcsbConfig, shape: &Shape, plan: &deploy::Plan) -> Result<f64
         ..Default::default()
     };
     let site_island: Vec<u16> = (0..SITES).map(|s| plan.island_of_site(s)).collect();
-    let mut opened = Vec::new();
+    let mut configs = Vec::new();
     let mut workers = Vec::new();
     let mut cws = Vec::new();
     for (i, ip) in plan.islands().iter().enumerate() {
@@ -292,18 +293,7 @@ fn generated(cfg: &YcsbConfig, shape: &Shape, plan: &deploy::Plan) -> Result<f64
         c.island_id = i as u32;
         c.islands = plan.islands().len() as u32;
         c.contexts = copts.contexts_needed(ip.workers as usize);
-        let (island, report) = Island::open(c, &ycsb::tables(cfg, cfg.rows))?;
-        let mut l = island.loader()?;
-        let payload = vec![b'x'; 84];
-        for k in (0..cfg.rows).filter(|k| site_island[site_of(*k) as usize] as usize == i) {
-            l.put(TABLE, k, |r| {
-                r.set_u64(F0, k);
-                r.set_u64(Col(1), islands_workloads::row_check(k, k));
-                r.set_str(Col(2), &payload);
-            })?;
-        }
-        drop(l);
-        opened.push((island, report));
+        configs.push(c);
         for w in 0..ip.workers as usize {
             cws.push(ClusterWorker {
                 island: i,
@@ -314,7 +304,30 @@ fn generated(cfg: &YcsbConfig, shape: &Shape, plan: &deploy::Plan) -> Result<f64
         }
         workers.push(ip.workers as usize);
     }
-    let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let opened = open_islands(configs, |_| ycsb::tables(cfg, cfg.rows), Expect::Fresh)?;
+    let islands = opened.islands();
+    let payload = vec![b'x'; 84];
+    load_islands(
+        &islands,
+        |i| {
+            plan.islands()[i]
+                .worker_cpu(0)
+                .filter(|_| shape.pin)
+                .map(|c| c as usize)
+        },
+        |i, island| {
+            let mut l = island.loader()?;
+            for k in (0..cfg.rows).filter(|k| site_island[site_of(*k) as usize] as usize == i) {
+                l.put(TABLE, k, |r| {
+                    r.set_u64(F0, k);
+                    r.set_u64(Col(1), islands_workloads::row_check(k, k));
+                    r.set_str(Col(2), &payload);
+                })?;
+            }
+            Ok(())
+        },
+    )?;
+    let opened = opened.islands;
     let cl = Cluster::new(opened, workers, Arc::new(Sites(site_island)), copts)?;
     let dcfg = DriverConfig {
         warmup: shape.warmup,

@@ -580,7 +580,11 @@ pub enum Opening {
 ///   `islands repair --rebuild-control` rebuilds.
 /// - Otherwise every island is recovered ([`Opening::Recover`]); the control files must
 ///   agree on the site count they record.
-pub fn judge_deployment_dirs(dirs: &[PathBuf]) -> Result<Opening, Error> {
+///
+/// `dirs` may be those of some islands only (the islands one process of the
+/// deployment runs); `islands` is the deployment's island count, which each
+/// control file must record.
+pub fn judge_deployment_dirs(dirs: &[PathBuf], islands: usize) -> Result<Opening, Error> {
     let mut controls = Vec::with_capacity(dirs.len());
     for d in dirs {
         let c = if d.is_dir() {
@@ -596,14 +600,14 @@ pub fn judge_deployment_dirs(dirs: &[PathBuf]) -> Result<Opening, Error> {
     }
     if let Some((d, Some(c), _)) = controls
         .iter()
-        .find(|(_, c, _)| c.as_ref().is_some_and(|c| c.islands as usize != dirs.len()))
+        .find(|(_, c, _)| c.as_ref().is_some_and(|c| c.islands as usize != islands))
     {
         return Err(Error::Config(format!(
             "{} belongs to a database of {} island(s), and this deployment has {}: open it \
              with the islands it was made with",
             d.display(),
             c.islands,
-            dirs.len()
+            islands
         )));
     }
     let unloaded: Vec<String> = controls

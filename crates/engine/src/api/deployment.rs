@@ -14,6 +14,7 @@ use crossbeam_utils::CachePadded;
 
 use super::block::{self, BlockRun, BlockShared, Current, Statement};
 use super::catalog::{Catalog, Home, Partition, ProcDef, SiteOf};
+use super::open::{load_islands, open_islands, Expect};
 use super::value::{Args, Row, Value};
 use super::CallError;
 use crate::cc::CcKind;
@@ -926,7 +927,7 @@ impl Deployment {
         // directory; a recovered database routes keys over the sites it was made with.
         let opening = if logged {
             let dirs: Vec<_> = (0..plan.islands().len()).map(dir_of).collect();
-            crate::island::judge_deployment_dirs(&dirs)?
+            crate::island::judge_deployment_dirs(&dirs, dirs.len())?
         } else {
             Opening::Fresh
         };
@@ -957,16 +958,14 @@ impl Deployment {
             blocks: opts.blocks_per_worker,
             ..Default::default()
         };
-        let deployment = if logged {
-            match crate::wal::read_control(&dir_of(0))? {
-                Some(c) => c.deployment,
-                None => crate::wal::new_deployment_id(),
-            }
-        } else {
-            crate::wal::new_deployment_id()
-        };
+        let dirs: Vec<_> = (0..n).map(dir_of).collect();
+        let deployment = match logged {
+            true => super::open::recorded_deployment(&dirs)?,
+            false => None,
+        }
+        .unwrap_or_else(crate::wal::new_deployment_id);
         let threads = ThreadRegistry::new();
-        let mut opened = Vec::with_capacity(n);
+        let mut configs = Vec::with_capacity(n);
         for (i, ip) in plan.islands().iter().enumerate() {
             let mut cfg = IslandConfig::new(CcKind::NoWait, ip.workers as usize);
             cfg.name = format!("island-{i}");
@@ -986,53 +985,32 @@ impl Deployment {
             if let Some(t) = opts.spec.checkpoint_every {
                 cfg.checkpoint.every = t;
             }
-            opened.push(Island::open(cfg, &catalog.tables)?);
+            configs.push(cfg);
         }
+        let opened = open_islands(configs, |_| catalog.tables.clone(), Expect::Either)?;
         let router = SiteRouter::new(&catalog, &plan)?;
-        // A new database: every island is loaded, each on its own CPUs.
-        let fresh = opening == Opening::Fresh;
-        std::thread::scope(|scope| -> Result<(), Error> {
-            let handles: Vec<_> = opened
-                .iter()
-                .enumerate()
-                .filter(|_| fresh)
-                .map(|(i, (island, _))| {
-                    let (load, router, catalog, plan) = (&load, &router, &catalog, &plan);
-                    let cpu = plan.islands()[i].worker_cpu(0).filter(|_| opts.pin);
-                    scope.spawn(move || -> Result<(), Error> {
-                        if let Some(c) = cpu {
-                            // Pinning can fail in a restricted container; loading goes on.
-                            let _ = crate::topology::pin_to(c as usize);
-                        }
-                        let mut l = Load {
-                            island: i,
-                            sites: plan.sites_of(i as IslandId),
-                            loader: island.loader()?,
-                            router,
-                            catalog,
-                        };
-                        load(&mut l)?;
-                        drop(l);
-                        if island.wal().is_some() {
-                            island.checkpoint()?;
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            for h in handles {
-                h.join()
-                    .map_err(|_| Error::Config("the load function panicked".into()))??;
-            }
-            Ok(())
-        })?;
-        // Every island's load is checkpointed: only now does any control file say the
-        // database is loaded, so a load that stops anywhere before is never served.
-        if fresh {
-            for (island, _) in &opened {
-                island.mark_loaded()?;
-            }
+        if opened.fresh() {
+            load_islands(
+                &opened.islands(),
+                |i| {
+                    plan.islands()[i]
+                        .worker_cpu(0)
+                        .filter(|_| opts.pin)
+                        .map(|c| c as usize)
+                },
+                |i, island| {
+                    let mut l = Load {
+                        island: i,
+                        sites: plan.sites_of(i as IslandId),
+                        loader: island.loader()?,
+                        router: &router,
+                        catalog: &catalog,
+                    };
+                    load(&mut l)
+                },
+            )?;
         }
+        let opened = opened.islands;
         let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
         let recovered: Vec<RecoveryReport> = opened.iter().map(|(_, r)| r.clone()).collect();
         let cluster = Cluster::new(opened, workers.clone(), Arc::new(router.clone()), copts)?;

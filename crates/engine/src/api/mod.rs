@@ -84,6 +84,7 @@ mod block;
 mod catalog;
 mod client;
 mod deployment;
+pub mod open;
 mod value;
 
 pub use block::{Block, Statement};
