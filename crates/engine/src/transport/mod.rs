@@ -28,6 +28,7 @@
 
 pub mod bell;
 pub mod handshake;
+pub mod join;
 pub mod layout;
 pub mod peer;
 pub mod shm;
