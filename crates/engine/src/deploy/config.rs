@@ -13,16 +13,25 @@
 //! checkpoint_every_mb = 512   # periodic checkpoints by log growth; 0: not by size
 //! checkpoint_every_s = 300    # and by time; 0: not by time
 //!
+//! # Islands as processes (`islands up`, `islands island`); leave out to run
+//! # every island in one process:
+//! id = "5f0c…"                # the deployment id: 32 hex digits
+//! transport = "uds"           # uds | shm (inproc: one process)
+//! secret_file = "/etc/islands/secret"  # readable by its owner only
+//! run_dir = "/run/islands"    # island-K.sock and shared memory files; default log_dir
+//!
 //! # Instead of `islands`, one entry per island:
 //! [[island]]
 //! cpus = "0-5"
+//! endpoint = "/run/islands/island-0.sock"  # default run_dir/island-K.sock
 //! ```
 
 use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::{DeployError, DeploySpec, Islands, Named};
+use super::{DeployError, DeploySpec, Islands, Named, Processes};
+use crate::transport::join::Kind;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -45,6 +54,10 @@ struct Deployment {
     log_dir: Option<PathBuf>,
     checkpoint_every_mb: Option<u64>,
     checkpoint_every_s: Option<f64>,
+    id: Option<String>,
+    transport: Option<String>,
+    secret_file: Option<PathBuf>,
+    run_dir: Option<PathBuf>,
 }
 
 /// `islands = 4` and `islands = "4"` mean the same. Deserialized by hand so
@@ -86,6 +99,7 @@ impl<'de> Deserialize<'de> for Label {
 #[serde(deny_unknown_fields)]
 struct IslandEntry {
     cpus: String,
+    endpoint: Option<PathBuf>,
 }
 
 pub(super) fn parse(text: &str, path: &str) -> Result<DeploySpec, DeployError> {
@@ -99,7 +113,7 @@ pub(super) fn parse_named(text: &str, path: &str) -> Result<(DeploySpec, Named),
     };
     let file: File = toml::from_str(text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
     let d = file.deployment;
-    let islands = match (d.islands, file.island.is_empty()) {
+    let islands = match (&d.islands, file.island.is_empty()) {
         (Some(_), false) => {
             return Err(err(
                 "give either `islands` in [deployment] or [[island]] entries, not both".to_string(),
@@ -132,21 +146,21 @@ pub(super) fn parse_named(text: &str, path: &str) -> Result<(DeploySpec, Named),
         }
     };
     let mut spec = DeploySpec::new(islands);
-    if let Some(p) = d.placement {
+    if let Some(p) = &d.placement {
         spec.placement = p.parse()?;
     }
     spec.workers_per_island = d.workers_per_island;
     spec.sites = d.sites;
-    spec.cc = d.cc;
+    spec.cc = d.cc.clone();
     let named = Named {
         durability: d.durability.is_some(),
         log_dir: d.log_dir.is_some(),
     };
-    if let Some(dur) = d.durability {
+    if let Some(dur) = d.durability.clone() {
         spec.durability = dur;
     }
-    if let Some(dir) = d.log_dir {
-        spec.log_dir = dir;
+    if let Some(dir) = &d.log_dir {
+        spec.log_dir = dir.clone();
     }
     if let Some(mb) = d.checkpoint_every_mb {
         if mb > 1 << 30 {
@@ -164,5 +178,65 @@ pub(super) fn parse_named(text: &str, path: &str) -> Result<(DeploySpec, Named),
         }
         spec.checkpoint_every = Some(std::time::Duration::from_secs_f64(s));
     }
+    spec.processes = processes(&d, &file.island, &spec).map_err(err)?;
     Ok((spec, named))
+}
+
+/// The `[deployment]` settings of islands as processes, if the file runs them.
+fn processes(
+    d: &Deployment,
+    entries: &[IslandEntry],
+    spec: &DeploySpec,
+) -> Result<Option<Processes>, String> {
+    let named_endpoints = entries.iter().any(|e| e.endpoint.is_some());
+    let transport = match d.transport.as_deref() {
+        None | Some("inproc") => {
+            if d.id.is_some() || d.secret_file.is_some() || d.run_dir.is_some() || named_endpoints {
+                return Err(
+                    "id, secret_file, run_dir and endpoints are settings of islands as \
+                            processes: give transport = \"uds\" or \"shm\" too"
+                        .to_string(),
+                );
+            }
+            return Ok(None);
+        }
+        Some(t) => t.parse::<Kind>()?,
+    };
+    let id = match &d.id {
+        Some(hex) => parse_id(hex)?,
+        None => return Err(format!(
+            "transport = \"{transport}\" runs islands as processes, which need the deployment's \
+                 id in [deployment] (a new one: id = \"{:032x}\")",
+            crate::wal::new_deployment_id()
+        )),
+    };
+    let Some(secret_file) = d.secret_file.clone() else {
+        return Err(format!(
+            "transport = \"{transport}\" runs islands as processes, which authenticate each other \
+             with a secret: give secret_file (a file readable by its owner only)"
+        ));
+    };
+    if named_endpoints && entries.iter().any(|e| e.endpoint.is_none()) {
+        return Err(
+            "give every [[island]] an endpoint, or none (then each is run_dir/island-K.sock)"
+                .to_string(),
+        );
+    }
+    let run_dir = d.run_dir.clone().unwrap_or_else(|| spec.log_dir.clone());
+    Ok(Some(Processes {
+        id,
+        transport,
+        secret_file,
+        endpoints: entries.iter().filter_map(|e| e.endpoint.clone()).collect(),
+        run_dir,
+    }))
+}
+
+/// A deployment id written as 32 hex digits.
+fn parse_id(hex: &str) -> Result<u128, String> {
+    let bad = || format!("id = \"{hex}\" is not a deployment id: 32 hex digits");
+    if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    u128::from_str_radix(hex, 16).map_err(|_| bad())
 }

@@ -255,6 +255,33 @@ pub struct DeploySpec {
     pub checkpoint_every_mb: Option<u64>,
     /// Periodic checkpoints by time (zero: not by time); `None`: the default.
     pub checkpoint_every: Option<std::time::Duration>,
+    /// `None`: every island runs in one process.
+    pub processes: Option<Processes>,
+}
+
+/// How the islands of a deployment run as processes of their own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Processes {
+    /// The deployment's id: every island's control file and handshake carry it.
+    pub id: u128,
+    /// [`Kind::Uds`] or [`Kind::Shm`] (`Shm` also sets its rings up over a socket).
+    pub transport: crate::transport::join::Kind,
+    /// The deployment's secret (never on the command line or the wire).
+    pub secret_file: PathBuf,
+    /// Each island's socket path; empty: `run_dir/island-K.sock`.
+    pub endpoints: Vec<PathBuf>,
+    /// Where sockets and shared-memory files go.
+    pub run_dir: PathBuf,
+}
+
+impl Processes {
+    /// The socket path of island `i`.
+    pub fn endpoint(&self, i: usize) -> PathBuf {
+        self.endpoints
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| self.run_dir.join(format!("island-{i}.sock")))
+    }
 }
 
 impl DeploySpec {
@@ -269,6 +296,7 @@ impl DeploySpec {
             log_dir: PathBuf::from(LOG_DIR_DEFAULT),
             checkpoint_every_mb: None,
             checkpoint_every: None,
+            processes: None,
         }
     }
 

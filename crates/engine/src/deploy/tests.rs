@@ -574,3 +574,62 @@ fn plans_on_this_machine() {
         assert_partition(&t, &p);
     }
 }
+
+#[test]
+fn toml_islands_as_processes() {
+    let s = DeploySpec::from_toml_str(
+        "[deployment]\nid = \"000102030405060708090a0b0c0d0e0f\"\ntransport = \"uds\"\n\
+         secret_file = \"/s\"\nrun_dir = \"/run/x\"\n\
+         [[island]]\ncpus = \"0\"\n[[island]]\ncpus = \"1\"\n",
+    )
+    .unwrap();
+    let p = s.processes.unwrap();
+    assert_eq!(p.id, 0x000102030405060708090a0b0c0d0e0f);
+    assert_eq!(p.transport, crate::transport::join::Kind::Uds);
+    assert_eq!(
+        p.endpoint(1),
+        std::path::PathBuf::from("/run/x/island-1.sock")
+    );
+    let s = DeploySpec::from_toml_str(
+        "[deployment]\nid = \"000102030405060708090a0b0c0d0e0f\"\ntransport = \"shm\"\n\
+         secret_file = \"/s\"\n[[island]]\ncpus = \"0\"\nendpoint = \"/a.sock\"\n\
+         [[island]]\ncpus = \"1\"\nendpoint = \"/b.sock\"\n",
+    )
+    .unwrap();
+    let p = s.processes.unwrap();
+    assert_eq!(p.endpoint(1), std::path::PathBuf::from("/b.sock"));
+    // Left out: one process.
+    assert!(DeploySpec::from_toml_str("[deployment]\nislands = 2\n")
+        .unwrap()
+        .processes
+        .is_none());
+    for (text, says) in [
+        (
+            "islands = 2\ntransport = \"uds\"\nsecret_file = \"/s\"\n",
+            "id = \"",
+        ),
+        (
+            "islands = 2\ntransport = \"uds\"\nid = \"00\"\nsecret_file = \"/s\"\n",
+            "32 hex digits",
+        ),
+        (
+            "islands = 2\ntransport = \"uds\"\nid = \"000102030405060708090a0b0c0d0e0f\"\n",
+            "secret_file",
+        ),
+        ("islands = 2\ntransport = \"tcp\"\n", "inproc, shm or uds"),
+        ("islands = 2\nsecret_file = \"/s\"\n", "give transport"),
+    ] {
+        let e = DeploySpec::from_toml_str(&format!("[deployment]\n{text}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{text}: {e}");
+    }
+    let e = DeploySpec::from_toml_str(
+        "[deployment]\nid = \"000102030405060708090a0b0c0d0e0f\"\ntransport = \"uds\"\n\
+         secret_file = \"/s\"\n[[island]]\ncpus = \"0\"\nendpoint = \"/a.sock\"\n\
+         [[island]]\ncpus = \"1\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("every [[island]] an endpoint"), "{e}");
+}
