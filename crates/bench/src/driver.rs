@@ -214,7 +214,8 @@ where
             cpu: w.cpu,
         })
         .collect();
-    let mut report = run_threads(cl.islands(), &specs, bodies, &workload.types(), cfg)?;
+    let local: Vec<Island> = cl.local_islands().map(|(_, i)| i.clone()).collect();
+    let mut report = run_threads(&local, &specs, bodies, &workload.types(), cfg)?;
     if cl.routes() {
         let s = &cl.stats;
         report.notes.push(format!(

@@ -1027,7 +1027,9 @@ impl Deployment {
                     queue: ArrayQueue::new(opts.queue_depth),
                     blocks: ArrayQueue::new(opts.blocks_per_worker.max(1)),
                     open_blocks: AtomicUsize::new(0),
-                    transport: Arc::clone(cluster.transport()),
+                    transport: Arc::clone(
+                        cluster.transport_of(first.partition_point(|&f| f <= w) - 1),
+                    ),
                     endpoint: Endpoint(w as u32),
                     idle: AtomicU32::new(0),
                     idle_since: AtomicU64::new(0),

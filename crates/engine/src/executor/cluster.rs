@@ -1,7 +1,16 @@
-//! The [`Cluster`]: the islands of a deployment running in this process, the
-//! options it runs with, its counters, where each worker is reached (its
+//! The [`Cluster`]: the islands of a deployment as this process sees them,
+//! the options it runs with, its counters, where each worker is reached (its
 //! endpoint, the worker that holds a gtid's branch), and the making of each
 //! worker's [`Executor`].
+//!
+//! Each island of the deployment is a [`Member`]: local (opened here, its
+//! executors run here) or remote (another process runs it; this cluster
+//! knows only its worker count, which fixes its endpoints). Endpoints are
+//! numbered over every island, local or remote, as
+//! [`crate::transport::Layout`] numbers them: island `i`'s workers are
+//! `first[i]..first[i] + workers[i]`. A local island's executors send and
+//! receive on that island's transport ([`Cluster::transport_of`]), which
+//! reaches the remote islands' endpoints across the process boundary.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -52,8 +61,15 @@ pub struct ClusterOptions {
     pub busy_peer_max: Duration,
     /// Mailbox depth (batches) of the default in-process transport.
     pub mailbox_depth: usize,
-    /// The transport; `None` is an [`InProc`] with one mailbox per worker.
+    /// The transport of every local island; `None` is an [`InProc`] with
+    /// one mailbox per worker (only when every island is local). Unused
+    /// when `transports` is not empty.
     pub transport: Option<Arc<dyn Transport>>,
+    /// One transport per island (index = island id), each serving its own
+    /// island's endpoints (a `Uds` or `Shm` whose `Layout::me` is that
+    /// island); the entries of remote members are not used (any transport
+    /// fills their place). Empty: `transport` serves every local island.
+    pub transports: Vec<Arc<dyn Transport>>,
 }
 
 impl Default for ClusterOptions {
@@ -68,6 +84,7 @@ impl Default for ClusterOptions {
             busy_peer_max: Duration::from_secs(10),
             mailbox_depth: 1024,
             transport: None,
+            transports: Vec::new(),
         }
     }
 }
@@ -205,12 +222,30 @@ impl ClusterStats {
     }
 }
 
-/// A deployment of islands in this process. See the module documentation.
+/// One island of a cluster (see the module documentation).
+// A few per cluster, moved once into it: the size of a local one's report
+// costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+pub enum Member {
+    /// Opened in this process, with its recovery report (its executors
+    /// resolve what recovery found in doubt).
+    Local(Island, RecoveryReport),
+    /// Run by another process, reached over the local islands' transports;
+    /// `workers` fixes its endpoints.
+    Remote { workers: usize },
+}
+
+/// A deployment of islands seen from this process. See the module
+/// documentation.
 pub struct Cluster {
-    pub(super) islands: Vec<Island>,
+    /// By island id: `None` for a remote member.
+    islands: Vec<Option<Island>>,
     workers: Vec<usize>,
     base: Vec<u32>,
-    pub(super) transport: Arc<dyn Transport>,
+    /// By island id: the transport a local island's executors send and
+    /// receive on (a remote member's entry is one of the local ones, never
+    /// used for it).
+    transports: Vec<Arc<dyn Transport>>,
     /// `None`: no transaction crosses islands (one island, or islands whose
     /// transactions each touch only their own rows). Contexts then carry no
     /// routing state and no executor sends a message (see [`Executor::messages`]).
@@ -253,16 +288,61 @@ pub struct Cluster {
 impl Cluster {
     /// A cluster over islands opened with their recovery reports (in-doubt
     /// branches are resolved by the executors), `workers[i]` worker threads
-    /// on island `i`, `router` saying which island holds a key. A cluster of
-    /// one island has nowhere to route to and keeps no router.
+    /// on island `i`, `router` saying which island holds a key: every island
+    /// of the deployment is local. A cluster of one island has nowhere to
+    /// route to and keeps no router.
     pub fn new(
         islands: Vec<(Island, RecoveryReport)>,
         workers: Vec<usize>,
         router: Arc<dyn Router>,
         opts: ClusterOptions,
     ) -> Result<Arc<Cluster>, Error> {
-        let router = (islands.len() > 1).then_some(router);
-        Cluster::build(islands, workers, router, true, opts)
+        if islands.len() != workers.len() {
+            return Err(Error::Config(
+                "a cluster needs one worker count per island".into(),
+            ));
+        }
+        let members = islands
+            .into_iter()
+            .map(|(i, r)| Member::Local(i, r))
+            .collect();
+        let router = (workers.len() > 1).then_some(router);
+        Cluster::build(members, workers, router, true, opts)
+    }
+
+    /// A cluster over `members` (island `i` is `members[i]`), some of them
+    /// local and the others run by other processes. The local islands run
+    /// `island.config().workers` workers each. A cluster with a remote
+    /// member needs a transport that reaches it (`opts.transport` or
+    /// `opts.transports`): the default in-process one reaches no other
+    /// process.
+    pub fn with_members(
+        members: Vec<Member>,
+        router: Arc<dyn Router>,
+        opts: ClusterOptions,
+    ) -> Result<Arc<Cluster>, Error> {
+        let workers: Vec<usize> = members
+            .iter()
+            .map(|m| match m {
+                Member::Local(i, _) => i.config().workers,
+                Member::Remote { workers } => *workers,
+            })
+            .collect();
+        let remote = members.iter().any(|m| matches!(m, Member::Remote { .. }));
+        if remote && opts.transport.is_none() && opts.transports.is_empty() {
+            return Err(Error::Config(
+                "a cluster with remote islands needs a transport that reaches them \
+                 (ClusterOptions::transport or ::transports)"
+                    .into(),
+            ));
+        }
+        if !members.iter().any(|m| matches!(m, Member::Local(..))) {
+            return Err(Error::Config(
+                "a cluster needs at least one local island".into(),
+            ));
+        }
+        let router = (members.len() > 1).then_some(router);
+        Cluster::build(members, workers, router, true, opts)
     }
 
     /// A cluster whose transactions never cross islands: one island, or
@@ -277,30 +357,30 @@ impl Cluster {
         workers: Vec<usize>,
         opts: ClusterOptions,
     ) -> Result<Arc<Cluster>, Error> {
-        let islands = islands
+        let members = islands
             .into_iter()
-            .map(|i| (i, RecoveryReport::default()))
+            .map(|i| Member::Local(i, RecoveryReport::default()))
             .collect();
-        Cluster::build(islands, workers, None, false, opts)
+        Cluster::build(members, workers, None, false, opts)
     }
 
     fn build(
-        islands: Vec<(Island, RecoveryReport)>,
+        members: Vec<Member>,
         workers: Vec<usize>,
         router: Option<Arc<dyn Router>>,
         recovers: bool,
         opts: ClusterOptions,
     ) -> Result<Arc<Cluster>, Error> {
         let routes = router.is_some();
-        if islands.is_empty() || islands.len() != workers.len() {
+        if members.is_empty() || members.len() != workers.len() {
             return Err(Error::Config(
                 "a cluster needs one worker count per island".into(),
             ));
         }
-        if routes && islands.len() > coord::MAX_ISLANDS {
+        if routes && members.len() > coord::MAX_ISLANDS {
             return Err(Error::Config(format!(
                 "{} islands: at most {} can run two-phase commit together",
-                islands.len(),
+                members.len(),
                 coord::MAX_ISLANDS
             )));
         }
@@ -315,54 +395,57 @@ impl Cluster {
                 opts.inflight, opts.commit_window, opts.max_branches, opts.blocks
             )));
         }
-        check_identities(&islands)?;
-        let mut base = Vec::with_capacity(islands.len());
+        check_identities(&members)?;
+        let mut base = Vec::with_capacity(members.len());
         let mut n = 0u32;
-        for (i, ((island, _), &w)) in islands.iter().zip(&workers).enumerate() {
-            let cfg = island.config();
-            if (w == 0 && routes) || w > MAX_WORKERS_PER_ISLAND || w > cfg.workers {
+        for (i, (m, &w)) in members.iter().zip(&workers).enumerate() {
+            if (w == 0 && routes) || w > MAX_WORKERS_PER_ISLAND {
                 return Err(Error::Config(format!(
-                    "island {i}: {w} workers (the island was opened for {}, at most {MAX_WORKERS_PER_ISLAND})",
-                    cfg.workers
+                    "island {i}: {w} workers (at least one on an island that takes part in \
+                     distributed transactions, at most {MAX_WORKERS_PER_ISLAND})"
                 )));
             }
-            if routes && cfg.cc != CcKind::NoWait {
-                return Err(Error::Config(format!(
-                    "island {i} runs '{}': islands that take part in distributed transactions run no_wait \
-                     (a worker interleaves transactions, so it cannot wait for a lock; OCC validation at \
-                     each island's prepare is not serializable across islands)",
-                    cfg.cc
-                )));
-            }
-            if routes && cfg.contexts < opts.contexts_needed(w) {
-                return Err(Error::Config(format!(
-                    "island {i} was opened with {} extra transaction contexts; its executors need {}",
-                    cfg.contexts,
-                    opts.contexts_needed(w)
-                )));
+            if let Member::Local(island, _) = m {
+                let cfg = island.config();
+                if w > cfg.workers {
+                    return Err(Error::Config(format!(
+                        "island {i}: {w} workers (the island was opened for {})",
+                        cfg.workers
+                    )));
+                }
+                if routes && cfg.cc != CcKind::NoWait {
+                    return Err(Error::Config(format!(
+                        "island {i} runs '{}': islands that take part in distributed transactions run no_wait \
+                         (a worker interleaves transactions, so it cannot wait for a lock; OCC validation at \
+                         each island's prepare is not serializable across islands)",
+                        cfg.cc
+                    )));
+                }
+                if routes && cfg.contexts < opts.contexts_needed(w) {
+                    return Err(Error::Config(format!(
+                        "island {i} was opened with {} extra transaction contexts; its executors need {}",
+                        cfg.contexts,
+                        opts.contexts_needed(w)
+                    )));
+                }
             }
             base.push(n);
             n += w as u32;
         }
-        let transport = match &opts.transport {
-            Some(t) => {
-                if t.endpoints() < n as usize {
-                    return Err(Error::Config(format!(
-                        "the transport has {} endpoints; the cluster needs {n}",
-                        t.endpoints()
-                    )));
-                }
-                Arc::clone(t)
-            }
-            None => Arc::new(InProc::new(n as usize, opts.mailbox_depth)) as Arc<dyn Transport>,
-        };
-        let (islands, recovered): (Vec<Island>, _) = islands.into_iter().unzip();
+        let transports = Cluster::transports(&members, &opts, n as usize)?;
+        let (islands, recovered): (Vec<Option<Island>>, Vec<RecoveryReport>) = members
+            .into_iter()
+            .map(|m| match m {
+                Member::Local(i, r) => (Some(i), r),
+                Member::Remote { .. } => (None, RecoveryReport::default()),
+            })
+            .unzip();
         // An executor whose transactions wait only for the log sleeps on its
-        // bell: the log writer rings the island's bells when a batch is
-        // durable.
+        // bell: the log writer rings the island's bells (on the island's own
+        // transport) when a batch is durable.
         for (i, island) in islands.iter().enumerate() {
-            if let Some(wal) = island.wal() {
-                let t = Arc::clone(&transport);
+            if let Some(wal) = island.as_ref().and_then(|i| i.wal()) {
+                let t = Arc::clone(&transports[i]);
                 let eps = base[i]..base[i] + workers[i] as u32;
                 wal.on_durable(Some(Arc::new(move || {
                     for e in eps.clone() {
@@ -378,7 +461,7 @@ impl Cluster {
             islands,
             workers,
             base,
-            transport,
+            transports,
             router,
             recovered,
             recovers,
@@ -389,13 +472,65 @@ impl Cluster {
         }))
     }
 
-    pub fn islands(&self) -> &[Island] {
-        &self.islands
+    /// The transport of each island: the one given for it, the one given
+    /// for all, or a new [`InProc`] (every island local). Each must number
+    /// the cluster's `n` endpoints.
+    fn transports(
+        members: &[Member],
+        opts: &ClusterOptions,
+        n: usize,
+    ) -> Result<Vec<Arc<dyn Transport>>, Error> {
+        let ts: Vec<Arc<dyn Transport>> = if !opts.transports.is_empty() {
+            if opts.transports.len() != members.len() {
+                return Err(Error::Config(format!(
+                    "{} transports for {} islands: one per island (index = island id)",
+                    opts.transports.len(),
+                    members.len()
+                )));
+            }
+            opts.transports.clone()
+        } else {
+            let t = match &opts.transport {
+                Some(t) => Arc::clone(t),
+                None => Arc::new(InProc::new(n, opts.mailbox_depth)) as Arc<dyn Transport>,
+            };
+            vec![t; members.len()]
+        };
+        for (i, (t, m)) in ts.iter().zip(members).enumerate() {
+            if matches!(m, Member::Local(..)) && t.endpoints() != n {
+                return Err(Error::Config(format!(
+                    "the transport of island {i} has {} endpoints; the cluster has {n}",
+                    t.endpoints()
+                )));
+            }
+        }
+        Ok(ts)
     }
 
-    /// The transport its workers exchange batches over.
-    pub fn transport(&self) -> &Arc<dyn Transport> {
-        &self.transport
+    /// Island `i`, if it is local (`None` for a remote member or no such
+    /// island).
+    pub fn island(&self, i: usize) -> Option<&Island> {
+        self.islands.get(i).and_then(Option::as_ref)
+    }
+
+    /// The local islands with their ids, in order.
+    pub fn local_islands(&self) -> impl Iterator<Item = (usize, &Island)> {
+        self.islands
+            .iter()
+            .enumerate()
+            .filter_map(|(i, isl)| isl.as_ref().map(|isl| (i, isl)))
+    }
+
+    /// Islands of the deployment, local and remote.
+    pub fn island_count(&self) -> usize {
+        self.islands.len()
+    }
+
+    /// The transport local island `island`'s executors send and receive on
+    /// (for a remote member, a local island's: it is not used for it).
+    /// Panics past the last island.
+    pub fn transport_of(&self, island: usize) -> &Arc<dyn Transport> {
+        &self.transports[island]
     }
 
     pub fn workers(&self, island: usize) -> usize {
@@ -480,6 +615,12 @@ impl Cluster {
                 "no worker {worker} on island {island}"
             )));
         }
+        let Some(own) = self.island(island).cloned() else {
+            return Err(Error::Config(format!(
+                "island {island} is remote: its executors run in its own process"
+            )));
+        };
+        let transport = Arc::clone(&self.transports[island]);
         let id = island as IslandId;
         let e = self.endpoint(id, worker).0 as usize;
         if self.has_executor[e].swap(true, Ordering::AcqRel) {
@@ -500,14 +641,14 @@ impl Cluster {
         };
         let mut ex = Executor {
             cl: Arc::clone(self),
-            transport: Arc::clone(&self.transport),
-            shared: Arc::clone(self.islands[island].shared()),
+            shared: Arc::clone(own.shared()),
             island: id,
             worker,
             me: self.endpoint(id, worker),
             pool: Pool {
                 cl: Arc::clone(self),
                 island: id,
+                own: own.clone(),
                 ctxs: Vec::new(),
                 free: Vec::new(),
                 branches: GtidMap::default(),
@@ -521,12 +662,12 @@ impl Cluster {
             }),
             part: {
                 let mut p = Participant::new(cfg);
-                if let Some(window) = self.transport.redelivery_window() {
+                if let Some(window) = transport.redelivery_window() {
                     p.keep_tombstones(tombstone_us(window));
                 }
                 p
             },
-            outbox: Outbox::new(self.transport.endpoints()),
+            outbox: Outbox::new(transport.endpoints()),
             actions: Vec::new(),
             local: VecDeque::new(),
             forces: Vec::new(),
@@ -536,7 +677,7 @@ impl Cluster {
             owed_since: u64::MAX,
             early_stale: false,
             gtids: {
-                let shared = self.islands[island].shared();
+                let shared = own.shared();
                 let start = shared.wal.as_ref().map_or(1, |w| w.gtid_start());
                 crate::coord::SeqDraw::new(start.max(1), shared.cfg.gtid_reserve.max(2))
             },
@@ -552,6 +693,7 @@ impl Cluster {
             published_us: 0,
             early: Vec::new(),
             locking: Vec::new(),
+            transport,
         };
         if self.router.is_none() {
             // Its one context, taken now so that an island without a free
@@ -572,30 +714,34 @@ impl Cluster {
         mine[worker].store(true, Ordering::Release);
         // Releasing twice (two workers finishing at once) is harmless.
         if mine.iter().all(|r| r.load(Ordering::Acquire)) {
-            self.islands[island].shared().release_recovery_pins();
+            own.shared().release_recovery_pins();
         }
         Ok(ex)
     }
 }
 
 /// Islands opened as numbered islands of a deployment (`IslandConfig::islands` above 1)
-/// must be the cluster's islands in their order, and all of one deployment: the one their
-/// configurations name, or else the one their log directories hold. (Islands opened
-/// without numbers, each the only island of its own log, are not checked.)
-fn check_identities(islands: &[(Island, RecoveryReport)]) -> Result<(), Error> {
+/// must be the cluster's local islands at their places, and all of one deployment: the
+/// one their configurations name, or else the one their log directories hold. (Islands
+/// opened without numbers, each the only island of its own log, are not checked; nor
+/// are remote members, whose handshake checks them.)
+fn check_identities(members: &[Member]) -> Result<(), Error> {
     let mut deployment = None;
-    for (i, (island, report)) in islands.iter().enumerate() {
+    for (i, m) in members.iter().enumerate() {
+        let Member::Local(island, report) = m else {
+            continue;
+        };
         let c = island.config();
         if c.islands <= 1 {
             continue;
         }
-        if c.islands as usize != islands.len() || c.island_id as usize != i {
+        if c.islands as usize != members.len() || c.island_id as usize != i {
             return Err(Error::Config(format!(
                 "{} was opened as island {} of {}, but it is island {i} of this cluster of {}",
                 c.name,
                 c.island_id,
                 c.islands,
-                islands.len()
+                members.len()
             )));
         }
         let d = c
@@ -604,7 +750,7 @@ fn check_identities(islands: &[(Island, RecoveryReport)]) -> Result<(), Error> {
         match (deployment, d) {
             (Some(a), Some(b)) if a != b => {
                 return Err(Error::Config(format!(
-                    "{} belongs to deployment {b:032x}, island 0 of this cluster to {a:032x}",
+                    "{} belongs to deployment {b:032x}, the first local island of this cluster to {a:032x}",
                     c.name
                 )))
             }

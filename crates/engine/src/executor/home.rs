@@ -206,7 +206,7 @@ impl Executor {
         let to = self
             .cl
             .endpoint(d.req_to, self.cl.branch_worker(d.req_to, d.gtid));
-        push_frame(self.outbox.batch(&*self.cl.transport, to), &d.req);
+        push_frame(self.outbox.batch(&*self.transport, to), &d.req);
         Some(true)
     }
 
@@ -397,7 +397,7 @@ impl Executor {
         let cl = &self.cl;
         for island in islands.iter() {
             let to = cl.endpoint(island, cl.branch_worker(island, gtid));
-            push_frame_with(self.outbox.batch(&*cl.transport, to), |b| {
+            push_frame_with(self.outbox.batch(&*self.transport, to), |b| {
                 tx.encode_lock(b, island, gtid, tag, counts[island as usize])
             });
         }
@@ -502,7 +502,7 @@ impl Executor {
         let outbox = &mut self.outbox;
         for island in touched.iter() {
             let to = cl.endpoint(island, cl.branch_worker(island, gtid));
-            push_frame_with(outbox.batch(&*cl.transport, to), |b| {
+            push_frame_with(outbox.batch(&*self.transport, to), |b| {
                 wire::prep(b, gtid, counts[island as usize], hold.contains(island))
             });
         }
@@ -527,7 +527,7 @@ impl Executor {
                 return;
             }
             let to = cl.endpoint(island, cl.branch_worker(island, gtid));
-            push_frame_with(outbox.batch(&*cl.transport, to), |b| match row {
+            push_frame_with(outbox.batch(&*self.transport, to), |b| match row {
                 Some(row) => wire::write(b, gtid, table, key, row),
                 None => wire::delete(b, gtid, table, key),
             });
@@ -678,7 +678,7 @@ impl Executor {
                 let to = self
                     .cl
                     .endpoint(island, self.cl.branch_worker(island, gtid));
-                push_frame_with(self.outbox.batch(&*self.cl.transport, to), |b| {
+                push_frame_with(self.outbox.batch(&*self.transport, to), |b| {
                     Msg::AbortReq { gtid }.encode(b)
                 });
             }
@@ -729,7 +729,7 @@ impl Executor {
         let cl = &self.cl;
         for island in touched.iter() {
             let to = cl.endpoint(island, cl.branch_worker(island, gtid));
-            push_frame_with(self.outbox.batch(&*cl.transport, to), |b| {
+            push_frame_with(self.outbox.batch(&*self.transport, to), |b| {
                 wire::lock(b, gtid, tag, 0, 0)
             });
         }

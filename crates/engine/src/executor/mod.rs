@@ -82,7 +82,7 @@ mod serve;
 mod tests;
 
 pub(crate) use cluster::WorkerCounts;
-pub use cluster::{tombstone_us, Cluster, ClusterOptions, ClusterStats, IslandCounts};
+pub use cluster::{tombstone_us, Cluster, ClusterOptions, ClusterStats, IslandCounts, Member};
 pub use home::HomeCommit;
 
 use std::collections::{HashMap, VecDeque};

@@ -54,6 +54,8 @@ impl Branch {
 pub(super) struct Pool {
     pub(super) cl: Arc<Cluster>,
     pub(super) island: IslandId,
+    /// The island it serves (local: an executor runs only on a local island).
+    pub(super) own: crate::island::Island,
     /// Transaction contexts, owned through raw pointers: a suspended stored
     /// procedure holds `&mut Txn` into one of them (see [`run`](super::run)), while the
     /// executor delivers replies into the same context between polls.
@@ -114,7 +116,7 @@ impl Pool {
         if self.ctxs.len() >= self.cl.opts.contexts_per_worker() {
             return None;
         }
-        let island = &self.cl.islands[self.island as usize];
+        let island = &self.own;
         let mut tx = island.worker().ok()?;
         let id = self.ctxs.len() as u32;
         tx.dist = self

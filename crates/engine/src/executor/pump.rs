@@ -171,7 +171,7 @@ impl Executor {
         if self.forces.is_empty() && self.deferred.is_empty() {
             return Ok(());
         }
-        let shared = self.cl.islands[self.island as usize].shared();
+        let shared = self.pool.own.shared();
         if hand_off && self.flush_due {
             shared.flush_urgent()?;
             self.flush_due = false;
@@ -253,7 +253,7 @@ impl Executor {
 
     /// Hands the island's log buffer to the log writer.
     pub fn flush_log(&mut self) -> Result<(), Error> {
-        self.cl.islands[self.island as usize].shared().flush()
+        self.pool.own.shared().flush()
     }
 
     pub(super) fn drain_local(&mut self) {
@@ -427,7 +427,7 @@ impl Executor {
             self.cl.stats.malformed.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        let ntables = self.cl.islands[self.island as usize].catalog().tables.len();
+        let ntables = self.pool.own.catalog().tables.len();
         match frame {
             Frame::Coord(msg) => {
                 let mut actions = std::mem::take(&mut self.actions);

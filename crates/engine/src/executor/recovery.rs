@@ -79,7 +79,7 @@ impl Executor {
         if let Some(e) = self.pool.failed.take() {
             return Err(e);
         }
-        self.outbox.flush(&*self.cl.transport, self.me);
+        self.outbox.flush(&*self.transport, self.me);
         Ok(())
     }
 }

@@ -940,7 +940,7 @@ where
     W::Req: 'static,
 {
     let cl = Arc::clone(ex.cluster());
-    let island = cl.islands()[ex.island()].clone();
+    let island = ex.pool.own.clone();
     let durability = island.config().durability;
     let messages = ex.messages();
     let clock = Clock::new();
@@ -1415,6 +1415,7 @@ where
         .map(|w| cl.executor(w.island, w.worker))
         .collect::<Result<Vec<_>, _>>()?;
     let mut first_err = None;
+    let local: Vec<Island> = cl.local_islands().map(|(_, i)| i.clone()).collect();
     std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for ((i, w), ex) in workers.iter().enumerate().zip(executors) {
@@ -1444,9 +1445,7 @@ where
             }));
         }
         // Until every worker is done: a dead log stops them all.
-        watch_until(cl.islands(), &phase, || {
-            handles.iter().all(|h| h.is_finished())
-        });
+        watch_until(&local, &phase, || handles.iter().all(|h| h.is_finished()));
         for h in handles {
             match h.join() {
                 Ok((stats, r)) => {
@@ -1462,7 +1461,7 @@ where
         }
     });
     // The log's own failure is the cause (see `run_threads`).
-    if let Some(e) = log_failure(cl.islands()).or(first_err) {
+    if let Some(e) = log_failure(&local).or(first_err) {
         return Err(e);
     }
     Ok(out)

@@ -67,7 +67,7 @@ impl Executor {
         }
     }
     pub(super) fn reply(&mut self, to: Endpoint, tag: u32, status: Status, table: u16) {
-        push_frame_with(self.outbox.batch(&*self.cl.transport, to), |b| {
+        push_frame_with(self.outbox.batch(&*self.transport, to), |b| {
             wire::reply_header(b, tag, status, table, 0, 0)
         });
     }
@@ -133,7 +133,7 @@ impl Executor {
         };
         bump(&self.counts().remote_ops);
         let tx = self.pool.ctx(c);
-        let t = self.cl.islands[self.island as usize].catalog().table(table);
+        let t = self.shared.catalog.table(table);
         let row_bytes = (t.schema.row_words() * 8) as u32;
         let batch = self.outbox.batch(&*self.transport, from);
         let frame_at = batch.len();
@@ -299,7 +299,8 @@ impl coord::Branches for Engine<'_> {
             // logged. A read-only branch (released at prepare, or held) has
             // nothing to order.
             if ex.ctx(b.ctx).has_local_writes() {
-                let seq = ex.cl.islands[ex.island as usize]
+                let seq = ex
+                    .own
                     .shared()
                     .log_record(|l| l.decision(gtid, true), false);
                 ex.decided.insert(gtid, seq);

@@ -4,6 +4,7 @@ mod api;
 mod bank;
 mod blocks;
 mod checkpoints;
+mod clusters;
 mod common;
 mod crash;
 mod dist_crash;
