@@ -15,6 +15,7 @@ use islands::route::{IslandId, RangeRouter, Router};
 use islands::storage::TableDef;
 use islands::topology::memory;
 use islands::topology::{allowed_cpus, CpuId, Topology};
+use islands::transport::join::{self, Kind};
 use islands::wal::{CappedDevice, Durability};
 use islands::Error;
 use islands_bench::driver::{self, DriverConfig, WorkerSpec};
@@ -166,6 +167,14 @@ struct Common {
     /// Do not pin worker threads to CPUs.
     #[arg(long, global = true)]
     no_pin: bool,
+    /// How a multi-island run's islands exchange messages: inproc (in-process
+    /// queues, the default), shm (shared-memory rings) or uds (Unix domain sockets
+    /// with I/O threads). With shm and uds each island has the transport a process
+    /// of its own would have, in this one process. Given, a multi-island run uses
+    /// the distributed executor even without multisite transactions, so that a run
+    /// with none measures what the transport costs when nothing crosses.
+    #[arg(long, global = true, value_name = "KIND")]
+    transport: Option<Kind>,
     /// Drive a running `islands serve` at ADDR over the network instead of an
     /// in-process deployment (ycsb, tpcb, tpcc or micro): PostgreSQL connections with prepared
     /// statements. The deployment options do not apply; the password, if the server
@@ -735,7 +744,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
                 &dcfg,
                 &c.json,
                 quiet,
-                router.map(|r| (r, copts)),
+                router.map(|r| (r, copts, c.transport.unwrap_or_default())),
                 c.resume,
                 |_, _| {},
             )
@@ -815,7 +824,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
                 &dcfg,
                 &c.json,
                 quiet,
-                router.map(|r| (r, copts)),
+                router.map(|r| (r, copts, c.transport.unwrap_or_default())),
                 c.resume,
                 |_, _| {},
             )
@@ -897,7 +906,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
                 &dcfg,
                 &c.json,
                 quiet,
-                router.map(|r| (r, copts)),
+                router.map(|r| (r, copts, c.transport.unwrap_or_default())),
                 c.resume,
                 // Payments number their history rows after those the database holds.
                 |w, islands| w.continue_history(&islands.iter().collect::<Vec<_>>()),
@@ -1023,7 +1032,7 @@ fn execute<W: Workload + 'static>(
     dcfg: &DriverConfig,
     json: &Option<PathBuf>,
     quiet: bool,
-    cluster: Option<(Arc<dyn Router>, ClusterOptions)>,
+    cluster: Option<(Arc<dyn Router>, ClusterOptions, Kind)>,
     resume: bool,
     on_resume: impl FnOnce(&W, &[Island]),
 ) -> Result<(), RunError> {
@@ -1151,7 +1160,7 @@ fn run_loaded<W: Workload + 'static>(
     dcfg: &DriverConfig,
     json: &Option<PathBuf>,
     quiet: bool,
-    cluster: Option<(Arc<dyn Router>, ClusterOptions)>,
+    cluster: Option<(Arc<dyn Router>, ClusterOptions, Kind)>,
     memory_note: String,
 ) -> Result<(), RunError> {
     let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
@@ -1160,17 +1169,22 @@ fn run_loaded<W: Workload + 'static>(
     let probe_before = probe();
     let run = match cluster {
         None => driver::run_islands(&islands, workers, Arc::new(workload), dcfg),
-        Some((router, opts)) => {
+        Some((router, mut opts, kind)) => {
             let (inflight, commits) = (opts.inflight, opts.commit_window);
             let (cws, per_island) = driver::cluster_workers(workers, islands.len());
+            let joined = join_islands(kind, &islands, &per_island, opts.mailbox_depth)?;
+            opts.transports = joined.transports.clone();
             let cl = Cluster::new(opened, per_island, router, opts)?;
             let note = format!(
-                "{inflight} transactions executing and up to {commits} more committing per worker; multi-island transactions commit with two-phase commit (presumed abort)"
+                "{inflight} transactions executing and up to {commits} more committing per worker; multi-island transactions commit with two-phase commit (presumed abort); transport {kind}"
             );
-            run_cluster(&cl, &cws, Arc::new(workload), dcfg).map(|mut r| {
+            let run = run_cluster(&cl, &cws, Arc::new(workload), dcfg).map(|mut r| {
                 r.notes.push(note);
                 r
-            })
+            });
+            drop(cl);
+            drop(joined);
+            run
         }
     };
     // A run that stopped early (a log that died) still reports what it
@@ -1314,11 +1328,29 @@ fn probe_cpus(workers: &[WorkerSpec]) -> Option<(usize, usize)> {
     Some((a, other.1))
 }
 
+/// Every island of the run joined by `kind` (see [`islands::transport::join`]).
+fn join_islands(
+    kind: Kind,
+    islands: &[Island],
+    workers: &[usize],
+    mailbox_depth: usize,
+) -> Result<join::Joined, Error> {
+    let first = islands.first().map(|i| i.config());
+    let id = join::Identity {
+        deployment: first.and_then(|c| c.deployment).unwrap_or(0),
+        incarnations: islands.iter().map(|i| i.incarnation()).collect(),
+        schema: islands.first().map_or(0, |i| i.schema_fingerprint()),
+        catalog: 0,
+    };
+    let workers: Vec<u32> = workers.iter().map(|&w| w as u32).collect();
+    join::in_process(kind, &workers, &id, mailbox_depth, Duration::from_secs(20))
+}
+
 /// Whether the user chose a locking scheme (then a multi-island run uses the
 /// distributed executor even without multisite transactions, for comparisons
 /// at equal concurrency control).
 fn explicit_locking(c: &Common) -> bool {
-    c.cc.as_deref().is_some_and(|cc| cc != "none")
+    c.cc.as_deref().is_some_and(|cc| cc != "none") || c.transport.is_some()
 }
 
 /// Islands that run distributed transactions: `no_wait`, and room for the

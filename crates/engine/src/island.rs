@@ -328,6 +328,8 @@ impl std::fmt::Display for RecoveryReport {
 /// State shared by an island's workers.
 pub(crate) struct Shared {
     pub(crate) catalog: Catalog,
+    /// [`crate::storage::schema_fingerprint`] of the island's tables.
+    schema: u64,
     pub(crate) cc: Box<dyn ConcurrencyControl>,
     pub(crate) wal: Option<Arc<Wal>>,
     ts: AtomicU64,
@@ -728,6 +730,7 @@ impl Island {
         };
         let shared = Arc::new(Shared {
             catalog,
+            schema: crate::storage::schema_fingerprint(tables),
             cc: cfg.cc.build(concurrent),
             wal,
             ts: AtomicU64::new(0),
@@ -958,6 +961,12 @@ impl Island {
     /// How many times the island's log was opened, this open included: a
     /// new incarnation at each open, durable before the island hands out a
     /// gtid (0: the island has no log). See [`Wal::incarnation`].
+    /// The fingerprint of its tables ([`crate::storage::schema_fingerprint`]):
+    /// islands of one deployment that exchange transactions must agree on it.
+    pub fn schema_fingerprint(&self) -> u64 {
+        self.shared.schema
+    }
+
     pub fn incarnation(&self) -> u64 {
         self.shared.wal.as_ref().map_or(0, |w| w.incarnation())
     }

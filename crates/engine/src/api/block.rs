@@ -643,18 +643,8 @@ impl Block {
     /// `home` (`None`: any) that has room for one more block.
     fn start(&mut self, op: BlockOp, home: Option<usize>) -> Result<(), CallError> {
         let inner = &self.inner;
-        let islands = inner.first.len() - 1;
         let n = super::client::next_spread();
-        let island = match home {
-            Some(i) if i < islands => i,
-            Some(i) => {
-                return Err(CallError::BadArguments {
-                    procedure: "statement".into(),
-                    why: format!("no island {i} (the deployment has {islands})"),
-                })
-            }
-            None => n % islands,
-        };
+        let island = inner.island_for(home, n, "statement")?;
         let (lo, hi) = (inner.first[island], inner.first[island + 1]);
         let workers = hi - lo;
         let Some(mailbox) = (0..workers)

@@ -428,6 +428,31 @@ impl Catalog {
         &self.procs
     }
 
+    /// A fingerprint of what processes of one deployment must agree on beyond
+    /// the tables' schema: how each table is partitioned, and each
+    /// procedure's name, parameters, result columns and home, in order. Not
+    /// the procedures' code, which no fingerprint can see.
+    pub fn fingerprint(&self) -> u64 {
+        let mut text = crate::storage::schema_fingerprint(&self.tables).to_string();
+        for p in &self.partitions {
+            text.push_str(match p {
+                Partition::BySite(_) => " by-site",
+                Partition::Range { .. } => " range",
+                Partition::Replicated => " replicated",
+            });
+            if let Partition::Range { keys } = p {
+                text.push_str(&format!(" {keys}"));
+            }
+        }
+        for p in &self.procs {
+            text.push_str(&format!(
+                "\nproc {} {:?} -> {:?} home {:?}",
+                p.name, p.params, p.columns, p.home
+            ));
+        }
+        crate::storage::fnv1a(text.as_bytes())
+    }
+
     /// The procedure called `name`.
     pub fn lookup(&self, name: &str) -> Option<(u32, &ProcDef)> {
         let id = *self.by_name.get(name)?;

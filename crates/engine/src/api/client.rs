@@ -135,17 +135,10 @@ impl Client {
         if !self.inner.open.load(Ordering::Acquire) {
             return fail(self.inner.closed_error());
         }
-        let islands = self.inner.first.len() - 1;
         let n = next_spread();
-        let island = match home {
-            Some(i) if i < islands => i,
-            Some(i) => {
-                return fail(CallError::BadArguments {
-                    procedure: stmt.name().to_string(),
-                    why: format!("no island {i} (the deployment has {islands})"),
-                })
-            }
-            None => n % islands,
+        let island = match self.inner.island_for(home, n, stmt.name()) {
+            Ok(i) => i,
+            Err(e) => return fail(e),
         };
         let first = &self.inner.first;
         let mailbox = first[island] + n % (first[island + 1] - first[island]);
@@ -215,8 +208,9 @@ impl Client {
         def.check_args(&args)?;
         let n = next_spread();
         let first = &self.inner.first;
-        let islands = first.len() - 1;
-        let island = self.inner.home_island(def, &args).unwrap_or(n % islands);
+        let island = self
+            .inner
+            .island_for(self.inner.home_island(def, &args), n, name)?;
         let workers = first[island + 1] - first[island];
         let mailbox = first[island] + n % workers;
         Ok((

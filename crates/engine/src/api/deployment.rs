@@ -20,7 +20,7 @@ use super::CallError;
 use crate::cc::CcKind;
 use crate::deploy::{self, DeploySpec, Plan};
 use crate::executor::run::ClusterWorker;
-use crate::executor::{Cluster, ClusterOptions};
+use crate::executor::{Cluster, ClusterOptions, Member};
 use crate::island::{Island, IslandConfig, Opening, RecoveryReport};
 use crate::proc::rng::FastRng;
 use crate::proc::run::{log_failure, watch_until, FAILED, MEASURE, STOP};
@@ -75,6 +75,16 @@ pub struct Options {
     /// How long a statement of a block waits for a local row's lock before
     /// it fails with [`CallError::Deadlock`] (and aborts its block).
     pub deadlock_timeout: Duration,
+    /// Run only this island of the deployment in this process: the others
+    /// are processes of their own, reached over the transport of the spec's
+    /// `processes` settings (which it requires). `None`: every island here.
+    pub island: Option<IslandId>,
+    /// What the log directories of the islands opened here may hold: a new
+    /// database ([`Expect::Fresh`]: loaded), a loaded one (recovered), or
+    /// either ([`Expect::Either`], the default). An island opened alone
+    /// cannot see its peers' directories, so a process that must not load a
+    /// lost island afresh beside loaded peers says [`Expect::Recover`].
+    pub expect: Expect,
 }
 
 impl std::fmt::Debug for Options {
@@ -90,6 +100,8 @@ impl std::fmt::Debug for Options {
             .field("workload", &self.workload)
             .field("blocks_per_worker", &self.blocks_per_worker)
             .field("deadlock_timeout", &self.deadlock_timeout)
+            .field("island", &self.island)
+            .field("expect", &self.expect)
             .finish()
     }
 }
@@ -108,6 +120,8 @@ impl Options {
             workload: "api".into(),
             blocks_per_worker: 128,
             deadlock_timeout: Duration::from_secs(1),
+            island: None,
+            expect: Expect::Either,
         }
     }
 }
@@ -422,6 +436,9 @@ pub(crate) struct Inner {
     pub(crate) mailboxes: Box<[CachePadded<Mailbox>]>,
     /// Island `i`'s executors are mailboxes `first[i]..first[i + 1]`.
     pub(crate) first: Vec<usize>,
+    /// The islands whose executors run in this process (every island but
+    /// where [`Options::island`] runs one alone).
+    local: Vec<usize>,
     /// Accepting calls.
     pub(crate) open: AtomicBool,
     /// Why the deployment stopped, if it failed.
@@ -517,6 +534,26 @@ impl Inner {
 
     /// The home island of a call of `def` with `args` (checked), or `None`
     /// for any island.
+    /// The island a call, statement or block whose home is `home` runs on
+    /// (`None`: any island; one of this process's, picked by `n`).
+    pub(crate) fn island_for(
+        &self,
+        home: Option<usize>,
+        n: usize,
+        procedure: &str,
+    ) -> Result<usize, CallError> {
+        let islands = self.first.len() - 1;
+        match home {
+            Some(i) if i >= islands => Err(CallError::BadArguments {
+                procedure: procedure.to_string(),
+                why: format!("no island {i} (the deployment has {islands})"),
+            }),
+            Some(i) if self.local.contains(&i) => Ok(i),
+            Some(i) => Err(CallError::Elsewhere { island: i }),
+            None => Ok(self.local[n % self.local.len()]),
+        }
+    }
+
     pub(crate) fn home_island(&self, def: &ProcDef, args: &[Value]) -> Option<usize> {
         match def.home {
             Home::Key { param, table } => {
@@ -822,6 +859,9 @@ pub struct Deployment {
     watcher: Option<JoinHandle<()>>,
     recovered: Vec<RecoveryReport>,
     threads: ThreadRegistry,
+    /// The transport to the deployment's other processes (with
+    /// [`Options::island`]): its I/O threads stop after the executors.
+    peers: Option<Arc<crate::transport::uds::Uds>>,
 }
 
 impl std::fmt::Debug for Deployment {
@@ -958,15 +998,48 @@ impl Deployment {
             blocks: opts.blocks_per_worker,
             ..Default::default()
         };
-        let dirs: Vec<_> = (0..n).map(dir_of).collect();
-        let deployment = match logged {
+        // The islands this process runs.
+        let local: Vec<bool> = match opts.island {
+            None => vec![true; n],
+            Some(k) => {
+                if opts.spec.processes.is_none() {
+                    return Err(Error::Config(format!(
+                        "island {k} alone: the deployment runs its islands as processes only \
+                         when it names a transport, an id and a secret file (see the deployment \
+                         file's [deployment] settings)"
+                    )));
+                }
+                if usize::from(k) >= n {
+                    return Err(Error::Config(format!(
+                        "island {k}: the deployment has {n} island(s) (0 to {})",
+                        n - 1
+                    )));
+                }
+                (0..n).map(|i| i == usize::from(k)).collect()
+            }
+        };
+        let dirs: Vec<_> = (0..n).filter(|&i| local[i]).map(dir_of).collect();
+        let recorded = match logged {
             true => super::open::recorded_deployment(&dirs)?,
             false => None,
-        }
-        .unwrap_or_else(crate::wal::new_deployment_id);
+        };
+        let deployment = match (&opts.spec.processes, recorded) {
+            (Some(p), Some(r)) if p.id != r => {
+                return Err(Error::Config(format!(
+                    "{} holds deployment {r:032x}, and the deployment file says id = \"{:032x}\"",
+                    dirs[0].display(),
+                    p.id
+                )))
+            }
+            (Some(p), _) => p.id,
+            (None, r) => r.unwrap_or_else(crate::wal::new_deployment_id),
+        };
         let threads = ThreadRegistry::new();
         let mut configs = Vec::with_capacity(n);
         for (i, ip) in plan.islands().iter().enumerate() {
+            if !local[i] {
+                continue;
+            }
             let mut cfg = IslandConfig::new(CcKind::NoWait, ip.workers as usize);
             cfg.name = format!("island-{i}");
             cfg.island_id = i as u32;
@@ -987,7 +1060,7 @@ impl Deployment {
             }
             configs.push(cfg);
         }
-        let opened = open_islands(configs, |_| catalog.tables.clone(), Expect::Either)?;
+        let opened = open_islands(configs, |_| catalog.tables.clone(), opts.expect)?;
         let router = SiteRouter::new(&catalog, &plan)?;
         if opened.fresh() {
             load_islands(
@@ -1010,27 +1083,72 @@ impl Deployment {
                 },
             )?;
         }
-        let opened = opened.islands;
-        let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
-        let recovered: Vec<RecoveryReport> = opened.iter().map(|(_, r)| r.clone()).collect();
-        let cluster = Cluster::new(opened, workers.clone(), Arc::new(router.clone()), copts)?;
+        let mut opened = opened.islands.into_iter().peekable();
+        let islands: Vec<Island> = opened.clone().map(|(i, _)| i).collect();
+        let recovered: Vec<RecoveryReport> = opened.clone().map(|(_, r)| r).collect();
+        let mut copts = copts;
+        let mut process_transport = None;
+        if let (Some(k), Some(p)) = (opts.island, &opts.spec.processes) {
+            let island = &islands[0];
+            let w32: Vec<u32> = workers.iter().map(|&w| w as u32).collect();
+            let id = crate::transport::join::Identity {
+                deployment,
+                incarnations: (0..n)
+                    .map(|i| {
+                        if i == usize::from(k) {
+                            island.incarnation()
+                        } else {
+                            0
+                        }
+                    })
+                    .collect(),
+                schema: island.schema_fingerprint(),
+                catalog: catalog.fingerprint(),
+            };
+            let t = crate::transport::join::for_process(
+                p,
+                &w32,
+                id.hello(k, &w32),
+                copts.mailbox_depth,
+            )?;
+            copts.transports = vec![Arc::clone(&t) as Arc<dyn Transport>; n];
+            process_transport = Some(t);
+        }
+        let mut members = Vec::with_capacity(n);
+        for (i, &w) in workers.iter().enumerate() {
+            members.push(match (local[i], opened.next_if(|_| local[i])) {
+                (_, Some((island, r))) => Member::Local(island, r),
+                (false, None) => Member::Remote { workers: w },
+                (true, None) => {
+                    return Err(Error::Config(format!("island {i} was not opened")));
+                }
+            });
+        }
+        let cluster = Cluster::with_members(members, Arc::new(router.clone()), copts)?;
+        // The mailboxes of this process's executors, island after island (an
+        // island run by another process has none): executor `w` of
+        // `executor::run::serve` takes mailbox `w`.
         let mut first = Vec::with_capacity(n + 1);
+        let mut ends = Vec::new();
         let mut at = 0;
-        for w in &workers {
+        for (i, &w) in workers.iter().enumerate() {
             first.push(at);
-            at += w;
+            if local[i] {
+                let island = i as IslandId;
+                ends.extend((0..w).map(|j| (i, cluster.endpoint(island, j))));
+                at += w;
+            }
         }
         first.push(at);
-        let mailboxes: Box<[CachePadded<Mailbox>]> = (0..total)
-            .map(|w| {
+        let mailboxes: Box<[CachePadded<Mailbox>]> = ends
+            .iter()
+            .map(|&(i, endpoint)| {
                 CachePadded::new(Mailbox {
                     queue: ArrayQueue::new(opts.queue_depth),
                     blocks: ArrayQueue::new(opts.blocks_per_worker.max(1)),
                     open_blocks: AtomicUsize::new(0),
-                    transport: Arc::clone(
-                        cluster.transport_of(first.partition_point(|&f| f <= w) - 1),
-                    ),
-                    endpoint: Endpoint(w as u32),
+                    transport: Arc::clone(cluster.transport_of(i)),
+                    endpoint,
                     idle: AtomicU32::new(0),
                     idle_since: AtomicU64::new(0),
                     room_waiters: AtomicUsize::new(0),
@@ -1044,6 +1162,7 @@ impl Deployment {
             router,
             mailboxes,
             first,
+            local: (0..n).filter(|&i| local[i]).collect(),
             open: AtomicBool::new(true),
             failure: Mutex::new(None),
             logs: islands
@@ -1060,10 +1179,13 @@ impl Deployment {
                 0
             },
             epoch: Instant::now(),
-            committed: (0..total).map(|_| ProgressCounter::new()).collect(),
+            committed: (0..ends.len()).map(|_| ProgressCounter::new()).collect(),
         });
         let mut cws = Vec::with_capacity(total);
         for (i, ip) in plan.islands().iter().enumerate() {
+            if !local[i] {
+                continue;
+            }
             for w in 0..workers[i] {
                 cws.push(ClusterWorker {
                     island: i,
@@ -1113,6 +1235,7 @@ impl Deployment {
             watcher: Some(watcher),
             recovered,
             threads,
+            peers: process_transport,
         })
     }
 
@@ -1144,6 +1267,12 @@ impl Deployment {
     /// The cluster its executors run on.
     pub fn cluster(&self) -> &Arc<Cluster> {
         &self.cluster
+    }
+
+    /// The connections to the deployment's other processes, one per island
+    /// (empty when every island runs here).
+    pub fn peers(&self) -> Vec<crate::transport::peer::PeerStats> {
+        self.peers.as_ref().map_or_else(Vec::new, |t| t.peers())
     }
 
     /// Its threads: executors, log writers, checkpointers, the watcher,
@@ -1207,6 +1336,9 @@ impl Deployment {
             let _ = w.join();
         }
         self.inner.drain();
+        if let Some(t) = &self.peers {
+            t.shutdown();
+        }
         for i in &self.islands {
             i.shutdown();
         }

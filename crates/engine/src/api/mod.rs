@@ -139,6 +139,11 @@ pub enum CallError {
     /// blocks open as [`Options::blocks_per_worker`] allows.
     #[error("too many open transaction blocks on island {island}: each of its executors keeps at most {limit} (Options::blocks_per_worker)")]
     TooManyBlocks { island: usize, limit: usize },
+    /// The call's home is an island that runs in another process of the
+    /// deployment: calls are not forwarded between processes, so it is sent
+    /// to a server of that island's process.
+    #[error("the call's home is island {island}, which runs in another process: send it to that island's server")]
+    Elsewhere { island: usize },
     /// The deployment was shut down before the call finished (or began).
     #[error("the deployment is shut down")]
     ShutDown,

@@ -204,11 +204,13 @@ fn processes(
     };
     let id = match &d.id {
         Some(hex) => parse_id(hex)?,
-        None => return Err(format!(
+        None => {
+            return Err(format!(
             "transport = \"{transport}\" runs islands as processes, which need the deployment's \
                  id in [deployment] (a new one: id = \"{:032x}\")",
             crate::wal::new_deployment_id()
-        )),
+        ))
+        }
     };
     let Some(secret_file) = d.secret_file.clone() else {
         return Err(format!(

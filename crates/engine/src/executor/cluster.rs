@@ -573,7 +573,7 @@ impl Cluster {
         self.served_us[e.0 as usize].store(us, Ordering::Release);
     }
 
-    pub(super) fn endpoint(&self, island: IslandId, worker: usize) -> Endpoint {
+    pub(crate) fn endpoint(&self, island: IslandId, worker: usize) -> Endpoint {
         Endpoint(self.base[island as usize] + worker as u32)
     }
 

@@ -198,8 +198,12 @@ pub fn schema_fingerprint(defs: &[TableDef]) -> u64 {
         }
         text.push('\n');
     }
-    // FNV-1a, 64 bits.
-    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+    fnv1a(text.as_bytes())
+}
+
+/// FNV-1a, 64 bits: the fingerprints' hash (stable across builds and machines).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }

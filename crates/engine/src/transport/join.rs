@@ -230,6 +230,64 @@ pub fn in_process(
     }
 }
 
+/// The transport of island `me` run as a process of its own, as the
+/// deployment file's `processes` settings describe it: a [`Uds`] listening on
+/// its endpoint and connecting to its peers' (a peer not up yet is dialed
+/// again with a backoff, so processes start in any order). `hello` is what it
+/// says of itself in each handshake.
+pub fn for_process(
+    p: &crate::deploy::Processes,
+    workers: &[u32],
+    hello: Hello,
+    mailbox_depth: usize,
+) -> Result<Arc<Uds>, Error> {
+    let me = hello.island;
+    if usize::from(me) >= workers.len() {
+        return Err(Error::Config(format!(
+            "island {me}: the deployment has {} islands",
+            workers.len()
+        )));
+    }
+    if !p.endpoints.is_empty() && p.endpoints.len() != workers.len() {
+        return Err(Error::Config(format!(
+            "the deployment file names {} endpoints for {} islands",
+            p.endpoints.len(),
+            workers.len()
+        )));
+    }
+    match p.transport {
+        Kind::Uds => {}
+        Kind::Shm => {
+            return Err(Error::Config(
+                "transport = \"shm\" between processes is not built yet: an island that restarts \
+                 would find its peers still ringing its old bells; use transport = \"uds\" (shm \
+                 joins the islands of one process: islands bench --transport shm)"
+                    .into(),
+            ))
+        }
+        Kind::InProc => {
+            return Err(Error::Config(
+                "transport = \"inproc\" joins islands of one process only".into(),
+            ))
+        }
+    }
+    let secret = Secret::from_file(&p.secret_file).map_err(|e| Error::Config(e.to_string()))?;
+    let paths: Vec<_> = (0..workers.len()).map(|i| p.endpoint(i)).collect();
+    if let Some(dir) = paths[usize::from(me)].parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::Io(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let mut cfg = UdsConfig::new(Layout::new(workers, me), paths, secret, hello);
+    cfg.mailbox_depth = mailbox_depth;
+    let u = Uds::new(cfg).map_err(|e| {
+        Error::Io(format!(
+            "island {me}: cannot listen on {}: {e}",
+            p.endpoint(usize::from(me)).display()
+        ))
+    })?;
+    Ok(Arc::new(u))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

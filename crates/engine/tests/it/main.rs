@@ -12,4 +12,5 @@ mod history;
 mod isolation;
 mod model;
 mod phantom;
+mod processes;
 mod slow_procs;
