@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::progress::{DisplayMode, ProgressDisplay};
-use crate::report::{LogReport, Machine, Report, RunInfo};
+use crate::report::{LogReport, Machine, Report, RunInfo, TrafficReport, TrafficSample};
 use crate::stats::TxnTypes;
 use islands::cpu::CpuTime;
 use islands::executor::run::{executor_bodies, ClusterWorker};
@@ -215,7 +215,27 @@ where
         })
         .collect();
     let local: Vec<Island> = cl.local_islands().map(|(_, i)| i.clone()).collect();
-    let mut report = run_threads(&local, &specs, bodies, &workload.types(), cfg)?;
+    let traffic = || {
+        let c = cl.total_counts();
+        let (send_syscalls, recv_syscalls) = cl.syscalls();
+        TrafficSample {
+            distributed_commits: c.distributed_commits,
+            frames: c.frames_out,
+            batches: c.batches_out,
+            bytes: c.bytes_out,
+            send_syscalls,
+            recv_syscalls,
+        }
+    };
+    let mut report = run_threads(
+        &local,
+        &specs,
+        bodies,
+        &workload.types(),
+        cfg,
+        cl.routes()
+            .then_some(&traffic as &dyn Fn() -> TrafficSample),
+    )?;
     if cl.routes() {
         let s = &cl.stats;
         report.notes.push(format!(
@@ -236,6 +256,7 @@ pub(crate) fn run_threads(
     bodies: Vec<WorkerBody>,
     type_names: &[&str],
     cfg: &DriverConfig,
+    traffic: Option<&dyn Fn() -> TrafficSample>,
 ) -> Result<Report, RunError> {
     let types = TxnTypes::new(type_names).map_err(Error::Config)?;
     let phase = Arc::new(AtomicU8::new(WARMUP));
@@ -285,6 +306,7 @@ pub(crate) fn run_threads(
         islands.iter().map(|i| i.wal().map(|w| w.stats())).collect()
     };
     let wal_before = wal_stats();
+    let traffic_before = traffic.map(|f| f());
     let cpu0 = CpuTime::process_now();
     let t0 = if in_warmup { t_start } else { Instant::now() };
     if !failed {
@@ -304,6 +326,7 @@ pub(crate) fn run_threads(
     let measured = t0.elapsed();
     let cpu = CpuTime::process_now().saturating_sub(cpu0);
     let wal_after = wal_stats();
+    let traffic_after = traffic.map(|f| f());
     display.finish();
     failed |= watch_until(islands, &phase, || handles.iter().all(|h| h.is_finished()));
     let mut merged = WorkerStats::new();
@@ -380,6 +403,9 @@ pub(crate) fn run_threads(
             machine: Machine::detect(),
         },
     );
+    if let (Some(a), Some(b)) = (traffic_before, traffic_after) {
+        report.traffic = Some(TrafficReport::between(&a, &b));
+    }
     if cfg.phases {
         report.phases = Some(crate::report::PhaseReport::new(
             &merged.phase_ticks,

@@ -343,19 +343,30 @@ pub const INPROC_MSG_BYTES: usize = 16;
 /// direction at a time, so more is only slack.
 const INPROC_DEPTH: usize = 4;
 
-/// One end of the island transport: a worker's view of [`InProc`].
+/// How a [`TransportEnd`] waits for its mailbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Waits {
+    /// Spins (both threads own a CPU and nothing else runs for the link).
+    Spin,
+    /// Sleeps on its bell, as a worker with nothing to do does (the I/O
+    /// threads that deliver to it need a CPU too).
+    Bell,
+}
+
+/// One end of an island transport, used as a worker uses it: the one shape
+/// of the `inproc`, `shm` and `uds` pairs.
 ///
 /// `send` appends a frame to the batch for the peer in this end's [`Outbox`];
-/// `flush` sends that batch (spinning while the peer's mailbox is full, which
-/// is the transport's back-pressure). `recv` returns the next decoded message;
-/// when none is left it first flushes (the replies to the batch just
-/// consumed go out as one batch, as at the end of a worker's round), then
-/// polls its mailbox, spinning, decodes the whole batch with [`frames`] and
-/// gives the buffer back with [`Transport::recycle`]. A frame that is
-/// malformed, or is not [`INPROC_MSG_BYTES`] long, is counted and dropped,
-/// and nothing after it in its batch is executed.
-pub struct InProcEnd {
-    t: Arc<InProc>,
+/// `flush` sends that batch (waiting while the transport pushes back). `recv`
+/// returns the next decoded message; when none is left it first flushes
+/// (the replies to the batch just consumed go out as one batch, as at the
+/// end of a worker's round), then takes its next batch (waiting as
+/// [`Waits`] says), decodes it with [`frames`] and gives the buffer back
+/// through the outbox, as a worker does. A frame that is malformed, or is
+/// not [`INPROC_MSG_BYTES`] long, is counted and dropped, and nothing after
+/// it in its batch is executed.
+pub struct TransportEnd<T: Transport> {
+    t: Arc<T>,
     me: transport::Endpoint,
     peer: transport::Endpoint,
     out: Outbox,
@@ -363,29 +374,68 @@ pub struct InProcEnd {
     inbox: Vec<u64>,
     next: usize,
     malformed: u64,
+    waits: Waits,
+    /// Whether the other side can still answer (asked after a sleep that
+    /// timed out: `false` ends the wait with [`STOP`]).
+    alive: fn(&T) -> bool,
+    /// Declared last: removed after this end's transport is gone.
+    _dir: Option<Arc<TempDir>>,
 }
 
-impl InProcEnd {
-    fn new(t: Arc<InProc>, me: u32, peer: u32) -> InProcEnd {
-        let out = Outbox::new(t.endpoints());
-        InProcEnd {
+/// The `inproc` end.
+pub type InProcEnd = TransportEnd<InProc>;
+/// The `shm` end.
+pub type ShmEnd = TransportEnd<Shm>;
+/// The `uds` end.
+pub type UdsEnd = TransportEnd<Uds>;
+
+impl<T: Transport> TransportEnd<T> {
+    fn new(t: Arc<T>, me: u32, peer: u32, waits: Waits, alive: fn(&T) -> bool) -> Self {
+        TransportEnd {
+            out: Outbox::new(t.endpoints()),
             t,
             me: transport::Endpoint(me),
             peer: transport::Endpoint(peer),
-            out,
             inbox: Vec::new(),
             next: 0,
             malformed: 0,
+            waits,
+            alive,
+            _dir: None,
         }
     }
 
-    /// Decodes one batch into the inbox (which the caller has emptied).
-    fn decode(&mut self, batch: &[u8]) {
-        decode_messages(batch, &mut self.inbox, &mut self.malformed);
+    /// The next batch for this end, or `None` once the peer is gone.
+    fn next_batch(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some((_, b)) = self.t.recv(self.me) {
+                return Some(b);
+            }
+            match self.waits {
+                Waits::Spin => std::hint::spin_loop(),
+                Waits::Bell => {
+                    let bell = self.t.bell(self.me);
+                    if !bell.prepare_sleep() {
+                        continue;
+                    }
+                    if let Some((_, b)) = self.t.recv(self.me) {
+                        bell.cancel_sleep();
+                        return Some(b);
+                    }
+                    if !bell.sleep(Duration::from_millis(100)) && !(self.alive)(&self.t) {
+                        return None;
+                    }
+                }
+            }
+        }
     }
 }
 
-impl Endpoint for InProcEnd {
+fn always(_: &impl Transport) -> bool {
+    true
+}
+
+impl<T: Transport + 'static> Endpoint for TransportEnd<T> {
     #[inline]
     fn send(&mut self, msg: u64) {
         let mut frame = [0u8; INPROC_MSG_BYTES];
@@ -396,7 +446,10 @@ impl Endpoint for InProcEnd {
     #[inline]
     fn flush(&mut self) {
         while self.out.flush(&*self.t, self.me) > 0 {
-            std::hint::spin_loop();
+            match self.waits {
+                Waits::Spin => std::hint::spin_loop(),
+                Waits::Bell => std::thread::yield_now(),
+            }
         }
     }
 
@@ -409,13 +462,12 @@ impl Endpoint for InProcEnd {
             self.flush();
             self.inbox.clear();
             self.next = 0;
-            match self.t.recv(self.me) {
-                Some((_, batch)) => {
-                    self.decode(&batch);
-                    self.t.recycle(batch);
-                }
-                None => std::hint::spin_loop(),
-            }
+            let Some(batch) = self.next_batch() else {
+                // The other island is gone: nothing more comes.
+                return STOP;
+            };
+            decode_messages(&batch, &mut self.inbox, &mut self.malformed);
+            self.out.recycle(&*self.t, batch);
         }
     }
 
@@ -428,8 +480,8 @@ impl Endpoint for InProcEnd {
 pub fn inproc_pair() -> (InProcEnd, InProcEnd) {
     let t = Arc::new(InProc::new(2, INPROC_DEPTH));
     (
-        InProcEnd::new(Arc::clone(&t), 0, 1),
-        InProcEnd::new(t, 1, 0),
+        TransportEnd::new(Arc::clone(&t), 0, 1, Waits::Spin, always),
+        TransportEnd::new(t, 1, 0, Waits::Spin, always),
     )
 }
 
@@ -502,77 +554,6 @@ impl Drop for TempDir {
     }
 }
 
-/// One end of the `uds` pair: island `me`'s only worker, on its own [`Uds`].
-/// As [`InProcEnd`], but it sleeps on its bell while its mailbox is empty
-/// (the receive thread that delivers to it needs a CPU too).
-pub struct UdsEnd {
-    t: Arc<Uds>,
-    me: transport::Endpoint,
-    peer: transport::Endpoint,
-    out: Outbox,
-    inbox: Vec<u64>,
-    next: usize,
-    malformed: u64,
-    /// Declared last: removed after this end's transport closed its socket.
-    _dir: Arc<TempDir>,
-}
-
-impl Endpoint for UdsEnd {
-    #[inline]
-    fn send(&mut self, msg: u64) {
-        let mut frame = [0u8; INPROC_MSG_BYTES];
-        frame[..8].copy_from_slice(&msg.to_le_bytes());
-        push_frame(self.out.batch(&*self.t, self.peer), &frame);
-    }
-
-    #[inline]
-    fn flush(&mut self) {
-        while self.out.flush(&*self.t, self.me) > 0 {
-            std::thread::yield_now();
-        }
-    }
-
-    fn recv(&mut self) -> u64 {
-        loop {
-            if let Some(&m) = self.inbox.get(self.next) {
-                self.next += 1;
-                return m;
-            }
-            self.flush();
-            self.inbox.clear();
-            self.next = 0;
-            let batch = match self.t.recv(self.me) {
-                Some((_, b)) => b,
-                None => {
-                    let bell = self.t.bell(self.me);
-                    bell.prepare_sleep();
-                    match self.t.recv(self.me) {
-                        Some((_, b)) => {
-                            bell.cancel_sleep();
-                            b
-                        }
-                        None => {
-                            if !bell.sleep(Duration::from_millis(100))
-                                && self.t.peers().iter().any(|p| p.state != PeerState::Up)
-                            {
-                                // The other island is gone: nothing more comes.
-                                return STOP;
-                            }
-                            continue;
-                        }
-                    }
-                }
-            };
-            decode_messages(&batch, &mut self.inbox, &mut self.malformed);
-            self.t.recycle(batch);
-        }
-    }
-
-    fn malformed(&self) -> u64 {
-        self.malformed
-    }
-}
-
 /// Appends the messages of a batch of [`INPROC_MSG_BYTES`]-byte frames to
 /// `inbox`; counts a frame of another size, or a batch that stops adding up
 /// (the iterator yields no frame after its error).
@@ -641,15 +622,12 @@ pub fn uds_pair() -> Result<(UdsEnd, UdsEnd), Error> {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+    // Each end sleeps on its bell while its mailbox is empty: the receive
+    // thread that delivers to it needs a CPU too.
+    let up = |u: &Uds| u.peers().iter().all(|p| p.state == PeerState::Up);
     let end = |t: Arc<Uds>, me: u32, peer: u32| UdsEnd {
-        out: Outbox::new(t.endpoints()),
-        t,
-        me: transport::Endpoint(me),
-        peer: transport::Endpoint(peer),
-        inbox: Vec::new(),
-        next: 0,
-        malformed: 0,
-        _dir: Arc::clone(&dir),
+        _dir: Some(Arc::clone(&dir)),
+        ..TransportEnd::new(t, me, peer, Waits::Bell, up)
     };
     Ok((end(a, 0, 1), end(b, 1, 0)))
 }
@@ -934,66 +912,6 @@ pub fn shm_ring_pair(batch: usize) -> Result<(ShmRingEnd, ShmRingEnd), Error> {
     Ok((end(&ab, &ba)?, end(&ba, &ab)?))
 }
 
-/// One end of the `shm` pair: a worker's view of its island's [`Shm`], as
-/// [`InProcEnd`] is of [`InProc`].
-pub struct ShmEnd {
-    t: Arc<Shm>,
-    me: transport::Endpoint,
-    peer: transport::Endpoint,
-    out: Outbox,
-    inbox: Vec<u64>,
-    next: usize,
-    malformed: u64,
-}
-
-impl Endpoint for ShmEnd {
-    #[inline]
-    fn send(&mut self, msg: u64) {
-        let mut frame = [0u8; INPROC_MSG_BYTES];
-        frame[..8].copy_from_slice(&msg.to_le_bytes());
-        push_frame(self.out.batch(&*self.t, self.peer), &frame);
-    }
-
-    #[inline]
-    fn flush(&mut self) {
-        while self.out.flush(&*self.t, self.me) > 0 {
-            std::hint::spin_loop();
-        }
-    }
-
-    fn recv(&mut self) -> u64 {
-        loop {
-            if let Some(&m) = self.inbox.get(self.next) {
-                self.next += 1;
-                return m;
-            }
-            self.flush();
-            self.inbox.clear();
-            self.next = 0;
-            match self.t.recv(self.me) {
-                Some((_, batch)) => {
-                    for frame in frames(&batch) {
-                        match frame {
-                            Ok(p) if p.len() == INPROC_MSG_BYTES => {
-                                let mut word = [0u8; 8];
-                                word.copy_from_slice(&p[..8]);
-                                self.inbox.push(u64::from_le_bytes(word));
-                            }
-                            Ok(_) | Err(_) => self.malformed += 1,
-                        }
-                    }
-                    self.out.recycle(&*self.t, batch);
-                }
-                None => std::hint::spin_loop(),
-            }
-        }
-    }
-
-    fn malformed(&self) -> u64 {
-        self.malformed
-    }
-}
-
 /// Two islands of one worker each joined by [`Shm`] under `/dev/shm`
 /// (client: island 0's endpoint 0, server: island 1's endpoint 1). The
 /// files are removed when both ends are dropped.
@@ -1017,16 +935,10 @@ pub fn shm_pair() -> Result<(ShmEnd, ShmEnd), Error> {
             .map_err(|e| Error::Config(format!("shm: {e}")))
     };
     let (a, b) = (join(a)?, join(b)?);
-    let end = |t: Arc<Shm>, me: u32, peer: u32| ShmEnd {
-        out: Outbox::new(t.endpoints()),
-        t,
-        me: transport::Endpoint(me),
-        peer: transport::Endpoint(peer),
-        inbox: Vec::new(),
-        next: 0,
-        malformed: 0,
-    };
-    Ok((end(a, 0, 1), end(b, 1, 0)))
+    Ok((
+        TransportEnd::new(a, 0, 1, Waits::Spin, always),
+        TransportEnd::new(b, 1, 0, Waits::Spin, always),
+    ))
 }
 
 #[cfg(test)]

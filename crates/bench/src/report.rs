@@ -72,6 +72,71 @@ pub struct LogReport {
     pub checkpoint_bytes_end: u64,
 }
 
+/// Counters of a cluster's traffic at one moment: the islands' workers'
+/// frames, batches and bytes sent (summed [`islands::executor::IslandCounts`]),
+/// their distributed commits, and the transport's system calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrafficSample {
+    pub distributed_commits: u64,
+    pub frames: u64,
+    pub batches: u64,
+    pub bytes: u64,
+    pub send_syscalls: u64,
+    pub recv_syscalls: u64,
+}
+
+/// What crossed between workers over the measured interval, in all and per
+/// distributed commit (two-phase commits the islands coordinated in that
+/// interval; the per-commit figures are 0 when there were none). Frames
+/// and batches are those the workers' outboxes handed to the transport;
+/// bytes are the batches' own, without a transport's stream or ring
+/// headers; system calls are the transport's (none for `inproc`). A frame
+/// sent on behalf of a transaction that aborted counts too.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrafficReport {
+    pub distributed_commits: u64,
+    pub frames: u64,
+    pub batches: u64,
+    pub bytes: u64,
+    pub send_syscalls: u64,
+    pub recv_syscalls: u64,
+    pub frames_per_distributed_commit: f64,
+    pub batches_per_distributed_commit: f64,
+    pub bytes_per_distributed_commit: f64,
+    pub send_syscalls_per_distributed_commit: f64,
+    pub recv_syscalls_per_distributed_commit: f64,
+}
+
+impl TrafficReport {
+    /// The traffic between two samples of the same cluster.
+    pub fn between(before: &TrafficSample, after: &TrafficSample) -> TrafficReport {
+        let d = |f: fn(&TrafficSample) -> u64| f(after).saturating_sub(f(before));
+        let commits = d(|s| s.distributed_commits);
+        let per = |n: u64| {
+            if commits == 0 {
+                0.0
+            } else {
+                n as f64 / commits as f64
+            }
+        };
+        let (frames, batches, bytes) = (d(|s| s.frames), d(|s| s.batches), d(|s| s.bytes));
+        let (send, recv) = (d(|s| s.send_syscalls), d(|s| s.recv_syscalls));
+        TrafficReport {
+            distributed_commits: commits,
+            frames,
+            batches,
+            bytes,
+            send_syscalls: send,
+            recv_syscalls: recv,
+            frames_per_distributed_commit: per(frames),
+            batches_per_distributed_commit: per(batches),
+            bytes_per_distributed_commit: per(bytes),
+            send_syscalls_per_distributed_commit: per(send),
+            recv_syscalls_per_distributed_commit: per(recv),
+        }
+    }
+}
+
 /// A reading of the host's cross-core state around a run: the median round
 /// trip of a spin-queue ping-pong between two of the run's worker CPUs
 /// (those of two islands when there are several), taken just before the
@@ -192,6 +257,9 @@ pub struct Report {
     pub clock: String,
     /// Where the workers' time went, per committed transaction (`--phases`).
     pub phases: Option<PhaseReport>,
+    /// Messages between workers (a cluster that routes across islands).
+    #[serde(default)]
+    pub traffic: Option<TrafficReport>,
     pub notes: Vec<String>,
     /// The run stopped before its planned end, for this reason (a log that
     /// failed, a worker's error); the figures cover the time up to the stop.
@@ -307,6 +375,7 @@ impl Report {
                 .map_or(0, |d| d.as_secs()),
             clock: islands::phases::clock().to_string(),
             phases: None,
+            traffic: None,
             notes: Vec::new(),
             stopped: None,
         }
@@ -388,6 +457,29 @@ impl Report {
                 thousands(self.distributed),
                 100.0 * self.distributed as f64 / self.committed.max(1) as f64
             );
+        }
+        if let Some(x) = self.traffic.as_ref().filter(|x| x.frames > 0) {
+            let _ = writeln!(
+                t,
+                "traffic     {} frames, {} batches, {} bytes, {} + {} send + receive syscalls",
+                thousands(x.frames),
+                thousands(x.batches),
+                thousands(x.bytes),
+                thousands(x.send_syscalls),
+                thousands(x.recv_syscalls)
+            );
+            if x.distributed_commits > 0 {
+                let _ = writeln!(
+                    t,
+                    "  per distributed commit  {:.2} frames, {:.2} batches, {:.0} bytes, \
+                     {:.2} + {:.2} send + receive syscalls",
+                    x.frames_per_distributed_commit,
+                    x.batches_per_distributed_commit,
+                    x.bytes_per_distributed_commit,
+                    x.send_syscalls_per_distributed_commit,
+                    x.recv_syscalls_per_distributed_commit
+                );
+            }
         }
         if self.aborts > 0 {
             let _ = writeln!(
@@ -518,6 +610,59 @@ fn latency_report(stats: &WorkerStats) -> LatencyReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn traffic_is_the_difference_per_distributed_commit_and_shown_when_there_is_some() {
+        let before = TrafficSample {
+            distributed_commits: 10,
+            frames: 100,
+            batches: 50,
+            bytes: 4_000,
+            send_syscalls: 7,
+            recv_syscalls: 3,
+        };
+        let after = TrafficSample {
+            distributed_commits: 110,
+            frames: 700,
+            batches: 450,
+            bytes: 44_000,
+            send_syscalls: 207,
+            recv_syscalls: 103,
+        };
+        let x = TrafficReport::between(&before, &after);
+        assert_eq!(
+            (x.distributed_commits, x.frames, x.batches, x.bytes),
+            (100, 600, 400, 40_000)
+        );
+        assert_eq!((x.send_syscalls, x.recv_syscalls), (200, 100));
+        assert_eq!(x.frames_per_distributed_commit, 6.0);
+        assert_eq!(x.batches_per_distributed_commit, 4.0);
+        assert_eq!(x.bytes_per_distributed_commit, 400.0);
+        assert_eq!(x.send_syscalls_per_distributed_commit, 2.0);
+        assert_eq!(x.recv_syscalls_per_distributed_commit, 1.0);
+        let none = TrafficReport::between(&after, &after);
+        assert_eq!(
+            none.frames_per_distributed_commit, 0.0,
+            "no commit: 0, not NaN"
+        );
+
+        let (mut r, _) = sample();
+        assert!(!r.render_table().contains("traffic"));
+        r.traffic = Some(none);
+        assert!(
+            !r.render_table().contains("traffic"),
+            "nothing sent: no line"
+        );
+        r.traffic = Some(x);
+        let t = r.render_table();
+        assert!(t.contains("traffic     600 frames, 400 batches"), "{t}");
+        assert!(
+            t.contains("per distributed commit  6.00 frames, 4.00 batches, 400 bytes"),
+            "{t}"
+        );
+        let back = Report::from_json(&r.to_json_pretty()).unwrap();
+        assert_eq!(back.traffic, r.traffic);
+    }
 
     fn sample() -> (Report, WorkerStats) {
         let types = TxnTypes::new(&["NewOrder", "Payment"]).unwrap();

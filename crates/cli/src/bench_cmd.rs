@@ -27,7 +27,7 @@ use islands_workloads::inserts::{self, Inserts, InsertsConfig};
 use islands_workloads::micro::{self, Micro, MicroConfig};
 use islands_workloads::spec::WorkloadSpec;
 use islands_workloads::tpcc::{self, Mix, Tpcc, TpccConfig};
-use islands_workloads::ycsb::{self, Ycsb, YcsbConfig};
+use islands_workloads::ycsb::{self, Homes, Ycsb, YcsbConfig};
 
 #[derive(Args)]
 #[command(
@@ -280,6 +280,14 @@ struct YcsbArgs {
     /// (they overlap the cache misses of multi-request transactions).
     #[arg(long)]
     no_prefetch: bool,
+    /// Give each worker a home island: a transaction draws every key from its home
+    /// island's, except PCT% of them, which touch one other island (first key home,
+    /// second on the other, the rest on either). 0: nothing crosses islands (as micro's
+    /// --multisite 0, H-Store's partitioned YCSB). Without it, every key is drawn from the
+    /// whole table, so on several islands a transaction is distributed whenever one of
+    /// its keys is another island's.
+    #[arg(long, value_name = "PCT")]
+    multisite: Option<u32>,
 }
 
 #[derive(Args, Clone)]
@@ -379,6 +387,14 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
             },
             Some(WorkloadCmd::Ycsb(a)) => {
                 let p = YcsbConfig::preset(&a.preset)?;
+                if a.multisite.is_some() {
+                    return Err(Error::Config(
+                        "--connect ycsb draws keys from the whole table: --multisite is for \
+                         in-process runs"
+                            .into(),
+                    )
+                    .into());
+                }
                 if a.ops.unwrap_or(p.ops) != 1 {
                     return Err(Error::Config(
                         "--connect ycsb makes one request per call: --ops 1 (the silo preset)"
@@ -708,7 +724,11 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
                 Durability::Sync | Durability::Async => (8, 256),
             };
             let copts = cluster_options(&c, defaults, workers.len())?;
-            let router: Option<Arc<dyn Router>> = if n_islands > 1 {
+            // Homed with nothing crossing: the islands run as micro's do at
+            // 0% (no router), unless a locking scheme was asked for.
+            let distributed =
+                n_islands > 1 && (a.multisite.is_none_or(|p| p > 0) || explicit_locking(&c));
+            let router: Option<Arc<dyn Router>> = if distributed {
                 cluster_cc(&mut configs, &c, &copts)?;
                 dcfg.deployment = deployment_line(&plan, &configs, durability, &log_base);
                 let starts: Vec<u64> = (0..n_islands).map(|i| keys_of(i).start).collect();
@@ -718,6 +738,10 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
             };
             dcfg.workload_name = format!("ycsb ({})", a.preset);
             dcfg.parameters = y.parameters();
+            if let Some(pct) = a.multisite {
+                dcfg.parameters
+                    .insert("multisite_pct".into(), pct.to_string());
+            }
             for (i, cfg) in configs.iter_mut().enumerate() {
                 cfg.workload = WorkloadSpec::Ycsb {
                     rows: y.rows,
@@ -726,7 +750,17 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
                 }
                 .to_string();
             }
-            let w = Ycsb::new(y.clone())?;
+            let w = match a.multisite {
+                None => Ycsb::new(y.clone())?,
+                Some(pct) => Ycsb::homed(
+                    y.clone(),
+                    Homes {
+                        islands: n_islands as u32,
+                        multisite_pct: pct,
+                        of_worker: workers.iter().map(|w| w.island as u32).collect(),
+                    },
+                )?,
+            };
             execute(
                 configs,
                 |i| {

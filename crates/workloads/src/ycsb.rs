@@ -7,6 +7,18 @@
 //! - DBx1000: 10,485,760 rows of 100 bytes, 16 requests per transaction, 90% reads, θ = 0.6;
 //! - Silo: 10,000,000 rows, 1 request per transaction, 80% reads / 20% writes, uniform.
 //!
+//! On several islands (the keys split evenly over them, as the benchmark's
+//! router splits them), keys are by default drawn from the whole table, so
+//! a transaction is distributed whenever one of its keys is another
+//! island's. With [`Homes`] (`--multisite PCT`), each worker has a home
+//! island, as in the microbenchmark and in H-Store's partitioned YCSB: a
+//! transaction draws every key from its home island's keys, except PCT% of
+//! them, which touch exactly one other island (chosen uniformly): their
+//! first key is on the home island, their second on the other, and each
+//! further key on either with equal chance (a transaction of one request
+//! reads or writes the other island's key alone). Keys are Zipfian within
+//! their island's range.
+//!
 //! Invariants, checked by [`check`] (for `islands check`): every key of each island's
 //! range is present, and each row's check word is [`crate::row_check`] of its key and its
 //! counter `f0` (loaded as the key, incremented by each read-modify-write, which writes
@@ -14,6 +26,7 @@
 
 use std::collections::BTreeMap;
 
+use islands::deploy::EvenSplit;
 use islands::island::Island;
 use islands::proc::rng::FastRng;
 use islands::proc::zipf::Zipf;
@@ -181,13 +194,126 @@ pub fn load(
 pub struct Ycsb {
     cfg: YcsbConfig,
     zipf: Zipf,
+    homed: Option<Homed>,
 }
 
+/// Home islands of the workers and the share of transactions that leave
+/// theirs (see the module documentation).
+#[derive(Clone, Debug)]
+pub struct Homes {
+    /// Islands the keys are split over, evenly ([`EvenSplit`]).
+    pub islands: u32,
+    /// Percentage of transactions that touch one other island's keys.
+    pub multisite_pct: u32,
+    /// Home island of each worker, by the worker number the driver gives
+    /// [`Workload::next`].
+    pub of_worker: Vec<u32>,
+}
+
+/// [`Homes`], ready to draw from.
+struct Homed {
+    split: EvenSplit,
+    /// Keys within each island's range.
+    zipfs: Vec<Zipf>,
+    multisite_pct: u32,
+    of_worker: Vec<u32>,
+}
+
+/// Transaction types of a homed run.
+pub const LOCAL: usize = 0;
+pub const MULTISITE: usize = 1;
+
 impl Ycsb {
+    /// Keys drawn from the whole table.
     pub fn new(cfg: YcsbConfig) -> Result<Ycsb, Error> {
         cfg.check()?;
         let zipf = Zipf::new(cfg.rows, cfg.theta).map_err(Error::Config)?;
-        Ok(Ycsb { cfg, zipf })
+        Ok(Ycsb {
+            cfg,
+            zipf,
+            homed: None,
+        })
+    }
+
+    /// Keys drawn from each worker's home island, `homes.multisite_pct`%
+    /// of transactions touching one other island.
+    pub fn homed(cfg: YcsbConfig, homes: Homes) -> Result<Ycsb, Error> {
+        let mut y = Ycsb::new(cfg)?;
+        if homes.multisite_pct > 100 {
+            return Err(Error::Config(format!(
+                "--multisite {} is more than 100 (percent)",
+                homes.multisite_pct
+            )));
+        }
+        let split = EvenSplit::new(y.cfg.rows, homes.islands).ok_or_else(|| {
+            Error::Config(format!(
+                "{} rows cannot be split over {} islands",
+                y.cfg.rows, homes.islands
+            ))
+        })?;
+        if homes.of_worker.is_empty() {
+            return Err(Error::Config("no worker has a home island".into()));
+        }
+        if let Some(h) = homes.of_worker.iter().find(|&&h| h >= homes.islands) {
+            return Err(Error::Config(format!(
+                "home island {h} does not exist ({} islands)",
+                homes.islands
+            )));
+        }
+        let zipfs = (0..homes.islands)
+            .map(|i| {
+                let r = split.range(i);
+                Zipf::new(r.end - r.start, y.cfg.theta).map_err(Error::Config)
+            })
+            .collect::<Result<_, _>>()?;
+        y.homed = Some(Homed {
+            split,
+            zipfs,
+            multisite_pct: homes.multisite_pct,
+            of_worker: homes.of_worker,
+        });
+        Ok(y)
+    }
+}
+
+impl Homed {
+    #[inline]
+    fn key(&self, island: u32, rng: &mut FastRng) -> u64 {
+        self.split.range(island).start + self.zipfs[island as usize].sample(rng)
+    }
+
+    /// Fills `ops` for a transaction of `worker`; returns its type.
+    #[inline]
+    fn next(
+        &self,
+        worker: usize,
+        read_pct: u32,
+        rng: &mut FastRng,
+        ops: &mut [(u64, bool)],
+    ) -> usize {
+        let home = self.of_worker[worker % self.of_worker.len()];
+        let islands = self.split.parts();
+        let multisite = islands > 1 && self.multisite_pct > 0 && rng.percent(self.multisite_pct);
+        if !multisite {
+            for op in ops.iter_mut() {
+                *op = (self.key(home, rng), !rng.percent(read_pct));
+            }
+            return LOCAL;
+        }
+        let other = rng.below(u64::from(islands - 1)) as u32;
+        let other = if other >= home { other + 1 } else { other };
+        let alone = ops.len() == 1;
+        for (i, op) in ops.iter_mut().enumerate() {
+            let island = match i {
+                0 if alone => other,
+                0 => home,
+                1 => other,
+                _ if rng.percent(50) => home,
+                _ => other,
+            };
+            *op = (self.key(island, rng), !rng.percent(read_pct));
+        }
+        MULTISITE
     }
 }
 
@@ -210,12 +336,19 @@ impl Workload for Ycsb {
     type Req = YcsbReq;
 
     fn types(&self) -> Vec<&'static str> {
-        vec!["ycsb"]
+        if self.homed.is_some() {
+            vec!["local", "multisite"]
+        } else {
+            vec!["ycsb"]
+        }
     }
 
     #[inline]
-    fn next(&self, _worker: usize, rng: &mut FastRng, req: &mut YcsbReq) -> usize {
+    fn next(&self, worker: usize, rng: &mut FastRng, req: &mut YcsbReq) -> usize {
         req.n = self.cfg.ops;
+        if let Some(h) = &self.homed {
+            return h.next(worker, self.cfg.read_pct, rng, &mut req.ops[..self.cfg.ops]);
+        }
         for op in req.ops[..self.cfg.ops].iter_mut() {
             *op = (self.zipf.sample(rng), !rng.percent(self.cfg.read_pct));
         }
@@ -269,4 +402,119 @@ pub fn check(islands: &[(&Island, std::ops::Range<u64>)]) -> Vec<String> {
     }
     out.truncate(crate::VIOLATIONS_MAX);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(ops: usize) -> YcsbConfig {
+        YcsbConfig {
+            rows: 1000,
+            ops,
+            theta: 0.5,
+            ..YcsbConfig::silo()
+        }
+    }
+
+    fn homes(pct: u32) -> Homes {
+        Homes {
+            islands: 4,
+            multisite_pct: pct,
+            of_worker: vec![0, 1, 2, 3],
+        }
+    }
+
+    /// The islands (of 4, 250 keys each) of each of `n` transactions of
+    /// worker `w`, with their types.
+    fn draws(y: &Ycsb, w: usize, n: usize) -> Vec<(usize, Vec<u64>)> {
+        let mut rng = FastRng::new(42);
+        let mut req = YcsbReq::default();
+        (0..n)
+            .map(|_| {
+                let ty = y.next(w, &mut rng, &mut req);
+                (ty, req.ops[..req.n].iter().map(|&(k, _)| k / 250).collect())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn at_zero_percent_every_key_is_on_the_home_island() {
+        let y = Ycsb::homed(cfg(16), homes(0)).unwrap();
+        for w in 0..4 {
+            for (ty, islands) in draws(&y, w, 2_000) {
+                assert_eq!(ty, LOCAL);
+                assert!(
+                    islands.iter().all(|&i| i == w as u64),
+                    "worker {w}: {islands:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn pct_of_transactions_touch_exactly_one_other_island_chosen_uniformly() {
+        let y = Ycsb::homed(cfg(8), homes(20)).unwrap();
+        let n = 20_000;
+        let mut multi = 0;
+        let mut others = [0u32; 4];
+        for (ty, islands) in draws(&y, 2, n) {
+            let mut set = islands.clone();
+            set.sort_unstable();
+            set.dedup();
+            if ty == LOCAL {
+                assert_eq!(set, vec![2], "{islands:?}");
+                continue;
+            }
+            multi += 1;
+            assert_eq!(set.len(), 2, "home and one other: {islands:?}");
+            assert_eq!(islands[0], 2, "the first key is the home island's");
+            assert_ne!(islands[1], 2, "the second is the other's");
+            others[islands[1] as usize] += 1;
+        }
+        let share = f64::from(multi) / n as f64;
+        assert!((0.18..0.22).contains(&share), "{share} multisite");
+        assert_eq!(others[2], 0);
+        for i in [0, 1, 3] {
+            let s = f64::from(others[i]) / f64::from(multi);
+            assert!(
+                (0.28..0.39).contains(&s),
+                "island {i}: {s} of the multisite"
+            );
+        }
+    }
+
+    #[test]
+    fn a_one_request_multisite_transaction_touches_the_other_island_only() {
+        let y = Ycsb::homed(cfg(1), homes(100)).unwrap();
+        for (ty, islands) in draws(&y, 1, 2_000) {
+            assert_eq!(ty, MULTISITE);
+            assert_ne!(islands[0], 1);
+        }
+    }
+
+    #[test]
+    fn without_homes_keys_come_from_the_whole_table() {
+        let y = Ycsb::new(cfg(16)).unwrap();
+        let spread = draws(&y, 0, 1_000)
+            .iter()
+            .filter(|(_, i)| i.iter().any(|&x| x != i[0]))
+            .count();
+        assert!(spread > 900, "{spread} of 1000 transactions cross islands");
+    }
+
+    #[test]
+    fn bad_homes_are_refused() {
+        let mut h = homes(101);
+        assert!(Ycsb::homed(cfg(1), h.clone()).is_err());
+        h.multisite_pct = 10;
+        h.of_worker = vec![4];
+        let e = Ycsb::homed(cfg(1), h.clone()).err().unwrap();
+        assert!(e.to_string().contains("home island 4"), "{e}");
+        h.of_worker.clear();
+        assert!(Ycsb::homed(cfg(1), h.clone()).is_err());
+        h.of_worker = vec![0];
+        h.islands = 2000;
+        assert!(Ycsb::homed(cfg(1), h).is_err(), "more islands than rows");
+    }
 }

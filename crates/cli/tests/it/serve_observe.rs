@@ -230,6 +230,25 @@ fn show_stats_counts_aborts_by_reason_and_island() {
         assert!(get(ib, "remote_ops") >= 5);
         assert!(get(ia, "log_bytes") > 0 && get(ib, "log_syncs") > 0);
         assert_eq!(st[&("deployment".into(), "distributed_commits".into())], 5);
+        // Each transfer sent a request and a prepare from its home, and the
+        // other island answered the request and voted, before the commit
+        // was acknowledged (a worker publishes its counts at the end of its
+        // round: the last transfer's may not be in yet).
+        assert!(get(ia, "frames_out") >= 8, "{st:?}");
+        assert!(get(ib, "frames_out") >= 8, "{st:?}");
+        for i in [ia, ib] {
+            assert!(get(i, "frames_out") >= get(i, "batches_out"), "{st:?}");
+            assert!(get(i, "bytes_out") >= 13 * get(i, "frames_out"), "{st:?}");
+        }
+        let dep = |k: &str| st[&("deployment".to_string(), k.to_string())];
+        assert_eq!(
+            dep("frames_out"),
+            get(ia, "frames_out") + get(ib, "frames_out")
+        );
+        assert_eq!(
+            dep("frames_per_distributed_commit_x1000"),
+            dep("frames_out") * 1000 / 5
+        );
     });
     server.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);

@@ -134,6 +134,12 @@ pub(crate) struct WorkerCounts {
     /// Batches its outbox dropped: their destination refused them until
     /// they reached [`crate::transport::MAX_PENDING`].
     pub(super) dropped_batches: AtomicU64,
+    /// Frames, batches and bytes its outbox handed to the transport
+    /// ([`crate::transport::Sent`]), published (stored, not added) after
+    /// each round's flush.
+    pub(super) frames_out: AtomicU64,
+    pub(super) batches_out: AtomicU64,
+    pub(super) bytes_out: AtomicU64,
 }
 
 impl WorkerCounts {
@@ -172,6 +178,13 @@ pub struct IslandCounts {
     /// Batches this island's workers dropped because their destination
     /// kept refusing them (a full mailbox, a peer that is down).
     pub dropped_batches: u64,
+    /// Frames, batches and bytes this island's workers sent to other
+    /// workers (of any island, their own included) through the transport:
+    /// the messages of remote operations and of two-phase commit. Bytes
+    /// are the batches' own, without a transport's stream or ring headers.
+    pub frames_out: u64,
+    pub batches_out: u64,
+    pub bytes_out: u64,
 }
 
 /// Adds one to a counter only its owner thread writes: a plain store, no
@@ -217,6 +230,9 @@ impl ClusterStats {
             c.user_aborts += load(&w.user_aborts);
             c.gave_up += load(&w.gave_up);
             c.dropped_batches += load(&w.dropped_batches);
+            c.frames_out += load(&w.frames_out);
+            c.batches_out += load(&w.batches_out);
+            c.bytes_out += load(&w.bytes_out);
         }
         c
     }
@@ -541,6 +557,26 @@ impl Cluster {
         &self.opts
     }
 
+    /// The transport's system calls, as (send, receive) (see
+    /// [`Transport::syscalls`]).
+    pub fn syscalls(&self) -> (u64, u64) {
+        // The local islands' transports, each once (islands of one process
+        // may share one).
+        let mut seen: Vec<*const ()> = Vec::new();
+        let (mut send, mut recv) = (0, 0);
+        for (i, _) in self.local_islands() {
+            let t = &self.transports[i];
+            let p = Arc::as_ptr(t) as *const ();
+            if !seen.contains(&p) {
+                seen.push(p);
+                let (s, r) = t.syscalls();
+                send += s;
+                recv += r;
+            }
+        }
+        (send, recv)
+    }
+
     /// Whether transactions may cross islands here (see [`Cluster::local`]).
     pub fn routes(&self) -> bool {
         self.router.is_some()
@@ -559,6 +595,11 @@ impl Cluster {
             (Some(&b), Some(&w)) => self.stats.sum(b as usize..b as usize + w),
             _ => IslandCounts::default(),
         }
+    }
+
+    /// Every worker's counters, summed.
+    pub fn total_counts(&self) -> IslandCounts {
+        self.stats.sum(0..self.stats.workers.len())
     }
 
     /// Whether worker `e` has served its mailbox in a step that began at

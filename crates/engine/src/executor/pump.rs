@@ -99,8 +99,20 @@ impl Executor {
             let c = &self.counts().dropped_batches;
             c.store(c.load(Ordering::Relaxed) + dropped, Ordering::Relaxed);
         }
+        self.publish_sent();
         self.publish_served(now);
         Ok(received)
+    }
+
+    /// Publishes what the outbox sent so far (including the sends of
+    /// [`Executor::exchange`] since the last round) in this worker's
+    /// counts: plain stores of running totals, only this worker writes them.
+    fn publish_sent(&self) {
+        let sent = self.outbox.sent();
+        let c = self.counts();
+        c.frames_out.store(sent.frames, Ordering::Relaxed);
+        c.batches_out.store(sent.batches, Ordering::Relaxed);
+        c.bytes_out.store(sent.bytes, Ordering::Relaxed);
     }
 
     /// Handles every batch waiting in this worker's mailbox (and the

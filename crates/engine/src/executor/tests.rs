@@ -3381,6 +3381,62 @@ fn every_aborted_attempt_is_counted_by_reason_inline_and_in_slots() {
     }
 }
 
+/// Frames, batches and bytes are counted per worker where the outbox
+/// hands a batch to the transport: a run whose transfers cross islands
+/// counts them on both islands, consistently (a batch holds one frame or
+/// more, a frame at least a 2PC message behind its length); a run on the
+/// same routed cluster whose transactions keep to their home island
+/// counts nothing.
+#[test]
+fn traffic_is_counted_per_worker_and_only_when_transactions_cross() {
+    // The smallest frame: its length, then a 2PC message (kind + gtid).
+    const MIN_FRAME_BYTES: u64 = 4 + 9;
+    let accounts = 40;
+    let (cl, _islands) = open_cluster(2, accounts, ClusterOptions::default());
+    let wl = Arc::new(IslandBank {
+        per_island: accounts / 2,
+        workers_per_island: 1,
+        requests: Default::default(),
+    });
+    run_to_completion(&cl, &clients(2, 100), wl, 3).unwrap();
+    for i in 0..2 {
+        let c = cl.island_counts(i);
+        assert_eq!(c.distributed_commits, 0, "island {i}: {c:?}");
+        assert_eq!(
+            (c.frames_out, c.batches_out, c.bytes_out),
+            (0, 0, 0),
+            "island {i}: nothing crossed, nothing was sent ({c:?})"
+        );
+    }
+    assert_eq!(cl.syscalls(), (0, 0), "in-process: no system call");
+
+    let (cl, _islands) = open_cluster(2, accounts, ClusterOptions::default());
+    let stats = run_to_completion(&cl, &clients(2, 300), bank(accounts), 3).unwrap();
+    let distributed: u64 = stats.iter().map(|s| s.distributed).sum();
+    let counts = [cl.island_counts(0), cl.island_counts(1)];
+    assert_eq!(
+        counts.iter().map(|c| c.distributed_commits).sum::<u64>(),
+        distributed,
+        "{counts:?}"
+    );
+    assert!(distributed > 100, "{distributed} distributed commits");
+    for (i, c) in counts.iter().enumerate() {
+        assert!(c.batches_out > 0, "island {i}: {c:?}");
+        assert!(c.frames_out >= c.batches_out, "island {i}: {c:?}");
+        assert!(
+            c.bytes_out >= c.frames_out * MIN_FRAME_BYTES,
+            "island {i}: {c:?}"
+        );
+    }
+    // Each distributed transfer sends at least a remote request and its
+    // reply, a prepare, its vote and the decision.
+    let frames: u64 = counts.iter().map(|c| c.frames_out).sum();
+    assert!(
+        frames >= 5 * distributed,
+        "{frames} frames for {distributed} distributed commits"
+    );
+}
+
 /// A wait on a worker that has never served its mailbox (it published no
 /// step) is unanswered once its time is up: nothing shows that worker busy,
 /// and a lost message to it must cost the wait's timeout, not

@@ -62,6 +62,8 @@ pub(crate) struct Figures {
     pub(crate) per_thread: Vec<u64>,
     pub(crate) procs: Vec<ProcFigures>,
     pub(crate) islands: Vec<IslandFigures>,
+    /// The transport's system calls: (send, receive).
+    pub(crate) syscalls: (u64, u64),
     /// Why the deployment stopped, if it failed.
     pub(crate) failure: Option<String>,
 }
@@ -104,6 +106,7 @@ impl Figures {
                     checkpoints: island.checkpoint_stats().taken,
                 })
                 .collect(),
+            syscalls: sh.cluster.syscalls(),
             failure: sh.client.failure(),
         }
     }
@@ -133,6 +136,41 @@ impl Figures {
             sum(|i| i.counts.distributed_commits),
         );
         push("deployment", "remote_ops", sum(|i| i.counts.remote_ops));
+        let distributed = sum(|i| i.counts.distributed_commits);
+        let frames = sum(|i| i.counts.frames_out);
+        let batches = sum(|i| i.counts.batches_out);
+        let bytes = sum(|i| i.counts.bytes_out);
+        push("deployment", "frames_out", frames);
+        push("deployment", "batches_out", batches);
+        push("deployment", "bytes_out", bytes);
+        push("deployment", "send_syscalls", self.syscalls.0);
+        push("deployment", "recv_syscalls", self.syscalls.1);
+        // Per distributed commit, in thousandths (the rows are integers).
+        let milli = |n: u64| {
+            (n.saturating_mul(1000))
+                .checked_div(distributed)
+                .unwrap_or(0)
+        };
+        push(
+            "deployment",
+            "frames_per_distributed_commit_x1000",
+            milli(frames),
+        );
+        push(
+            "deployment",
+            "batches_per_distributed_commit_x1000",
+            milli(batches),
+        );
+        push(
+            "deployment",
+            "bytes_per_distributed_commit",
+            bytes.checked_div(distributed).unwrap_or(0),
+        );
+        push(
+            "deployment",
+            "syscalls_per_distributed_commit_x1000",
+            milli(self.syscalls.0.saturating_add(self.syscalls.1)),
+        );
         for (i, f) in self.islands.iter().enumerate() {
             let scope = format!("island-{i}");
             push(&scope, "committed", f.committed);
@@ -147,6 +185,10 @@ impl Figures {
             }
             push(&scope, "user_aborts", f.counts.user_aborts);
             push(&scope, "gave_up", f.counts.gave_up);
+            push(&scope, "frames_out", f.counts.frames_out);
+            push(&scope, "batches_out", f.counts.batches_out);
+            push(&scope, "bytes_out", f.counts.bytes_out);
+            push(&scope, "dropped_batches", f.counts.dropped_batches);
             if let Some(st) = &f.log {
                 push(&scope, "log_bytes", st.bytes_written);
                 push(&scope, "log_batches", st.batches_written);
@@ -268,7 +310,7 @@ pub(crate) fn render(f: &Figures, threads: &[ThreadInfo]) -> String {
             .filter_map(|(i, isl)| get(isl).map(|v| (format!("island=\"{i}\""), v as f64)))
             .collect()
     };
-    let island_families: [(&str, &str, IslandFigure); 9] = [
+    let island_families: [(&str, &str, IslandFigure); 13] = [
         (
             "islands_commits_total",
             "Transactions committed by the island's executors (published every 256 per executor).",
@@ -293,6 +335,26 @@ pub(crate) fn render(f: &Figures, threads: &[ThreadInfo]) -> String {
             "islands_gave_up_total",
             "Transactions homed on the island given up after their last attempt aborted.",
             |i| Some(i.counts.gave_up),
+        ),
+        (
+            "islands_frames_out_total",
+            "Frames (messages) the island's workers sent to other workers through the transport.",
+            |i| Some(i.counts.frames_out),
+        ),
+        (
+            "islands_batches_out_total",
+            "Batches of frames the island's workers handed to the transport.",
+            |i| Some(i.counts.batches_out),
+        ),
+        (
+            "islands_bytes_out_total",
+            "Bytes of the batches the island's workers sent (without transport headers).",
+            |i| Some(i.counts.bytes_out),
+        ),
+        (
+            "islands_dropped_batches_total",
+            "Batches the island's workers dropped: their destination kept refusing them.",
+            |i| Some(i.counts.dropped_batches),
         ),
         (
             "islands_log_bytes_total",
@@ -333,6 +395,16 @@ pub(crate) fn render(f: &Figures, threads: &[ThreadInfo]) -> String {
         "counter",
         "Attempts of transactions homed on the island aborted by the engine, by reason (each retry counts).",
         &aborts,
+    );
+    family(
+        &mut out,
+        "islands_transport_syscalls_total",
+        "counter",
+        "System calls of the transport between islands, by direction: writes and wake-ups that send, reads and wake-ups that receive (none in-process).",
+        &[
+            ("direction=\"send\"".to_string(), f.syscalls.0 as f64),
+            ("direction=\"recv\"".to_string(), f.syscalls.1 as f64),
+        ],
     );
     let thread_labels = |t: &ThreadInfo| {
         let island = t.island.map_or_else(String::new, |i| i.to_string());

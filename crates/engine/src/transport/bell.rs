@@ -47,16 +47,19 @@ impl Bell {
 
     /// Wakes the owner if it sleeps, or makes its next
     /// [`Bell::prepare_sleep`] answer `false`. Call after making the work it
-    /// is woken for visible.
+    /// is woken for visible. Returns whether it made a system call (a
+    /// `futex` wake of a sleeping owner), for transports that count theirs.
     #[inline]
-    pub fn ring(&self) {
+    pub fn ring(&self) -> bool {
         fence(Ordering::SeqCst);
         if self.word.load(Ordering::Relaxed) == RUNG {
-            return;
+            return false;
         }
         if self.word.swap(RUNG, Ordering::SeqCst) == SLEEPING {
             wake(&self.word);
+            return true;
         }
+        false
     }
 
     /// Owner: announces a sleep. `false`: the bell rang since the owner's
@@ -145,7 +148,8 @@ mod tests {
     fn a_ring_before_the_sleep_is_not_lost() {
         let b = Bell::new();
         assert!(b.prepare_sleep());
-        b.ring();
+        assert!(b.ring(), "the owner announced its sleep: a futex wake");
+        assert!(!b.ring(), "already rung: no second wake");
         let t = Instant::now();
         assert!(b.sleep(Duration::from_secs(5)), "woken by the ring");
         assert!(t.elapsed() < Duration::from_secs(1));
@@ -162,7 +166,7 @@ mod tests {
     #[test]
     fn a_ring_while_awake_costs_nothing_and_wakes_nothing() {
         let b = Bell::new();
-        b.ring();
+        assert!(!b.ring(), "the owner is awake: no system call");
         b.prepare_sleep();
         assert!(
             !b.sleep(Duration::from_millis(2)),

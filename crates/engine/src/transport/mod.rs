@@ -84,6 +84,14 @@ pub trait Transport: Send + Sync {
     fn redelivery_window(&self) -> Option<std::time::Duration> {
         None
     }
+    /// System calls this transport made since it was made, as (send,
+    /// receive): the writes and the wake-ups that move a batch out, and the
+    /// reads and wake-ups that take one in (see each transport). Counted
+    /// only where a system call was made, so an in-process transport says
+    /// (0, 0), the default.
+    fn syscalls(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 /// Appends one frame to a batch.
@@ -178,6 +186,20 @@ pub struct Outbox {
     /// Batches dropped because their destination kept refusing them (see
     /// [`MAX_PENDING`]), since [`Outbox::take_dropped`] last read it.
     dropped: u64,
+    /// What this outbox handed to the transport since it was made.
+    sent: Sent,
+}
+
+/// Frames, batches and bytes an [`Outbox`] handed to its transport, counted
+/// when the transport accepts a batch (a batch kept for a full destination
+/// counts once, when it leaves; a dropped one never). `bytes` are the
+/// batches' own (frame headers and payloads), without what a transport adds
+/// around a batch (a stream header, a ring record header).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sent {
+    pub frames: u64,
+    pub batches: u64,
+    pub bytes: u64,
 }
 
 /// The most a batch kept for a destination that refuses it (a full
@@ -199,6 +221,7 @@ impl Outbox {
             spare: Vec::new(),
             urgent: false,
             dropped: 0,
+            sent: Sent::default(),
         }
     }
 
@@ -251,16 +274,24 @@ impl Outbox {
             let to = self.dirty[i];
             let slot = &mut self.pending[to.0 as usize];
             match slot.take() {
-                Some(b) if !b.is_empty() => match t.send(from, to, b) {
-                    Ok(()) => {
-                        self.dirty.swap_remove(i);
-                        continue;
+                Some(b) if !b.is_empty() => {
+                    // Read before the batch is handed over; the frame
+                    // headers were just written here and are in cache.
+                    let (frames, bytes) = (count_frames(&b), b.len() as u64);
+                    match t.send(from, to, b) {
+                        Ok(()) => {
+                            self.sent.frames += frames;
+                            self.sent.batches += 1;
+                            self.sent.bytes += bytes;
+                            self.dirty.swap_remove(i);
+                            continue;
+                        }
+                        Err(Full(b)) => {
+                            *slot = Some(b);
+                            kept += 1;
+                        }
                     }
-                    Err(Full(b)) => {
-                        *slot = Some(b);
-                        kept += 1;
-                    }
-                },
+                }
                 other => {
                     *slot = other;
                     self.dirty.swap_remove(i);
@@ -287,6 +318,28 @@ impl Outbox {
     pub fn urgent(&self) -> bool {
         self.urgent
     }
+
+    /// What this outbox handed to the transport since it was made.
+    #[inline]
+    pub fn sent(&self) -> Sent {
+        self.sent
+    }
+}
+
+/// The frames of a well-formed batch (the outbox builds them with
+/// [`push_frame`]); a malformed tail counts as one frame more.
+#[inline]
+fn count_frames(batch: &[u8]) -> u64 {
+    let mut n = 0;
+    let mut at = 0usize;
+    while at < batch.len() {
+        let len = batch
+            .get(at..at + 4)
+            .map_or(0, |h| u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize);
+        at = at.saturating_add(4).saturating_add(len);
+        n += 1;
+    }
+    n
 }
 
 /// A bounded queue of (sender, batch).
@@ -442,10 +495,25 @@ mod tests {
         assert_eq!(out.flush(&t, Endpoint(0)), 0);
         push_frame(out.batch(&t, Endpoint(1)), b"b");
         assert_eq!(out.flush(&t, Endpoint(0)), 1, "mailbox of depth 1 is full");
+        let one = Sent {
+            frames: 1,
+            batches: 1,
+            bytes: 5,
+        };
+        assert_eq!(out.sent(), one, "a kept batch is not counted yet");
         push_frame(out.batch(&t, Endpoint(1)), b"c");
         let (_, first) = t.recv(Endpoint(1)).unwrap();
         assert_eq!(frames(&first).count(), 1);
         assert_eq!(out.flush(&t, Endpoint(0)), 0);
+        assert_eq!(
+            out.sent(),
+            Sent {
+                frames: 3,
+                batches: 2,
+                bytes: 15,
+            },
+            "the kept batch counts once, when it leaves, with its two frames"
+        );
         let (_, second) = t.recv(Endpoint(1)).unwrap();
         let got: Vec<&[u8]> = frames(&second).map(|f| f.unwrap()).collect();
         assert_eq!(
@@ -473,12 +541,16 @@ mod tests {
             "kept {kept_max} bytes"
         );
         assert!(out.take_dropped() >= 2, "the dropped batches are counted");
+        assert_eq!(out.sent().batches, 1, "dropped batches were never sent");
         assert_eq!(out.take_dropped(), 0);
         // Once the peer reads again, what was kept since the last drop goes.
         assert!(t.recv(Endpoint(1)).is_some());
         assert_eq!(out.flush(&t, Endpoint(0)), 0);
         let (_, b) = t.recv(Endpoint(1)).expect("the kept batch");
         assert!(frames(&b).all(|f| f.unwrap() == frame.as_slice()));
+        let s = out.sent();
+        assert_eq!(s.batches, 2);
+        assert_eq!(s.frames, 1 + frames(&b).count() as u64);
     }
 
     #[test]

@@ -137,6 +137,13 @@ struct Shared {
     /// Refusals on the listener from connections that did not name an
     /// island of the deployment.
     unattributed: AtomicU64,
+    /// System calls that move batches out: the send threads' writes, and
+    /// the wake-ups a send makes (of a peer's send thread, of a local
+    /// worker). Added to only after a system call, which costs far more.
+    send_syscalls: CachePadded<AtomicU64>,
+    /// System calls that take batches in: the receive threads' reads, and
+    /// their wake-ups of the local workers they deliver to.
+    recv_syscalls: CachePadded<AtomicU64>,
 }
 
 /// The Unix-socket transport of one island (see the module documentation).
@@ -216,6 +223,8 @@ impl Uds {
             backoff_max: cfg.backoff_max,
             stop: AtomicBool::new(false),
             unattributed: AtomicU64::new(0),
+            send_syscalls: Default::default(),
+            recv_syscalls: Default::default(),
         });
         let uds = Uds {
             shared: Arc::clone(&shared),
@@ -338,7 +347,9 @@ impl Transport for Uds {
         {
             return match inbox.queue.push((from, batch)) {
                 Ok(()) => {
-                    inbox.bell.ring();
+                    if inbox.bell.ring() {
+                        sh.send_syscalls.fetch_add(1, Ordering::Relaxed);
+                    }
                     Ok(())
                 }
                 Err((_, b)) => Err(Full(b)),
@@ -360,7 +371,9 @@ impl Transport for Uds {
         let peer = &sh.peers[usize::from(island)];
         match peer.queue.push((worker, to, batch)) {
             Ok(()) => {
-                peer.bell.ring();
+                if peer.bell.ring() {
+                    sh.send_syscalls.fetch_add(1, Ordering::Relaxed);
+                }
                 Ok(())
             }
             Err((_, _, b)) if peer.counters.state() == PeerState::Up => Err(Full(b)),
@@ -396,6 +409,14 @@ impl Transport for Uds {
     #[inline]
     fn bell(&self, me: Endpoint) -> &Bell {
         &self.shared.inboxes[(me.0 - self.shared.first) as usize].bell
+    }
+
+    fn syscalls(&self) -> (u64, u64) {
+        let sh = &*self.shared;
+        (
+            sh.send_syscalls.load(Ordering::Relaxed),
+            sh.recv_syscalls.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -631,7 +652,9 @@ fn read_frames(sh: &Shared, p: IslandId, s: &mut UnixStream) -> Result<String, S
                     return Ok("stopping".into());
                 }
                 item = back;
-                inbox.bell.ring();
+                if inbox.bell.ring() {
+                    sh.recv_syscalls.fetch_add(1, Ordering::Relaxed);
+                }
                 waits += 1;
                 if waits < 64 {
                     std::thread::yield_now();
@@ -639,9 +662,13 @@ fn read_frames(sh: &Shared, p: IslandId, s: &mut UnixStream) -> Result<String, S
                     std::thread::sleep(Duration::from_micros(50));
                 }
             }
-            inbox.bell.ring();
+            if inbox.bell.ring() {
+                sh.recv_syscalls.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        match d.read_from(s) {
+        let read = d.read_from(s);
+        sh.recv_syscalls.fetch_add(1, Ordering::Relaxed);
+        match read {
             Ok(0) => return Ok("closed by the peer".into()),
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -709,6 +736,7 @@ fn send_loop(sh: &Shared, p: IslandId) {
         if taken.is_empty() {
             peer.busy.store(false, Ordering::SeqCst);
             if last_write.elapsed() >= sh.heartbeat {
+                sh.send_syscalls.fetch_add(1, Ordering::Relaxed);
                 if let Err(e) = s.write_all(&stream::heartbeat()) {
                     sh.log(peer, &format!("heartbeat failed: {e}"));
                     close(peer, Some(*g));
@@ -735,7 +763,7 @@ fn send_loop(sh: &Shared, p: IslandId) {
         let bytes: u64 = taken.iter().map(|b| (HEADER + b.2.len()) as u64).sum();
         PeerCounters::add(&c.batches_out, n);
         PeerCounters::add(&c.bytes_out, bytes);
-        match write_batches(s, &taken, &mut headers) {
+        match write_batches(s, &taken, &mut headers, &sh.send_syscalls) {
             Ok(()) => last_write = Instant::now(),
             Err(e) => {
                 c.batches_out.fetch_sub(n, Ordering::Relaxed);
@@ -754,11 +782,12 @@ fn send_loop(sh: &Shared, p: IslandId) {
 }
 
 /// Writes every batch behind its header with as few `writev`s as the socket
-/// allows.
+/// allows, counting each in `syscalls`.
 fn write_batches(
     s: &mut UnixStream,
     batches: &[Outgoing],
     headers: &mut [[u8; HEADER]; WRITE_BATCHES],
+    syscalls: &AtomicU64,
 ) -> io::Result<()> {
     let mut slices = [IoSlice::new(&[]); 2 * WRITE_BATCHES];
     for (i, (worker, to, b)) in batches.iter().enumerate() {
@@ -771,7 +800,9 @@ fn write_batches(
     }
     let mut bufs = &mut slices[..2 * batches.len()];
     while !bufs.is_empty() {
-        match s.write_vectored(bufs) {
+        let wrote = s.write_vectored(bufs);
+        syscalls.fetch_add(1, Ordering::Relaxed);
+        match wrote {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => IoSlice::advance_slices(&mut bufs, n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

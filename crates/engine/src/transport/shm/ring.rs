@@ -509,6 +509,42 @@ mod tests {
     }
 
     proptest! {
+        /// A peer that writes anything over the ring (its head, its tail,
+        /// its records) cannot make the reader panic, read a record past the
+        /// payload cap, or allocate past the ring's size.
+        #[test]
+        fn a_ring_of_garbage_never_panics_nor_allocates_past_the_ring(
+            cap_log in 6u32..10,
+            head in prop_oneof![any::<u64>(), (0u64..1 << 20).prop_map(|h| h & !7)],
+            ahead in prop_oneof![any::<u64>(), (0u64..2048).prop_map(|d| d & !7)],
+            data in proptest::collection::vec(any::<u8>(), 1..1024),
+        ) {
+            let cap = 1usize << cap_log;
+            let map = Arc::new(Mapping::anonymous(Ring::bytes(cap)).unwrap());
+            let r = Ring::at(Arc::clone(&map), 0, cap).unwrap();
+            // SAFETY: the data area is `cap` bytes inside the mapping, which
+            // nothing else uses.
+            let area = unsafe { std::slice::from_raw_parts_mut(map.as_ptr().add(RING_HEADER), cap) };
+            for (i, b) in area.iter_mut().enumerate() {
+                *b = data[i % data.len()];
+            }
+            r.head().store(head, Ordering::Relaxed);
+            r.tail().store(head.wrapping_add(ahead), Ordering::Relaxed);
+            if let Ok(mut c) = r.consumer() {
+                let mut buf = Vec::new();
+                for _ in 0..cap / 8 + 2 {
+                    match c.pop_into(&mut buf) {
+                        Ok(Some(rec)) => {
+                            prop_assert!(rec.len as usize <= r.max_payload());
+                            prop_assert_eq!(buf.len(), rec.len as usize);
+                        }
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+                prop_assert!(buf.capacity() <= 2 * cap, "buffer of {}", buf.capacity());
+            }
+        }
+
         #[test]
         fn behaves_as_a_queue_with_its_byte_accounting(
             cap_log in 6u32..10,

@@ -156,6 +156,15 @@ fn ping_pong_across_islands() {
     assert_eq!(pa.incarnation, 1);
     assert!(pa.last_heard.is_some());
     assert_eq!(a.peers().len(), 1, "no entry for the island itself");
+    // Each batch crossed with at least one write by the sender and one read
+    // by the receiver (a write or read may carry several, and heartbeats
+    // add theirs).
+    for (u, name) in [(&a, "a"), (&b, "b")] {
+        let (send, recv) = u.syscalls();
+        assert!(send >= 300, "{name}: {send} send system calls");
+        assert!(recv >= 1, "{name}: {recv} receive system calls");
+        assert!(recv <= 4 * 300 + 100, "{name}: {recv} receive system calls");
+    }
 }
 
 #[test]
