@@ -688,6 +688,10 @@ impl Workload for Calls {
                 procedure: procedure(),
                 why,
             }),
+            Outcome::Failed(Error::IslandDown { island }) => Err(CallError::IslandDown {
+                procedure: procedure(),
+                island,
+            }),
             Outcome::Failed(e) => Err(CallError::Failed {
                 procedure: procedure(),
                 error: e.to_string(),
@@ -786,6 +790,10 @@ impl Calls {
             Outcome::Failed(Error::OutOfRange(why)) => Err(CallError::OutOfRange {
                 procedure: procedure(),
                 why,
+            }),
+            Outcome::Failed(Error::IslandDown { island }) => Err(CallError::IslandDown {
+                procedure: procedure(),
+                island,
             }),
             Outcome::Failed(e) => Err(CallError::Failed {
                 procedure: procedure(),
