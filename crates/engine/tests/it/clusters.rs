@@ -42,8 +42,9 @@ const BAL: Col = Col(0);
 const FROM: Col = Col(0);
 const TO: Col = Col(1);
 const AMOUNT: Col = Col(2);
-/// Accounts per island.
-const PER: u64 = 20;
+/// Accounts per island: enough that the rows a dead island's in-doubt
+/// branches keep locked leave most transfers between the live ones free.
+const PER: u64 = 200;
 const N: u64 = PER * ISLANDS as u64;
 const INITIAL: i64 = 1_000;
 
@@ -109,10 +110,18 @@ impl Ledger {
     }
 }
 
-/// Transfers from an account of the cluster's own island to any account.
+/// Transfers from an account of the worker's island to any account.
 struct Transfers {
-    island: u64,
+    /// The island of every worker (a cluster of one local island); `None`:
+    /// worker `w` runs on island `w`.
+    island: Option<u64>,
     ledger: Arc<Ledger>,
+}
+
+impl Transfers {
+    fn home(&self, w: usize) -> u64 {
+        self.island.unwrap_or(w as u64)
+    }
 }
 
 #[derive(Default)]
@@ -128,8 +137,8 @@ impl Workload for Transfers {
     fn types(&self) -> Vec<&'static str> {
         vec!["transfer"]
     }
-    fn next(&self, _w: usize, rng: &mut FastRng, r: &mut Req) -> usize {
-        r.from = self.island * PER + rng.below(PER);
+    fn next(&self, w: usize, rng: &mut FastRng, r: &mut Req) -> usize {
+        r.from = self.home(w) * PER + rng.below(PER);
         r.to = (r.from + 1 + rng.below(N - 1)) % N;
         r.amount = 1 + rng.below(20) as i64;
         r.receipt = (self.ledger.next.fetch_add(1, Ordering::Relaxed) << 32) | r.from;
@@ -139,7 +148,7 @@ impl Workload for Transfers {
         if self.ledger.left.fetch_sub(1, Ordering::AcqRel) <= 0 {
             return None;
         }
-        self.ledger.started[self.island as usize].fetch_add(1, Ordering::AcqRel);
+        self.ledger.started[self.home(w) as usize].fetch_add(1, Ordering::AcqRel);
         Some(self.next(w, rng, r))
     }
     fn finished(&self, _w: usize, r: &mut Req, outcome: Outcome) {
@@ -147,7 +156,7 @@ impl Workload for Transfers {
         match outcome {
             Outcome::Committed => {
                 l.acked.lock().unwrap().push(r.receipt);
-                l.crossed[self.island as usize][(r.to / PER) as usize]
+                l.crossed[(r.from / PER) as usize][(r.to / PER) as usize]
                     .fetch_add(1, Ordering::AcqRel);
             }
             Outcome::Failed(islands::Error::IslandDown { island }) => {
@@ -160,7 +169,7 @@ impl Workload for Transfers {
             }
             _ => {}
         }
-        l.finished[self.island as usize].fetch_add(1, Ordering::AcqRel);
+        l.finished[(r.from / PER) as usize].fetch_add(1, Ordering::AcqRel);
     }
     async fn run<'a>(&'a self, tx: &'a mut Txn, r: &'a Req) -> Result<(), Abort> {
         let a = tx
@@ -209,6 +218,11 @@ fn open_island(dir: &Path, i: usize, durability: Durability) -> (Island, Recover
         for k in i as u64 * PER..(i as u64 + 1) * PER {
             l.put(ACCOUNTS, k, |r| r.set_i64(BAL, INITIAL)).unwrap();
         }
+    }
+    if fresh && durability != Durability::Off {
+        // The load is durable only in a checkpoint: a reopened island
+        // recovers from it.
+        island.checkpoint().unwrap();
     }
     (island, report)
 }
@@ -278,7 +292,7 @@ fn start(cl: &Arc<Cluster>, me: usize, ledger: &Arc<Ledger>) -> Running {
         limit: None,
     }];
     let w = Arc::new(Transfers {
-        island: me as u64,
+        island: Some(me as u64),
         ledger: Arc::clone(ledger),
     });
     let threads = serve(cl, &workers, w, &phase, &[ProgressCounter::new()], |_| ()).unwrap();
@@ -546,6 +560,77 @@ fn a_dead_island_fails_its_transactions_fast_and_rejoins() {
          {in_doubt} branches of island 2 in doubt at its recovery",
         acked.len(),
         ledger.down.lock().unwrap().len()
+    );
+    for t in &ts {
+        t.shutdown();
+    }
+    for i in &islands {
+        i.shutdown();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One cluster with all three islands local, each on its own `Uds` (the
+/// `transports` form: a process running islands as thread groups joined by
+/// sockets): every batch between islands crosses a socket even though the
+/// islands share the process.
+#[test]
+fn one_cluster_with_a_uds_per_island() {
+    let dir = temp_dir("clusters-per-island");
+    let transfers = 2_000;
+    let ts: Vec<Arc<Uds>> = (0..ISLANDS).map(|i| uds(&dir, i, 1)).collect();
+    let opened: Vec<(Island, RecoveryReport)> = (0..ISLANDS)
+        .map(|i| open_island(&dir, i, Durability::Off))
+        .collect();
+    let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let opts = ClusterOptions {
+        transports: ts
+            .iter()
+            .map(|t| Arc::clone(t) as Arc<dyn Transport>)
+            .collect(),
+        ..options()
+    };
+    let cl = Cluster::new(opened, vec![1; ISLANDS], Arc::new(Thirds), opts).unwrap();
+    for (i, t) in ts.iter().enumerate() {
+        assert!(Arc::ptr_eq(
+            cl.transport_of(i),
+            &(Arc::clone(t) as Arc<dyn Transport>)
+        ));
+    }
+    let ledger = Arc::new(Ledger {
+        left: AtomicI64::new(transfers),
+        ..Default::default()
+    });
+    let phase = Arc::new(AtomicU8::new(MEASURE));
+    let workers: Vec<ClusterWorker> = (0..ISLANDS)
+        .map(|i| ClusterWorker {
+            island: i,
+            worker: 0,
+            cpu: None,
+            limit: None,
+        })
+        .collect();
+    let w = Arc::new(Transfers {
+        island: None,
+        ledger: Arc::clone(&ledger),
+    });
+    let counters: Vec<_> = (0..ISLANDS).map(|_| ProgressCounter::new()).collect();
+    let threads = serve(&cl, &workers, w, &phase, &counters, |_| ()).unwrap();
+    until("every transfer finished", 120, || {
+        ledger.finished() == transfers as u64
+    });
+    stop(Running { phase, threads });
+    let acked = ledger.acked.lock().unwrap().clone();
+    check(&islands, &acked);
+    let crossed: u64 = ts
+        .iter()
+        .flat_map(|t| t.peers())
+        .map(|p| p.batches_out)
+        .sum();
+    assert!(
+        crossed as usize >= acked.len() / 2,
+        "{crossed} batches crossed the sockets for {} transfers",
+        acked.len()
     );
     for t in &ts {
         t.shutdown();
