@@ -24,10 +24,14 @@ pub enum AbortReason {
     DuplicateKey,
     /// A remote participant voted no or did not answer (islands with two-phase commit).
     Remote,
+    /// The transaction needs an island whose process is down (its
+    /// connection closed, or its heartbeats stopped): not retried, the caller
+    /// hears [`Error::IslandDown`].
+    IslandDown,
 }
 
 impl AbortReason {
-    pub const ALL: [AbortReason; 7] = [
+    pub const ALL: [AbortReason; 8] = [
         AbortReason::LockConflict,
         AbortReason::WaitDie,
         AbortReason::ReadValidation,
@@ -35,6 +39,7 @@ impl AbortReason {
         AbortReason::Phantom,
         AbortReason::DuplicateKey,
         AbortReason::Remote,
+        AbortReason::IslandDown,
     ];
 
     /// Dense index, for per-thread counter arrays.
@@ -51,6 +56,7 @@ impl AbortReason {
             AbortReason::Phantom => "phantom",
             AbortReason::DuplicateKey => "duplicate-key",
             AbortReason::Remote => "remote",
+            AbortReason::IslandDown => "island-down",
         }
     }
 }
@@ -113,6 +119,10 @@ pub enum Error {
     LogFailed(String),
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A transaction needed island `island`, whose process is down (see
+    /// [`AbortReason::IslandDown`]); a server answers SQLSTATE 57P03.
+    #[error("island {island} is down: the transaction needed it and was rolled back")]
+    IslandDown { island: u16 },
     #[error("recovery failed: {0}")]
     Recovery(String),
     /// The log is damaged where no crash explains it (see `wal`); nothing was changed.

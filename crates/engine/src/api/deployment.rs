@@ -726,6 +726,10 @@ impl Workload for Calls {
                 procedure: procedure(),
                 why,
             }),
+            Outcome::Failed(Error::IslandDown { island }) => Err(CallError::IslandDown {
+                procedure: procedure(),
+                island,
+            }),
             Outcome::Failed(e) => Err(CallError::Failed {
                 procedure: procedure(),
                 error: e.to_string(),
@@ -824,6 +828,10 @@ impl Calls {
             Outcome::Failed(Error::OutOfRange(why)) => Err(CallError::OutOfRange {
                 procedure: procedure(),
                 why,
+            }),
+            Outcome::Failed(Error::IslandDown { island }) => Err(CallError::IslandDown {
+                procedure: procedure(),
+                island,
             }),
             Outcome::Failed(e) => Err(CallError::Failed {
                 procedure: procedure(),

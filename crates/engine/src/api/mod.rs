@@ -122,6 +122,10 @@ pub enum CallError {
     /// nothing it wrote is kept. A server answers SQLSTATE 22003.
     #[error("procedure {procedure}: numeric value out of range: {why} (its transaction was rolled back)")]
     OutOfRange { procedure: String, why: String },
+    /// The transaction needed an island whose process is down: rolled
+    /// back, not retried. A server answers SQLSTATE 57P03.
+    #[error("procedure {procedure}: island {island} is down (its transaction was rolled back)")]
+    IslandDown { procedure: String, island: u16 },
     #[error("procedure {procedure} panicked: {message} (its transaction was rolled back)")]
     Panicked { procedure: String, message: String },
     #[error("procedure {procedure} failed: {error} (its transaction was rolled back)")]

@@ -167,6 +167,35 @@ impl Coordinator {
         true
     }
 
+    /// Aborts every transaction still collecting votes whose missing votes
+    /// include an island of `down` (its process is gone: the vote will not
+    /// come), as [`Coordinator::abort_preparing`] does; calls `aborted` with
+    /// each gtid and the first such island. Decided transactions are kept:
+    /// a commit waits for the island to come back and acknowledge it.
+    pub fn abort_waiting_on(
+        &mut self,
+        down: IslandSet,
+        out: &mut Vec<Action>,
+        mut aborted: impl FnMut(Gtid, IslandId),
+    ) {
+        if down.is_empty() {
+            return;
+        }
+        for i in 0..self.txns.cap() {
+            let Some((gtid, txn)) = self.txns.slot_mut(i) else {
+                continue;
+            };
+            let Phase::Preparing { .. } = txn.phase else {
+                continue;
+            };
+            let missing = txn.participants.minus(txn.voted);
+            if let Some(island) = down.iter().find(|&d| missing.contains(d)) {
+                self.abort(gtid, out);
+                aborted(gtid, island);
+            }
+        }
+    }
+
     /// A message from a participant.
     pub fn on_message(&mut self, from: IslandId, msg: Msg, now_us: u64, out: &mut Vec<Action>) {
         let gtid = msg.gtid();

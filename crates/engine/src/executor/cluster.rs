@@ -734,6 +734,9 @@ impl Cluster {
             published_us: 0,
             early: Vec::new(),
             locking: Vec::new(),
+            peer_epoch: u64::MAX,
+            down: coord::IslandSet::EMPTY,
+            down_aborted: GtidMap::default(),
             transport,
         };
         if self.router.is_none() {

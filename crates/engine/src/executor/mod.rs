@@ -69,6 +69,7 @@
 //! ([`Executor::end_home`]); otherwise the attempt is retried.
 
 mod cluster;
+mod down;
 pub mod fault;
 mod home;
 mod pool;
@@ -187,6 +188,14 @@ pub struct Executor {
     handed_off_us: u64,
     /// What this worker last published as its served step.
     published_us: u64,
+    /// The transport's peer epoch when `down` was last computed.
+    peer_epoch: u64,
+    /// Islands whose process is down (see `down.rs`).
+    down: crate::coord::IslandSet,
+    /// Transactions the coordinator aborted because an island of `down`
+    /// owed a vote, with that island, until the worker loop takes their
+    /// outcome.
+    down_aborted: GtidMap<IslandId>,
 }
 
 // SAFETY: the raw context pointers are owned by the executor and only used

@@ -50,6 +50,7 @@ impl Executor {
         self.handed_off_us = now;
         let received = self.receive();
         self.complete_forces(true)?;
+        self.watch_peers();
         if now >= self.last_tick + 1000 {
             self.last_tick = now;
             let mut actions = std::mem::take(&mut self.actions);

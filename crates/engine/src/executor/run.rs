@@ -587,7 +587,9 @@ impl<W: Workload> Worker<'_, W> {
 
     /// The outcomes of distributed commits that arrived this round.
     fn on_outcomes(&mut self, ex: &mut Executor, now: u64) {
-        for (g, outcome) in ex.outcomes.drain(..) {
+        let mut outcomes = std::mem::take(&mut ex.outcomes);
+        for (g, outcome) in outcomes.drain(..) {
+            let down = ex.aborted_for_down(g);
             let Some(mut p) = self.parked.remove(&g) else {
                 continue;
             };
@@ -598,11 +600,28 @@ impl<W: Workload> Worker<'_, W> {
                     self.committed(ack, p.at, &mut p.req, Some(now));
                     self.spare.push(p.req);
                 }
-                None => {
-                    self.aborted(p, AbortReason::Remote, now, None);
-                }
+                None => match down {
+                    Some(island) => self.island_down(p, island),
+                    None => self.aborted(p, AbortReason::Remote, now, None),
+                },
             }
         }
+        ex.outcomes = outcomes;
+    }
+
+    /// An attempt aborted because it needs `island`, whose process is
+    /// down: counted, and the request fails with [`Error::IslandDown`]
+    /// without a retry.
+    fn island_down(&mut self, p: Parked<W::Req>, island: crate::route::IslandId) {
+        self.stats.record_abort(AbortReason::IslandDown);
+        self.counts.abort(AbortReason::IslandDown);
+        let mut req = p.req;
+        self.report_ending(
+            Outcome::Failed(Error::IslandDown { island }),
+            p.at.ty,
+            &mut req,
+        );
+        self.spare.push(req);
     }
 
     /// Runs attempts inline (see the module documentation) until a round's
@@ -1080,6 +1099,20 @@ where
                 let mut active = slots.iter().filter(|s| s.state != St::Free).count() + busy;
                 let mut none_due = wk.retries.is_empty();
                 for (i, s) in slots.iter_mut().enumerate() {
+                    if s.state == St::Waiting {
+                        if let Some(island) = ex.waits_on_down(s.ctx) {
+                            s.fut = None;
+                            let at = Attempt {
+                                ts: ex.timestamp_of(s.ctx),
+                                ..s.at
+                            };
+                            ex.abort_home(s.ctx);
+                            s.state = St::Free;
+                            let req = wk.take_req(&mut s.req);
+                            wk.island_down(Parked { req, at }, island);
+                            active -= 1;
+                        }
+                    }
                     match s.state {
                         St::Free if may_start => {
                             // A request loaded earlier first, then a due retry

@@ -114,6 +114,7 @@ fn call_error(e: CallError) -> PgWireError {
         CallError::Elsewhere { .. } => ("0A000", false),
         CallError::Canceled { .. } => ("57014", false),
         CallError::OutOfRange { .. } => ("22003", false),
+        CallError::IslandDown { .. } => ("57P03", false),
         CallError::Panicked { .. } | CallError::Failed { .. } => ("XX000", false),
         CallError::ShutDown => ("57P01", true),
         CallError::Stopped(_) => ("58030", true),
@@ -2077,6 +2078,24 @@ fn bind_params(portal: &Portal<Arc<Prepared>>) -> PgWireResult<Vec<Value>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_that_needs_a_dead_island_answers_57p03_naming_it() {
+        let e = call_error(CallError::IslandDown {
+            procedure: "transfer".into(),
+            island: 2,
+        });
+        let PgWireError::UserError(info) = e else {
+            panic!("not a user error: {e:?}");
+        };
+        assert_eq!(info.code, "57P03");
+        assert_eq!(info.severity, "ERROR", "the session goes on");
+        assert!(
+            info.message.contains("island 2 is down"),
+            "{}",
+            info.message
+        );
+    }
 
     #[test]
     fn binary_int_arrays_decode_and_bad_ones_are_refused() {

@@ -92,6 +92,21 @@ pub trait Transport: Send + Sync {
     fn syscalls(&self) -> (u64, u64) {
         (0, 0)
     }
+
+    /// Whether the process of island `island` is known to be down: its
+    /// connection closed after it had been up, or nothing was heard from it
+    /// for the transport's dead interval. False (the default) for a
+    /// transport that cannot tell, and for local islands.
+    fn peer_down(&self, island: crate::route::IslandId) -> bool {
+        let _ = island;
+        false
+    }
+    /// A number that changes whenever some peer's [`Transport::peer_down`]
+    /// may have changed: cheap enough to read every round (one relaxed
+    /// load), so that executors look at the peers only when it moves.
+    fn peer_epoch(&self) -> u64 {
+        0
+    }
 }
 
 /// Appends one frame to a batch.

@@ -116,6 +116,21 @@ struct Peer {
     counters: PeerCounters,
     /// The last refusal logged, so that one reason is logged once.
     logged: Mutex<String>,
+    /// The transport's peer epoch ([`Transport::peer_epoch`]), bumped at
+    /// each change of this peer's state.
+    epoch: Arc<AtomicU64>,
+    /// The peer was never connected and `dead_after` has passed since the
+    /// transport started: it counts as down (the epoch was bumped once).
+    late: AtomicBool,
+}
+
+impl Peer {
+    fn set_state(&self, s: PeerState) {
+        if self.counters.state() != s {
+            self.counters.set_state(s);
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+        }
+    }
 }
 
 struct Shared {
@@ -144,6 +159,9 @@ struct Shared {
     /// System calls that take batches in: the receive threads' reads, and
     /// their wake-ups of the local workers they deliver to.
     recv_syscalls: CachePadded<AtomicU64>,
+    /// See [`Transport::peer_epoch`].
+    epoch: Arc<AtomicU64>,
+    started: Instant,
 }
 
 /// The Unix-socket transport of one island (see the module documentation).
@@ -187,6 +205,7 @@ impl Uds {
         let epoch = Instant::now();
         let range = layout.range(me);
         let depth = cfg.mailbox_depth.max(1);
+        let peer_epoch = Arc::new(AtomicU64::new(0));
         let shared = Arc::new(Shared {
             first: range.start,
             inboxes: range
@@ -211,6 +230,8 @@ impl Uds {
                     busy: AtomicBool::new(false),
                     counters: PeerCounters::new(i as IslandId, epoch),
                     logged: Mutex::new(String::new()),
+                    epoch: Arc::clone(&peer_epoch),
+                    late: AtomicBool::new(false),
                 })
                 .collect(),
             layout,
@@ -225,6 +246,8 @@ impl Uds {
             unattributed: AtomicU64::new(0),
             send_syscalls: Default::default(),
             recv_syscalls: Default::default(),
+            epoch: peer_epoch,
+            started: epoch,
         });
         let uds = Uds {
             shared: Arc::clone(&shared),
@@ -418,6 +441,31 @@ impl Transport for Uds {
             sh.recv_syscalls.load(Ordering::Relaxed),
         )
     }
+
+    /// Down: its connection closed after it had been up (and no new one
+    /// passed the handshake since), it was refused for good, or it never
+    /// connected within `dead_after` of our start. A connection that carries
+    /// nothing, not even a heartbeat, for `dead_after` is closed, so a hung
+    /// peer counts as down too.
+    fn peer_down(&self, island: IslandId) -> bool {
+        let sh = &*self.shared;
+        if island == sh.layout.me() {
+            return false;
+        }
+        let Some(p) = sh.peers.get(usize::from(island)) else {
+            return false;
+        };
+        match p.counters.state() {
+            PeerState::Up => false,
+            PeerState::Down | PeerState::Broken => true,
+            PeerState::Connecting => p.late.load(Ordering::Acquire),
+        }
+    }
+
+    #[inline]
+    fn peer_epoch(&self) -> u64 {
+        self.shared.epoch.load(Ordering::Relaxed)
+    }
 }
 
 /// Closes the peer's connection (if it is still generation `generation`, or
@@ -432,7 +480,7 @@ fn close(p: &Peer, generation: Option<u64>) {
         // A new generation tells the send thread to drop its handle.
         l.generation += 1;
         p.generation.store(l.generation, Ordering::Release);
-        p.counters.set_state(PeerState::Down);
+        p.set_state(PeerState::Down);
     }
     p.changed.notify_all();
     p.bell.ring();
@@ -460,7 +508,7 @@ fn install(p: &Peer, s: UnixStream, hello: &Hello) {
     l.generation += 1;
     l.stream = Some(s);
     p.generation.store(l.generation, Ordering::Release);
-    p.counters.set_state(PeerState::Up);
+    p.set_state(PeerState::Up);
     p.counters.heard();
     p.changed.notify_all();
     p.bell.ring();
@@ -712,6 +760,14 @@ fn send_loop(sh: &Shared, p: IslandId) {
                 .map(|s| (s, generation));
         }
         let Some((s, g)) = conn.as_mut() else {
+            if c.state() == PeerState::Connecting
+                && sh.started.elapsed() >= sh.dead_after
+                && !peer.late.swap(true, Ordering::AcqRel)
+            {
+                // Never heard of within the dead interval: down for the
+                // executors (`peer_down`), until it connects.
+                peer.epoch.fetch_add(1, Ordering::AcqRel);
+            }
             // Down: batches wait in the queue (up to its cap) for a connection.
             peer.bell.prepare_sleep();
             if peer.generation.load(Ordering::Acquire) != generation || sh.stopping() {

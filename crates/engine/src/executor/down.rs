@@ -1,0 +1,82 @@
+//! Islands whose process is down, as the transport sees them
+//! ([`crate::transport::Transport::peer_down`]).
+//!
+//! Each round reads the transport's peer epoch (one relaxed load); only
+//! when it moved does the executor ask which islands are down. While some
+//! island is down, every round aborts the coordinator's transactions that
+//! still wait for its vote, and the worker loop aborts home transactions
+//! that touched it or wait for its reply ([`Executor::waits_on_down`]):
+//! all with [`crate::AbortReason::IslandDown`], never retried (the caller
+//! hears [`crate::Error::IslandDown`] at once rather than retrying into
+//! timeouts). What is already decided stays: a commit decision waits in the
+//! coordinator (and its log record stays pinned) until the island comes
+//! back and acknowledges it; a branch this island prepared for a
+//! transaction of the down island stays in doubt, its locks held, until
+//! that coordinator answers after its recovery (presumed abort).
+
+use super::Executor;
+use crate::coord::{Gtid, IslandSet};
+use crate::route::IslandId;
+
+impl Executor {
+    /// See the module documentation: called once per round, before the
+    /// timers.
+    pub(super) fn watch_peers(&mut self) {
+        let epoch = self.transport.peer_epoch();
+        if epoch != self.peer_epoch {
+            self.peer_epoch = epoch;
+            let mut down = IslandSet::EMPTY;
+            for i in 0..self.cl.island_count() as IslandId {
+                if i != self.island && self.transport.peer_down(i) {
+                    down.insert(i);
+                }
+            }
+            self.down = down;
+        }
+        if self.down.is_empty() {
+            return;
+        }
+        let mut actions = std::mem::take(&mut self.actions);
+        actions.clear();
+        let aborted = &mut self.down_aborted;
+        self.coord
+            .abort_waiting_on(self.down, &mut actions, |gtid, island| {
+                aborted.insert(gtid, island);
+            });
+        if !actions.is_empty() {
+            self.early_stale = true;
+            self.run_actions(&mut actions, true);
+        }
+        actions.clear();
+        self.actions = actions;
+    }
+
+    /// The down island that the home transaction on context `c` touched or
+    /// waits for a reply from, if any.
+    pub fn waits_on_down(&mut self, c: u32) -> Option<IslandId> {
+        if self.down.is_empty() {
+            return None;
+        }
+        let d = self.pool.ctx(c).dist.as_ref()?;
+        let mut needs = d.touched;
+        if d.tag != 0 || d.req_ready {
+            needs.insert(d.req_to);
+        }
+        let down = self.down;
+        down.iter().find(|&i| needs.contains(i))
+    }
+
+    /// The down island that made the coordinator abort `gtid`, if it was
+    /// one (taken: asked once per outcome).
+    pub fn aborted_for_down(&mut self, gtid: Gtid) -> Option<IslandId> {
+        if self.down_aborted.is_empty() {
+            return None;
+        }
+        self.down_aborted.remove(&gtid)
+    }
+
+    /// Islands this executor counts as down.
+    pub fn down_islands(&self) -> IslandSet {
+        self.down
+    }
+}
