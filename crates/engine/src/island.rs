@@ -1453,13 +1453,14 @@ mod tests {
             let mut cfg = IslandConfig::new(CcKind::Occ, 2);
             cfg.prefault = prefault;
             let (island, _) = Island::open(cfg, &one_column(1 << 20)).unwrap();
-            let per_chunk = island.shared.catalog.tables[0].arena.rows_per_chunk();
+            let arena = &island.shared.catalog.tables[0].arena;
+            let per_chunk = arena.rows_per_chunk();
             let mut loader = island.loader().unwrap();
             for key in 0..chunks * per_chunk {
                 loader.put(0, key, |r| r.set_u64(Col(0), key)).unwrap();
                 let c = key / per_chunk;
                 if prefault && key % per_chunk == 0 {
-                    wait_for("the next chunk", || island.prefault_stats().prefaulted > c);
+                    wait_for("the next chunk", || arena.chunk_mapped(c as usize + 1));
                 }
             }
             let s = island.prefault_stats();
