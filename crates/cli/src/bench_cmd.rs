@@ -12,7 +12,7 @@ use islands::executor::{Cluster, ClusterOptions};
 use islands::island::{CheckpointPolicy, Island, IslandConfig, RecoveryReport};
 use islands::proc::Workload;
 use islands::route::{IslandId, RangeRouter, Router};
-use islands::storage::TableDef;
+use islands::storage::{PrefaultStats, TableDef};
 use islands::topology::memory;
 use islands::topology::{allowed_cpus, CpuId, Topology};
 use islands::transport::join::{self, Kind};
@@ -1198,6 +1198,13 @@ fn run_loaded<W: Workload + 'static>(
     memory_note: String,
 ) -> Result<(), RunError> {
     let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let chunks_at = |islands: &[Island]| {
+        islands.iter().fold(PrefaultStats::default(), |mut s, i| {
+            s += i.prefault_stats();
+            s
+        })
+    };
+    let chunks_before = chunks_at(&islands);
     let probe_at = probe_cpus(workers);
     let probe = || probe_at.and_then(|(a, b)| ipc::probe(a as CpuId, b as CpuId));
     let probe_before = probe();
@@ -1235,10 +1242,16 @@ fn run_loaded<W: Workload + 'static>(
             round_trip_ns_after: probe(),
         });
     }
+    let chunks = chunks_at(&islands);
     for i in &islands {
         i.shutdown();
     }
     report.notes.push(memory_note);
+    report.notes.push(format!(
+        "arena chunks during the run: {} mapped ahead by the prefault threads, {} faulted in by the workers themselves (fallbacks)",
+        chunks.prefaulted - chunks_before.prefaulted,
+        chunks.fallbacks - chunks_before.fallbacks
+    ));
     if let Some(no) = report.per_type.iter().find(|t| t.name == "NewOrder") {
         let per_min = no.throughput_tps * 60.0;
         report.notes.push(format!(

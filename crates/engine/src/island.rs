@@ -19,7 +19,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::cc::{CcKind, ConcurrencyControl};
-use crate::storage::{Catalog, RowCache, TableDef, TableId};
+use crate::storage::arena::Prefaulter;
+use crate::storage::{Catalog, PrefaultStats, RowCache, TableDef, TableId};
 use crate::threads::{enter, Role, ThreadRegistry};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
@@ -90,6 +91,11 @@ pub struct IslandConfig {
     /// `coord/gtids.rs`): [`crate::coord::GTID_RESERVE`]; tests make it small
     /// to reserve often.
     pub gtid_reserve: u64,
+    /// A background thread maps the arenas' chunks ahead of the workers that
+    /// fill them, so that inserts take no page faults (see
+    /// `storage/arena.rs`). On by default; off, every chunk is faulted in by
+    /// the thread that first claims rows in it.
+    pub prefault: bool,
 }
 
 /// When an island with a log checkpoints by itself, from a background thread
@@ -174,6 +180,7 @@ impl std::fmt::Debug for IslandConfig {
             .field("checkpoint", &self.checkpoint)
             .field("threads", &self.threads.is_some())
             .field("gtid_reserve", &self.gtid_reserve)
+            .field("prefault", &self.prefault)
             .finish()
     }
 }
@@ -200,6 +207,7 @@ impl IslandConfig {
             checkpoint: CheckpointPolicy::DEFAULT,
             threads: None,
             gtid_reserve: crate::coord::GTID_RESERVE,
+            prefault: true,
         }
     }
 
@@ -356,6 +364,9 @@ pub(crate) struct Shared {
     slot_used: Vec<AtomicBool>,
     pub(crate) recovered_tid: u64,
     ckpt: CkptState,
+    /// The thread that maps the arenas' chunks ahead of the workers
+    /// (`None` with `cfg.prefault` off).
+    prefaulter: Option<Arc<Prefaulter>>,
     pub(crate) cfg: IslandConfig,
 }
 
@@ -395,9 +406,13 @@ impl CkptSignal {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // The checkpointer holds only a weak handle between checkpoints; it
-        // leaves at its next wake-up (joined by `Island::shutdown` only).
+        // The checkpointer and the prefaulter hold only a weak handle
+        // between their passes; they leave at their next wake-up (joined by
+        // `Island::shutdown` only).
         self.ckpt.signal.stop();
+        if let Some(p) = &self.prefaulter {
+            p.stop();
+        }
     }
 }
 
@@ -728,6 +743,13 @@ impl Island {
             Some(w) => w.disk_usage().map_or(0, |u| u.segment_bytes),
             None => 0,
         };
+        let prefaulter = cfg.prefault.then(|| {
+            let p = Prefaulter::new();
+            for t in &catalog.tables {
+                t.arena.attach(&p);
+            }
+            p
+        });
         let shared = Arc::new(Shared {
             catalog,
             schema: crate::storage::schema_fingerprint(tables),
@@ -758,9 +780,33 @@ impl Island {
                 signal: Arc::new(CkptSignal::default()),
                 thread: Mutex::new(None),
             },
+            prefaulter,
             cfg,
         });
         shared.log.lock().pin_recovered(&report);
+        if let Some(p) = &shared.prefaulter {
+            let weak = Arc::downgrade(&shared);
+            let (threads, id) = (shared.cfg.threads.clone(), shared.cfg.island_id);
+            p.spawn(
+                format!("{}-prefault", shared.cfg.name),
+                move || enter(threads.as_ref(), Role::Prefaulter, Some(id)),
+                move || match weak.upgrade() {
+                    Some(sh) => {
+                        for t in &sh.catalog.tables {
+                            t.arena.prefault_ahead();
+                        }
+                        true
+                    }
+                    None => false,
+                },
+            )
+            .map_err(|e| {
+                Error::Config(format!(
+                    "{}: cannot start the prefault thread: {e}",
+                    shared.cfg.name
+                ))
+            })?;
+        }
         if shared.wal.is_some() && !shared.cfg.checkpoint.is_off() {
             let weak = Arc::downgrade(&shared);
             let signal = Arc::clone(&shared.ckpt.signal);
@@ -939,9 +985,13 @@ impl Island {
     }
 
     /// Stops the periodic checkpointer (a checkpoint under way is
-    /// abandoned), waits until everything submitted to the log is durable,
-    /// then stops the log writer.
+    /// abandoned) and the prefault thread, waits until everything submitted
+    /// to the log is durable, then stops the log writer. Rows inserted after
+    /// it fault their chunks in themselves.
     pub fn shutdown(&self) {
+        if let Some(p) = &self.shared.prefaulter {
+            p.shutdown();
+        }
         self.shared.ckpt.signal.stop();
         let checkpointer = self.shared.ckpt.thread.lock().take();
         if let Some(h) = checkpointer {
@@ -951,6 +1001,17 @@ impl Island {
             let _ = self.shared.log.lock().hand_off(w);
             w.shutdown();
         }
+    }
+
+    /// How the island's arena chunks were mapped since it opened: ahead of
+    /// need by the prefault thread, or on a claimer's path (the fallbacks:
+    /// page faults in an insert, or in the load and recovery).
+    pub fn prefault_stats(&self) -> PrefaultStats {
+        let mut s = PrefaultStats::default();
+        for t in &self.shared.catalog.tables {
+            s += t.arena.prefault_stats();
+        }
+        s
     }
 
     /// The island's log, if it has one (for statistics).
@@ -1358,6 +1419,85 @@ mod tests {
     /// on the row itself tells the checkpointer (the row lock is not the
     /// version word), only the worker's `committing` flag does. The commit is
     /// stopped between its steps 4 and 5 (see `Txn::commit`) by doing them by hand.
+    /// Waits (10 s at most: a loaded machine) until `f` holds.
+    fn wait_for(what: &str, f: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn one_column(capacity: u64) -> [TableDef; 1] {
+        [TableDef::new(
+            "t",
+            &[("v", ColType::U64)],
+            capacity,
+            PrimaryKind::Hash,
+        )]
+    }
+
+    /// The island's prefault thread runs (registered) while it is open and
+    /// has ended when `shutdown` returns.
+    #[test]
+    fn the_prefault_thread_ends_at_shutdown() {
+        let reg = ThreadRegistry::new();
+        let mut cfg = IslandConfig::new(CcKind::Occ, 2);
+        cfg.threads = Some(reg.clone());
+        let (island, _) = Island::open(cfg, &one_column(1 << 16)).unwrap();
+        let prefaulters = || {
+            reg.snapshot()
+                .iter()
+                .filter(|t| t.role == Role::Prefaulter)
+                .count()
+        };
+        wait_for("the prefault thread to start", || prefaulters() == 1);
+        island.shutdown();
+        assert_eq!(prefaulters(), 0);
+    }
+
+    /// Loaded rows at a steady pace (each chunk once the thread had its
+    /// chance) find every chunk after the first mapped by the prefault
+    /// thread; with `prefault` off each chunk is a counted fallback.
+    #[test]
+    fn loaded_rows_find_their_chunks_prefaulted() {
+        let chunks = 4;
+        for prefault in [false, true] {
+            let mut cfg = IslandConfig::new(CcKind::Occ, 2);
+            cfg.prefault = prefault;
+            let (island, _) = Island::open(cfg, &one_column(1 << 20)).unwrap();
+            let arena = &island.shared.catalog.tables[0].arena;
+            let per_chunk = arena.rows_per_chunk();
+            let mut loader = island.loader().unwrap();
+            for key in 0..chunks * per_chunk {
+                loader.put(0, key, |r| r.set_u64(Col(0), key)).unwrap();
+                let c = key / per_chunk;
+                if prefault && key % per_chunk == 0 {
+                    wait_for("the next chunk", || arena.chunk_mapped(c as usize + 1));
+                }
+            }
+            let s = island.prefault_stats();
+            if prefault {
+                assert_eq!(s.fallbacks, 1, "{s:?}");
+                assert!(s.prefaulted >= chunks, "{s:?}");
+            } else {
+                assert_eq!(
+                    s,
+                    PrefaultStats {
+                        prefaulted: 0,
+                        fallbacks: chunks
+                    }
+                );
+            }
+            drop(loader);
+            assert_eq!(
+                value(&island, chunks * per_chunk - 1),
+                Some(chunks * per_chunk - 1)
+            );
+            island.shutdown();
+        }
+    }
+
     #[test]
     fn checkpoint_waits_for_a_commit_between_log_append_and_install() {
         let dir = temp_dir("ckpt-committing");

@@ -27,6 +27,8 @@ pub enum Role {
     LogPreallocator,
     /// Takes an island's periodic checkpoints.
     Checkpointer,
+    /// Faults an island's arena chunks in ahead of its workers.
+    Prefaulter,
     /// Watches a deployment's logs and stops it when one fails.
     Watcher,
     /// Speaks the wire protocol for a server's connections.
@@ -40,6 +42,7 @@ impl Role {
             Role::LogWriter => "log-writer",
             Role::LogPreallocator => "log-prealloc",
             Role::Checkpointer => "checkpointer",
+            Role::Prefaulter => "prefaulter",
             Role::Watcher => "watcher",
             Role::Server => "server",
         }

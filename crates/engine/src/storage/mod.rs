@@ -19,7 +19,7 @@ pub mod sole;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use arena::{RowCache, RowId};
+pub use arena::{PrefaultStats, RowCache, RowId};
 pub use schema::{Col, ColType, Column, RowMut, RowRef, Schema};
 
 use arena::{Arena, HEADER_WORDS, W_KEY, W_TID};
