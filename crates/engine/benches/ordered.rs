@@ -104,8 +104,8 @@ impl Ix for Skip {
     }
 }
 
-/// The engine's own index: `Shared` is `scc::TreeIndex` (reverse scans
-/// positioned by `locate`), `Owned` a `BTreeMap<u128, _>`.
+/// The engine's own index: `Shared` is the skip list, `Owned` a
+/// `BTreeMap<u128, _>`.
 struct Engine(OrderedIndex, &'static str);
 impl Ix for Engine {
     fn name(&self) -> &'static str {
@@ -419,7 +419,7 @@ fn main() {
     for round in 0..rounds {
         println!("# round {round}: shared candidates, 2 threads");
         bench(|| Skip(crossbeam_skiplist::SkipMap::new()), 2);
-        bench(|| Engine(OrderedIndex::new(true), "scc-tree"), 2);
+        bench(|| Engine(OrderedIndex::new(true), "engine"), 2);
         if scc_rev {
             bench(|| Scc(scc::TreeIndex::new()), 2);
         }
@@ -434,6 +434,8 @@ fn main() {
             },
             1,
         );
-        bench(|| Engine(OrderedIndex::new(true), "scc-tree"), 1);
+        if scc_rev {
+            bench(|| Scc(scc::TreeIndex::new()), 1);
+        }
     }
 }

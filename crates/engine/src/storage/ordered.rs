@@ -8,26 +8,15 @@
 //! Two implementations behind one type, chosen when the island opens:
 //! - `Owned`: a `BTreeMap` used by exactly one thread (a single-worker island):
 //!   no atomics, no latches.
-//! - `Shared`: a concurrent B+tree (`scc::TreeIndex`) for islands with several
-//!   workers. Its reads take no lock, and an insert or remove locks only when
-//!   it splits or merges a node; a leaf holds 15 entries, so a probe touches a
-//!   few cache lines per level instead of the skip list's pointer per level.
-//!   Measured against the skip list and an ART (`congee`) on TPC-C's pattern
-//!   by `benches/ordered.rs` (figures in `docs/tuning.md`).
-//!
-//! What serializability needs of `Shared` (the `txn` layer validates a scan by
-//! walking its range again at commit and comparing the count and digest of
-//! its entries): every operation is linearizable, and a scan visits every
-//! entry present when it began and not removed while it runs. A scan may also
-//! visit an entry inserted or removed while it runs; a validation that sees
-//! one differ from the first walk aborts, which is safe.
+//! - `Shared`: a lock-free skip list (crossbeam) for islands with several workers.
+//!   `scc::TreeIndex` (a B+tree) was measured in its place and lost inside the
+//!   engine on TPC-C (see `docs/tuning.md`, "Ordered indexes").
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use scc::tree_index::Proximity;
-use scc::{Guard, TreeIndex};
+use crossbeam_skiplist::SkipMap;
 
 use super::arena::RowId;
 use super::sole::SoleUser;
@@ -35,10 +24,13 @@ use super::sole::SoleUser;
 /// What a [`SoleUser`] check of the owned map names.
 const OWNED: &str = "an owned ordered index (a single-worker island's)";
 
+// One index per table, built once: its size does not matter, and boxing the
+// skip list would add a pointer chase to every shared-index operation.
+#[allow(clippy::large_enum_variant)]
 pub enum OrderedIndex {
     /// The map, and the check that one thread at a time uses it.
     Owned(UnsafeCell<BTreeMap<u128, RowId>>, SoleUser),
-    Shared(TreeIndex<u128, RowId>),
+    Shared(SkipMap<u128, RowId>),
 }
 
 // SAFETY: the `Owned` variant is only created for tables of a single-worker
@@ -57,7 +49,7 @@ pub fn pair(secondary: u64, primary: u64) -> u128 {
 impl OrderedIndex {
     pub fn new(concurrent: bool) -> OrderedIndex {
         if concurrent {
-            OrderedIndex::Shared(TreeIndex::new())
+            OrderedIndex::Shared(SkipMap::new())
         } else {
             OrderedIndex::Owned(UnsafeCell::new(BTreeMap::new()), SoleUser::default())
         }
@@ -83,7 +75,7 @@ impl OrderedIndex {
                 let _in = u.enter(OWNED);
                 unsafe { Self::owned(m) }.get(&k).copied()
             }
-            OrderedIndex::Shared(m) => m.peek_with(&k, |_, v| *v),
+            OrderedIndex::Shared(m) => m.get(&k).map(|e| *e.value()),
         }
     }
 
@@ -101,16 +93,11 @@ impl OrderedIndex {
                     }
                 }
             }
-            // A failed insert met the key; it may be removed before the peek
-            // reads it, and then the insert is tried again.
-            OrderedIndex::Shared(m) => loop {
-                if m.insert_sync(k, rid).is_ok() {
-                    return None;
-                }
-                if let Some(existing) = m.peek_with(&k, |_, v| *v) {
-                    return Some(existing);
-                }
-            },
+            OrderedIndex::Shared(m) => {
+                let e = m.get_or_insert(k, rid);
+                let existing = *e.value();
+                (existing != rid).then_some(existing)
+            }
         }
     }
 
@@ -121,7 +108,7 @@ impl OrderedIndex {
                 let _in = u.enter(OWNED);
                 unsafe { Self::owned(m) }.remove(&k).is_some()
             }
-            OrderedIndex::Shared(m) => m.remove_sync(&k),
+            OrderedIndex::Shared(m) => m.remove(&k).is_some(),
         }
     }
 
@@ -131,13 +118,13 @@ impl OrderedIndex {
         if lo > hi {
             return;
         }
+        let r = (Bound::Included(lo), Bound::Included(hi));
         match self {
             OrderedIndex::Owned(m, u) => {
                 let _in = u.enter(OWNED);
                 // SAFETY: one thread uses the index; the iterator lives until the
                 // end of the scan, and `f` must not touch this index.
-                let it =
-                    unsafe { Self::owned(m) }.range((Bound::Included(lo), Bound::Included(hi)));
+                let it = unsafe { Self::owned(m) }.range(r);
                 if reverse {
                     for (k, v) in it.rev() {
                         if !f(*k, *v) {
@@ -152,21 +139,25 @@ impl OrderedIndex {
                     }
                 }
             }
-            OrderedIndex::Shared(m) if reverse => shared_scan_back(m, lo, hi, f),
             OrderedIndex::Shared(m) => {
-                // The guard keeps the leaves the scan reads from being freed.
-                let guard = Guard::new();
-                for (k, v) in m.range(lo..=hi, &guard) {
-                    if !f(*k, *v) {
-                        break;
+                let it = m.range(r);
+                if reverse {
+                    for e in it.rev() {
+                        if !f(*e.key(), *e.value()) {
+                            break;
+                        }
+                    }
+                } else {
+                    for e in it {
+                        if !f(*e.key(), *e.value()) {
+                            break;
+                        }
                     }
                 }
             }
         }
     }
 
-    /// The number of entries: constant time for `Owned`, a walk of every
-    /// leaf for `Shared` (for tests and reports, not for a transaction's path).
     pub fn len(&self) -> usize {
         match self {
             // SAFETY: one thread uses the index; the reference ends here.
@@ -179,58 +170,7 @@ impl OrderedIndex {
     }
 
     pub fn is_empty(&self) -> bool {
-        match self {
-            OrderedIndex::Owned(..) => self.len() == 0,
-            OrderedIndex::Shared(m) => m.is_empty(),
-        }
-    }
-}
-
-/// A descending scan of `[lo, hi]` on the shared tree.
-///
-/// `TreeIndex::range(..).rev()` positions its end by walking back from the
-/// largest key of the whole tree, a cost that grows with the entries above
-/// `hi` (every later district's orders). `locate` descends to `hi` instead;
-/// the iterator it gives walks down the leaves from there once it points at
-/// one key from one end: `Exact` (the key is `hi`) after a `flip`, `Smaller`
-/// (no key above `hi`) as it comes. `Between` holds both ends, so the scan
-/// locates again at the key below `hi` it names, which is then `Exact`
-/// unless that key was removed meanwhile (then it goes lower still).
-fn shared_scan_back(
-    m: &TreeIndex<u128, RowId>,
-    lo: u128,
-    hi: u128,
-    mut f: impl FnMut(u128, RowId) -> bool,
-) {
-    let guard = Guard::new();
-    let mut at = hi;
-    let mut it = loop {
-        match m.locate(&at, &guard) {
-            Proximity::Exact(mut it) => {
-                let Some((k, v)) = it.get() else { return };
-                if *k < lo || !f(*k, *v) || !it.flip() {
-                    return;
-                }
-                break it;
-            }
-            Proximity::Smaller(it) => {
-                let Some((k, v)) = it.get_back() else { return };
-                if *k < lo || !f(*k, *v) {
-                    return;
-                }
-                break it;
-            }
-            Proximity::Between(it) => match it.get() {
-                Some((k, _)) if *k >= lo => at = *k,
-                _ => return,
-            },
-            Proximity::Larger(_) | Proximity::Empty => return,
-        }
-    };
-    while let Some((k, v)) = it.next_back() {
-        if *k < lo || !f(*k, *v) {
-            return;
-        }
+        self.len() == 0
     }
 }
 
@@ -287,8 +227,8 @@ mod tests {
             against_a_btreemap(concurrent, ops, key_of)?;
         }
 
-        /// Enough keys to split and merge the shared tree's nodes (15
-        /// entries a leaf), with keys that use both halves of the `u128`
+        /// Enough keys for tall indexes (many nodes, many skip-list levels),
+        /// with keys that use both halves of the `u128`
         /// (secondary pairs), mostly appended as a district's orders are.
         #[test]
         fn matches_a_btreemap_over_many_pairs(concurrent in any::<bool>(),
