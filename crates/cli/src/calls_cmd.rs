@@ -23,7 +23,7 @@ use islands::api::{Catalog, Deployment, Options, Partition, ProcDef, Type, Value
 use islands::deploy::{self, DeploySpec, Islands};
 use islands::executor::run::ClusterWorker;
 use islands::executor::{Cluster, ClusterOptions};
-use islands::island::{Island, IslandConfig};
+use islands::island::IslandConfig;
 use islands::proc::rng::FastRng;
 use islands::route::Router;
 use islands::storage::{Col, TableId};

@@ -93,8 +93,11 @@ pub struct IslandConfig {
     pub gtid_reserve: u64,
     /// A background thread maps the arenas' chunks ahead of the workers that
     /// fill them, so that inserts take no page faults (see
-    /// `storage/arena.rs`). On by default; off, every chunk is faulted in by
-    /// the thread that first claims rows in it.
+    /// `storage/arena.rs`). Off by default: while a pass of that thread
+    /// runs it holds the island, so an island dropped without
+    /// [`Island::shutdown`] may keep its log directory locked for that
+    /// pass, and an immediate reopen is refused. Off, every chunk is faulted
+    /// in by the thread that first claims rows in it.
     pub prefault: bool,
 }
 
@@ -207,7 +210,7 @@ impl IslandConfig {
             checkpoint: CheckpointPolicy::DEFAULT,
             threads: None,
             gtid_reserve: crate::coord::GTID_RESERVE,
-            prefault: true,
+            prefault: false,
         }
     }
 
@@ -1444,6 +1447,7 @@ mod tests {
         let reg = ThreadRegistry::new();
         let mut cfg = IslandConfig::new(CcKind::Occ, 2);
         cfg.threads = Some(reg.clone());
+        cfg.prefault = true;
         let (island, _) = Island::open(cfg, &one_column(1 << 16)).unwrap();
         let prefaulters = || {
             reg.snapshot()

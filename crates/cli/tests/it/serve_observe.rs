@@ -117,8 +117,8 @@ fn show_threads_lists_every_thread_of_the_deployment_with_its_cpu_time() {
         rows(&c, "SHOW threads").await
     });
     let process = CpuTime::process_now();
-    // Each thread of the deployment, once: an executor, a log writer and a
-    // checkpointer per island, the watcher, the server.
+    // Each thread of the deployment, once: an executor, a log writer, a
+    // checkpointer and a prefaulter per island, the watcher, the server.
     let mut roles: Vec<(String, Option<String>)> = threads
         .iter()
         .map(|t| (t[1].clone().unwrap(), t[2].clone()))
@@ -134,6 +134,8 @@ fn show_threads_lists_every_thread_of_the_deployment_with_its_cpu_time() {
             s("executor", Some("1")),
             s("log-writer", Some("0")),
             s("log-writer", Some("1")),
+            s("prefaulter", Some("0")),
+            s("prefaulter", Some("1")),
             s("server", None),
             s("watcher", None),
         ],
