@@ -125,7 +125,7 @@ pub(super) fn parse_named(text: &str, path: &str) -> Result<(DeploySpec, Named),
                     .to_string(),
             ))
         }
-        (Some(Label(l)), true) => Islands::parse(&l)?,
+        (Some(Label(l)), true) => Islands::parse(l)?,
         (None, false) => {
             let lists: Vec<String> = file.island.iter().map(|i| i.cpus.clone()).collect();
             for (island, l) in lists.iter().enumerate() {
