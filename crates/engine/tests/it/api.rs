@@ -17,7 +17,8 @@ use islands::txn::Txn;
 use islands::Abort;
 
 use crate::common::{
-    load_site_accounts, site_accounts, site_options as spec, temp_dir, BAL, INITIAL, PER_SITE,
+    load_site_accounts, site_accounts, site_options as spec, temp_dir, transfer_proc, BAL, INITIAL,
+    PER_SITE,
 };
 
 const ACCOUNTS: TableId = 0;
@@ -103,34 +104,7 @@ fn bank() -> Catalog {
         .home_by(0, ACCOUNTS),
     )
     .unwrap();
-    c.procedure(
-        ProcDef::new("transfer", |tx, a, _| {
-            Box::pin(async move {
-                let (from, to, amount) = (a.int(0) as u64, a.int(1) as u64, a.int(2));
-                let f = tx
-                    .get_for_update(ACCOUNTS, from)
-                    .await?
-                    .ok_or(Abort::User("no such source account"))?;
-                let t = tx
-                    .get_for_update(ACCOUNTS, to)
-                    .await?
-                    .ok_or(Abort::User("no such target account"))?;
-                if tx.row(f).i64(BAL) < amount {
-                    return Err(Abort::User("insufficient funds"));
-                }
-                let fb = tx.row(f).i64(BAL);
-                tx.row_mut(f).set_i64(BAL, fb - amount);
-                let tb = tx.row(t).i64(BAL);
-                tx.row_mut(t).set_i64(BAL, tb + amount);
-                Ok(())
-            })
-        })
-        .param("from", Type::Int)
-        .param("to", Type::Int)
-        .param("amount", Type::Int)
-        .home_by(0, ACCOUNTS),
-    )
-    .unwrap();
+    c.procedure(transfer_proc(ACCOUNTS)).unwrap();
     c.procedure(
         ProcDef::new("deposit", |tx, a, _| {
             Box::pin(async move {

@@ -21,8 +21,8 @@ use islands::txn::Txn;
 use islands::Abort;
 
 use crate::common::{
-    load_site_accounts, site_accounts, site_options as spec, temp_dir, BAL, INITIAL, PER_SITE,
-    SITES,
+    balance_proc, load_site_accounts, site_accounts, site_options as spec, temp_dir, BAL, INITIAL,
+    PER_SITE, SITES,
 };
 
 const ACCOUNTS: TableId = 0;
@@ -58,22 +58,7 @@ fn catalog() -> Catalog {
         .home_by(0, ACCOUNTS),
     )
     .unwrap();
-    c.procedure(
-        ProcDef::new("balance", |tx, a, out| {
-            Box::pin(async move {
-                let h = tx
-                    .get(ACCOUNTS, a.int(0) as u64)
-                    .await?
-                    .ok_or(Abort::User("no such account"))?;
-                out.push(vec![Value::Int(tx.row(h).i64(BAL))]);
-                Ok(())
-            })
-        })
-        .param("account", Type::Int)
-        .column("balance", Type::Int)
-        .home_by(0, ACCOUNTS),
-    )
-    .unwrap();
+    c.procedure(balance_proc(ACCOUNTS)).unwrap();
     c.procedure(
         ProcDef::new("mark", |tx, a, _| {
             Box::pin(async move {

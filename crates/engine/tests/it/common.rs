@@ -1,10 +1,11 @@
 //! Helpers shared by the integration tests.
 
-use islands::api::{Catalog, Load, Options, Partition};
+use islands::api::{Catalog, Load, Options, Partition, ProcDef, Type, Value};
 use islands::cc::CcKind;
 use islands::deploy::{DeploySpec, Islands};
 use islands::island::{Island, IslandConfig};
 use islands::storage::{Col, ColType, PrimaryKind, TableDef, TableId};
+use islands::Abort;
 
 pub const ALL_CC: [CcKind; 4] = [CcKind::None, CcKind::NoWait, CcKind::WaitDie, CcKind::Occ];
 
@@ -89,4 +90,54 @@ pub fn site_options(islands: u32, durability: &str, dir: Option<&std::path::Path
     let mut o = Options::new(s);
     o.pin = false;
     o
+}
+
+/// `transfer(from, to, amount)` between accounts of table `accounts`
+/// (balance column [`BAL`]), homed at the source account; a missing account
+/// or a short balance rolls it back.
+#[allow(dead_code)]
+pub fn transfer_proc(accounts: TableId) -> ProcDef {
+    ProcDef::new("transfer", move |tx, a, _| {
+        Box::pin(async move {
+            let (from, to, amount) = (a.int(0) as u64, a.int(1) as u64, a.int(2));
+            let f = tx
+                .get_for_update(accounts, from)
+                .await?
+                .ok_or(Abort::User("no such source account"))?;
+            let t = tx
+                .get_for_update(accounts, to)
+                .await?
+                .ok_or(Abort::User("no such target account"))?;
+            if tx.row(f).i64(BAL) < amount {
+                return Err(Abort::User("insufficient funds"));
+            }
+            let fb = tx.row(f).i64(BAL);
+            tx.row_mut(f).set_i64(BAL, fb - amount);
+            let tb = tx.row(t).i64(BAL);
+            tx.row_mut(t).set_i64(BAL, tb + amount);
+            Ok(())
+        })
+    })
+    .param("from", Type::Int)
+    .param("to", Type::Int)
+    .param("amount", Type::Int)
+    .home_by(0, accounts)
+}
+
+/// `balance(account)` of table `accounts`: one row, its balance.
+#[allow(dead_code)]
+pub fn balance_proc(accounts: TableId) -> ProcDef {
+    ProcDef::new("balance", move |tx, a, out| {
+        Box::pin(async move {
+            let h = tx
+                .get(accounts, a.int(0) as u64)
+                .await?
+                .ok_or(Abort::User("no such account"))?;
+            out.push(vec![Value::Int(tx.row(h).i64(BAL))]);
+            Ok(())
+        })
+    })
+    .param("account", Type::Int)
+    .column("balance", Type::Int)
+    .home_by(0, accounts)
 }

@@ -8,15 +8,15 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use islands::api::open::Expect;
-use islands::api::{CallError, Catalog, Client, Deployment, Options, ProcDef, Type, Value};
+use islands::api::{CallError, Catalog, Client, Deployment, Options, Value};
 use islands::deploy::Processes;
 use islands::storage::TableId;
 use islands::transport::join::Kind;
 use islands::transport::peer::PeerState;
-use islands::Abort;
 
 use crate::common::{
-    load_site_accounts, site_accounts, site_options, temp_dir, BAL, INITIAL, PER_SITE, SITES,
+    balance_proc, load_site_accounts, site_accounts, site_options, temp_dir, transfer_proc,
+    INITIAL, PER_SITE, SITES,
 };
 
 const ACCOUNTS: TableId = 0;
@@ -25,47 +25,8 @@ const N: u64 = SITES * PER_SITE;
 fn bank() -> Catalog {
     let mut c = Catalog::new();
     assert_eq!(site_accounts(&mut c, 1 << 12), ACCOUNTS);
-    c.procedure(
-        ProcDef::new("transfer", |tx, a, _| {
-            Box::pin(async move {
-                let (from, to, amount) = (a.int(0) as u64, a.int(1) as u64, a.int(2));
-                let f = tx
-                    .get_for_update(ACCOUNTS, from)
-                    .await?
-                    .ok_or(Abort::User("no such source account"))?;
-                let t = tx
-                    .get_for_update(ACCOUNTS, to)
-                    .await?
-                    .ok_or(Abort::User("no such target account"))?;
-                let fb = tx.row(f).i64(BAL);
-                tx.row_mut(f).set_i64(BAL, fb - amount);
-                let tb = tx.row(t).i64(BAL);
-                tx.row_mut(t).set_i64(BAL, tb + amount);
-                Ok(())
-            })
-        })
-        .param("from", Type::Int)
-        .param("to", Type::Int)
-        .param("amount", Type::Int)
-        .home_by(0, ACCOUNTS),
-    )
-    .unwrap();
-    c.procedure(
-        ProcDef::new("balance", |tx, a, out| {
-            Box::pin(async move {
-                let h = tx
-                    .get(ACCOUNTS, a.int(0) as u64)
-                    .await?
-                    .ok_or(Abort::User("no such account"))?;
-                out.push(vec![Value::Int(tx.row(h).i64(BAL))]);
-                Ok(())
-            })
-        })
-        .param("account", Type::Int)
-        .column("balance", Type::Int)
-        .home_by(0, ACCOUNTS),
-    )
-    .unwrap();
+    c.procedure(transfer_proc(ACCOUNTS)).unwrap();
+    c.procedure(balance_proc(ACCOUNTS)).unwrap();
     c
 }
 
@@ -167,7 +128,7 @@ fn two_island_processes_commit_transfers_across_each_other_and_recover() {
                 committed += 1;
                 crossing += usize::from(island_of(from) != island_of(to));
             }
-            Err(CallError::Serialization { .. }) => {}
+            Err(CallError::Serialization { .. } | CallError::Rollback { .. }) => {}
             Err(e) => panic!("transfer {from} -> {to}: {e}"),
         }
     }
