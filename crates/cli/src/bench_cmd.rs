@@ -665,8 +665,6 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
             cfg.segment_bytes = b.max(1);
         }
         cfg.expedite_2pc = c.expedite_2pc;
-        // Every island is shut down before it is dropped (see `IslandConfig::prefault`).
-        cfg.prefault = true;
         cfg.checkpoint = checkpoint;
         configs.push(cfg);
     }

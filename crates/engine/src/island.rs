@@ -93,11 +93,9 @@ pub struct IslandConfig {
     pub gtid_reserve: u64,
     /// A background thread maps the arenas' chunks ahead of the workers that
     /// fill them, so that inserts take no page faults (see
-    /// `storage/arena.rs`). Off by default: while a pass of that thread
-    /// runs it holds the island, so an island dropped without
-    /// [`Island::shutdown`] may keep its log directory locked for that
-    /// pass, and an immediate reopen is refused. Off, every chunk is faulted
-    /// in by the thread that first claims rows in it.
+    /// `storage/arena.rs`). On by default; the thread holds the tables,
+    /// never the island, so a dropped island closes its log at once. Off,
+    /// every chunk is faulted in by the thread that first claims rows in it.
     pub prefault: bool,
 }
 
@@ -210,7 +208,7 @@ impl IslandConfig {
             checkpoint: CheckpointPolicy::DEFAULT,
             threads: None,
             gtid_reserve: crate::coord::GTID_RESERVE,
-            prefault: false,
+            prefault: true,
         }
     }
 
@@ -748,7 +746,7 @@ impl Island {
         };
         let prefaulter = cfg.prefault.then(|| {
             let p = Prefaulter::new();
-            for t in &catalog.tables {
+            for t in catalog.tables.iter() {
                 t.arena.attach(&p);
             }
             p
@@ -788,14 +786,16 @@ impl Island {
         });
         shared.log.lock().pin_recovered(&report);
         if let Some(p) = &shared.prefaulter {
-            let weak = Arc::downgrade(&shared);
+            // The thread holds the tables only while it maps: a dropped
+            // island closes its log at once, whatever the thread is doing.
+            let weak = Arc::downgrade(&shared.catalog.tables);
             let (threads, id) = (shared.cfg.threads.clone(), shared.cfg.island_id);
             p.spawn(
                 format!("{}-prefault", shared.cfg.name),
                 move || enter(threads.as_ref(), Role::Prefaulter, Some(id)),
                 move || match weak.upgrade() {
-                    Some(sh) => {
-                        for t in &sh.catalog.tables {
+                    Some(tables) => {
+                        for t in tables.iter() {
                             t.arena.prefault_ahead();
                         }
                         true
@@ -945,7 +945,7 @@ impl Island {
             start,
             |sink| {
                 let mut n = 0u64;
-                for t in &sh.catalog.tables {
+                for t in sh.catalog.tables.iter() {
                     t.try_for_each_row(|key, tid, data| {
                         n += 1;
                         if n.is_multiple_of(4096) && stopped() {
@@ -1011,7 +1011,7 @@ impl Island {
     /// page faults in an insert, or in the load and recovery).
     pub fn prefault_stats(&self) -> PrefaultStats {
         let mut s = PrefaultStats::default();
-        for t in &self.shared.catalog.tables {
+        for t in self.shared.catalog.tables.iter() {
             s += t.arena.prefault_stats();
         }
         s

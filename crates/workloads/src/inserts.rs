@@ -77,7 +77,7 @@ impl InsertsConfig {
 /// violations found (a few, in words).
 pub fn check(island: &islands::island::Island) -> Vec<String> {
     let mut out = Vec::new();
-    for t in &island.catalog().tables {
+    for t in island.catalog().tables.iter() {
         let mut count = 0u64;
         let mut max = None;
         let mut bad = None;

@@ -1060,9 +1060,6 @@ impl Deployment {
             cfg.contexts = copts.contexts_needed(ip.workers as usize);
             cfg.device = opts.log_device.clone();
             cfg.threads = Some(threads.clone());
-            // A deployment shuts its islands down before it drops them
-            // (see `IslandConfig::prefault`).
-            cfg.prefault = true;
             if let Some(mb) = opts.spec.checkpoint_every_mb {
                 cfg.checkpoint.every_bytes = mb << 20;
             }

@@ -18,6 +18,7 @@ pub mod schema;
 pub mod sole;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 pub use arena::{PrefaultStats, RowCache, RowId};
 pub use schema::{Col, ColType, Column, RowMut, RowRef, Schema};
@@ -541,9 +542,10 @@ impl Table {
     }
 }
 
-/// All tables of one island.
+/// All tables of one island. The tables are shared so that the island's
+/// prefault thread can hold them, and not the island, during a pass.
 pub struct Catalog {
-    pub tables: Vec<Table>,
+    pub tables: Arc<[Table]>,
 }
 
 impl Catalog {
@@ -558,7 +560,9 @@ impl Catalog {
             }
             tables.push(Table::new(i as TableId, d, concurrent)?);
         }
-        Ok(Catalog { tables })
+        Ok(Catalog {
+            tables: tables.into(),
+        })
     }
 
     pub fn table(&self, id: TableId) -> &Table {
