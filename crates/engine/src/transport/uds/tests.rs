@@ -342,3 +342,51 @@ fn bad_configs_are_refused() {
     let e = Uds::new(config(&dir, &[1, 1], 0, 1, SECRET)).err().unwrap();
     assert!(e.to_string().contains("not a socket"), "{e}");
 }
+
+/// Large batches from two senders fill the socket while the receiver is
+/// slow: senders' own writes end in part or not at all, the send thread
+/// writes the rest, and every batch arrives whole and in its sender's order.
+#[test]
+fn large_batches_from_a_full_socket_arrive_whole_and_in_order() {
+    let dir = TempDir::new("carry");
+    let workers = [2, 1];
+    let us: Vec<Uds> = (0..2).map(|i| open(&dir, &workers, i, 1)).collect();
+    until("both islands are connected", || {
+        us.iter()
+            .all(|u| u.peers().iter().all(|p| p.state == PeerState::Up))
+    });
+    let n = 300u32;
+    let body = |sender: u32, i: u32| -> Vec<u8> {
+        let len = 20_000 + (i as usize * 7919) % 40_000;
+        (0..len)
+            .map(|j| (j as u32 ^ i.wrapping_mul(2654435761) ^ sender) as u8)
+            .collect()
+    };
+    std::thread::scope(|s| {
+        for sender in 0..2u32 {
+            let (u, body) = (&us[0], &body);
+            s.spawn(move || (0..n).for_each(|i| send(u, sender, 2, &body(sender, i))));
+        }
+        // A slow start: the mailbox, then the socket, fill up behind it.
+        std::thread::sleep(Duration::from_millis(200));
+        let mut next = [0u32; 2];
+        while next != [n, n] {
+            let (from, b) = recv(&us[1], 2);
+            let k = from.0 as usize;
+            for f in frames(&b) {
+                assert_eq!(
+                    f.unwrap(),
+                    &body(k as u32, next[k])[..],
+                    "batch {} of {k}",
+                    next[k]
+                );
+                next[k] += 1;
+            }
+            us[1].recycle(b);
+        }
+    });
+    assert_eq!(peer(&us[1], 0).batches_in, u64::from(2 * n));
+    assert_eq!(peer(&us[0], 1).dropped, 0);
+    assert_eq!(peer(&us[1], 0).refusals, 0);
+    assert_eq!(peer(&us[1], 0).reconnects, 0);
+}
