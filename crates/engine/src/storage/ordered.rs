@@ -39,7 +39,7 @@ pub enum Kind {
 }
 
 /// The implementation of a multi-worker island's ordered indexes.
-pub const SHARED: Kind = Kind::SkipList;
+pub const SHARED: Kind = Kind::BTree;
 
 // One index per table, built once: its size does not matter, and boxing the
 // skip list would add a pointer chase to every shared-index operation.
