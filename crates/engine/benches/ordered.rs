@@ -20,7 +20,9 @@
 //!   (limit 1) and removed, one `by_name` scan and one `newest` scan.
 //!
 //! Shared candidates run with two threads (an island of two workers): the
-//! crossbeam skip list (`SkipMap`), `scc::TreeIndex` (a B+tree whose reads
+//! crossbeam skip list (`SkipMap`, bare and as the engine wraps it), the
+//! engine's B+tree with optimistic lock coupling (`olc-btree`),
+//! `scc::TreeIndex` (a B+tree whose reads
 //! take no lock) and `congee` (an ART with optimistic lock coupling; its keys
 //! are `u64`, so it runs the phases whose keys fit: primary keys shifted
 //! back down, no secondary pairs, and it has no reverse scan). Owned
@@ -34,7 +36,7 @@ use std::ops::Bound;
 use std::sync::Barrier;
 use std::time::Instant;
 
-use islands::storage::ordered::OrderedIndex;
+use islands::storage::ordered::{Kind, OrderedIndex};
 
 const DISTRICTS: u64 = 10;
 const ORDERS: u64 = 3_000;
@@ -104,7 +106,8 @@ impl Ix for Skip {
     }
 }
 
-/// The engine's own index: `Shared` is the skip list, `Owned` a
+/// The engine's own index, of each kind: the skip list, the B+tree with
+/// optimistic lock coupling (`storage/btree.rs`), the owned
 /// `BTreeMap<u128, _>`.
 struct Engine(OrderedIndex, &'static str);
 impl Ix for Engine {
@@ -419,7 +422,11 @@ fn main() {
     for round in 0..rounds {
         println!("# round {round}: shared candidates, 2 threads");
         bench(|| Skip(crossbeam_skiplist::SkipMap::new()), 2);
-        bench(|| Engine(OrderedIndex::new(true), "engine"), 2);
+        bench(
+            || Engine(OrderedIndex::of(Kind::SkipList), "engine-skip"),
+            2,
+        );
+        bench(|| Engine(OrderedIndex::of(Kind::BTree), "olc-btree"), 2);
         if scc_rev {
             bench(|| Scc(scc::TreeIndex::new()), 2);
         }

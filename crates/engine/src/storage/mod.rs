@@ -11,6 +11,7 @@
 //! Version word: `tid << 2 | PRESENT << 1 | LOCKED`. A zeroed slot is absent.
 
 pub mod arena;
+pub mod btree;
 pub mod hash;
 mod mem;
 pub mod ordered;

@@ -5,12 +5,14 @@
 //! non-unique secondary index uses `(secondary_key << 64) | primary_key`, so
 //! equal secondary keys sort by primary key and every entry is unique.
 //!
-//! Two implementations behind one type, chosen when the island opens:
+//! Implementations behind one type, chosen when the island opens:
 //! - `Owned`: a `BTreeMap` used by exactly one thread (a single-worker island):
 //!   no atomics, no latches.
-//! - `Shared`: a lock-free skip list (crossbeam) for islands with several workers.
-//!   `scc::TreeIndex` (a B+tree) was measured in its place and lost inside the
-//!   engine on TPC-C (see `docs/tuning.md`, "Ordered indexes").
+//! - `Tree`: a B+tree with optimistic lock coupling ([`super::btree`]) for
+//!   islands with several workers, when [`SHARED`] says so;
+//! - `Skip`: a lock-free skip list (crossbeam), the other choice of [`SHARED`].
+//!   `scc::TreeIndex` (a B+tree) was measured in their place and lost inside
+//!   the engine on TPC-C (see `docs/tuning.md`, "Ordered indexes").
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
@@ -19,10 +21,25 @@ use std::ops::Bound;
 use crossbeam_skiplist::SkipMap;
 
 use super::arena::RowId;
+use super::btree::BTree;
 use super::sole::SoleUser;
 
 /// What a [`SoleUser`] check of the owned map names.
 const OWNED: &str = "an owned ordered index (a single-worker island's)";
+
+/// An ordered index's implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `BTreeMap`, for one thread.
+    Owned,
+    /// The crossbeam skip list, for several threads.
+    SkipList,
+    /// The optimistic-lock-coupling B+tree, for several threads.
+    BTree,
+}
+
+/// The implementation of a multi-worker island's ordered indexes.
+pub const SHARED: Kind = Kind::BTree;
 
 // One index per table, built once: its size does not matter, and boxing the
 // skip list would add a pointer chase to every shared-index operation.
@@ -31,6 +48,7 @@ pub enum OrderedIndex {
     /// The map, and the check that one thread at a time uses it.
     Owned(UnsafeCell<BTreeMap<u128, RowId>>, SoleUser),
     Shared(SkipMap<u128, RowId>),
+    Tree(BTree),
 }
 
 // SAFETY: the `Owned` variant is only created for tables of a single-worker
@@ -47,11 +65,18 @@ pub fn pair(secondary: u64, primary: u64) -> u128 {
 }
 
 impl OrderedIndex {
+    /// An index for several threads (`SHARED`'s kind) or for one.
     pub fn new(concurrent: bool) -> OrderedIndex {
-        if concurrent {
-            OrderedIndex::Shared(SkipMap::new())
-        } else {
-            OrderedIndex::Owned(UnsafeCell::new(BTreeMap::new()), SoleUser::default())
+        OrderedIndex::of(if concurrent { SHARED } else { Kind::Owned })
+    }
+
+    pub fn of(kind: Kind) -> OrderedIndex {
+        match kind {
+            Kind::Owned => {
+                OrderedIndex::Owned(UnsafeCell::new(BTreeMap::new()), SoleUser::default())
+            }
+            Kind::SkipList => OrderedIndex::Shared(SkipMap::new()),
+            Kind::BTree => OrderedIndex::Tree(BTree::new()),
         }
     }
 
@@ -76,6 +101,7 @@ impl OrderedIndex {
                 unsafe { Self::owned(m) }.get(&k).copied()
             }
             OrderedIndex::Shared(m) => m.get(&k).map(|e| *e.value()),
+            OrderedIndex::Tree(t) => t.get(k),
         }
     }
 
@@ -98,6 +124,8 @@ impl OrderedIndex {
                 let existing = *e.value();
                 (existing != rid).then_some(existing)
             }
+            // As the skip list: the same row id again is not a conflict.
+            OrderedIndex::Tree(t) => t.insert(k, rid).filter(|existing| *existing != rid),
         }
     }
 
@@ -109,6 +137,7 @@ impl OrderedIndex {
                 unsafe { Self::owned(m) }.remove(&k).is_some()
             }
             OrderedIndex::Shared(m) => m.remove(&k).is_some(),
+            OrderedIndex::Tree(t) => t.remove(k),
         }
     }
 
@@ -155,6 +184,7 @@ impl OrderedIndex {
                     }
                 }
             }
+            OrderedIndex::Tree(t) => t.scan(lo, hi, reverse, f),
         }
     }
 
@@ -166,6 +196,8 @@ impl OrderedIndex {
                 unsafe { Self::owned(m) }.len()
             }
             OrderedIndex::Shared(m) => m.len(),
+            // A walk of the whole tree: for tests and reports.
+            OrderedIndex::Tree(t) => t.len(),
         }
     }
 
@@ -182,11 +214,11 @@ mod tests {
     /// Runs `ops` on the index and on a `BTreeMap`, comparing every answer.
     /// An op is (kind, a, b, reverse, limit); `key(a)` makes the key.
     fn against_a_btreemap(
-        concurrent: bool,
+        kind: Kind,
         ops: Vec<(u8, u64, u64, bool, usize)>,
         key: impl Fn(u64) -> u128,
     ) -> Result<(), TestCaseError> {
-        let idx = OrderedIndex::new(concurrent);
+        let idx = OrderedIndex::of(kind);
         let mut model: BTreeMap<u128, RowId> = BTreeMap::new();
         for (i, (op, a, b, rev, limit)) in ops.into_iter().enumerate() {
             let k = key(a);
@@ -220,22 +252,26 @@ mod tests {
         Ok(())
     }
 
+    fn kinds() -> impl Strategy<Value = Kind> {
+        prop_oneof![Just(Kind::Owned), Just(Kind::SkipList), Just(Kind::BTree)]
+    }
+
     proptest! {
         #[test]
-        fn matches_a_btreemap(concurrent in any::<bool>(),
+        fn matches_a_btreemap(kind in kinds(),
                               ops in proptest::collection::vec((0u8..4, 0u64..50, 0u64..50, any::<bool>(), 0usize..6), 1..300)) {
-            against_a_btreemap(concurrent, ops, key_of)?;
+            against_a_btreemap(kind, ops, key_of)?;
         }
 
         /// Enough keys for tall indexes (many nodes, many skip-list levels),
         /// with keys that use both halves of the `u128`
         /// (secondary pairs), mostly appended as a district's orders are.
         #[test]
-        fn matches_a_btreemap_over_many_pairs(concurrent in any::<bool>(),
+        fn matches_a_btreemap_over_many_pairs(kind in kinds(),
                                               ops in proptest::collection::vec(
                                                   (prop_oneof![4 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8), 2 => Just(3u8)],
                                                    0u64..3_000, 0u64..3_000, any::<bool>(), 0usize..40), 1..2_000)) {
-            against_a_btreemap(concurrent, ops, |a| pair(a / 7, a % 7 * 0x9E37_79B9))?;
+            against_a_btreemap(kind, ops, |a| pair(a / 7, a % 7 * 0x9E37_79B9))?;
         }
     }
 
@@ -244,6 +280,11 @@ mod tests {
     /// sees every key whose insert returned before the scan began.
     #[test]
     fn concurrent_scans_see_every_key_inserted_before_them() {
+        scans_see_every_key_inserted_before_them(Kind::SkipList);
+        scans_see_every_key_inserted_before_them(Kind::BTree);
+    }
+
+    fn scans_see_every_key_inserted_before_them(kind: Kind) {
         use std::sync::atomic::{AtomicUsize, Ordering};
         const THREADS: usize = 3;
         const PER_THREAD: usize = 6_000;
@@ -256,7 +297,7 @@ mod tests {
             pos_of[perm(j)] = j;
         }
         let key = |x: usize| pair((x / 4) as u64, (x % 4) as u64);
-        let idx = OrderedIndex::new(true);
+        let idx = OrderedIndex::of(kind);
         // How many inserts of each thread have returned.
         let done: Vec<AtomicUsize> = (0..THREADS).map(|_| AtomicUsize::new(0)).collect();
         std::thread::scope(|s| {
@@ -322,6 +363,118 @@ mod tests {
             }
         });
         assert_eq!(idx.len(), N);
+    }
+
+    /// Two writers run queues over their own keys (one appends and removes
+    /// the oldest, the other runs downwards), so leaves split and empty
+    /// leaves are unlinked all the time, while a reader scans: every scan is
+    /// sorted, within its bounds, hands out only true entries, and sees every
+    /// key that is present throughout (one in 64, inserted before).
+    #[test]
+    fn concurrent_scans_under_inserts_and_removes() {
+        concurrent_churn(Kind::SkipList);
+        concurrent_churn(Kind::BTree);
+    }
+
+    fn concurrent_churn(kind: Kind) {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        const N: usize = 50_000;
+        const STABLE: usize = 64;
+        const WINDOW: usize = 500;
+        const STEPS: usize = 120_000;
+        let key = |x: usize| pair((x / 8) as u64, (x % 8) as u64);
+        let idx = OrderedIndex::of(kind);
+        for x in (0..N).step_by(STABLE) {
+            assert_eq!(idx.insert(key(x), x as u64), None);
+        }
+        let stop = AtomicBool::new(false);
+        let own = |t: usize| -> Vec<usize> {
+            let mut v: Vec<usize> = (0..N).filter(|x| x % STABLE != 0 && x % 2 == t).collect();
+            if t == 1 {
+                v.reverse();
+            }
+            v
+        };
+        let finals = std::thread::scope(|s| {
+            let writers: Vec<_> = (0..2)
+                .map(|t| {
+                    let (idx, own) = (&idx, own(t));
+                    s.spawn(move || {
+                        let mut present = std::collections::VecDeque::new();
+                        for i in 0..STEPS {
+                            let x = own[i % own.len()];
+                            assert_eq!(idx.insert(key(x), x as u64), None, "{x} is new");
+                            present.push_back(x);
+                            if present.len() > WINDOW {
+                                let old = present.pop_front().unwrap();
+                                assert!(idx.remove(key(old)), "{old} was there");
+                            }
+                        }
+                        present
+                    })
+                })
+                .collect();
+            let reader = s.spawn(|| {
+                let mut rng = 0x2545_F491_4F6C_DD1Du64;
+                let mut next = || {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng as usize
+                };
+                let mut scans = 0;
+                while !stop.load(Ordering::Acquire) || scans < 1_000 {
+                    scans += 1;
+                    let lo = next() % N;
+                    let hi = (lo + next() % 3_000).min(N - 1);
+                    let reverse = next() % 2 == 0;
+                    let limit = 1 + next() % 200;
+                    let mut got = vec![];
+                    idx.scan(key(lo), key(hi), reverse, |k, v| {
+                        got.push((k, v));
+                        got.len() < limit
+                    });
+                    let mut xs = vec![];
+                    for (k, v) in &got {
+                        assert_eq!(*k, key(*v as usize), "an entry's row id is its own");
+                        assert!((lo..=hi).contains(&(*v as usize)), "within bounds");
+                        xs.push(*v as usize);
+                    }
+                    let mut sorted = xs.clone();
+                    sorted.sort_unstable();
+                    sorted.dedup();
+                    if reverse {
+                        sorted.reverse();
+                    }
+                    assert_eq!(xs, sorted, "a scan's keys are in order, once each");
+                    let (from, to) = match (got.len() == limit, reverse) {
+                        (false, _) => (lo, hi),
+                        (true, false) => (lo, xs[limit - 1]),
+                        (true, true) => (xs[limit - 1], hi),
+                    };
+                    for x in (from.div_ceil(STABLE) * STABLE..=to).step_by(STABLE) {
+                        assert!(xs.contains(&x), "stable key {x} missing from a scan");
+                    }
+                }
+                scans
+            });
+            let finals: Vec<_> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+            stop.store(true, Ordering::Release);
+            assert!(reader.join().unwrap() >= 1_000);
+            finals
+        });
+        let mut want: Vec<usize> = (0..N).step_by(STABLE).collect();
+        for f in finals {
+            want.extend(f);
+        }
+        want.sort_unstable();
+        let mut got = vec![];
+        idx.scan(0, u128::MAX, false, |_, v| {
+            got.push(v as usize);
+            true
+        });
+        assert_eq!(got, want);
+        assert_eq!(idx.len(), want.len());
     }
 
     #[test]
