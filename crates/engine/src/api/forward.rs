@@ -164,6 +164,14 @@ impl Port {
             };
             return call.reply.send(mb, Err(e));
         }
+        if call.cancel.as_ref().is_some_and(CancelFlag::is_canceled) || call.reply.is_closed() {
+            // Canceled before it left: it never runs, as a local call
+            // canceled in its queue.
+            let e = CallError::Canceled {
+                procedure: self.procedure(call.proc),
+            };
+            return call.reply.send(mb, Err(e));
+        }
         let to = targets[self.spread % targets.len()];
         self.spread = self.spread.wrapping_add(1);
         let id = self.next_id;
@@ -314,6 +322,19 @@ impl ForwardPort for Port {
     }
 
     fn round(&mut self, now_us: u64, down: IslandSet, out: &mut Frames<'_>) {
+        let idle = {
+            let mb = &self.inner.mailboxes[self.mailbox];
+            mb.forwards.is_empty()
+                && mb.answers.is_empty()
+                && self.backlog.is_empty()
+                && self.pending.is_empty()
+                && self.running.is_empty()
+        };
+        if idle {
+            // The round of an executor that forwards nothing: no shared
+            // count touched.
+            return;
+        }
         let inner = Arc::clone(&self.inner);
         let mb = &inner.mailboxes[self.mailbox];
         if !mb.forwards.is_empty() {

@@ -48,6 +48,9 @@ fn options(dir: &Path, island: u16, expect: Expect, id: u128) -> Options {
     o.expect = expect;
     o.txns_per_worker = 4;
     o.commits_per_worker = 8;
+    // A forwarded call that a block's locks hold back retries until it is
+    // canceled, not until its attempts run out.
+    o.max_attempts = 10_000;
     o
 }
 
@@ -187,11 +190,51 @@ fn two_island_processes_commit_transfers_across_each_other_and_recover() {
     assert!(crossed > 0, "no batch crossed the sockets");
 
     // A canceled forwarded call: rolled back at its home, nothing moved.
+    // A block on island 1 holds both accounts' locks, so the transfer
+    // forwarded there retries (no_wait) until the cancel reaches it.
     let (from, to) = (N - 1, N - 2);
-    assert_eq!(island_of(from), 1);
+    assert_eq!((island_of(from), island_of(to)), (1, 1));
     let before = (balance(&clients[0], from), balance(&clients[0], to));
+    let mut blk = clients[1].begin();
+    block_on(blk.call(
+        "transfer",
+        vec![
+            Value::Int(from as i64),
+            Value::Int(to as i64),
+            Value::Int(0),
+        ],
+        None,
+    ))
+    .unwrap();
     let cancel = islands::api::CancelFlag::new();
+    let mut f = clients[0].call_async_cancelable(
+        "transfer",
+        vec![
+            Value::Int(from as i64),
+            Value::Int(to as i64),
+            Value::Int(1),
+        ],
+        &cancel,
+    );
+    let end = Instant::now() + Duration::from_millis(30);
+    while Instant::now() < end {
+        assert!(
+            poll_once(&mut f).is_none(),
+            "the transfer ran past the block's locks"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     cancel.cancel();
+    match block_on(f) {
+        Err(CallError::Canceled { procedure }) => assert_eq!(procedure, "transfer"),
+        r => panic!("a canceled forwarded call answered {r:?}"),
+    }
+    block_on(blk.rollback()).unwrap();
+    assert_eq!(
+        (balance(&clients[0], from), balance(&clients[0], to)),
+        before
+    );
+    // Canceled before it left: it never runs.
     let f = clients[0].call_async_cancelable(
         "transfer",
         vec![
@@ -201,10 +244,7 @@ fn two_island_processes_commit_transfers_across_each_other_and_recover() {
         ],
         &cancel,
     );
-    match block_on(f) {
-        Err(CallError::Canceled { procedure }) => assert_eq!(procedure, "transfer"),
-        r => panic!("a canceled forwarded call answered {r:?}"),
-    }
+    assert!(matches!(block_on(f), Err(CallError::Canceled { .. })));
     assert_eq!(
         (balance(&clients[0], from), balance(&clients[0], to)),
         before
@@ -271,6 +311,15 @@ fn two_island_processes_commit_transfers_across_each_other_and_recover() {
     .unwrap();
     assert!(e.to_string().contains("holds deployment"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Polls a future once: its output, if it is ready.
+fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::Pin::new(f).poll(&mut cx) {
+        std::task::Poll::Ready(r) => Some(r),
+        std::task::Poll::Pending => None,
+    }
 }
 
 /// Polls a future to its end on this thread (the test needs no runtime).
