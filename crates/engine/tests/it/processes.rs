@@ -334,3 +334,37 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
         std::thread::sleep(Duration::from_micros(100));
     }
 }
+
+/// Figures, not a check: the mean latency of a `balance` call homed here
+/// and of one forwarded to the other process, one caller thread each way.
+/// `cargo test --release -p islands --test it processes::forwarded_call_latency -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn forwarded_call_latency() {
+    let dir = temp_dir("processes-latency");
+    let secret = dir.join("secret");
+    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (a, b) = open_both(&dir, Expect::Either, islands::wal::new_deployment_id());
+    let client = a.client();
+    for (what, k) in [
+        ("local", 0),
+        ("forwarded", N - 1),
+        ("local", 1),
+        ("forwarded", N - 2),
+    ] {
+        let calls = 5000;
+        let t = Instant::now();
+        for _ in 0..calls {
+            balance(&client, k);
+        }
+        eprintln!(
+            "{what}: {:.1} µs per call ({calls} calls)",
+            t.elapsed().as_secs_f64() * 1e6 / calls as f64
+        );
+    }
+    drop(client);
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
