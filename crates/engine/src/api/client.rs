@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::deployment::{Call, CancelFlag, Deployment, Inner};
+use super::deployment::{Call, CancelFlag, Deployment, Inner, Reply};
 use super::value::{Row, Value};
 use super::CallError;
 
@@ -150,8 +150,9 @@ impl Client {
                     proc: 0,
                     args: Vec::new(),
                     stmt: Some(stmt),
-                    reply: tx,
+                    reply: Reply::Caller(tx),
                     cancel: cancel.cloned(),
+                    forward: None,
                 },
                 mailbox,
             )),
@@ -208,18 +209,37 @@ impl Client {
         def.check_args(&args)?;
         let n = next_spread();
         let first = &self.inner.first;
-        let island = self
-            .inner
-            .island_for(self.inner.home_island(def, &args), n, name)?;
-        let workers = first[island + 1] - first[island];
-        let mailbox = first[island] + n % workers;
+        let (mailbox, forward) =
+            match self
+                .inner
+                .island_for(self.inner.home_island(def, &args), n, name)
+            {
+                Ok(island) => {
+                    let workers = first[island + 1] - first[island];
+                    (first[island] + n % workers, None)
+                }
+                // Homed on another process's island: a local executor forwards
+                // it there, unless that island is known to be down.
+                Err(CallError::Elsewhere { island }) if self.inner.forwards => {
+                    let mailboxes = &self.inner.mailboxes;
+                    if mailboxes[0].island_down(island) {
+                        return Err(CallError::IslandDown {
+                            procedure: name.to_string(),
+                            island: island as u16,
+                        });
+                    }
+                    (n % mailboxes.len(), Some(island))
+                }
+                Err(e) => return Err(e),
+            };
         Ok((
             Call {
                 proc: id,
                 args,
                 stmt: None,
-                reply,
+                reply: Reply::Caller(reply),
                 cancel: None,
+                forward,
             },
             mailbox,
         ))
@@ -229,7 +249,10 @@ impl Client {
     /// while the deployment closes is answered with the closing error.
     fn push(&self, mailbox: usize, call: Call) -> Result<(), Call> {
         let mb = &self.inner.mailboxes[mailbox];
-        mb.queue.push(call)?;
+        match call.forward {
+            None => mb.queue.push(call)?,
+            Some(_) => mb.forwards.push(call)?,
+        }
         mb.notify();
         // Closed meanwhile: its executors may be gone, so nobody would take it.
         if !self.inner.open.load(Ordering::SeqCst) {

@@ -9,7 +9,7 @@ use std::task::Waker;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_queue::ArrayQueue;
+use crossbeam_queue::{ArrayQueue, SegQueue};
 use crossbeam_utils::CachePadded;
 
 use super::block::{self, BlockRun, BlockShared, Current, Statement};
@@ -314,8 +314,44 @@ pub(crate) struct Call {
     pub(crate) args: Vec<Value>,
     /// A statement to run as the transaction instead of a procedure.
     pub(crate) stmt: Option<Arc<dyn Statement>>,
-    pub(crate) reply: oneshot::Sender<Result<Vec<Row>, CallError>>,
+    pub(crate) reply: Reply,
     pub(crate) cancel: Option<CancelFlag>,
+    /// The call's home island runs in another process: the executor of
+    /// this mailbox forwards it there (see `forward.rs`).
+    pub(crate) forward: Option<usize>,
+}
+
+/// A call's answer, and who waits for it.
+pub(crate) type Answer = Result<Vec<Row>, CallError>;
+
+/// Where a call's answer goes.
+pub(crate) enum Reply {
+    /// A caller of this process.
+    Caller(oneshot::Sender<Answer>),
+    /// A call forwarded by another process: the executor sends the answer
+    /// back to endpoint `to` as the CALL_REPLY of call `id`.
+    Peer { to: Endpoint, id: u64 },
+}
+
+impl Reply {
+    /// Whether nobody waits for the answer any more (a dropped future).
+    pub(crate) fn is_closed(&self) -> bool {
+        match self {
+            Reply::Caller(tx) => tx.is_closed(),
+            Reply::Peer { .. } => false,
+        }
+    }
+
+    /// Answers the call; `mb` is the mailbox of the executor that ran it.
+    pub(crate) fn send(self, mb: &Mailbox, r: Answer) {
+        match self {
+            // A caller that stopped waiting does not want the answer.
+            Reply::Caller(tx) => {
+                let _ = tx.send(r);
+            }
+            Reply::Peer { to, id } => mb.answers.push((to, id, r)),
+        }
+    }
 }
 
 /// One executor's queue of calls, and how a caller wakes it.
@@ -343,6 +379,12 @@ pub(crate) struct Mailbox {
     room_wakers: Mutex<Vec<Waker>>,
     /// Times its executor parked (its own counter).
     parks: AtomicU64,
+    /// Calls homed on islands of other processes, which its executor
+    /// forwards (see `forward.rs`); bounded as `queue` is.
+    pub(crate) forwards: ArrayQueue<Call>,
+    /// Answers of calls forwarded here by other processes, which its
+    /// executor sends back (pushed by the executor itself as calls finish).
+    pub(crate) answers: SegQueue<(Endpoint, u64, Answer)>,
 }
 
 impl Mailbox {
@@ -360,7 +402,7 @@ impl Mailbox {
 
     /// A call was taken from the queue: wakes the callers waiting for room.
     /// One load when none waits (the executor's path).
-    fn popped(&self) {
+    pub(crate) fn popped(&self) {
         if self.room_waiters.load(Ordering::SeqCst) == 0 {
             return;
         }
@@ -399,6 +441,12 @@ impl Mailbox {
     #[inline]
     pub(crate) fn notify(&self) {
         self.bell().ring();
+    }
+
+    /// Whether island `island`'s process is known to be down (by the
+    /// transport this mailbox's executor serves on).
+    pub(crate) fn island_down(&self, island: usize) -> bool {
+        IslandId::try_from(island).is_ok_and(|i| self.transport.peer_down(i))
     }
 
     #[inline]
@@ -461,6 +509,9 @@ pub(crate) struct Inner {
     epoch: Instant,
     /// Each executor's published commit count (in mailbox order).
     pub(crate) committed: Vec<Arc<ProgressCounter>>,
+    /// Calls homed on another process's island are forwarded there (some
+    /// islands run in other processes).
+    pub(crate) forwards: bool,
 }
 
 impl Inner {
@@ -501,8 +552,8 @@ impl Inner {
     /// [`Inner::closed_error`]).
     pub(crate) fn drain(&self) {
         for mb in self.mailboxes.iter() {
-            while let Some(call) = mb.queue.pop() {
-                let _ = call.reply.send(Err(self.closed_error()));
+            while let Some(call) = mb.queue.pop().or_else(|| mb.forwards.pop()) {
+                call.reply.send(mb, Err(self.closed_error()));
             }
             mb.popped();
             while let Some(b) = mb.blocks.pop() {
@@ -574,7 +625,7 @@ pub(crate) struct CallReq {
     proc: u32,
     args: Args,
     out: RefCell<Vec<Row>>,
-    reply: Option<oneshot::Sender<Result<Vec<Row>, CallError>>>,
+    reply: Option<Reply>,
     cancel: Option<CancelFlag>,
     /// Its last attempt was rolled back for its [`CancelFlag`].
     canceled: Cell<bool>,
@@ -691,7 +742,7 @@ impl Workload for Calls {
         Ok(())
     }
 
-    fn finished(&self, _: usize, req: &mut CallReq, outcome: Outcome) {
+    fn finished(&self, worker: usize, req: &mut CallReq, outcome: Outcome) {
         if let Some(b) = req.block.take() {
             self.block_finished(req, b, outcome);
             return;
@@ -737,8 +788,7 @@ impl Workload for Calls {
         };
         req.args.0.clear();
         req.cancel = None;
-        // A caller that stopped waiting does not want the answer.
-        let _ = reply.send(r);
+        reply.send(&self.0.mailboxes[worker], r);
     }
 
     fn max_attempts(&self, req: &CallReq) -> Option<u32> {
@@ -784,7 +834,11 @@ impl Workload for Calls {
         // sleep keeps the executor awake for another look.
         let bell = mb.bell();
         if bell.prepare_sleep() {
-            if mb.queue.is_empty() && mb.blocks.is_empty() && self.0.open.load(Ordering::SeqCst) {
+            let quiet = mb.queue.is_empty()
+                && mb.blocks.is_empty()
+                && mb.forwards.is_empty()
+                && mb.answers.is_empty();
+            if quiet && self.0.open.load(Ordering::SeqCst) {
                 mb.parks.fetch_add(1, Ordering::Relaxed);
                 bell.sleep(PARK_FOR);
             } else {
@@ -1096,6 +1150,7 @@ impl Deployment {
         let recovered: Vec<RecoveryReport> = opened.clone().map(|(_, r)| r).collect();
         let mut copts = copts;
         let mut process_transport = None;
+        let mut forwarder = None;
         if let (Some(k), Some(p)) = (opts.island, &opts.spec.processes) {
             let island = &islands[0];
             let w32: Vec<u32> = workers.iter().map(|&w| w as u32).collect();
@@ -1121,6 +1176,9 @@ impl Deployment {
             )?;
             copts.transports = vec![Arc::clone(&t) as Arc<dyn Transport>; n];
             process_transport = Some(t);
+            let f = Arc::new(super::forward::Forwarder::new());
+            copts.forward = Some(Arc::clone(&f) as Arc<dyn crate::executor::forward::Forwarding>);
+            forwarder = Some(f);
         }
         let mut members = Vec::with_capacity(n);
         for (i, &w) in workers.iter().enumerate() {
@@ -1162,6 +1220,8 @@ impl Deployment {
                     room_waiters: AtomicUsize::new(0),
                     room_wakers: Mutex::new(Vec::new()),
                     parks: AtomicU64::new(0),
+                    forwards: ArrayQueue::new(opts.queue_depth),
+                    answers: SegQueue::new(),
                 })
             })
             .collect();
@@ -1188,7 +1248,18 @@ impl Deployment {
             },
             epoch: Instant::now(),
             committed: (0..ends.len()).map(|_| ProgressCounter::new()).collect(),
+            forwards: forwarder.is_some(),
         });
+        if let Some(f) = &forwarder {
+            let endpoints = (0..n)
+                .map(|i| {
+                    (0..workers[i])
+                        .map(|w| cluster.endpoint(i as IslandId, w))
+                        .collect()
+                })
+                .collect();
+            f.attach(Arc::clone(&inner), endpoints);
+        }
         let mut cws = Vec::with_capacity(total);
         for (i, ip) in plan.islands().iter().enumerate() {
             if !local[i] {

@@ -84,6 +84,7 @@ mod block;
 mod catalog;
 mod client;
 mod deployment;
+mod forward;
 pub mod open;
 mod value;
 
@@ -143,10 +144,11 @@ pub enum CallError {
     /// blocks open as [`Options::blocks_per_worker`] allows.
     #[error("too many open transaction blocks on island {island}: each of its executors keeps at most {limit} (Options::blocks_per_worker)")]
     TooManyBlocks { island: usize, limit: usize },
-    /// The call's home is an island that runs in another process of the
-    /// deployment: calls are not forwarded between processes, so it is sent
-    /// to a server of that island's process.
-    #[error("the call's home is island {island}, which runs in another process: send it to that island's server")]
+    /// The home of a statement run alone or of a transaction block is an
+    /// island that runs in another process of the deployment: only calls of
+    /// procedures are forwarded between processes, so it is sent to a
+    /// server of that island's process.
+    #[error("the home is island {island}, which runs in another process: send it to that island's server")]
     Elsewhere { island: usize },
     /// The deployment was shut down before the call finished (or began).
     #[error("the deployment is shut down")]

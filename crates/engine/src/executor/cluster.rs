@@ -70,6 +70,9 @@ pub struct ClusterOptions {
     /// island); the entries of remote members are not used (any transport
     /// fills their place). Empty: `transport` serves every local island.
     pub transports: Vec<Arc<dyn Transport>>,
+    /// Calls forwarded between this process and the deployment's others
+    /// (see `executor/forward.rs`): each executor takes its port here.
+    pub forward: Option<Arc<dyn super::forward::Forwarding>>,
 }
 
 impl Default for ClusterOptions {
@@ -85,6 +88,7 @@ impl Default for ClusterOptions {
             mailbox_depth: 1024,
             transport: None,
             transports: Vec::new(),
+            forward: None,
         }
     }
 }
@@ -737,6 +741,11 @@ impl Cluster {
             peer_epoch: u64::MAX,
             down: coord::IslandSet::EMPTY,
             down_aborted: GtidMap::default(),
+            forward: self
+                .opts
+                .forward
+                .as_ref()
+                .and_then(|f| f.port(self.endpoint(id, worker))),
             transport,
         };
         if self.router.is_none() {

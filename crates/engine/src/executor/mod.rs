@@ -71,6 +71,7 @@
 mod cluster;
 mod down;
 pub mod fault;
+pub mod forward;
 mod home;
 mod pool;
 #[cfg(test)]
@@ -196,6 +197,9 @@ pub struct Executor {
     /// owed a vote, with that island, until the worker loop takes their
     /// outcome.
     down_aborted: GtidMap<IslandId>,
+    /// Calls forwarded to and from other processes (see `forward.rs`);
+    /// `None` when every island runs here.
+    forward: Option<Box<dyn forward::ForwardPort>>,
 }
 
 // SAFETY: the raw context pointers are owned by the executor and only used

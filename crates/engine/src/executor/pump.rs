@@ -94,6 +94,13 @@ impl Executor {
             self.early_stale = false;
             self.check_early();
         }
+        if let Some(port) = self.forward.as_mut() {
+            let mut out = super::forward::Frames {
+                outbox: &mut self.outbox,
+                transport: &*self.transport,
+            };
+            port.round(now, self.down, &mut out);
+        }
         self.outbox.flush(&*self.transport, self.me);
         let dropped = self.outbox.take_dropped();
         if dropped > 0 {
@@ -560,6 +567,20 @@ impl Executor {
                     Status::Refused
                 };
                 self.reply(from, tag, status, 0);
+            }
+            Frame::Call { .. } | Frame::CallReply { .. } | Frame::CallCancel { .. } => {
+                match self.forward.as_mut() {
+                    Some(port) => {
+                        let mut out = super::forward::Frames {
+                            outbox: &mut self.outbox,
+                            transport: &*self.transport,
+                        };
+                        port.on_frame(from, from_island, frame, &mut out);
+                    }
+                    None => {
+                        self.cl.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
             }
             Frame::Prep { gtid, writes, hold } => {
                 if let Some(b) = self.pool.branches.get_mut(&gtid) {

@@ -20,7 +20,23 @@
 //! PREP    0x32 [gtid u64][writes u32][hold u8: 0|1]
 //! RELEASE 0x33 [gtid u64]
 //! LOCK    0x38 [gtid u64][tag u32][writes u32][n u32] n × ([table u16][key u64])
+//! CALL        0x40 [id u64][proc u32][n u16] n × value
+//! CALL_REPLY  0x41 [id u64][status u8] then, status 0 (rows): [rows u32]
+//!                  rows × ([n u16] n × value); status 1 (error): [code u8]
+//!                  [a u64][b u64] 2 × ([len u32][UTF-8: len bytes])
+//! CALL_CANCEL 0x42 [id u64]
+//! value: [tag u8] then 0 null; 1 int [i64]; 2 float [f64 bits u64];
+//!        3 string [len u32][UTF-8: len bytes]; 4 ints [n u32] n × [i64]
 //! ```
+//!
+//! CALL carries a call of stored procedure `proc` (an index into the
+//! catalog, which both processes share: the handshake compares the
+//! catalogs' fingerprints) from a process that does not run its home island
+//! to an executor of that island; the answer comes back in a CALL_REPLY with
+//! the same `id`, to the endpoint that sent the CALL. CALL_CANCEL asks the
+//! home to cancel the call as a local cancel would. Ids are the caller's
+//! (see `api/forward.rs`): a receiver keys the calls it runs by the sending
+//! endpoint and the id.
 //!
 //! A request (GET, INSERT, SCAN, MGET) has bit [`CONTINUES`] of its kind set
 //! when its transaction sent an earlier request to the same island: the
@@ -67,6 +83,7 @@
 //! Decoding checks every length and value and never panics: a malformed frame
 //! is an error the receiver counts and does not execute.
 
+use crate::api::Value;
 use crate::coord::Msg;
 use crate::AbortReason;
 
@@ -83,6 +100,9 @@ const K_DELETE: u8 = 0x31;
 const K_PREP: u8 = 0x32;
 const K_RELEASE: u8 = 0x33;
 const K_LOCK: u8 = 0x38;
+const K_CALL: u8 = 0x40;
+const K_CALL_REPLY: u8 = 0x41;
+const K_CALL_CANCEL: u8 = 0x42;
 /// Bytes of one entry of a LOCK frame.
 pub const LOCK_ENTRY_BYTES: usize = 2 + 8;
 
@@ -180,6 +200,42 @@ pub enum Frame<'a> {
         writes: u32,
         entries: &'a [u8],
     },
+    /// A forwarded call of procedure `proc` with `n` arguments, encoded in
+    /// `args` (checked: read them with [`call_args`]).
+    Call {
+        id: u64,
+        proc: u32,
+        n: u16,
+        args: &'a [u8],
+    },
+    /// The answer to CALL `id` (checked: read it with [`call_answer`]).
+    CallReply {
+        id: u64,
+        answer: Answer<'a>,
+    },
+    /// Cancel forwarded call `id`.
+    CallCancel {
+        id: u64,
+    },
+}
+
+/// A CALL_REPLY's answer, as decoded (checked, not yet built).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer<'a> {
+    /// `rows` result rows, encoded in `body`.
+    Rows { rows: u32, body: &'a [u8] },
+    /// A failed call: an error of the caller's kind `code` with its numbers
+    /// and texts (what they mean is the caller's, see `api/forward.rs`).
+    Error(ErrorParts<'a>),
+}
+
+/// The parts of a forwarded call's error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ErrorParts<'a> {
+    pub code: u8,
+    pub a: u64,
+    pub b: u64,
+    pub texts: [&'a str; 2],
 }
 
 /// Why a frame was rejected.
@@ -197,6 +253,8 @@ pub enum WireError {
     BadStatus(u8),
     #[error("reply of {n} rows of {row_bytes} bytes does not fit its {got} bytes")]
     BadRows { n: u32, row_bytes: u32, got: usize },
+    #[error("value: {0}")]
+    BadValue(&'static str),
 }
 
 struct Cur<'a> {
@@ -235,6 +293,38 @@ impl<'a> Cur<'a> {
     }
     fn rest(&self) -> &'a [u8] {
         &self.b[self.at..]
+    }
+    fn left(&self) -> usize {
+        self.b.len() - self.at
+    }
+    /// `n` bytes, or an error if fewer are left.
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        if n > self.left() {
+            return Err(WireError::BadValue("longer than its frame"));
+        }
+        let out = &self.b[self.at..self.at + n];
+        self.at += n;
+        Ok(out)
+    }
+    fn u8_checked(&mut self) -> Result<u8, WireError> {
+        Ok(self.bytes(1)?[0])
+    }
+    fn u16_checked(&mut self) -> Result<u16, WireError> {
+        let b = self.bytes(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32_checked(&mut self) -> Result<u32, WireError> {
+        let b = self.bytes(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64_checked(&mut self) -> Result<u64, WireError> {
+        let mut out = [0u8; 8];
+        out.copy_from_slice(self.bytes(8)?);
+        Ok(u64::from_le_bytes(out))
+    }
+    fn str_checked(&mut self) -> Result<&'a str, WireError> {
+        let len = self.u32_checked()? as usize;
+        std::str::from_utf8(self.bytes(len)?).map_err(|_| WireError::BadValue("string not UTF-8"))
     }
 }
 
@@ -411,8 +501,226 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, WireError> {
                 hold: c.flag()?,
             }
         }
+        K_CALL => {
+            need(kind, b, 1 + 8 + 4 + 2, false)?;
+            let id = c.u64();
+            let proc = c.u32();
+            let n = c.u16();
+            let args = c.rest();
+            // Checked now, so that its reader cannot fail on it later.
+            let mut v = Cur { b: args, at: 0 };
+            for _ in 0..n {
+                skip_value(&mut v)?;
+            }
+            if v.left() != 0 {
+                return Err(WireError::BadValue("bytes past the last argument"));
+            }
+            Frame::Call { id, proc, n, args }
+        }
+        K_CALL_REPLY => {
+            need(kind, b, 1 + 8 + 1, false)?;
+            let id = c.u64();
+            let answer = match c.u8() {
+                0 => {
+                    let rows = c.u32_checked()?;
+                    let body = c.rest();
+                    let mut v = Cur { b: body, at: 0 };
+                    for _ in 0..rows {
+                        let n = v.u16_checked()?;
+                        for _ in 0..n {
+                            skip_value(&mut v)?;
+                        }
+                    }
+                    if v.left() != 0 {
+                        return Err(WireError::BadValue("bytes past the last row"));
+                    }
+                    Answer::Rows { rows, body }
+                }
+                1 => {
+                    let parts = ErrorParts {
+                        code: c.u8_checked()?,
+                        a: c.u64_checked()?,
+                        b: c.u64_checked()?,
+                        texts: [c.str_checked()?, c.str_checked()?],
+                    };
+                    if c.left() != 0 {
+                        return Err(WireError::BadValue("bytes past the error"));
+                    }
+                    Answer::Error(parts)
+                }
+                s => return Err(WireError::BadStatus(s)),
+            };
+            Frame::CallReply { id, answer }
+        }
+        K_CALL_CANCEL => {
+            need(kind, b, 1 + 8, true)?;
+            Frame::CallCancel { id: c.u64() }
+        }
         k => return Err(WireError::UnknownKind(k)),
     })
+}
+
+const V_NULL: u8 = 0;
+const V_INT: u8 = 1;
+const V_FLOAT: u8 = 2;
+const V_STR: u8 = 3;
+const V_INTS: u8 = 4;
+
+/// Steps over one encoded value, checking it (no allocation).
+fn skip_value(c: &mut Cur<'_>) -> Result<(), WireError> {
+    match c.u8_checked()? {
+        V_NULL => {}
+        V_INT | V_FLOAT => {
+            c.bytes(8)?;
+        }
+        V_STR => {
+            c.str_checked()?;
+        }
+        V_INTS => {
+            let n = c.u32_checked()? as usize;
+            c.bytes(
+                n.checked_mul(8)
+                    .ok_or(WireError::BadValue("too many ints"))?,
+            )?;
+        }
+        _ => return Err(WireError::BadValue("unknown value tag")),
+    }
+    Ok(())
+}
+
+/// Reads one value that [`skip_value`] accepts. Allocates no more than the
+/// frame holds.
+fn read_value(c: &mut Cur<'_>) -> Result<Value, WireError> {
+    Ok(match c.u8_checked()? {
+        V_NULL => Value::Null,
+        V_INT => Value::Int(c.u64_checked()? as i64),
+        V_FLOAT => Value::Float(f64::from_bits(c.u64_checked()?)),
+        V_STR => Value::Str(c.str_checked()?.to_string()),
+        V_INTS => {
+            let n = c.u32_checked()? as usize;
+            let b = c.bytes(
+                n.checked_mul(8)
+                    .ok_or(WireError::BadValue("too many ints"))?,
+            )?;
+            Value::Ints(
+                b.chunks_exact(8)
+                    .map(|k| i64::from_le_bytes(k.try_into().unwrap_or([0; 8])))
+                    .collect(),
+            )
+        }
+        _ => return Err(WireError::BadValue("unknown value tag")),
+    })
+}
+
+fn put_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::Null => out.push(V_NULL),
+        Value::Int(i) => {
+            out.push(V_INT);
+            out.extend_from_slice(&i.to_le_bytes());
+        }
+        Value::Float(f) => {
+            out.push(V_FLOAT);
+            out.extend_from_slice(&f.to_bits().to_le_bytes());
+        }
+        Value::Str(s) => {
+            out.push(V_STR);
+            put_str(out, s);
+        }
+        Value::Ints(v) => {
+            out.push(V_INTS);
+            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            for i in v {
+                out.extend_from_slice(&i.to_le_bytes());
+            }
+        }
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Appends a CALL payload. `args` has at most `u16::MAX` values (more is
+/// refused: `false`, nothing appended); the caller checks the frame's size.
+pub fn call(out: &mut Vec<u8>, id: u64, proc: u32, args: &[Value]) -> bool {
+    let Ok(n) = u16::try_from(args.len()) else {
+        return false;
+    };
+    out.push(K_CALL);
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(&proc.to_le_bytes());
+    out.extend_from_slice(&n.to_le_bytes());
+    for v in args {
+        put_value(out, v);
+    }
+    true
+}
+
+/// The arguments of a decoded CALL ([`Frame::Call`]'s `n` and `args`).
+pub fn call_args(n: u16, args: &[u8]) -> Result<Vec<Value>, WireError> {
+    let mut c = Cur { b: args, at: 0 };
+    // Each value takes at least a byte: the count is bounded by the frame.
+    let mut out = Vec::with_capacity(usize::from(n).min(args.len()));
+    for _ in 0..n {
+        out.push(read_value(&mut c)?);
+    }
+    Ok(out)
+}
+
+/// Appends a CALL_REPLY payload with result rows. A row has at most
+/// `u16::MAX` values and there are at most `u32::MAX` rows (more is
+/// refused: `false`, with `out` as it was).
+pub fn call_reply_rows(out: &mut Vec<u8>, id: u64, rows: &[Vec<Value>]) -> bool {
+    if u32::try_from(rows.len()).is_err() || rows.iter().any(|r| r.len() > usize::from(u16::MAX)) {
+        return false;
+    }
+    out.push(K_CALL_REPLY);
+    out.extend_from_slice(&id.to_le_bytes());
+    out.push(0);
+    out.extend_from_slice(&(rows.len() as u32).to_le_bytes());
+    for r in rows {
+        out.extend_from_slice(&(r.len() as u16).to_le_bytes());
+        for v in r {
+            put_value(out, v);
+        }
+    }
+    true
+}
+
+/// Appends a CALL_REPLY payload with an error.
+pub fn call_reply_error(out: &mut Vec<u8>, id: u64, e: &ErrorParts<'_>) {
+    out.push(K_CALL_REPLY);
+    out.extend_from_slice(&id.to_le_bytes());
+    out.push(1);
+    out.push(e.code);
+    out.extend_from_slice(&e.a.to_le_bytes());
+    out.extend_from_slice(&e.b.to_le_bytes());
+    for t in e.texts {
+        put_str(out, t);
+    }
+}
+
+/// The rows of a decoded [`Answer::Rows`].
+pub fn call_rows(rows: u32, body: &[u8]) -> Result<Vec<Vec<Value>>, WireError> {
+    let mut c = Cur { b: body, at: 0 };
+    // Each row takes at least two bytes, each value one.
+    let mut out = Vec::with_capacity((rows as usize).min(body.len() / 2));
+    for _ in 0..rows {
+        let n = c.u16_checked()?;
+        let mut row = Vec::with_capacity(usize::from(n).min(c.left()));
+        for _ in 0..n {
+            row.push(read_value(&mut c)?);
+        }
+        out.push(row);
+    }
+    Ok(out)
+}
+
+pub fn call_cancel(out: &mut Vec<u8>, id: u64) {
+    out.push(K_CALL_CANCEL);
+    out.extend_from_slice(&id.to_le_bytes());
 }
 
 /// Whether `kind` is a request's (GET, INSERT, SCAN, MGET), [`CONTINUES`] or not.
@@ -785,11 +1093,156 @@ mod tests {
         assert!(decode(&[]).is_err());
     }
 
+    #[test]
+    fn forwarded_calls_round_trip() {
+        let args = vec![
+            Value::Null,
+            Value::Int(-5),
+            Value::Float(2.5),
+            Value::Str("é".into()),
+            Value::Ints(vec![1, i64::MIN]),
+        ];
+        let mut b = Vec::new();
+        assert!(call(&mut b, 77, 3, &args));
+        match decode(&b).unwrap() {
+            Frame::Call {
+                id: 77,
+                proc: 3,
+                n: 5,
+                args: a,
+            } => assert_eq!(call_args(5, a).unwrap(), args),
+            f => panic!("decoded {f:?}"),
+        }
+        // One byte short, one too many, a bad tag: refused.
+        assert!(decode(&b[..b.len() - 1]).is_err());
+        let mut long = b.clone();
+        long.push(0);
+        assert!(decode(&long).is_err());
+        let mut bad = b.clone();
+        bad[15] = 9;
+        assert_eq!(decode(&bad), Err(WireError::BadValue("unknown value tag")));
+        b.clear();
+        let rows = vec![vec![Value::Int(1), Value::Str("x".into())], vec![]];
+        assert!(call_reply_rows(&mut b, 8, &rows));
+        match decode(&b).unwrap() {
+            Frame::CallReply {
+                id: 8,
+                answer: Answer::Rows { rows: 2, body },
+            } => assert_eq!(call_rows(2, body).unwrap(), rows),
+            f => panic!("decoded {f:?}"),
+        }
+        b.clear();
+        let e = ErrorParts {
+            code: 4,
+            a: 1,
+            b: u64::MAX,
+            texts: ["transfer", "why"],
+        };
+        call_reply_error(&mut b, 9, &e);
+        assert_eq!(
+            decode(&b).unwrap(),
+            Frame::CallReply {
+                id: 9,
+                answer: Answer::Error(e)
+            }
+        );
+        // A string that claims more bytes than the frame holds.
+        let at = b.len() - 3 - 4 - 8;
+        b[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode(&b).is_err());
+        b.clear();
+        call_cancel(&mut b, 10);
+        assert_eq!(decode(&b).unwrap(), Frame::CallCancel { id: 10 });
+        assert!(decode(&b[..5]).is_err());
+        // Counts far beyond the frame: refused without allocating them.
+        b.clear();
+        b.push(K_CALL);
+        b.extend_from_slice(&[0; 12]);
+        b.extend_from_slice(&u16::MAX.to_le_bytes());
+        b.push(V_INTS);
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode(&b).is_err());
+        assert!(call_args(u16::MAX, &b[15..]).is_err());
+        assert!(call_rows(u32::MAX, &[]).is_err());
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<i64>().prop_map(Value::Int),
+            any::<u64>().prop_map(|b| Value::Float(f64::from_bits(b))),
+            ".{0,8}".prop_map(Value::Str),
+            proptest::collection::vec(any::<i64>(), 0..4).prop_map(Value::Ints),
+        ]
+    }
+
+    /// Floats compare by their bits (a NaN travels as itself).
+    fn same(a: &[Value], b: &[Value]) -> bool {
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(x, y)| match (x, y) {
+                (Value::Float(x), Value::Float(y)) => x.to_bits() == y.to_bits(),
+                _ => x == y,
+            })
+    }
+
     proptest! {
         /// Arbitrary bytes never panic the decoder.
         #[test]
         fn decoding_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
             let _ = decode(&bytes);
+        }
+
+        /// Garbage behind a forwarded call's kinds: no panic, and whatever
+        /// decodes also reads (its arguments, its rows) without error.
+        #[test]
+        fn forwarded_call_garbage_never_panics(
+            kind in K_CALL..=K_CALL_CANCEL,
+            bytes in proptest::collection::vec(any::<u8>(), 0..120),
+        ) {
+            let mut b = vec![kind];
+            b.extend_from_slice(&bytes);
+            match decode(&b) {
+                Ok(Frame::Call { n, args, .. }) => {
+                    prop_assert_eq!(call_args(n, args).map(|a| a.len()), Ok(usize::from(n)));
+                }
+                Ok(Frame::CallReply { answer: Answer::Rows { rows, body }, .. }) => {
+                    prop_assert!(call_rows(rows, body).is_ok());
+                }
+                _ => {}
+            }
+        }
+
+        /// Any arguments and rows round-trip, and any cut of them is refused.
+        #[test]
+        fn forwarded_values_round_trip(
+            args in proptest::collection::vec(value(), 0..6),
+            rows in proptest::collection::vec(proptest::collection::vec(value(), 0..4), 0..4),
+            cut in any::<usize>(),
+        ) {
+            let mut b = Vec::new();
+            prop_assert!(call(&mut b, 1, 2, &args));
+            match decode(&b) {
+                Ok(Frame::Call { n, args: a, .. }) => {
+                    prop_assert!(same(&call_args(n, a).unwrap(), &args));
+                }
+                f => prop_assert!(false, "decoded {:?}", f),
+            }
+            let short = 15 + cut % (b.len() - 14);
+            if short < b.len() {
+                prop_assert!(decode(&b[..short]).is_err());
+            }
+            b.clear();
+            prop_assert!(call_reply_rows(&mut b, 3, &rows));
+            match decode(&b) {
+                Ok(Frame::CallReply { answer: Answer::Rows { rows: n, body }, .. }) => {
+                    let got = call_rows(n, body).unwrap();
+                    prop_assert_eq!(got.len(), rows.len());
+                    for (g, r) in got.iter().zip(&rows) {
+                        prop_assert!(same(g, r));
+                    }
+                }
+                f => prop_assert!(false, "decoded {:?}", f),
+            }
         }
     }
 }
