@@ -869,7 +869,7 @@ pub struct Deployment {
     threads: ThreadRegistry,
     /// The transport to the deployment's other processes (with
     /// [`Options::island`]): its I/O threads stop after the executors.
-    peers: Option<Arc<crate::transport::uds::Uds>>,
+    peers: Option<crate::transport::join::Linked>,
 }
 
 impl std::fmt::Debug for Deployment {
@@ -1122,7 +1122,7 @@ impl Deployment {
                 id.hello(k, &w32),
                 copts.mailbox_depth,
             )?;
-            copts.transports = vec![Arc::clone(&t) as Arc<dyn Transport>; n];
+            copts.transports = vec![t.transport(); n];
             process_transport = Some(t);
         }
         let mut members = Vec::with_capacity(n);
