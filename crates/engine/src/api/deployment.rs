@@ -923,7 +923,7 @@ pub struct Deployment {
     threads: ThreadRegistry,
     /// The transport to the deployment's other processes (with
     /// [`Options::island`]): its I/O threads stop after the executors.
-    peers: Option<Arc<crate::transport::uds::Uds>>,
+    peers: Option<crate::transport::join::Linked>,
 }
 
 impl std::fmt::Debug for Deployment {
@@ -1174,7 +1174,7 @@ impl Deployment {
                 id.hello(k, &w32),
                 copts.mailbox_depth,
             )?;
-            copts.transports = vec![Arc::clone(&t) as Arc<dyn Transport>; n];
+            copts.transports = vec![t.transport(); n];
             process_transport = Some(t);
             let f = Arc::new(super::forward::Forwarder::new());
             copts.forward = Some(Arc::clone(&f) as Arc<dyn crate::executor::forward::Forwarding>);

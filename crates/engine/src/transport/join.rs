@@ -230,17 +230,62 @@ pub fn in_process(
     }
 }
 
+/// The transport of an island run as a process of its own
+/// ([`for_process`]).
+#[derive(Clone)]
+pub enum Linked {
+    Uds(Arc<Uds>),
+    Shm(Arc<Shm>),
+}
+
+impl Linked {
+    pub fn transport(&self) -> Arc<dyn Transport> {
+        match self {
+            Linked::Uds(u) => Arc::clone(u) as Arc<dyn Transport>,
+            Linked::Shm(s) => Arc::clone(s) as Arc<dyn Transport>,
+        }
+    }
+
+    /// Each peer island's connection.
+    pub fn peers(&self) -> Vec<PeerStats> {
+        match self {
+            Linked::Uds(u) => u.peers(),
+            Linked::Shm(s) => s.peers(),
+        }
+    }
+
+    /// Closes the connections (see [`Uds::shutdown`], [`Shm::shutdown`]).
+    pub fn shutdown(&self) {
+        match self {
+            Linked::Uds(u) => u.shutdown(),
+            Linked::Shm(s) => s.shutdown(),
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            Linked::Uds(_) => Kind::Uds,
+            Linked::Shm(_) => Kind::Shm,
+        }
+    }
+}
+
+/// Bytes of each ring between two island processes joined by `shm`.
+pub const PROCESS_RING_BYTES: usize = 1 << 22;
+
 /// The transport of island `me` run as a process of its own, as the
 /// deployment file's `processes` settings describe it: a [`Uds`] listening on
 /// its endpoint and connecting to its peers' (a peer not up yet is dialed
 /// again with a backoff, so processes start in any order). `hello` is what it
-/// says of itself in each handshake.
+/// says of itself in each handshake. With `transport = "shm"`, the same
+/// connections set up a pair of shared-memory rings with each peer, which
+/// carry the batches ([`Shm::for_process`]).
 pub fn for_process(
     p: &crate::deploy::Processes,
     workers: &[u32],
     hello: Hello,
     mailbox_depth: usize,
-) -> Result<Arc<Uds>, Error> {
+) -> Result<Linked, Error> {
     let me = hello.island;
     if usize::from(me) >= workers.len() {
         return Err(Error::Config(format!(
@@ -256,15 +301,7 @@ pub fn for_process(
         )));
     }
     match p.transport {
-        Kind::Uds => {}
-        Kind::Shm => {
-            return Err(Error::Config(
-                "transport = \"shm\" between processes is not built yet: an island that restarts \
-                 would find its peers still ringing its old bells; use transport = \"uds\" (shm \
-                 joins the islands of one process: islands bench --transport shm)"
-                    .into(),
-            ))
-        }
+        Kind::Uds | Kind::Shm => {}
         Kind::InProc => {
             return Err(Error::Config(
                 "transport = \"inproc\" joins islands of one process only".into(),
@@ -277,15 +314,22 @@ pub fn for_process(
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::Io(format!("cannot create {}: {e}", dir.display())))?;
     }
+    let deployment = hello.deployment;
     let mut cfg = UdsConfig::new(Layout::new(workers, me), paths, secret, hello);
     cfg.mailbox_depth = mailbox_depth;
-    let u = Uds::new(cfg).map_err(|e| {
+    let listen = |e: &dyn std::fmt::Display| {
         Error::Io(format!(
             "island {me}: cannot listen on {}: {e}",
             p.endpoint(usize::from(me)).display()
         ))
-    })?;
-    Ok(Arc::new(u))
+    };
+    if p.transport == Kind::Shm {
+        let s = Shm::for_process(cfg, deployment, PROCESS_RING_BYTES, mailbox_depth)
+            .map_err(|e| listen(&e))?;
+        return Ok(Linked::Shm(s));
+    }
+    let u = Uds::new(cfg).map_err(|e| listen(&e))?;
+    Ok(Linked::Uds(Arc::new(u)))
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@
 mod map;
 mod ring;
 mod segment;
+pub mod setup;
 
 pub use map::Mapping;
 pub use ring::{
@@ -37,23 +38,47 @@ pub use segment::{
     SHM_DIR, SHM_VERSION,
 };
 
+use super::handshake::Hello;
+use super::uds::{Attach, Uds, UdsConfig};
 use super::{Bell, BufferPool, Endpoint, Full, Layout, Transport};
 use crate::route::IslandId;
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::ops::Range;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 pub use super::peer::{PeerState, PeerStats};
 
+/// The outgoing ring toward one peer and the peer's bells, as set up by
+/// one connection (see [`Shm::attach`]). Every mapping it reaches is held by
+/// it (the ring and the bells each keep an `Arc` of theirs), and it is only
+/// reached under its side's lock: replacing or dropping it under that lock
+/// ends every use of the old mappings first (no use after unmap).
+struct TxLink {
+    ring: Producer,
+    bells: Bells,
+    /// Kept open (and its file removed when dropped, if this process made it).
+    _segment: Arc<Segment>,
+}
+
+/// The incoming ring from one peer, as set up by one connection.
+struct RxLink {
+    ring: Consumer,
+    _segment: Arc<Segment>,
+}
+
 /// The sending side toward one peer, with its counters (kept under the
 /// lock the push takes anyway: no extra atomic operation per batch).
+/// `token`: the connection `link` was set up for (0: none yet).
 struct TxSide {
-    ring: Producer,
+    link: Option<TxLink>,
+    token: u64,
     bytes: u64,
     batches: u64,
     dropped: u64,
@@ -62,22 +87,21 @@ struct TxSide {
 /// The receiving side from one peer. `scratch`: a buffer holding the copy
 /// of a record not yet delivered (its mailbox was full), reused next time.
 struct RxSide {
-    ring: Consumer,
+    link: Option<RxLink>,
+    token: u64,
     scratch: Option<Vec<u8>>,
     bytes: u64,
     batches: u64,
     refusals: u64,
 }
 
+/// Lock order: `tx` before `rx`.
 struct Peer {
     island: IslandId,
     /// Endpoints of the peer island.
     range: Range<u32>,
-    bells: Bells,
     tx: Mutex<TxSide>,
     rx: Mutex<RxSide>,
-    /// Kept mapped (and removed when dropped, if this process made it).
-    _segment: Segment,
 }
 
 /// How a drain of one ring ended.
@@ -93,12 +117,21 @@ type Mailbox = ArrayQueue<(Endpoint, Vec<u8>)>;
 
 /// One island's transport over shared memory (see the module documentation).
 pub struct Shm {
+    /// Islands as processes: the Unix-socket connections that authenticate
+    /// each peer, set its rings up and tell whether it is alive (see
+    /// [`Shm::for_process`]). Empty for islands of one process.
+    link: OnceLock<Arc<Uds>>,
     layout: Layout,
     local: Range<u32>,
     bells: Bells,
     mailboxes: Vec<CachePadded<Mailbox>>,
-    /// Per island; set once by [`Shm::connect`].
-    peers: Vec<OnceLock<Peer>>,
+    /// Per island (ours is never linked).
+    peers: Vec<Peer>,
+    /// The token of the next connection set up ([`Shm::attach`]).
+    tokens: AtomicU64,
+    /// What a process's segments are made with ([`Shm::for_process`]).
+    deployment: u128,
+    ring_bytes: usize,
     pool: BufferPool,
     /// Batches for an endpoint outside the layout or of an island not
     /// connected: dropped (the engine tolerates loss) and counted.
@@ -155,10 +188,34 @@ impl Shm {
         }
         let depth = mailbox_depth.max(1);
         Ok(Shm {
+            link: OnceLock::new(),
             mailboxes: (0..workers)
                 .map(|_| CachePadded::new(ArrayQueue::new(depth)))
                 .collect(),
-            peers: (0..layout.islands()).map(|_| OnceLock::new()).collect(),
+            peers: (0..layout.islands())
+                .map(|i| Peer {
+                    island: i as IslandId,
+                    range: layout.range(i as IslandId),
+                    tx: Mutex::new(TxSide {
+                        link: None,
+                        token: 0,
+                        bytes: 0,
+                        batches: 0,
+                        dropped: 0,
+                    }),
+                    rx: Mutex::new(RxSide {
+                        link: None,
+                        token: 0,
+                        scratch: None,
+                        bytes: 0,
+                        batches: 0,
+                        refusals: 0,
+                    }),
+                })
+                .collect(),
+            tokens: AtomicU64::new(1),
+            deployment: 0,
+            ring_bytes: 0,
             pool: BufferPool::new(workers as usize, depth),
             unroutable: CachePadded::new(AtomicU64::new(0)),
             send_wakes: Default::default(),
@@ -202,12 +259,29 @@ impl Shm {
         Ok(shm)
     }
 
-    /// Links the peer `segment.peer()`: batches for its endpoints go into
-    /// the segment's outgoing ring and ring its `bells`.
+    /// Links the peer `segment.peer()` for good (islands of one process):
+    /// batches for its endpoints go into the segment's outgoing ring and
+    /// ring its `bells`. Refused if the peer is linked already.
     pub fn connect(&self, segment: Segment, bells: Bells) -> Result<(), ShmError> {
         let island = segment.peer();
+        if let Some(p) = self.peers.get(usize::from(island)) {
+            if p.tx.lock().link.is_some() {
+                return Err(ShmError::Config(format!(
+                    "island {island} is already connected"
+                )));
+            }
+        }
+        self.attach(segment, bells).map(|_| ())
+    }
+
+    /// Links the peer `segment.peer()`, replacing the rings and bells of an
+    /// earlier link with it (a peer that reconnected, or restarted as a new
+    /// incarnation): records left in the old rings are dropped with them.
+    /// Returns the link's token, for [`Shm::detach`].
+    pub fn attach(&self, segment: Segment, bells: Bells) -> Result<u64, ShmError> {
+        let island = segment.peer();
         let me = self.layout.me();
-        if segment.me() != me || usize::from(island) >= self.layout.islands() {
+        if segment.me() != me || island == me || usize::from(island) >= self.layout.islands() {
             return Err(ShmError::Config(format!(
                 "a segment of islands {} and {island} for island {me} of {}",
                 segment.me(),
@@ -223,63 +297,92 @@ impl Shm {
             )));
         }
         let broken = |e: RingError| ShmError::Config(format!("island {island}'s ring: {e}"));
-        let tx = segment.outgoing().producer().map_err(broken)?;
-        let rx = segment.incoming().consumer().map_err(broken)?;
-        let peer = Peer {
-            island,
-            range: self.layout.range(island),
+        let ring_tx = segment.outgoing().producer().map_err(broken)?;
+        let ring_rx = segment.incoming().consumer().map_err(broken)?;
+        let segment = Arc::new(segment);
+        let token = self.tokens.fetch_add(1, Ordering::Relaxed);
+        let peer = &self.peers[usize::from(island)];
+        let mut tx = peer.tx.lock();
+        let mut rx = peer.rx.lock();
+        tx.link = Some(TxLink {
+            ring: ring_tx,
             bells,
-            tx: Mutex::new(TxSide {
-                ring: tx,
-                bytes: 0,
-                batches: 0,
-                dropped: 0,
-            }),
-            rx: Mutex::new(RxSide {
-                ring: rx,
-                scratch: None,
-                bytes: 0,
-                batches: 0,
-                refusals: 0,
-            }),
+            _segment: Arc::clone(&segment),
+        });
+        tx.token = token;
+        rx.link = Some(RxLink {
+            ring: ring_rx,
             _segment: segment,
+        });
+        rx.token = token;
+        // A record half delivered came from the old link.
+        rx.scratch = None;
+        Ok(token)
+    }
+
+    /// Unlinks `island` if its link is still the one `token` names: batches
+    /// for it are dropped (and counted) until it links again.
+    pub fn detach(&self, island: IslandId, token: u64) {
+        let Some(peer) = self.peers.get(usize::from(island)) else {
+            return;
         };
-        self.peers[usize::from(island)]
-            .set(peer)
-            .map_err(|_| ShmError::Config(format!("island {island} is already connected")))
+        let mut tx = peer.tx.lock();
+        let mut rx = peer.rx.lock();
+        if tx.token == token {
+            tx.link = None;
+        }
+        if rx.token == token {
+            rx.link = None;
+            rx.scratch = None;
+        }
     }
 
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
 
-    /// Counters of every connected peer.
+    /// Counters of every peer island with workers: for islands as
+    /// processes, every one (its state is its connection's); for islands of
+    /// one process, the linked ones.
     pub fn peers(&self) -> Vec<PeerStats> {
+        let me = self.layout.me();
+        let link: Option<Vec<PeerStats>> = self.link.get().map(|u| u.peers());
         self.peers
             .iter()
-            .filter_map(|p| p.get())
-            .map(|p| {
+            .filter(|p| p.island != me && self.layout.workers(p.island) > 0)
+            .filter_map(|p| {
                 let tx = p.tx.lock();
                 let rx = p.rx.lock();
-                let error = rx.ring.broken().or(tx.ring.broken());
-                PeerStats {
+                let conn = link
+                    .as_ref()
+                    .and_then(|l| l.iter().find(|c| c.island == p.island));
+                if conn.is_none() && tx.link.is_none() {
+                    return None;
+                }
+                let error = rx
+                    .link
+                    .as_ref()
+                    .and_then(|l| l.ring.broken())
+                    .or_else(|| tx.link.as_ref().and_then(|l| l.ring.broken()));
+                let state = match (&error, conn) {
+                    (Some(_), _) => PeerState::Broken,
+                    (None, Some(c)) => c.state,
+                    (None, None) => PeerState::Up,
+                };
+                Some(PeerStats {
                     island: p.island,
-                    state: if error.is_some() {
-                        PeerState::Broken
-                    } else {
-                        PeerState::Up
-                    },
+                    state,
                     bytes_in: rx.bytes,
                     bytes_out: tx.bytes,
                     batches_in: rx.batches,
                     batches_out: tx.batches,
-                    dropped: tx.dropped,
-                    reconnects: 0,
-                    refusals: rx.refusals,
-                    last_heard: None,
-                    incarnation: 0,
+                    dropped: tx.dropped + conn.map_or(0, |c| c.dropped),
+                    reconnects: conn.map_or(0, |c| c.reconnects),
+                    refusals: rx.refusals + conn.map_or(0, |c| c.refusals),
+                    last_heard: conn.and_then(|c| c.last_heard),
+                    incarnation: conn.map_or(0, |c| c.incarnation),
                     error: error.map(|e| e.to_string()),
-                }
+                })
             })
             .collect()
     }
@@ -305,7 +408,7 @@ impl Shm {
 
     /// Drains every incoming ring no other worker is draining.
     fn drain(&self) {
-        for peer in self.peers.iter().filter_map(|p| p.get()) {
+        for peer in &self.peers {
             loop {
                 let Some(mut rx) = peer.rx.try_lock() else {
                     // Another worker drains this ring; it delivers to us.
@@ -323,39 +426,50 @@ impl Shm {
     }
 
     fn drain_one(&self, peer: &Peer, rx: &mut RxSide) -> Drain {
+        let RxSide {
+            link,
+            scratch,
+            bytes,
+            batches,
+            refusals,
+            ..
+        } = rx;
+        let Some(link) = link.as_mut() else {
+            return Drain::Empty;
+        };
         loop {
-            let mut buf = rx.scratch.take().unwrap_or_else(|| self.buffer());
-            let rec = match rx.ring.peek_into(&mut buf) {
+            let mut buf = scratch.take().unwrap_or_else(|| self.buffer());
+            let rec = match link.ring.peek_into(&mut buf) {
                 Ok(Some(rec)) => rec,
                 Ok(None) | Err(_) => {
-                    rx.scratch = Some(buf);
+                    *scratch = Some(buf);
                     return Drain::Empty;
                 }
             };
             let Some(to) = self.local_index(Endpoint(rec.to)) else {
-                rx.ring.consume();
-                rx.refusals += 1;
-                rx.scratch = Some(buf);
+                link.ring.consume();
+                *refusals += 1;
+                *scratch = Some(buf);
                 continue;
             };
             if rec.from >= peer.range.end - peer.range.start {
-                rx.ring.consume();
-                rx.refusals += 1;
-                rx.scratch = Some(buf);
+                link.ring.consume();
+                *refusals += 1;
+                *scratch = Some(buf);
                 continue;
             }
             let from = Endpoint(peer.range.start + rec.from);
             match self.mailboxes[to].push((from, buf)) {
                 Ok(()) => {
-                    rx.ring.consume();
-                    rx.batches += 1;
-                    rx.bytes += u64::from(rec.len);
+                    link.ring.consume();
+                    *batches += 1;
+                    *bytes += u64::from(rec.len);
                     if self.bells.bell(to as u32).is_some_and(Bell::ring) {
                         self.recv_wakes.fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 Err((_, buf)) => {
-                    rx.scratch = Some(buf);
+                    *scratch = Some(buf);
                     return Drain::Stalled;
                 }
             }
@@ -366,7 +480,9 @@ impl Shm {
 impl Peer {
     /// Whether the incoming ring holds a record no worker is draining.
     fn incoming_waiting(&self) -> bool {
-        self.rx.try_lock().is_some_and(|rx| rx.ring.has_data())
+        self.rx
+            .try_lock()
+            .is_some_and(|rx| rx.link.as_ref().is_some_and(|l| l.ring.has_data()))
     }
 }
 
@@ -388,21 +504,32 @@ impl Transport for Shm {
             self.drop_unroutable(batch);
             return Ok(());
         };
-        let Some(peer) = self.peers[usize::from(island)].get() else {
-            self.drop_unroutable(batch);
+        let peer = &self.peers[usize::from(island)];
+        let mut tx = peer.tx.lock();
+        let Some(link) = tx.link.as_mut() else {
+            if self.link.get().is_some() {
+                // A process that is not up: the engine tolerates the loss.
+                tx.dropped += 1;
+                drop(tx);
+                self.recycle(batch);
+            } else {
+                drop(tx);
+                self.drop_unroutable(batch);
+            }
             return Ok(());
         };
-        let mut tx = peer.tx.lock();
-        match tx.ring.try_push(worker as u32, to.0, &batch) {
+        match link.ring.try_push(worker as u32, to.0, &batch) {
             Ok(()) => {
+                // Rung under the lock: the bells cannot be unmapped by a
+                // relink meanwhile.
+                let woke = link
+                    .bells
+                    .bell(to.0 - peer.range.start)
+                    .is_some_and(Bell::ring);
                 tx.batches += 1;
                 tx.bytes += batch.len() as u64;
                 drop(tx);
-                if peer
-                    .bells
-                    .bell(to.0 - peer.range.start)
-                    .is_some_and(Bell::ring)
-                {
+                if woke {
                     self.send_wakes.fetch_add(1, Ordering::Relaxed);
                 }
                 self.recycle(batch);
@@ -451,6 +578,160 @@ impl Transport for Shm {
             self.send_wakes.load(Ordering::Relaxed),
             self.recv_wakes.load(Ordering::Relaxed),
         )
+    }
+
+    /// Islands as processes: as the [`Uds`] connection of the peer says
+    /// (closed, refused, or silent past its dead interval). Islands of one
+    /// process: never.
+    fn peer_down(&self, island: IslandId) -> bool {
+        self.link.get().is_some_and(|u| u.peer_down(island))
+    }
+
+    #[inline]
+    fn peer_epoch(&self) -> u64 {
+        self.link.get().map_or(0, |u| u.peer_epoch())
+    }
+}
+
+impl Shm {
+    /// The transport of island `uds.layout.me()` run as a process of its
+    /// own. Its bells live in a sealed memfd. The [`Uds`] built from `uds`
+    /// dials and accepts the peers' connections and authenticates them;
+    /// over each connection the accepting side then passes a fresh segment
+    /// (the pair's two rings, `ring_bytes` each) and its bells, the dialling
+    /// side its bells ([`setup`]), and both link them ([`Shm::attach`]).
+    /// The connection stays open, carrying only heartbeats: its loss
+    /// unlinks the peer ([`Shm::detach`]) and makes it down; a reconnect (a
+    /// restarted island) links fresh rings and bells in place of the old.
+    pub fn for_process(
+        mut uds: UdsConfig,
+        deployment: u128,
+        ring_bytes: usize,
+        mailbox_depth: usize,
+    ) -> Result<Arc<Shm>, ShmError> {
+        if !ring_bytes.is_power_of_two() || !(MIN_CAP..=MAX_CAP).contains(&ring_bytes) {
+            return Err(ShmError::Config(format!(
+                "ring capacity {ring_bytes} is not a power of two in {MIN_CAP}..={MAX_CAP}"
+            )));
+        }
+        let layout = uds.layout.clone();
+        let me = layout.me();
+        let bells = Bells::create_memfd(deployment, me, layout.workers(me))?;
+        let mut shm = Shm::new(layout, bells, mailbox_depth)?;
+        shm.deployment = deployment;
+        shm.ring_bytes = ring_bytes;
+        let shm = Arc::new(shm);
+        uds.attach = Some(Arc::new(Linker(Arc::downgrade(&shm))));
+        // No batch crosses the socket: its mailboxes stay empty.
+        uds.mailbox_depth = 1;
+        uds.send_queue = 1;
+        let path = uds
+            .paths
+            .get(usize::from(me))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let u = Uds::new(uds).map_err(|source| ShmError::Io { path, source })?;
+        // Set once, here, before anyone else sees `shm`.
+        let _ = shm.link.set(Arc::new(u));
+        Ok(shm)
+    }
+
+    /// The connection with each peer process (islands as processes only).
+    pub fn connections(&self) -> Option<&Arc<Uds>> {
+        self.link.get()
+    }
+
+    /// Closes the connections with the peer processes (if any) and unlinks
+    /// every peer: batches for them are dropped from now on. Idempotent.
+    pub fn shutdown(&self) {
+        if let Some(u) = self.link.get() {
+            u.shutdown();
+        }
+        for p in &self.peers {
+            let mut tx = p.tx.lock();
+            let mut rx = p.rx.lock();
+            tx.link = None;
+            rx.link = None;
+            rx.scratch = None;
+        }
+    }
+
+    /// Sets the rings of the pair up over `s`, a connection with `island`
+    /// that passed the handshake, and links them (see [`Shm::for_process`]).
+    fn setup(&self, island: IslandId, s: &mut UnixStream, initiator: bool) -> Result<u64, String> {
+        let me = self.layout.me();
+        if island == me || usize::from(island) >= self.layout.islands() {
+            return Err(format!("island {island} is no peer of island {me}"));
+        }
+        let workers = self.layout.workers(island);
+        let dep = self.deployment;
+        let text = |e: ShmError| e.to_string();
+        let mine = self.bells.fd().map_err(|e| e.to_string())?;
+        let (segment, bells) = if initiator {
+            let (got, fds) = setup::recv(s)?;
+            let [seg, theirs]: [std::os::fd::OwnedFd; 2] = fds
+                .try_into()
+                .map_err(|_| format!("an offer with {} descriptors, not 2", got.fds))?;
+            let cap = usize::try_from(got.ring_bytes)
+                .ok()
+                .filter(|c| c.is_power_of_two() && (MIN_CAP..=MAX_CAP).contains(c))
+                .ok_or_else(|| format!("an offer of rings of {} bytes", got.ring_bytes))?;
+            let segment = Segment::from_fd(seg, dep, me, island, cap).map_err(text)?;
+            let bells = Bells::from_fd(theirs, dep, island, workers).map_err(text)?;
+            let answer = setup::Setup {
+                fds: 1,
+                ring_bytes: 0,
+            };
+            setup::send(s, answer, &[mine.as_fd()]).map_err(|e| e.to_string())?;
+            (segment, bells)
+        } else {
+            let segment = Segment::create_memfd(dep, me, island, self.ring_bytes).map_err(text)?;
+            let seg = segment.fd().map_err(|e| e.to_string())?;
+            let offer = setup::Setup {
+                fds: 2,
+                ring_bytes: self.ring_bytes as u64,
+            };
+            setup::send(s, offer, &[seg.as_fd(), mine.as_fd()]).map_err(|e| e.to_string())?;
+            let (got, fds) = setup::recv(s)?;
+            let [theirs]: [std::os::fd::OwnedFd; 1] = fds
+                .try_into()
+                .map_err(|_| format!("an answer with {} descriptors, not 1", got.fds))?;
+            let bells = Bells::from_fd(theirs, dep, island, workers).map_err(text)?;
+            (segment, bells)
+        };
+        let token = self.attach(segment, bells).map_err(text)?;
+        // The peer may have pushed (and rung) before the rings were linked
+        // here: every worker looks again.
+        for w in 0..self.mailboxes.len() as u32 {
+            if self.bells.bell(w).is_some_and(Bell::ring) {
+                self.recv_wakes.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(token)
+    }
+}
+
+impl Drop for Shm {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// What the [`Uds`] of a [`Shm::for_process`] hands its connections to. A
+/// weak reference: the `Uds` is the transport's, and its threads must not
+/// keep the transport alive.
+struct Linker(Weak<Shm>);
+
+impl Attach for Linker {
+    fn connected(&self, peer: &Hello, s: &mut UnixStream, initiator: bool) -> Result<u64, String> {
+        let shm = self.0.upgrade().ok_or("the transport is shutting down")?;
+        shm.setup(peer.island, s, initiator)
+    }
+
+    fn closed(&self, island: IslandId, token: u64) {
+        if let Some(shm) = self.0.upgrade() {
+            shm.detach(island, token);
+        }
     }
 }
 
@@ -1032,5 +1313,100 @@ mod tests {
         let p = &t.peers()[0];
         assert_eq!((p.batches_out, p.batches_in, p.refusals), (n, n, 0));
         assert_eq!(p.bytes_in, p.bytes_out);
+    }
+
+    /// Island `me` of two one-worker islands as a process of its own:
+    /// sockets in `dir`, a heartbeat every 20 ms, dead after 200 ms.
+    fn process(
+        dir: &Path,
+        secret: &crate::transport::handshake::Secret,
+        me: u16,
+        incarnation: u64,
+    ) -> Arc<Shm> {
+        use crate::transport::handshake::{build_id, Hello, WIRE_VERSION};
+        let workers = vec![1u32, 1];
+        let hello = Hello {
+            wire_version: WIRE_VERSION,
+            build_id: build_id(),
+            deployment: 0x5e7,
+            island: me,
+            incarnation,
+            schema: 1,
+            catalog: 2,
+            workers: workers.clone(),
+        };
+        let paths = (0..2).map(|i| dir.join(format!("i{i}.sock"))).collect();
+        let mut cfg = UdsConfig::new(Layout::new(&workers, me), paths, secret.clone(), hello);
+        cfg.heartbeat = Duration::from_millis(20);
+        cfg.dead_after = Duration::from_millis(200);
+        Shm::for_process(cfg, 0x5e7, 1 << 12, 8).unwrap()
+    }
+
+    fn until(what: &str, mut f: impl FnMut() -> bool) {
+        let end = Instant::now() + Duration::from_secs(20);
+        while !f() {
+            assert!(Instant::now() < end, "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Island 0 keeps sending to island 1 from another thread while island
+    /// 1 dies and comes back, again and again, as a new incarnation: each
+    /// time island 0 sees it down, then up with fresh rings and bells (the
+    /// incarnation it reports is the new one), and batches flow again; the
+    /// sender never touches a mapping that was dropped (it would fault).
+    #[test]
+    fn a_restarted_process_gets_fresh_rings_and_a_closed_one_is_down() {
+        use std::sync::atomic::AtomicBool;
+        let d = TestDir::new("restart");
+        let secret = crate::transport::handshake::Secret::random();
+        let a = process(&d.0, &secret, 0, 1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let sender = {
+            let (a, stop) = (Arc::clone(&a), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut seq = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = a.send(Endpoint(0), Endpoint(1), batch(&a, seq, 40));
+                    seq += 1;
+                    if seq.is_multiple_of(64) {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        };
+        let mut epoch = a.peer_epoch();
+        for incarnation in 1..=4u64 {
+            let b = process(&d.0, &secret, 1, incarnation);
+            until("island 1 up at island 0", || {
+                !a.peer_down(1) && a.peers()[0].state == PeerState::Up
+            });
+            assert_ne!(a.peer_epoch(), epoch, "coming up moves the epoch");
+            let p = a.peers()[0].clone();
+            assert_eq!(p.incarnation, incarnation, "{p:?}");
+            assert_eq!(p.reconnects, incarnation - 1);
+            // Batches of this incarnation's rings arrive, from island 0.
+            let (from, got) = recv_wait(&b, Endpoint(1));
+            assert_eq!(from, Endpoint(0));
+            assert_eq!(frames(&got).count(), 1);
+            b.recycle(got);
+            let bp = &b.peers()[0];
+            assert!(bp.batches_in >= 1 && bp.state == PeerState::Up, "{bp:?}");
+            epoch = a.peer_epoch();
+            // Island 1 goes away: its connection closes, island 0 sees it down
+            // and drops what it sends meanwhile.
+            drop(b);
+            until("island 1 down at island 0", || a.peer_down(1));
+            assert_ne!(a.peer_epoch(), epoch, "going down moves the epoch");
+            epoch = a.peer_epoch();
+            let dropped = a.peers()[0].dropped;
+            until("batches for a down peer are dropped", || {
+                a.peers()[0].dropped > dropped
+            });
+        }
+        stop.store(true, Ordering::Relaxed);
+        sender.join().unwrap();
+        assert_eq!(a.unroutable(), 0);
+        assert_eq!(a.peers()[0].refusals, 0, "{:?}", a.peers());
     }
 }

@@ -51,6 +51,22 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// A transport that carries its batches by other means over the
+/// connections of a [`Uds`] (shared memory: `super::shm`): the [`Uds`] then
+/// does the handshake, the liveness (heartbeats, `peer_down`, `peer_epoch`)
+/// and the reconnects, and hands each authenticated connection to it.
+pub trait Attach: Send + Sync {
+    /// Runs on a connection with `peer` that passed the handshake, before it
+    /// is installed (before the peer counts as up): whatever is set up over
+    /// `s` here is in place once [`Transport::peer_down`] says the peer is
+    /// up. `initiator`: we dialled. Returns a token for [`Attach::closed`];
+    /// an error refuses the connection (counted and logged as a refusal).
+    fn connected(&self, peer: &Hello, s: &mut UnixStream, initiator: bool) -> Result<u64, String>;
+    /// The connection `connected` returned `token` for is closed (it was
+    /// installed, and lost or shut down).
+    fn closed(&self, island: IslandId, token: u64);
+}
+
 /// How to run a [`Uds`].
 pub struct UdsConfig {
     pub layout: Layout,
@@ -72,6 +88,8 @@ pub struct UdsConfig {
     pub dead_after: Duration,
     /// Longest wait between two connection attempts.
     pub backoff_max: Duration,
+    /// Set: each authenticated connection is handed to it (see [`Attach`]).
+    pub attach: Option<Arc<dyn Attach>>,
 }
 
 impl UdsConfig {
@@ -87,6 +105,7 @@ impl UdsConfig {
             heartbeat: Duration::from_millis(200),
             dead_after: Duration::from_secs(5),
             backoff_max: Duration::from_millis(200),
+            attach: None,
         }
     }
 }
@@ -106,6 +125,8 @@ struct Link {
     /// Bumped at each new connection.
     generation: u64,
     stream: Option<UnixStream>,
+    /// What [`Attach::connected`] returned for `stream`.
+    token: u64,
 }
 
 /// The writing side of a peer's connection, shared by its send thread and
@@ -141,6 +162,7 @@ struct Peer {
     /// The peer was never connected and `dead_after` has passed since the
     /// transport started: it counts as down (the epoch was bumped once).
     late: AtomicBool,
+    attach: Option<Arc<dyn Attach>>,
 }
 
 impl Peer {
@@ -247,6 +269,7 @@ impl Uds {
                     link: Mutex::new(Link {
                         generation: 0,
                         stream: None,
+                        token: 0,
                     }),
                     changed: Condvar::new(),
                     generation: AtomicU64::new(0),
@@ -255,6 +278,7 @@ impl Uds {
                     logged: Mutex::new(String::new()),
                     epoch: Arc::clone(&peer_epoch),
                     late: AtomicBool::new(false),
+                    attach: cfg.attach.clone(),
                 })
                 .collect(),
             layout,
@@ -355,8 +379,13 @@ impl Uds {
         let path = &sh.paths[usize::from(sh.layout.me())];
         drop(UnixStream::connect(path));
         let threads: Vec<_> = locked(&self.threads).drain(..).collect();
+        let here = std::thread::current().id();
         for t in threads {
-            let _ = t.join();
+            // A thread of ours may end the transport that owns us (through
+            // an `Attach`): it cannot wait for itself, and leaves on `stop`.
+            if t.thread().id() != here {
+                let _ = t.join();
+            }
         }
         let _ = std::fs::remove_file(path);
     }
@@ -587,13 +616,17 @@ fn close(p: &Peer, generation: Option<u64>) {
         l.generation += 1;
         p.generation.store(l.generation, Ordering::Release);
         p.set_state(PeerState::Down);
+        if let Some(a) = &p.attach {
+            a.closed(p.counters.island, l.token);
+        }
     }
     p.changed.notify_all();
     p.bell.ring();
 }
 
-/// Installs a connection that passed the handshake.
-fn install(p: &Peer, s: UnixStream, hello: &Hello) {
+/// Installs a connection that passed the handshake (and [`Attach::connected`],
+/// which returned `token`).
+fn install(p: &Peer, s: UnixStream, hello: &Hello, token: u64) {
     let mut l = locked(&p.link);
     let old = p
         .counters
@@ -613,6 +646,7 @@ fn install(p: &Peer, s: UnixStream, hello: &Hello) {
     }
     l.generation += 1;
     l.stream = Some(s);
+    l.token = token;
     p.generation.store(l.generation, Ordering::Release);
     p.set_state(PeerState::Up);
     p.counters.heard();
@@ -661,6 +695,17 @@ impl Shared {
         s.set_write_timeout(Some(self.dead_after))?;
         Ok(peer)
     }
+
+    /// Hands a connection that passed the handshake to the [`Attach`], if
+    /// any: its token, or why it refused the connection.
+    fn attach(&self, s: &mut UnixStream, peer: &Hello, initiator: bool) -> Result<u64, Refused> {
+        match &self.peers[usize::from(peer.island)].attach {
+            None => Ok(0),
+            Some(a) => a
+                .connected(peer, s, initiator)
+                .map_err(|why| Refused::Malformed(format!("setting the connection up: {why}"))),
+        }
+    }
 }
 
 /// Accepts connections from lower islands.
@@ -677,7 +722,13 @@ fn accept_loop(sh: &Shared, listener: UnixListener) {
             .filter(|&i| i > me || sh.peers[usize::from(i)].counters.state() == PeerState::Up)
             .collect();
         match sh.handshake(&mut s, &expect, false) {
-            Ok(hello) => install(&sh.peers[usize::from(hello.island)], s, &hello),
+            Ok(hello) => {
+                let peer = &sh.peers[usize::from(hello.island)];
+                match sh.attach(&mut s, &hello, false) {
+                    Ok(token) => install(peer, s, &hello, token),
+                    Err(why) => sh.refused(peer, &why),
+                }
+            }
             Err(why) => {
                 let claimed = claimed_island(&why).filter(|&i| usize::from(i) < sh.peers.len());
                 match claimed {
@@ -714,9 +765,12 @@ fn connect(sh: &Shared, p: IslandId) -> Option<()> {
             return None;
         }
         if let Ok(mut s) = UnixStream::connect(&sh.paths[usize::from(p)]) {
-            match sh.handshake(&mut s, &expect, true) {
-                Ok(hello) => {
-                    install(peer, s, &hello);
+            let passed = sh
+                .handshake(&mut s, &expect, true)
+                .and_then(|hello| Ok((sh.attach(&mut s, &hello, true)?, hello)));
+            match passed {
+                Ok((token, hello)) => {
+                    install(peer, s, &hello, token);
                     return Some(());
                 }
                 Err(why) => sh.refused(peer, &why),

@@ -26,6 +26,8 @@ use islands::proc::{Outcome, Workload};
 use islands::route::Router;
 use islands::storage::{Col, ColType, PrimaryKind, TableDef};
 use islands::transport::handshake::{build_id, Hello, Secret, WIRE_VERSION};
+use islands::transport::join::{Kind, Linked};
+use islands::transport::peer::PeerState;
 use islands::transport::shm::{Shm, ShmConfig};
 use islands::transport::uds::{Uds, UdsConfig};
 use islands::transport::{Layout, Transport};
@@ -229,9 +231,9 @@ fn open_island(dir: &Path, i: usize, durability: Durability) -> (Island, Recover
 
 const SECRET: &str = "clusters-test-secret-0123456789";
 
-/// The Unix-socket transport of island `me` of three one-worker islands,
-/// with sockets in `dir`.
-fn uds(dir: &Path, me: usize, incarnation: u64) -> Arc<Uds> {
+/// The settings of the Unix-socket transport of island `me` of three
+/// one-worker islands, with sockets in `dir`.
+fn uds_config(dir: &Path, me: usize, incarnation: u64) -> UdsConfig {
     let workers = vec![1u32; ISLANDS];
     let hello = Hello {
         wire_version: WIRE_VERSION,
@@ -254,7 +256,24 @@ fn uds(dir: &Path, me: usize, incarnation: u64) -> Arc<Uds> {
     );
     cfg.heartbeat = Duration::from_millis(50);
     cfg.dead_after = Duration::from_millis(500);
-    Arc::new(Uds::new(cfg).unwrap())
+    cfg
+}
+
+/// The Unix-socket transport of island `me` of three one-worker islands,
+/// with sockets in `dir`.
+fn uds(dir: &Path, me: usize, incarnation: u64) -> Arc<Uds> {
+    Arc::new(Uds::new(uds_config(dir, me, incarnation)).unwrap())
+}
+
+/// The transport of island `me` as a process of its own would have it:
+/// Unix sockets, or shared-memory rings set up over them.
+fn linked(kind: Kind, dir: &Path, me: usize, incarnation: u64) -> Linked {
+    match kind {
+        Kind::Shm => Linked::Shm(
+            Shm::for_process(uds_config(dir, me, incarnation), 0xc105, 1 << 20, 256).unwrap(),
+        ),
+        _ => Linked::Uds(uds(dir, me, incarnation)),
+    }
 }
 
 /// A cluster running island `me` only (opened with its recovery report),
@@ -469,20 +488,31 @@ fn bank_over_shm_with_sync_logs() {
 /// resume. At the end the usual checks hold over all three islands.
 #[test]
 fn a_dead_island_fails_its_transactions_fast_and_rejoins() {
-    let dir = temp_dir("clusters-dead");
+    a_dead_island_rejoins(Kind::Uds);
+}
+
+/// The same with the islands joined as processes by shared memory: island
+/// 2's rings and bells go with it, and its new incarnation's replace them.
+#[test]
+fn a_dead_island_over_shm_fails_its_transactions_fast_and_rejoins() {
+    a_dead_island_rejoins(Kind::Shm);
+}
+
+fn a_dead_island_rejoins(kind: Kind) {
+    let dir = temp_dir(&format!("clusters-dead-{kind}"));
     let durability = Durability::Sync;
     let ledger = Arc::new(Ledger {
         left: AtomicI64::new(i64::MAX),
         ..Default::default()
     });
-    let mut ts: Vec<Arc<Uds>> = Vec::new();
+    let mut ts: Vec<Linked> = Vec::new();
     let mut islands: Vec<Island> = Vec::new();
     let mut running: Vec<Option<Running>> = Vec::new();
     for i in 0..ISLANDS {
         let opened = open_island(&dir, i, durability);
-        let t = uds(&dir, i, opened.0.incarnation());
+        let t = linked(kind, &dir, i, opened.0.incarnation());
         islands.push(opened.0.clone());
-        let cl = cluster_of(i, opened, Arc::clone(&t) as Arc<dyn Transport>);
+        let cl = cluster_of(i, opened, t.transport());
         running.push(Some(start(&cl, i, &ledger)));
         ts.push(t);
     }
@@ -500,6 +530,10 @@ fn a_dead_island_fails_its_transactions_fast_and_rejoins() {
     let killed = Instant::now();
     ts[2].shutdown();
     islands[2].shutdown();
+    for t in &ts[..2] {
+        let t = t.transport();
+        until("island 2 is down for the others", 10, || t.peer_down(2));
+    }
     let lost =
         ledger.started[2].load(Ordering::Acquire) - ledger.finished[2].load(Ordering::Acquire);
     until("a transfer to island 2 fails with IslandDown", 30, || {
@@ -533,14 +567,19 @@ fn a_dead_island_fails_its_transactions_fast_and_rejoins() {
     let opened = open_island(&dir, 2, durability);
     let in_doubt = opened.1.in_doubt.len();
     assert!(opened.0.incarnation() > islands[2].incarnation());
-    ts[2] = uds(&dir, 2, opened.0.incarnation());
+    ts[2] = linked(kind, &dir, 2, opened.0.incarnation());
     islands[2] = opened.0.clone();
-    let cl = cluster_of(2, opened, Arc::clone(&ts[2]) as Arc<dyn Transport>);
+    let cl = cluster_of(2, opened, ts[2].transport());
     running[2] = Some(start(&cl, 2, &ledger));
     let (a, b, c) = (crossed(0, 2), crossed(1, 2), crossed(2, 0));
     until("transfers to and from island 2 resume", 60, || {
         crossed(0, 2) > a + 20 && crossed(1, 2) > b + 20 && crossed(2, 0) > c + 20
     });
+    for t in &ts[..2] {
+        let p = t.peers().into_iter().find(|p| p.island == 2).unwrap();
+        assert_eq!(p.incarnation, islands[2].incarnation(), "{p:?}");
+        assert!(p.state == PeerState::Up && p.reconnects >= 1, "{p:?}");
+    }
 
     ledger.left.store(0, Ordering::Release);
     until("every transfer still running finished", 60, || {

@@ -1,7 +1,8 @@
 //! A deployment run as one [`Deployment`] per island (`Options::island`),
-//! the islands joined by the Unix-socket transport the deployment file names,
-//! as separate processes run it: here two in one test process, each opened
-//! through the library's one opening path.
+//! the islands joined by the transport the deployment file names (Unix
+//! sockets, or shared-memory rings set up over them), as separate processes
+//! run it: here two in one test process, each opened through the library's
+//! one opening path.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -35,11 +36,11 @@ fn island_of(k: u64) -> usize {
     (k / PER_SITE / (SITES / 2)) as usize
 }
 
-fn options(dir: &Path, island: u16, expect: Expect, id: u128) -> Options {
+fn options(dir: &Path, kind: Kind, island: u16, expect: Expect, id: u128) -> Options {
     let mut o = site_options(2, "sync", Some(&dir.join("logs")));
     o.spec.processes = Some(Processes {
         id,
-        transport: Kind::Uds,
+        transport: kind,
         secret_file: dir.join("secret"),
         endpoints: Vec::new(),
         run_dir: dir.join("run"),
@@ -56,9 +57,9 @@ fn options(dir: &Path, island: u16, expect: Expect, id: u128) -> Options {
 
 /// Opens both islands at once (each waits for nothing: its peer is dialed
 /// in the background), and waits until they are connected.
-fn open_both(dir: &Path, expect: Expect, id: u128) -> (Deployment, Deployment) {
+fn open_both(dir: &Path, kind: Kind, expect: Expect, id: u128) -> (Deployment, Deployment) {
     let open = |k: u16| {
-        let o = options(dir, k, expect, id);
+        let o = options(dir, kind, k, expect, id);
         std::thread::spawn(move || Deployment::open(o, bank(), |l| load_site_accounts(l, ACCOUNTS)))
     };
     let (a, b) = (open(0), open(1));
@@ -142,19 +143,30 @@ fn transfers(clients: &[Client; 2], threads: u64, each: usize) -> (usize, usize,
 
 #[test]
 fn two_island_processes_commit_transfers_across_each_other_and_recover() {
-    let dir = temp_dir("processes");
+    two_island_processes(Kind::Uds);
+}
+
+#[test]
+fn two_island_processes_over_shm_commit_transfers_across_each_other_and_recover() {
+    two_island_processes(Kind::Shm);
+}
+
+fn two_island_processes(kind: Kind) {
+    let dir = temp_dir(&format!("processes-{kind}"));
     let secret = dir.join("secret");
     std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     let id = islands::wal::new_deployment_id();
 
     // A lone island that expects a loaded database finds none.
-    let e = Deployment::open(options(&dir, 0, Expect::Recover, id), bank(), |_| Ok(()))
-        .err()
-        .unwrap();
+    let e = Deployment::open(options(&dir, kind, 0, Expect::Recover, id), bank(), |_| {
+        Ok(())
+    })
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("no database to recover"), "{e}");
 
-    let (a, b) = open_both(&dir, Expect::Either, id);
+    let (a, b) = open_both(&dir, kind, Expect::Either, id);
     let clients = [a.client(), b.client()];
     // Every balance, through either process: half of the calls are
     // forwarded to the other.
@@ -187,7 +199,7 @@ fn two_island_processes_commit_transfers_across_each_other_and_recover() {
         .iter()
         .map(|d| d.peers().iter().map(|p| p.batches_out).sum::<u64>())
         .sum();
-    assert!(crossed > 0, "no batch crossed the sockets");
+    assert!(crossed > 0, "no batch crossed between the islands");
 
     // A canceled forwarded call: rolled back at its home, nothing moved.
     // A block on island 1 holds both accounts' locks, so the transfer
@@ -254,7 +266,7 @@ fn two_island_processes_commit_transfers_across_each_other_and_recover() {
     b.shutdown().unwrap();
 
     // Both recover what they committed.
-    let (a, b) = open_both(&dir, Expect::Recover, id);
+    let (a, b) = open_both(&dir, kind, Expect::Recover, id);
     let clients = [a.client(), b.client()];
     assert_eq!(total(&clients[1]), N as i64 * INITIAL);
 
@@ -303,7 +315,7 @@ fn two_island_processes_commit_transfers_across_each_other_and_recover() {
 
     // Another deployment id is refused by the islands' directories.
     let e = Deployment::open(
-        options(&dir, 0, Expect::Recover, id ^ 1),
+        options(&dir, kind, 0, Expect::Recover, id ^ 1),
         bank(),
         |_| Ok(()),
     )
