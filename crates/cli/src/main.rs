@@ -12,6 +12,7 @@ mod recovery;
 mod serve_cmd;
 mod topology_cmd;
 mod tpcc_cmd;
+mod up_cmd;
 
 use std::process::ExitCode;
 
@@ -39,6 +40,25 @@ enum Command {
     /// stored procedures of a built-in data set (tpcb, ycsb, tpcc, micro, bank), loaded with
     /// --init into an empty data directory and recovered from it on every later start.
     Serve(Box<serve_cmd::ServeArgs>),
+    /// Serve one island of a deployment run as processes (the deployment file's
+    /// transport, id and secret_file) over the PostgreSQL wire protocol, beside the
+    /// other islands' processes: `islands up` starts one per island, or start each
+    /// by hand. The island listens on its [[island]] entry's `listen` address, else
+    /// on --listen's port + K. With --init WORKLOAD (and its size) the island starts
+    /// fresh: its directory DATA/island-K must be empty, it loads its part of the
+    /// data set, and DATA/served.toml is written if no island wrote it yet (one
+    /// there must name the same data set). Without --init the island recovers its
+    /// directory and refuses to start if it holds no database: an island that lost
+    /// its directory is never loaded afresh beside loaded peers. A call homed on
+    /// another island is answered 0A000 naming that island. See docs/cli.md.
+    Island(Box<serve_cmd::IslandArgs>),
+    /// Run a deployment as processes: one `islands island` child per island (each
+    /// pinned to its island's cores), one line printed once every island is ready,
+    /// SIGINT/SIGTERM passed on to every island and waited for (exit code 0 only if
+    /// each stopped cleanly). An island that dies after it was ready is reported and
+    /// restarted (it recovers); one that dies before it was ever ready stops them
+    /// all. With --init the data set is loaded fresh into every island. See docs/cli.md.
+    Up(Box<up_cmd::UpArgs>),
     /// Show the machine's topology: sockets, NUMA nodes, L3 domains, cores, CPUs.
     Topology(topology_cmd::TopologyArgs),
     /// Print what a deployment would do, without running it.
@@ -116,6 +136,18 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
             r => r.map_err(|e| describe(&e)),
+        },
+        Command::Island(a) => match serve_cmd::run_island(a) {
+            Err(e @ islands::Error::LogFailed(_)) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+            r => r.map_err(|e| describe(&e)),
+        },
+        Command::Up(a) => match up_cmd::run(a) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(describe(&e)),
         },
         Command::Topology(a) => topology_cmd::run_topology(a),
         Command::Plan(a) => topology_cmd::run_plan(a),

@@ -9,6 +9,7 @@ mod durability;
 mod experiments;
 mod multisite;
 mod placement;
+mod processes;
 mod raw;
 mod serve;
 mod serve_bank;

@@ -1265,6 +1265,15 @@ fn shutdown_answers_calls_in_flight_and_keeps_what_it_acknowledged_on(threads: u
 pub(super) struct Served(Option<Child>);
 
 impl Served {
+    pub(super) fn new(c: Child) -> Served {
+        Served(Some(c))
+    }
+
+    /// A place holder while a child is restarted.
+    pub(super) fn none() -> Served {
+        Served(None)
+    }
+
     pub(super) fn child(&mut self) -> &mut Child {
         self.0.as_mut().expect("running")
     }

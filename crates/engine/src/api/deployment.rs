@@ -30,6 +30,7 @@ use crate::route::{IslandId, Router};
 use crate::storage::{RowMut, TableId};
 use crate::threads::{Role, ThreadRegistry};
 use crate::topology::Topology;
+use crate::transport::peer::PeerState;
 use crate::txn::Txn;
 use crate::wal::Durability;
 use crate::{Abort, Error};
@@ -926,6 +927,76 @@ pub struct Deployment {
     peers: Option<crate::transport::join::Linked>,
 }
 
+/// One island of a deployment as this process sees it
+/// ([`Deployment::islands_state`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IslandState {
+    pub island: IslandId,
+    /// Run by this process.
+    pub local: bool,
+    /// Serving: a local island while the deployment has not failed; an
+    /// island of another process while its connection is up.
+    pub up: bool,
+    /// Milliseconds since a batch or a heartbeat last came from it (islands
+    /// of other processes; `None`: never heard, or a local island).
+    pub last_heard_ms: Option<u64>,
+    /// Its incarnation: a local island's own; another process's from its
+    /// last handshake (`None`: never connected).
+    pub incarnation: Option<u64>,
+}
+
+/// Reads the state of a deployment's islands and of its connections to
+/// other processes; cheap to clone, kept by whoever reports them.
+#[derive(Clone)]
+pub struct IslandsView {
+    count: usize,
+    /// This process's islands.
+    local: Vec<Island>,
+    peers: Option<Arc<crate::transport::uds::Uds>>,
+    inner: Arc<Inner>,
+}
+
+impl IslandsView {
+    /// See [`Deployment::islands_state`].
+    pub fn states(&self) -> Vec<IslandState> {
+        let peers = self.peers();
+        let failed = self.inner.failure().is_some();
+        (0..self.count)
+            .map(|i| {
+                let island = i as IslandId;
+                if let Some(l) = self
+                    .local
+                    .iter()
+                    .find(|l| l.config().island_id as usize == i)
+                {
+                    return IslandState {
+                        island,
+                        local: true,
+                        up: !failed,
+                        last_heard_ms: None,
+                        incarnation: Some(l.incarnation()),
+                    };
+                }
+                let p = peers.iter().find(|p| p.island == island);
+                IslandState {
+                    island,
+                    local: false,
+                    up: p.is_some_and(|p| p.state == PeerState::Up),
+                    last_heard_ms: p
+                        .and_then(|p| p.last_heard)
+                        .map(|t| t.elapsed().as_millis().min(u128::from(u64::MAX)) as u64),
+                    incarnation: p.map(|p| p.incarnation).filter(|&n| n > 0),
+                }
+            })
+            .collect()
+    }
+
+    /// See [`Deployment::peers`].
+    pub fn peers(&self) -> Vec<crate::transport::peer::PeerStats> {
+        self.peers.as_ref().map_or_else(Vec::new, |t| t.peers())
+    }
+}
+
 impl std::fmt::Debug for Deployment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Deployment")
@@ -1028,8 +1099,14 @@ impl Deployment {
         // Fresh or recovered as a whole, decided before any island's open writes to its
         // directory; a recovered database routes keys over the sites it was made with.
         let opening = if logged {
-            let dirs: Vec<_> = (0..plan.islands().len()).map(dir_of).collect();
-            crate::island::judge_deployment_dirs(&dirs, dirs.len())?
+            // An island run alone judges its own directory only: its peers'
+            // are theirs to judge (one may be loading while this one opens).
+            let n = plan.islands().len();
+            let dirs: Vec<_> = (0..n)
+                .filter(|&i| opts.island.is_none_or(|k| usize::from(k) == i))
+                .map(dir_of)
+                .collect();
+            crate::island::judge_deployment_dirs(&dirs, n)?
         } else {
             Opening::Fresh
         };
@@ -1352,6 +1429,23 @@ impl Deployment {
     /// (empty when every island runs here).
     pub fn peers(&self) -> Vec<crate::transport::peer::PeerStats> {
         self.peers.as_ref().map_or_else(Vec::new, |t| t.peers())
+    }
+
+    /// Every island of the deployment, this process's and the others', in
+    /// island order, as this process sees it now.
+    pub fn islands_state(&self) -> Vec<IslandState> {
+        self.islands_view().states()
+    }
+
+    /// A handle that reads [`Deployment::islands_state`] and
+    /// [`Deployment::peers`] for as long as it is kept (a server's `SHOW`).
+    pub fn islands_view(&self) -> IslandsView {
+        IslandsView {
+            count: self.plan.islands().len(),
+            local: self.islands.clone(),
+            peers: self.peers.clone(),
+            inner: Arc::clone(&self.inner),
+        }
     }
 
     /// Its threads: executors, log writers, checkpointers, the watcher,

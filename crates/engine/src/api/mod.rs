@@ -95,7 +95,7 @@ pub use catalog::{
 };
 pub use catalog::{Catalog, Home, Partition, ProcBody, ProcDef, ProcFuture, SiteOf};
 pub use client::{CallFuture, Client};
-pub use deployment::{CancelFlag, Deployment, Load, Options};
+pub use deployment::{CancelFlag, Deployment, IslandState, IslandsView, Load, Options};
 pub use value::{Args, Row, Type, Value};
 
 /// Why a call has no result rows.

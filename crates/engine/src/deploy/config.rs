@@ -24,6 +24,8 @@
 //! [[island]]
 //! cpus = "0-5"
 //! endpoint = "/run/islands/island-0.sock"  # default run_dir/island-K.sock
+//! listen = "127.0.0.1:5433"   # its PostgreSQL address (`islands island`, `islands up`);
+//!                             # default: the base address's port + K
 //! ```
 
 use std::path::PathBuf;
@@ -100,6 +102,7 @@ impl<'de> Deserialize<'de> for Label {
 struct IslandEntry {
     cpus: String,
     endpoint: Option<PathBuf>,
+    listen: Option<String>,
 }
 
 pub(super) fn parse(text: &str, path: &str) -> Result<DeploySpec, DeployError> {
@@ -152,9 +155,25 @@ pub(super) fn parse_named(text: &str, path: &str) -> Result<(DeploySpec, Named),
     spec.workers_per_island = d.workers_per_island;
     spec.sites = d.sites;
     spec.cc = d.cc.clone();
+    let mut listen = Vec::with_capacity(file.island.len());
+    for (i, e) in file.island.iter().enumerate() {
+        listen.push(
+            e.listen
+                .as_deref()
+                .map(|a| {
+                    a.parse::<std::net::SocketAddr>().map_err(|_| {
+                        err(format!(
+                            "island {i}: listen = \"{a}\" is not an address (127.0.0.1:5433)"
+                        ))
+                    })
+                })
+                .transpose()?,
+        );
+    }
     let named = Named {
         durability: d.durability.is_some(),
         log_dir: d.log_dir.is_some(),
+        listen,
     };
     if let Some(dur) = d.durability.clone() {
         spec.durability = dur;

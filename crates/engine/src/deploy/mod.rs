@@ -229,10 +229,13 @@ pub const DURABILITY_DEFAULT: &str = "sync";
 /// others with the deployment defaults (durability sync, log in islands-data),
 /// but `islands bench` has its own (no log; a temporary log directory): a file
 /// that does not name them must leave the command's default, as its help says.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Named {
     pub durability: bool,
     pub log_dir: bool,
+    /// Each `[[island]]` entry's `listen` address (its PostgreSQL address
+    /// when islands run as processes), in island order; empty without entries.
+    pub listen: Vec<Option<std::net::SocketAddr>>,
 }
 
 /// What the user asks for.

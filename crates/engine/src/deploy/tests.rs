@@ -633,3 +633,23 @@ fn toml_islands_as_processes() {
     .to_string();
     assert!(e.contains("every [[island]] an endpoint"), "{e}");
 }
+
+#[test]
+fn toml_island_listen_addresses() {
+    let (_, named) = config::parse_named(
+        "[[island]]\ncpus = \"0\"\nlisten = \"127.0.0.1:7000\"\n[[island]]\ncpus = \"1\"\n",
+        "f.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        named.listen,
+        vec![Some("127.0.0.1:7000".parse().unwrap()), None]
+    );
+    let e = config::parse_named("[[island]]\ncpus = \"0\"\nlisten = \"7000\"\n", "f.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("island 0: listen = \"7000\" is not an address"),
+        "{e}"
+    );
+}

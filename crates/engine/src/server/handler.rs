@@ -65,6 +65,7 @@ use super::sql::{self, Arg, Func, Item, Projection, Scalar, Show, SqlError, Stmt
 use super::pg_catalog;
 use super::tables::{self, TablePlan};
 use crate::api::{Block, CallError, CancelFlag, Home, ProcDef, Row, Statement, Type, Value};
+use crate::transport::peer::PeerState;
 
 /// A statement prepared by Parse: the procedure a call names is resolved
 /// then (an unknown one is an error at once, as PostgreSQL's is), and what
@@ -229,6 +230,23 @@ impl Show {
                 text("durability"),
                 text("log_dir"),
                 int("incarnation"),
+                text("process"),
+                text("state"),
+                int("last_heard_ms"),
+            ],
+            Show::Peers => vec![
+                int("island"),
+                text("state"),
+                int("bytes_in"),
+                int("bytes_out"),
+                int("batches_in"),
+                int("batches_out"),
+                int("dropped"),
+                int("reconnects"),
+                int("refusals"),
+                int("last_heard_ms"),
+                int("incarnation"),
+                text("error"),
             ],
             Show::Threads => vec![
                 text("thread"),
@@ -1542,31 +1560,78 @@ impl Handler {
                     ]
                 })
                 .collect(),
-            Show::Islands => sh
-                .plan
-                .islands()
-                .iter()
-                .map(|ip| {
-                    let cpus = if ip.worker_cpus.is_empty() {
-                        "not pinned".to_string()
-                    } else {
-                        let v: Vec<String> = ip.worker_cpus.iter().map(|c| c.to_string()).collect();
-                        v.join(",")
+            Show::Islands => {
+                let states = sh.view.states();
+                sh.plan
+                    .islands()
+                    .iter()
+                    .map(|ip| {
+                        let st = states.iter().find(|s| s.island == ip.id);
+                        let int = |v: Option<u64>| {
+                            v.map_or(Value::Null, |v| {
+                                Value::Int(i64::try_from(v).unwrap_or(i64::MAX))
+                            })
+                        };
+                        let cpus = if ip.worker_cpus.is_empty() {
+                            "not pinned".to_string()
+                        } else {
+                            let v: Vec<String> =
+                                ip.worker_cpus.iter().map(|c| c.to_string()).collect();
+                            v.join(",")
+                        };
+                        vec![
+                            Value::Int(i64::from(ip.id)),
+                            str(cpus),
+                            Value::Int(ip.cores as i64),
+                            Value::Int(ip.workers as i64),
+                            str(format!("{}..{}", ip.sites.start, ip.sites.end)),
+                            ip.numa_node.map_or(Value::Null, |n| Value::Int(n as i64)),
+                            str(ip.durability.clone()),
+                            str(ip.log_dir.display().to_string()),
+                            int(st.and_then(|s| s.incarnation)),
+                            str(if st.is_some_and(|s| s.local) {
+                                "this"
+                            } else {
+                                "other"
+                            }
+                            .into()),
+                            str(if st.is_some_and(|s| s.up) {
+                                "up"
+                            } else {
+                                "down"
+                            }
+                            .into()),
+                            int(st.and_then(|s| s.last_heard_ms)),
+                        ]
+                    })
+                    .collect()
+            }
+            Show::Peers => sh
+                .view
+                .peers()
+                .into_iter()
+                .map(|p| {
+                    let n = |v: u64| Value::Int(i64::try_from(v).unwrap_or(i64::MAX));
+                    let state = match p.state {
+                        PeerState::Connecting => "connecting",
+                        PeerState::Up => "up",
+                        PeerState::Down => "down",
+                        PeerState::Broken => "broken",
                     };
                     vec![
-                        Value::Int(i64::from(ip.id)),
-                        str(cpus),
-                        Value::Int(ip.cores as i64),
-                        Value::Int(ip.workers as i64),
-                        str(format!("{}..{}", ip.sites.start, ip.sites.end)),
-                        ip.numa_node.map_or(Value::Null, |n| Value::Int(n as i64)),
-                        str(ip.durability.clone()),
-                        str(ip.log_dir.display().to_string()),
-                        Value::Int(
-                            sh.islands
-                                .get(ip.id as usize)
-                                .map_or(0, |i| i64::try_from(i.incarnation()).unwrap_or(i64::MAX)),
-                        ),
+                        Value::Int(i64::from(p.island)),
+                        str(state.into()),
+                        n(p.bytes_in),
+                        n(p.bytes_out),
+                        n(p.batches_in),
+                        n(p.batches_out),
+                        n(p.dropped),
+                        n(p.reconnects),
+                        n(p.refusals),
+                        p.last_heard
+                            .map_or(Value::Null, |t| n(t.elapsed().as_millis() as u64)),
+                        n(p.incarnation),
+                        p.error.map_or(Value::Null, str),
                     ]
                 })
                 .collect(),

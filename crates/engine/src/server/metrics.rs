@@ -45,6 +45,8 @@ pub(crate) struct ProcFigures {
 
 /// One island's figures.
 pub(crate) struct IslandFigures {
+    /// The island's id in the deployment (a process may run only some).
+    pub(crate) id: usize,
     /// Transactions its executors committed (published every 256).
     pub(crate) committed: u64,
     pub(crate) counts: IslandCounts,
@@ -64,6 +66,8 @@ pub(crate) struct Figures {
     pub(crate) islands: Vec<IslandFigures>,
     /// The transport's system calls: (send, receive).
     pub(crate) syscalls: (u64, u64),
+    /// The connections to the islands of other processes.
+    pub(crate) peers: Vec<crate::transport::peer::PeerStats>,
     /// Why the deployment stopped, if it failed.
     pub(crate) failure: Option<String>,
 }
@@ -98,8 +102,9 @@ impl Figures {
             islands: sh
                 .islands
                 .iter()
-                .enumerate()
+                .map(|island| (island.config().island_id as usize, island))
                 .map(|(i, island)| IslandFigures {
+                    id: i,
                     committed: committed.get(i).copied().unwrap_or(0),
                     counts: sh.cluster.island_counts(i),
                     log: island.wal().map(|w| w.stats()),
@@ -107,6 +112,7 @@ impl Figures {
                 })
                 .collect(),
             syscalls: sh.cluster.syscalls(),
+            peers: sh.view.peers(),
             failure: sh.client.failure(),
         }
     }
@@ -171,8 +177,8 @@ impl Figures {
             "syscalls_per_distributed_commit_x1000",
             milli(self.syscalls.0.saturating_add(self.syscalls.1)),
         );
-        for (i, f) in self.islands.iter().enumerate() {
-            let scope = format!("island-{i}");
+        for f in &self.islands {
+            let scope = format!("island-{}", f.id);
             push(&scope, "committed", f.committed);
             push(&scope, "distributed_commits", f.counts.distributed_commits);
             push(&scope, "remote_ops", f.counts.remote_ops);
@@ -306,8 +312,7 @@ pub(crate) fn render(f: &Figures, threads: &[ThreadInfo]) -> String {
     let per_island = |get: IslandFigure| -> Vec<(String, f64)> {
         f.islands
             .iter()
-            .enumerate()
-            .filter_map(|(i, isl)| get(isl).map(|v| (format!("island=\"{i}\""), v as f64)))
+            .filter_map(|isl| get(isl).map(|v| (format!("island=\"{}\"", isl.id), v as f64)))
             .collect()
     };
     let island_families: [(&str, &str, IslandFigure); 13] = [
@@ -381,10 +386,10 @@ pub(crate) fn render(f: &Figures, threads: &[ThreadInfo]) -> String {
         family(&mut out, name, "counter", help, &per_island(get));
     }
     let mut aborts = Vec::new();
-    for (i, isl) in f.islands.iter().enumerate() {
+    for isl in &f.islands {
         for r in AbortReason::ALL {
             aborts.push((
-                format!("island=\"{i}\",reason=\"{}\"", snake(r.name())),
+                format!("island=\"{}\",reason=\"{}\"", isl.id, snake(r.name())),
                 isl.counts.aborts[r.index()] as f64,
             ));
         }
@@ -406,6 +411,7 @@ pub(crate) fn render(f: &Figures, threads: &[ThreadInfo]) -> String {
             ("direction=\"recv\"".to_string(), f.syscalls.1 as f64),
         ],
     );
+    peer_families(&mut out, &f.peers);
     let thread_labels = |t: &ThreadInfo| {
         let island = t.island.map_or_else(String::new, |i| i.to_string());
         format!(
@@ -607,4 +613,99 @@ mod tests {
              islands_x_total{island=\"0\"} 3\nislands_x_total 1.5\n"
         );
     }
+}
+
+/// The figures of `SHOW peers`: one sample per island of another process.
+fn peer_families(out: &mut String, peers: &[crate::transport::peer::PeerStats]) {
+    use crate::transport::peer::{PeerState, PeerStats};
+    let each = |get: fn(&PeerStats) -> f64| -> Vec<(String, f64)> {
+        peers
+            .iter()
+            .map(|p| (format!("island=\"{}\"", p.island), get(p)))
+            .collect()
+    };
+    let both = |get_in: fn(&PeerStats) -> u64, get_out: fn(&PeerStats) -> u64| {
+        peers
+            .iter()
+            .flat_map(|p| {
+                [
+                    (
+                        format!("island=\"{}\",direction=\"in\"", p.island),
+                        get_in(p) as f64,
+                    ),
+                    (
+                        format!("island=\"{}\",direction=\"out\"", p.island),
+                        get_out(p) as f64,
+                    ),
+                ]
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        out,
+        "islands_peer_up",
+        "gauge",
+        "1 while the connection to the island (run by another process) is up, else 0.",
+        &each(|p| f64::from(u8::from(p.state == PeerState::Up))),
+    );
+    family(
+        out,
+        "islands_peer_bytes_total",
+        "counter",
+        "Bytes received from and sent to the island's process, stream headers included.",
+        &both(|p| p.bytes_in, |p| p.bytes_out),
+    );
+    family(
+        out,
+        "islands_peer_batches_total",
+        "counter",
+        "Batches received from and sent to the island's process.",
+        &both(|p| p.batches_in, |p| p.batches_out),
+    );
+    family(
+        out,
+        "islands_peer_dropped_batches_total",
+        "counter",
+        "Batches for the island dropped (its connection down or broken).",
+        &each(|p| p.dropped as f64),
+    );
+    family(
+        out,
+        "islands_peer_reconnects_total",
+        "counter",
+        "Connections to the island established after the first.",
+        &each(|p| p.reconnects as f64),
+    );
+    family(
+        out,
+        "islands_peer_refusals_total",
+        "counter",
+        "Handshakes refused and connections closed for breaking the stream's rules.",
+        &each(|p| p.refusals as f64),
+    );
+    family(
+        out,
+        "islands_peer_incarnation",
+        "gauge",
+        "The island's incarnation from its last handshake (0: never connected).",
+        &each(|p| p.incarnation as f64),
+    );
+    let heard: Vec<(String, f64)> = peers
+        .iter()
+        .filter_map(|p| {
+            p.last_heard.map(|t| {
+                (
+                    format!("island=\"{}\"", p.island),
+                    t.elapsed().as_secs_f64(),
+                )
+            })
+        })
+        .collect();
+    family(
+        out,
+        "islands_peer_last_heard_seconds",
+        "gauge",
+        "Seconds since a batch or a heartbeat last came from the island.",
+        &heard,
+    );
 }

@@ -385,6 +385,7 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
         procs,
         plan: deployment.plan().clone(),
         islands: deployment.islands().to_vec(),
+        view: deployment.islands_view(),
         cluster: Arc::clone(deployment.cluster()),
         threads: deployment.threads().clone(),
         open: AtomicU64::new(0),

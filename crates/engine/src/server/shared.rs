@@ -10,7 +10,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use pgwire::messages::startup::SecretKey;
 
-use crate::api::{CancelFlag, Catalog, Client, ProcDef};
+use crate::api::{CancelFlag, Catalog, Client, IslandsView, ProcDef};
 use crate::deploy::Plan;
 use crate::executor::Cluster;
 use crate::island::Island;
@@ -34,6 +34,8 @@ pub(crate) struct Shared {
     pub(crate) procs: Vec<ProcDef>,
     pub(crate) plan: Plan,
     pub(crate) islands: Vec<Island>,
+    /// Every island of the deployment and the connections to other processes.
+    pub(crate) view: IslandsView,
     pub(crate) cluster: Arc<Cluster>,
     /// Server thread `t`'s counters of procedure `i` at `t * procs + i`.
     pub(crate) counters: Vec<CachePadded<ProcCounters>>,

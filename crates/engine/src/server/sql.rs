@@ -62,6 +62,7 @@ pub enum Arg {
 pub enum Show {
     Procedures,
     Islands,
+    Peers,
     Threads,
     Stats,
 }
@@ -852,6 +853,7 @@ fn convert(stmt: ast::Statement, text: &str, catalog: bool) -> Result<Stmt, SqlE
                 "all" => Stmt::ShowSetting(None),
                 "procedures" => Stmt::Show(Show::Procedures),
                 "islands" => Stmt::Show(Show::Islands),
+                "peers" => Stmt::Show(Show::Peers),
                 "threads" => Stmt::Show(Show::Threads),
                 "stats" => Stmt::Show(Show::Stats),
                 "transaction isolation level" => {
@@ -2309,6 +2311,7 @@ mod tests {
             ("SHOW ALL", Stmt::ShowSetting(None)),
             ("show STATS", Stmt::Show(Show::Stats)),
             ("SHOW threads", Stmt::Show(Show::Threads)),
+            ("SHOW peers", Stmt::Show(Show::Peers)),
             (
                 "SET application_name = 'a;b'",
                 set("application_name", Some("a;b"), false),

@@ -1,0 +1,501 @@
+//! A deployment run as processes: three `islands island` children joined
+//! over Unix sockets (durability sync, the bank data set), while the test
+//! SIGKILLs a random island at random moments and starts it again without
+//! `--init`. Clients send each transfer to the server of a guessed island
+//! and, answered 0A000 naming its home island, to that island's server.
+//! At the end every island lists every island up (`SHOW islands`), every
+//! acknowledged transfer is recorded once, every refused one is not, each
+//! account is its opening balance plus what the recorded transfers moved,
+//! the total is conserved, and `islands check` passes over the stopped data
+//! directory. While an island is down clients hear only 57P03, 40001, a
+//! user abort (P0001) or a lost connection, never another error.
+//!
+//! 5 kills by default; `ISLANDS_LONG=1`: 1000. The choices come from a seed
+//! printed at the start (`ISLANDS_SEED=N` replays them; the interleaving is
+//! the machine's).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use islands_workloads::served::BANK_INITIAL;
+use tokio_postgres::Client;
+
+use super::serve::{code, connect, runtime, temp, Served};
+
+const ISLANDS: usize = 3;
+const ACCOUNTS: i64 = 64;
+const CLIENTS: i64 = 4;
+
+/// Free loopback ports for the islands' servers (bound for a moment).
+fn free_ports(n: usize) -> Vec<u16> {
+    let l: Vec<_> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    l.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+/// The deployment file: three islands as processes over uds, each with its
+/// own PostgreSQL address.
+fn config(dir: &Path, ports: &[u16]) -> PathBuf {
+    let secret = dir.join("secret");
+    std::fs::create_dir_all(dir.join("run")).unwrap();
+    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut text = format!(
+        "[deployment]\nid = \"{:032x}\"\ntransport = \"uds\"\nsecret_file = \"{}\"\n\
+         run_dir = \"{}\"\nlog_dir = \"{}\"\ndurability = \"sync\"\nworkers_per_island = 1\n",
+        islands::wal::new_deployment_id(),
+        secret.display(),
+        dir.join("run").display(),
+        dir.join("data").display(),
+    );
+    for (k, p) in ports.iter().enumerate() {
+        text += &format!("[[island]]\ncpus = \"{k}\"\nlisten = \"127.0.0.1:{p}\"\n");
+    }
+    let path = dir.join("deployment.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `islands island --id k` as a child, once it printed its ready line; its
+/// stderr goes to `dir/island-k.log` (appended).
+fn island(cfg: &Path, dir: &Path, k: usize, init: bool) -> Served {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("island-{k}.log")))
+        .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_islands"));
+    cmd.args(["island", "--id", &k.to_string(), "--config"])
+        .arg(cfg)
+        .args(["--topology", "1x3"]);
+    if init {
+        cmd.args(["--init", "bank", "--accounts", &ACCOUNTS.to_string()]);
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    if !line.contains(&format!("islands island {k}: ready on ")) {
+        let _ = child.kill();
+        let mut err = String::new();
+        let _ = std::fs::File::open(dir.join(format!("island-{k}.log")))
+            .and_then(|mut f| f.read_to_string(&mut err));
+        panic!("island {k} did not start: {line:?}\n{err}");
+    }
+    Served::new(child)
+}
+
+/// What a client heard of one transfer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Heard {
+    /// Acknowledged: it must be recorded.
+    Acked,
+    /// Refused (an overdraft, or given up on conflicts): it must not be.
+    Refused,
+    /// The connection went, or an island it needed was down: either.
+    Unknown,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Attempt {
+    id: i64,
+    src: i64,
+    dst: i64,
+    amount: i64,
+    heard: Heard,
+}
+
+/// A small generator for the test's choices (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+/// The island a 0A000 answer names as the call's home.
+fn home_named(e: &tokio_postgres::Error) -> Option<usize> {
+    let m = e.as_db_error()?.message();
+    m.split("island ")
+        .nth(1)?
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Connections to each island's server, opened as needed.
+struct Routes {
+    addrs: Vec<SocketAddr>,
+    conns: Vec<Option<Client>>,
+}
+
+/// How a routed call ended.
+enum Routed {
+    Rows(Vec<tokio_postgres::Row>),
+    Failed(String),
+    /// No connection to the island, or it went.
+    Lost,
+}
+
+impl Routes {
+    fn new(addrs: Vec<SocketAddr>) -> Routes {
+        let conns = addrs.iter().map(|_| None).collect();
+        Routes { addrs, conns }
+    }
+
+    /// Runs `sql` at island `guess`, and at the island a 0A000 names.
+    async fn call(
+        &mut self,
+        guess: usize,
+        sql: &str,
+        args: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Routed {
+        let mut at = guess;
+        for _ in 0..ISLANDS {
+            if self.conns[at].as_ref().is_none_or(|c| c.is_closed()) {
+                self.conns[at] = connect(self.addrs[at]).await.ok();
+            }
+            let Some(c) = &self.conns[at] else {
+                return Routed::Lost;
+            };
+            match c.query(sql, args).await {
+                Ok(rows) => return Routed::Rows(rows),
+                Err(e) if code(&e) == "0A000" => match home_named(&e) {
+                    Some(h) if h < ISLANDS && h != at => at = h,
+                    _ => return Routed::Failed(format!("0A000 naming no other island: {e}")),
+                },
+                Err(e) if e.as_db_error().is_some() => return Routed::Failed(code(&e)),
+                Err(_) => {
+                    self.conns[at] = None;
+                    return Routed::Lost;
+                }
+            }
+        }
+        Routed::Failed("0A000 at every island".into())
+    }
+}
+
+/// Client `k` makes transfers until `stop`; returns what it heard of each,
+/// and any answer a client must never hear.
+async fn client(
+    addrs: Vec<SocketAddr>,
+    k: i64,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) -> (Vec<Attempt>, Vec<String>) {
+    let mut routes = Routes::new(addrs);
+    let (mut out, mut wrong) = (Vec::new(), Vec::new());
+    let mut rng = Rng(seed | 1);
+    let mut n = 0i64;
+    while !stop.load(Ordering::Relaxed) {
+        let src = rng.below(ACCOUNTS as u64) as i64;
+        let dst = (src + 1 + rng.below(ACCOUNTS as u64 - 1) as i64) % ACCOUNTS;
+        let amount = 1 + rng.below(200) as i64;
+        let id = k << 40 | n;
+        n += 1;
+        let guess = rng.below(ISLANDS as u64) as usize;
+        let heard = match routes
+            .call(
+                guess,
+                "CALL transfer($1, $2, $3, $4)",
+                &[&id, &src, &dst, &amount],
+            )
+            .await
+        {
+            Routed::Rows(_) => Heard::Acked,
+            Routed::Failed(c) if c == "P0001" || c == "40001" => Heard::Refused,
+            Routed::Failed(c) if c == "57P03" => Heard::Unknown,
+            Routed::Failed(c) => {
+                wrong.push(format!("transfer {id}: {c}"));
+                Heard::Unknown
+            }
+            Routed::Lost => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Heard::Unknown
+            }
+        };
+        out.push(Attempt {
+            id,
+            src,
+            dst,
+            amount,
+            heard,
+        });
+    }
+    (out, wrong)
+}
+
+/// `SHOW islands` at island `k`: (island, process, state) per row.
+async fn show_islands(c: &Client) -> Vec<(String, String, String)> {
+    let mut v = Vec::new();
+    for m in c.simple_query("SHOW islands").await.unwrap() {
+        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+            v.push((
+                r.get("island").unwrap().to_string(),
+                r.get("process").unwrap().to_string(),
+                r.get("state").unwrap().to_string(),
+            ));
+        }
+    }
+    v
+}
+
+#[test]
+fn three_island_processes_keep_every_acknowledged_transfer_across_sigkills() {
+    let long = std::env::var("ISLANDS_LONG").is_ok_and(|v| v != "0");
+    let kills = if long { 1000 } else { 5 };
+    let seed: u64 = match std::env::var("ISLANDS_SEED") {
+        Ok(s) => s.parse().expect("ISLANDS_SEED is a number"),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    };
+    eprintln!("islands as processes: {kills} kills, ISLANDS_SEED={seed}");
+    let mut rng = Rng(seed | 1);
+    let dir = temp("processes");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ports = free_ports(ISLANDS);
+    let cfg = config(&dir, &ports);
+    let addrs: Vec<SocketAddr> = ports
+        .iter()
+        .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+        .collect();
+    let t = Instant::now();
+    // Started together: each waits for its peers only in the background.
+    let starts: Vec<_> = (0..ISLANDS)
+        .map(|k| {
+            let (cfg, dir) = (cfg.clone(), dir.clone());
+            std::thread::spawn(move || island(&cfg, &dir, k, true))
+        })
+        .collect();
+    let mut procs: Vec<Served> = starts.into_iter().map(|h| h.join().unwrap()).collect();
+    let rt = runtime();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (attempts, wrong) = rt.block_on(async {
+        let tasks: Vec<_> = (0..CLIENTS)
+            .map(|k| {
+                let seed = rng.below(u64::MAX);
+                tokio::spawn(client(addrs.clone(), k, seed, Arc::clone(&stop)))
+            })
+            .collect();
+        for _ in 0..kills {
+            tokio::time::sleep(Duration::from_millis(150 + rng.below(450))).await;
+            let k = rng.below(ISLANDS as u64) as usize;
+            let mut p = std::mem::replace(&mut procs[k], Served::none());
+            p.child().kill().unwrap(); // SIGKILL
+            let _ = p.child().wait();
+            tokio::time::sleep(Duration::from_millis(rng.below(300))).await;
+            let (cfg, dir) = (cfg.clone(), dir.clone());
+            procs[k] = tokio::task::spawn_blocking(move || island(&cfg, &dir, k, false))
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stop.store(true, Ordering::Relaxed);
+        let (mut all, mut wrong) = (Vec::new(), Vec::new());
+        for t in tasks {
+            let (a, w) = t.await.unwrap();
+            all.extend(a);
+            wrong.extend(w);
+        }
+        (all, wrong)
+    });
+    assert!(
+        wrong.is_empty(),
+        "answers a client must not hear: {wrong:?}"
+    );
+    let acked = attempts.iter().filter(|a| a.heard == Heard::Acked).count();
+    assert!(acked >= 20, "only {acked} transfers were acknowledged");
+
+    rt.block_on(async {
+        // Every island sees every island up again, each numbered right.
+        let end = Instant::now() + Duration::from_secs(30);
+        for (k, addr) in addrs.iter().enumerate() {
+            let c = connect(*addr).await.unwrap();
+            loop {
+                let rows = show_islands(&c).await;
+                let want: Vec<(String, String, String)> = (0..ISLANDS)
+                    .map(|i| {
+                        let who = if i == k { "this" } else { "other" };
+                        (i.to_string(), who.to_string(), "up".to_string())
+                    })
+                    .collect();
+                if rows == want {
+                    break;
+                }
+                assert!(Instant::now() < end, "island {k}: SHOW islands {rows:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            // Each of the others' connections, with what crossed it.
+            let mut peers = 0;
+            for m in c.simple_query("SHOW peers").await.unwrap() {
+                if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+                    assert_eq!(r.get("state"), Some("up"));
+                    assert_ne!(r.get("island"), Some(k.to_string().as_str()));
+                    peers += 1;
+                }
+            }
+            assert_eq!(peers, ISLANDS - 1, "island {k}: SHOW peers");
+        }
+        // The audit.
+        let mut routes = Routes::new(addrs.clone());
+        let mut recorded = Vec::new();
+        for a in &attempts {
+            let got = loop {
+                match routes.call(0, "CALL bank_transfer($1)", &[&a.id]).await {
+                    Routed::Rows(rows) => break Some(rows),
+                    Routed::Failed(c) if c == "P0001" => break None,
+                    Routed::Failed(c) if c == "40001" => continue,
+                    Routed::Failed(c) => panic!("transfer {}: {c}", a.id),
+                    Routed::Lost => panic!("transfer {}: a server went", a.id),
+                }
+            };
+            match got {
+                Some(rows) => {
+                    let r = &rows[0];
+                    let got: (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
+                    assert_eq!(got, (a.src, a.dst, a.amount), "transfer {}", a.id);
+                    assert_ne!(a.heard, Heard::Refused, "refused {a:?} is recorded");
+                    recorded.push(*a);
+                }
+                None => assert_ne!(
+                    a.heard,
+                    Heard::Acked,
+                    "acknowledged {a:?} is lost (ISLANDS_SEED={seed})"
+                ),
+            }
+        }
+        let mut want: HashMap<i64, i64> = (0..ACCOUNTS).map(|a| (a, BANK_INITIAL)).collect();
+        for a in &recorded {
+            *want.get_mut(&a.src).unwrap() -= a.amount;
+            *want.get_mut(&a.dst).unwrap() += a.amount;
+        }
+        let mut total = 0;
+        for a in 0..ACCOUNTS {
+            let b: i64 = match routes.call(0, "CALL bank_balance($1)", &[&a]).await {
+                Routed::Rows(rows) => rows[0].get(0),
+                Routed::Failed(c) => panic!("account {a}: {c}"),
+                Routed::Lost => panic!("account {a}: a server went"),
+            };
+            assert_eq!(
+                b, want[&a],
+                "account {a}: what its recorded transfers moved"
+            );
+            total += b;
+        }
+        assert_eq!(total, ACCOUNTS * BANK_INITIAL);
+        eprintln!(
+            "islands as processes: {} transfers tried, {acked} acknowledged, {} recorded, \
+             {kills} kills",
+            attempts.len(),
+            recorded.len()
+        );
+    });
+    // A clean stop of each, then the stopped directory passes `islands check`.
+    for p in &mut procs {
+        super::serve::sigterm(p);
+    }
+    for (k, p) in procs.into_iter().enumerate() {
+        let out = p.take().wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "island {k} did not stop cleanly"
+        );
+    }
+    let data = dir.join("data");
+    let out = Command::new(env!("CARGO_BIN_EXE_islands"))
+        .args(["check", "--log-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "islands check: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("islands as processes: {:.1} s", t.elapsed().as_secs_f64());
+    if !long {
+        assert!(t.elapsed() < Duration::from_secs(90), "{:?}", t.elapsed());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `islands up` starts every island, says so in one line, and stops them
+/// all cleanly on SIGTERM.
+#[test]
+fn islands_up_runs_every_island_and_stops_them_on_sigterm() {
+    let dir = temp("up");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ports = free_ports(ISLANDS);
+    let cfg = config(&dir, &ports);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_islands"))
+        .args(["up", "--config"])
+        .arg(&cfg)
+        .args(["--topology", "1x3", "--init", "bank", "--accounts", "64"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut up = Served::new(child);
+    let mut line = String::new();
+    BufReader::new(up.child().stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("islands up: ready: "), "{line:?}");
+    for (k, p) in ports.iter().enumerate() {
+        assert!(
+            line.contains(&format!("island {k} on 127.0.0.1:{p}")),
+            "{line:?}"
+        );
+    }
+    let rt = runtime();
+    rt.block_on(async {
+        let c = connect(SocketAddr::from(([127, 0, 0, 1], ports[1])))
+            .await
+            .unwrap();
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            let rows = show_islands(&c).await;
+            if rows.len() == ISLANDS && rows.iter().all(|r| r.2 == "up") {
+                assert_eq!(rows[1].1, "this");
+                break;
+            }
+            assert!(Instant::now() < end, "SHOW islands {rows:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    super::serve::sigterm(&mut up);
+    child = up.take();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    // No island outlived `up`.
+    for p in &ports {
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", *p)).is_err(),
+            "port {p} still served"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
