@@ -12,14 +12,6 @@
 //! frame), pushes the batch into the destination's mailbox (waiting while it
 //! is full: the socket then pushes back on the sender) and rings its bell.
 //!
-//! A sender that finds the peer's queue empty and its send thread idle
-//! writes its batch on the connection itself, without blocking
-//! (`MSG_DONTWAIT`): no wake-up of the send thread and no switch to it. What
-//! the socket does not take goes to the queue (nothing written) or stays as
-//! the connection's carry (part written), which the send thread writes
-//! before anything else. Batches of one sender keep their order: a sender
-//! writes directly only when nothing is queued or being written.
-//!
 //! Connections: island `i` listens on `paths[i]`. Between two islands there is
 //! one connection: the lower island connects, with a backoff, until the
 //! higher is up, and again after a loss; every connection starts with the
@@ -129,19 +121,8 @@ struct Link {
     token: u64,
 }
 
-/// The writing side of a peer's connection, shared by its send thread and
-/// by senders that write a batch themselves ([`Uds::send`]).
-struct Writer {
-    /// A handle on the connection of generation `.1`.
-    conn: Option<(UnixStream, u64)>,
-    /// The unwritten tail of a batch a sender wrote in part; written before
-    /// anything else on this connection.
-    carry: Vec<u8>,
-}
-
 struct Peer {
     queue: ArrayQueue<Outgoing>,
-    writer: Mutex<Writer>,
     /// The send thread sleeps on it; rung by a send and by a new connection.
     bell: Bell,
     link: Mutex<Link>,
@@ -261,10 +242,6 @@ impl Uds {
             peers: (0..layout.islands())
                 .map(|i| Peer {
                     queue: ArrayQueue::new(cfg.send_queue.max(1)),
-                    writer: Mutex::new(Writer {
-                        conn: None,
-                        carry: Vec::new(),
-                    }),
                     bell: Bell::new(),
                     link: Mutex::new(Link {
                         generation: 0,
@@ -358,9 +335,7 @@ impl Uds {
         let until = Instant::now() + DRAIN;
         for p in &sh.peers {
             while p.counters.state() == PeerState::Up
-                && (!p.queue.is_empty()
-                    || p.busy.load(Ordering::SeqCst)
-                    || !locked(&p.writer).carry.is_empty())
+                && (!p.queue.is_empty() || p.busy.load(Ordering::SeqCst))
                 && Instant::now() < until
                 && !sh.stopping()
             {
@@ -414,83 +389,6 @@ fn remove_stale_socket(path: &std::path::Path) -> io::Result<()> {
     }
 }
 
-impl Uds {
-    /// Writes `batch` on `peer`'s connection from the sender's thread if
-    /// nothing of the peer's is queued or being written and the socket takes
-    /// at least part of it at once; the batch is given back otherwise (to be
-    /// queued). A part not taken stays as the connection's carry.
-    fn write_now(&self, peer: &Peer, worker: u32, to: Endpoint, batch: Vec<u8>) -> Option<Vec<u8>> {
-        let sh = &*self.shared;
-        if !peer.queue.is_empty()
-            || peer.busy.load(Ordering::SeqCst)
-            || peer.counters.state() != PeerState::Up
-        {
-            return Some(batch);
-        }
-        let Ok(mut w) = peer.writer.try_lock() else {
-            return Some(batch);
-        };
-        // Checked again under the lock: the send thread sets `busy` before
-        // it takes from the queue, and writes only under the lock.
-        if !w.carry.is_empty() || !peer.queue.is_empty() || peer.busy.load(Ordering::SeqCst) {
-            return Some(batch);
-        }
-        let generation = peer.generation.load(Ordering::Acquire);
-        refresh(peer, &mut w, generation);
-        let Some((s, _)) = w.conn.as_ref() else {
-            return Some(batch);
-        };
-        let Ok(header) = stream::header(0, worker, to, &batch) else {
-            return Some(batch);
-        };
-        let total = HEADER + batch.len();
-        let wrote = rustix::net::sendmsg(
-            s,
-            &[IoSlice::new(&header), IoSlice::new(&batch)],
-            &mut Default::default(),
-            rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
-        );
-        sh.send_syscalls.fetch_add(1, Ordering::Relaxed);
-        let n = match wrote {
-            Ok(n) if n > 0 => n,
-            // Full, or broken (the send thread finds out and closes).
-            _ => return Some(batch),
-        };
-        let c = &peer.counters;
-        PeerCounters::add(&c.batches_out, 1);
-        PeerCounters::add(&c.bytes_out, total as u64);
-        if n < total {
-            let mut rest = Vec::with_capacity(total - n);
-            if n < HEADER {
-                rest.extend_from_slice(&header[n..]);
-                rest.extend_from_slice(&batch);
-            } else {
-                rest.extend_from_slice(&batch[n - HEADER..]);
-            }
-            w.carry = rest;
-            drop(w);
-            if peer.bell.ring() {
-                sh.send_syscalls.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.recycle(batch);
-        None
-    }
-}
-
-/// Points `w` at the connection of `generation`, or at none.
-fn refresh(peer: &Peer, w: &mut Writer, generation: u64) {
-    if w.conn.as_ref().is_none_or(|(_, g)| *g != generation) {
-        // The carry belonged to the old connection.
-        w.carry.clear();
-        w.conn = locked(&peer.link)
-            .stream
-            .as_ref()
-            .and_then(|s| s.try_clone().ok())
-            .map(|s| (s, generation));
-    }
-}
-
 impl Transport for Uds {
     #[inline]
     fn send(&self, from: Endpoint, to: Endpoint, batch: Vec<u8>) -> Result<(), Full> {
@@ -523,10 +421,6 @@ impl Transport for Uds {
             return Ok(());
         };
         let peer = &sh.peers[usize::from(island)];
-        let batch = match self.write_now(peer, worker, to, batch) {
-            Some(b) => b,
-            None => return Ok(()),
-        };
         match peer.queue.push((worker, to, batch)) {
             Ok(()) => {
                 if peer.bell.ring() {
@@ -901,22 +795,25 @@ fn read_frames(sh: &Shared, p: IslandId, s: &mut UnixStream) -> Result<String, S
 /// Most batches written with one `writev`.
 const WRITE_BATCHES: usize = 64;
 
-/// Writes `p`'s carry and queued batches on its connection, several per
-/// `writev`, and a heartbeat when idle.
+/// Writes `p`'s queued batches on its connection, several per `writev`, and
+/// a heartbeat when idle.
 fn send_loop(sh: &Shared, p: IslandId) {
     let peer = &sh.peers[usize::from(p)];
     let c = &peer.counters;
+    let mut conn: Option<(UnixStream, u64)> = None;
     let mut taken: Vec<Outgoing> = Vec::with_capacity(WRITE_BATCHES);
     let mut headers = [[0u8; HEADER]; WRITE_BATCHES];
     let mut last_write = Instant::now();
     while !sh.stopping() {
         let generation = peer.generation.load(Ordering::Acquire);
-        let (connected, carrying) = {
-            let mut w = locked(&peer.writer);
-            refresh(peer, &mut w, generation);
-            (w.conn.is_some(), !w.carry.is_empty())
-        };
-        if !connected {
+        if conn.as_ref().is_none_or(|(_, g)| *g != generation) {
+            conn = locked(&peer.link)
+                .stream
+                .as_ref()
+                .and_then(|s| s.try_clone().ok())
+                .map(|s| (s, generation));
+        }
+        let Some((s, g)) = conn.as_mut() else {
             if c.state() == PeerState::Connecting
                 && sh.started.elapsed() >= sh.dead_after
                 && !peer.late.swap(true, Ordering::AcqRel)
@@ -933,7 +830,7 @@ fn send_loop(sh: &Shared, p: IslandId) {
                 peer.bell.sleep(sh.heartbeat);
             }
             continue;
-        }
+        };
         peer.busy.store(true, Ordering::SeqCst);
         while taken.len() < WRITE_BATCHES {
             match peer.queue.pop() {
@@ -946,22 +843,14 @@ fn send_loop(sh: &Shared, p: IslandId) {
                 None => break,
             }
         }
-        if taken.is_empty() && !carrying {
+        if taken.is_empty() {
             peer.busy.store(false, Ordering::SeqCst);
             if last_write.elapsed() >= sh.heartbeat {
-                let mut w = locked(&peer.writer);
-                let Writer { conn, carry } = &mut *w;
-                let failed = match conn.as_mut() {
-                    Some((s, g)) if carry.is_empty() => {
-                        sh.send_syscalls.fetch_add(1, Ordering::Relaxed);
-                        s.write_all(&stream::heartbeat()).err().map(|e| (e, *g))
-                    }
-                    _ => None,
-                };
-                drop(w);
-                if let Some((e, g)) = failed {
+                sh.send_syscalls.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = s.write_all(&stream::heartbeat()) {
                     sh.log(peer, &format!("heartbeat failed: {e}"));
-                    close(peer, Some(g));
+                    close(peer, Some(*g));
+                    conn = None;
                     continue;
                 }
                 PeerCounters::add(&c.bytes_out, HEADER as u64);
@@ -969,7 +858,6 @@ fn send_loop(sh: &Shared, p: IslandId) {
             }
             peer.bell.prepare_sleep();
             if !peer.queue.is_empty()
-                || !locked(&peer.writer).carry.is_empty()
                 || peer.generation.load(Ordering::Acquire) != generation
                 || sh.stopping()
             {
@@ -985,36 +873,15 @@ fn send_loop(sh: &Shared, p: IslandId) {
         let bytes: u64 = taken.iter().map(|b| (HEADER + b.2.len()) as u64).sum();
         PeerCounters::add(&c.batches_out, n);
         PeerCounters::add(&c.bytes_out, bytes);
-        let mut w = locked(&peer.writer);
-        let Writer { conn, carry } = &mut *w;
-        let written = match conn.as_mut() {
-            Some((s, g)) if *g == generation => {
-                let g = *g;
-                let mut r = Ok(());
-                if !carry.is_empty() {
-                    sh.send_syscalls.fetch_add(1, Ordering::Relaxed);
-                    r = s.write_all(carry);
-                    carry.clear();
-                }
-                if r.is_ok() && !taken.is_empty() {
-                    r = write_batches(s, &taken, &mut headers, &sh.send_syscalls);
-                }
-                r.map_err(|e| (e, Some(g)))
-            }
-            // A new connection since: these batches were for the old one.
-            _ => Err((io::ErrorKind::NotConnected.into(), None)),
-        };
-        drop(w);
-        match written {
+        match write_batches(s, &taken, &mut headers, &sh.send_syscalls) {
             Ok(()) => last_write = Instant::now(),
-            Err((e, g)) => {
+            Err(e) => {
                 c.batches_out.fetch_sub(n, Ordering::Relaxed);
                 c.bytes_out.fetch_sub(bytes, Ordering::Relaxed);
                 PeerCounters::add(&c.dropped, n);
                 sh.log(peer, &format!("write failed: {e}"));
-                if g.is_some() {
-                    close(peer, g);
-                }
+                close(peer, Some(*g));
+                conn = None;
             }
         }
         for (_, _, b) in taken.drain(..) {
