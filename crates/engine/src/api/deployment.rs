@@ -952,7 +952,7 @@ pub struct IslandsView {
     count: usize,
     /// This process's islands.
     local: Vec<Island>,
-    peers: Option<Arc<crate::transport::uds::Uds>>,
+    peers: Option<crate::transport::join::Linked>,
     inner: Arc<Inner>,
 }
 
