@@ -357,7 +357,12 @@ fn forwarded_call_latency() {
     let secret = dir.join("secret");
     std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let (a, b) = open_both(&dir, Kind::Uds, Expect::Either, islands::wal::new_deployment_id());
+    let (a, b) = open_both(
+        &dir,
+        Kind::Uds,
+        Expect::Either,
+        islands::wal::new_deployment_id(),
+    );
     let client = a.client();
     for (what, k) in [
         ("local", 0),
