@@ -587,34 +587,6 @@ async fn respond(
     tcp.shutdown().await
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_are_escaped() {
-        assert_eq!(label(r#"a"b\c"#), r#"a\"b\\c"#);
-        assert_eq!(label("x\ny"), "x\\ny");
-    }
-
-    #[test]
-    fn families_have_help_type_and_samples() {
-        let mut out = String::new();
-        family(
-            &mut out,
-            "islands_x_total",
-            "counter",
-            "X.",
-            &[("island=\"0\"".into(), 3.0), (String::new(), 1.5)],
-        );
-        assert_eq!(
-            out,
-            "# HELP islands_x_total X.\n# TYPE islands_x_total counter\n\
-             islands_x_total{island=\"0\"} 3\nislands_x_total 1.5\n"
-        );
-    }
-}
-
 /// The figures of `SHOW peers`: one sample per island of another process.
 fn peer_families(out: &mut String, peers: &[crate::transport::peer::PeerStats]) {
     use crate::transport::peer::{PeerState, PeerStats};
@@ -708,4 +680,32 @@ fn peer_families(out: &mut String, peers: &[crate::transport::peer::PeerStats]) 
         "Seconds since a batch or a heartbeat last came from the island.",
         &heard,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_escaped() {
+        assert_eq!(label(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(label("x\ny"), "x\\ny");
+    }
+
+    #[test]
+    fn families_have_help_type_and_samples() {
+        let mut out = String::new();
+        family(
+            &mut out,
+            "islands_x_total",
+            "counter",
+            "X.",
+            &[("island=\"0\"".into(), 3.0), (String::new(), 1.5)],
+        );
+        assert_eq!(
+            out,
+            "# HELP islands_x_total X.\n# TYPE islands_x_total counter\n\
+             islands_x_total{island=\"0\"} 3\nislands_x_total 1.5\n"
+        );
+    }
 }
