@@ -96,14 +96,15 @@ fn show_threads_lists_every_thread_of_the_deployment_with_its_cpu_time() {
     let addr = server.local_addr();
     let process_before = CpuTime::process_now();
     let threads = runtime().block_on(async {
-        // Four clients make transfers for 300 ms, so the executors work.
+        // Four clients make transfers for 300 ms, and at least 500 each,
+        // so the executors work for several 10 ms ticks on a loaded machine.
         let mut tasks = Vec::new();
         for k in 0..4i64 {
             tasks.push(tokio::spawn(async move {
                 let c = connect(addr).await.unwrap();
                 let t = Instant::now();
                 let mut n = 0;
-                while t.elapsed() < Duration::from_millis(300) {
+                while t.elapsed() < Duration::from_millis(300) || n < 500 {
                     let src = (k * 7 + n) as u64 % ACCOUNTS;
                     let _ = transfer(&c, k << 32 | n, src, (src + 1) % ACCOUNTS, 1).await;
                     n += 1;
