@@ -28,6 +28,7 @@ use islands_workloads::served::BANK_INITIAL;
 use tokio_postgres::Client;
 
 use super::serve::{code, connect, runtime, temp, Served};
+use super::serve_bank::{Attempt, Heard, Rng};
 
 const ISLANDS: usize = 3;
 const ACCOUNTS: i64 = 64;
@@ -96,38 +97,6 @@ fn island(cfg: &Path, dir: &Path, k: usize, init: bool) -> Served {
         panic!("island {k} did not start: {line:?}\n{err}");
     }
     Served::new(child)
-}
-
-/// What a client heard of one transfer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Heard {
-    /// Acknowledged: it must be recorded.
-    Acked,
-    /// Refused (an overdraft, or given up on conflicts): it must not be.
-    Refused,
-    /// The connection went, or an island it needed was down: either.
-    Unknown,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Attempt {
-    id: i64,
-    src: i64,
-    dst: i64,
-    amount: i64,
-    heard: Heard,
-}
-
-/// A small generator for the test's choices (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
 }
 
 /// The island a 0A000 answer names as the call's home.

@@ -24,29 +24,30 @@ const CLIENTS: i64 = 6;
 
 /// What a client heard of one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Heard {
+pub(super) enum Heard {
     /// Acknowledged: it must be recorded.
     Acked,
     /// Refused (an overdraft, or given up on conflicts): it must not be.
     Refused,
-    /// The connection went before the answer: either.
+    /// The connection went before the answer, or an island it needed was
+    /// down: either.
     Unknown,
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Attempt {
-    id: i64,
-    src: i64,
-    dst: i64,
-    amount: i64,
-    heard: Heard,
+pub(super) struct Attempt {
+    pub(super) id: i64,
+    pub(super) src: i64,
+    pub(super) dst: i64,
+    pub(super) amount: i64,
+    pub(super) heard: Heard,
 }
 
 /// A small generator for the test's choices (xorshift64*).
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
