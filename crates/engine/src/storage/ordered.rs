@@ -11,8 +11,7 @@
 //! - `Tree`: a B+tree with optimistic lock coupling ([`super::btree`]) for
 //!   islands with several workers, when [`SHARED`] says so;
 //! - `Skip`: a lock-free skip list (crossbeam), the other choice of [`SHARED`].
-//!   `scc::TreeIndex` (a B+tree) was measured in their place and lost inside
-//!   the engine on TPC-C (see `docs/tuning.md`, "Ordered indexes").
+//!   How the choices compare: `docs/tuning.md`, "Ordered indexes".
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
