@@ -677,8 +677,9 @@ impl BTree {
         })
     }
 
-    /// Replaces a root with no separator by its only child (one try: a
-    /// later unlink tries again).
+    /// Replaces a root with no separator by its only child. One try: it
+    /// fails only when the root changed meanwhile, and a root that gained a
+    /// separator needs no collapse.
     fn collapse_root(&self, g: &Guard) {
         let Ok((node, v)) = self.root(g) else { return };
         if node.leaf {
@@ -715,6 +716,16 @@ impl BTree {
             return;
         }
         let g = epoch::pin();
+        // Entries go out strictly in order, each once.
+        let mut last: Option<u128> = None;
+        let mut f = |k: u128, v: u64| {
+            debug_assert!(
+                last.is_none_or(|l| if reverse { k < l } else { k > l }),
+                "scan handed out {k} after {last:?}"
+            );
+            last = Some(k);
+            f(k, v)
+        };
         loop {
             let more = if reverse {
                 self.scan_leaf_rev(lo, &mut hi, &mut f, &g)
@@ -752,8 +763,11 @@ impl BTree {
         }
         leaf.h.version.check(found.version)?;
         match found.hi {
+            // `next` may be an ancestor's separator that an unlink since
+            // removed (the leaf's range then reaches further): never move
+            // back below what was handed out.
             Some(next) if next <= hi => {
-                *lo = next;
+                *lo = (*lo).max(next);
                 Ok(true)
             }
             _ => Ok(false),
@@ -783,8 +797,9 @@ impl BTree {
         }
         leaf.h.version.check(found.version)?;
         match found.lo {
+            // As in `scan_leaf`: never move back above what was handed out.
             Some(prev) if prev > lo => {
-                *hi = prev - 1;
+                *hi = (*hi).min(prev - 1);
                 Ok(true)
             }
             _ => Ok(false),

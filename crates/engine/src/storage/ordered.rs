@@ -201,7 +201,11 @@ impl OrderedIndex {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        match self {
+            // Stops at the first entry, where `len` walks every leaf.
+            OrderedIndex::Tree(t) => t.is_empty(),
+            _ => self.len() == 0,
+        }
     }
 }
 

@@ -502,9 +502,14 @@ pub fn handshake<S: Read + Write>(
     };
     match verdict {
         Ok(peer) => {
-            send(stream, K_ACCEPT, &[])?;
-            recv(stream, K_ACCEPT)?;
-            Ok(peer)
+            // A peer that refused may have closed before our ACCEPT went
+            // out; its REFUSE is still readable, and names the reason.
+            let sent = send(stream, K_ACCEPT, &[]);
+            match recv(stream, K_ACCEPT) {
+                Err(refused @ Refused::ByPeer(_)) => Err(refused),
+                Err(e) => Err(sent.err().unwrap_or(e)),
+                Ok(_) => sent.map(|()| peer),
+            }
         }
         Err(why) => {
             // Tell the peer why, so it logs the same line; it may be gone.
@@ -662,6 +667,48 @@ mod tests {
             "{rb:?}"
         );
         assert!(matches!(ra, Err(Refused::ByPeer(_))), "{ra:?}");
+    }
+
+    /// A stream whose writes after the first `ok` fail as on a socket the
+    /// peer closed.
+    struct ClosedAfter {
+        s: UnixStream,
+        ok: usize,
+    }
+    impl Read for ClosedAfter {
+        fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+            self.s.read(b)
+        }
+    }
+    impl Write for ClosedAfter {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if self.ok == 0 {
+                return Err(std::io::ErrorKind::BrokenPipe.into());
+            }
+            self.ok -= 1;
+            self.s.write_all(b).map(|()| b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_refusal_is_named_even_when_the_peer_closed_before_our_accept() {
+        let a = hello(0);
+        let b = hello(1);
+        let mut eb = Expect::matching(&b);
+        eb.connected = vec![0];
+        let (x, mut y) = UnixStream::pair().unwrap();
+        x.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let sb = secret("0123456789abcdef");
+        let t = std::thread::spawn(move || handshake(&mut y, &b, &eb, &sb, false));
+        // HELLO and PROOF go out; ACCEPT meets a closed socket.
+        let mut x = ClosedAfter { s: x, ok: 2 };
+        let ra = handshake(&mut x, &a, &Expect::matching(&a), &secret("0123456789abcdef"), true);
+        let rb = t.join().unwrap();
+        assert!(matches!(rb, Err(Refused::Duplicate { island: 0 })), "{rb:?}");
+        assert!(matches!(&ra, Err(Refused::ByPeer(why)) if why.contains("already connected")), "{ra:?}");
     }
 
     #[test]
