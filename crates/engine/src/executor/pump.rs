@@ -26,6 +26,13 @@ const PREFETCH_BATCH_LINES: usize = 64;
 /// records rather than leaving it to the round's end.
 const HAND_OFF_AFTER_US: u64 = 1000;
 
+/// How long a participant's CommitConf may wait for other traffic to its
+/// coordinator before it leaves alone (capped at a quarter of the
+/// coordinator's CommitReq resend interval, so that it never causes a
+/// resend). Until it arrives the coordinator keeps the transaction's entry
+/// and logs no End: the acknowledgement is off every caller's path.
+const CONF_HOLD_US: u64 = 1_000;
+
 impl Executor {
     /// One round of the worker's service loop: receives every batch waiting
     /// in its mailbox, runs what they ask, completes forced log records that
@@ -101,7 +108,9 @@ impl Executor {
             };
             port.round(now, self.down, &mut out);
         }
-        self.outbox.flush(&*self.transport, self.me);
+        let hold = CONF_HOLD_US.min(self.cl.opts.timeouts.commit_retry_us / 4);
+        self.outbox
+            .flush_holding(&*self.transport, self.me, now, hold);
         let dropped = self.outbox.take_dropped();
         if dropped > 0 {
             let c = &self.counts().dropped_batches;
@@ -430,6 +439,13 @@ impl Executor {
         let ep = self.cl.endpoint(to, worker);
         if ep == self.me {
             self.local.push_back((self.island, msg));
+        } else if let Msg::CommitConf { .. } = msg {
+            // Nobody waits on it: it rides with the next frame to that
+            // worker, or leaves alone after CONF_HOLD_US.
+            let now = self.now_us();
+            push_frame_with(self.outbox.batch_deferred(&*self.transport, ep, now), |b| {
+                msg.encode(b)
+            });
         } else {
             push_frame_with(self.outbox.batch(&*self.transport, ep), |b| msg.encode(b));
         }

@@ -705,10 +705,22 @@ mod tests {
         let t = std::thread::spawn(move || handshake(&mut y, &b, &eb, &sb, false));
         // HELLO and PROOF go out; ACCEPT meets a closed socket.
         let mut x = ClosedAfter { s: x, ok: 2 };
-        let ra = handshake(&mut x, &a, &Expect::matching(&a), &secret("0123456789abcdef"), true);
+        let ra = handshake(
+            &mut x,
+            &a,
+            &Expect::matching(&a),
+            &secret("0123456789abcdef"),
+            true,
+        );
         let rb = t.join().unwrap();
-        assert!(matches!(rb, Err(Refused::Duplicate { island: 0 })), "{rb:?}");
-        assert!(matches!(&ra, Err(Refused::ByPeer(why)) if why.contains("already connected")), "{ra:?}");
+        assert!(
+            matches!(rb, Err(Refused::Duplicate { island: 0 })),
+            "{rb:?}"
+        );
+        assert!(
+            matches!(&ra, Err(Refused::ByPeer(why)) if why.contains("already connected")),
+            "{ra:?}"
+        );
     }
 
     #[test]

@@ -188,6 +188,10 @@ impl<'a> Iterator for Frames<'a> {
 /// A worker's outgoing batches, one per destination, sent together.
 pub struct Outbox {
     pending: Vec<Option<Vec<u8>>>,
+    /// Per destination: when the pending batch, holding deferred frames
+    /// only, got its first one (µs, at least 1); 0 when it holds a frame
+    /// that leaves at the next flush, or nothing. See [`Outbox::batch_deferred`].
+    deferred_since: Vec<u64>,
     /// Destinations with a non-empty batch, in first-use order.
     dirty: Vec<Endpoint>,
     /// Buffers of batches this worker received and consumed, reused for the
@@ -232,6 +236,7 @@ impl Outbox {
     pub fn new(endpoints: usize) -> Outbox {
         Outbox {
             pending: (0..endpoints).map(|_| None).collect(),
+            deferred_since: vec![0; endpoints],
             dirty: Vec::new(),
             spare: Vec::new(),
             urgent: false,
@@ -259,11 +264,33 @@ impl Outbox {
         self.batch_lazy(t, to)
     }
 
+    /// The batch being built for `to`, for a frame that may wait: it leaves
+    /// with any other frame for `to`, or once it has waited `hold` µs at a
+    /// [`Outbox::flush_holding`] (a plain [`Outbox::flush`] sends it too).
+    /// An acknowledgement nobody waits on rides on later traffic this way
+    /// instead of costing a batch of its own.
+    #[inline]
+    pub fn batch_deferred(&mut self, t: &dyn Transport, to: Endpoint, now_us: u64) -> &mut Vec<u8> {
+        let fresh = self.pending[to.0 as usize]
+            .as_ref()
+            .is_none_or(|b| b.is_empty());
+        if fresh {
+            self.deferred_since[to.0 as usize] = now_us.max(1);
+        }
+        self.slot(t, to)
+    }
+
     /// The batch being built for `to`, for a frame nobody waits on (a
     /// one-way notice): it leaves with the next urgent frame or at the
     /// caller's next regular flush, so it costs no batch of its own.
     #[inline]
     pub fn batch_lazy(&mut self, t: &dyn Transport, to: Endpoint) -> &mut Vec<u8> {
+        self.deferred_since[to.0 as usize] = 0;
+        self.slot(t, to)
+    }
+
+    #[inline]
+    fn slot(&mut self, t: &dyn Transport, to: Endpoint) -> &mut Vec<u8> {
         let slot = &mut self.pending[to.0 as usize];
         if slot.is_none() {
             *slot = Some(self.spare.pop().unwrap_or_else(|| t.buffer()));
@@ -282,11 +309,29 @@ impl Outbox {
     /// Sends every non-empty batch. Batches whose destination is full stay
     /// here for the next flush; returns how many stayed.
     pub fn flush(&mut self, t: &dyn Transport, from: Endpoint) -> usize {
+        self.flush_holding(t, from, 0, 0)
+    }
+
+    /// As [`Outbox::flush`], but a batch of deferred frames only stays
+    /// until it has waited `hold_us` (at `now_us`); it does not count as kept.
+    pub fn flush_holding(
+        &mut self,
+        t: &dyn Transport,
+        from: Endpoint,
+        now_us: u64,
+        hold_us: u64,
+    ) -> usize {
         self.urgent = false;
         let mut kept = 0;
         let mut i = 0;
         while i < self.dirty.len() {
             let to = self.dirty[i];
+            let since = self.deferred_since[to.0 as usize];
+            if since != 0 && hold_us != 0 && now_us < since.saturating_add(hold_us) {
+                i += 1;
+                continue;
+            }
+            self.deferred_since[to.0 as usize] = 0;
             let slot = &mut self.pending[to.0 as usize];
             match slot.take() {
                 Some(b) if !b.is_empty() => {
@@ -536,6 +581,42 @@ mod tests {
             vec![b"b".as_slice(), b"c".as_slice()],
             "kept frames are sent in order"
         );
+    }
+
+    #[test]
+    fn a_deferred_frame_waits_for_company_or_its_hold() {
+        let t = InProc::new(3, 8);
+        let mut out = Outbox::new(3);
+        let hold = 1_000;
+        push_frame(out.batch_deferred(&t, Endpoint(1), 100), b"conf");
+        assert!(!out.urgent(), "a deferred frame is not urgent");
+        assert_eq!(out.flush_holding(&t, Endpoint(0), 600, hold), 0);
+        assert!(t.recv(Endpoint(1)).is_none(), "alone, it waits its hold");
+        assert!(!out.is_empty(), "a held batch keeps the outbox busy");
+        // Another frame for the same destination takes it along.
+        push_frame(out.batch(&t, Endpoint(1)), b"vote");
+        assert_eq!(out.flush_holding(&t, Endpoint(0), 700, hold), 0);
+        let (_, b) = t.recv(Endpoint(1)).unwrap();
+        let got: Vec<&[u8]> = frames(&b).map(|f| f.unwrap()).collect();
+        assert_eq!(got, vec![b"conf".as_slice(), b"vote".as_slice()]);
+        assert!(out.is_empty());
+        // Alone again: it leaves once the hold has passed, not before.
+        push_frame(out.batch_deferred(&t, Endpoint(2), 2_000), b"conf");
+        out.flush_holding(&t, Endpoint(0), 2_999, hold);
+        assert!(t.recv(Endpoint(2)).is_none());
+        out.flush_holding(&t, Endpoint(0), 3_000, hold);
+        assert_eq!(frames(&t.recv(Endpoint(2)).unwrap().1).count(), 1);
+        // A deferred frame added to a batch that leaves anyway leaves with it,
+        // and a plain flush holds nothing.
+        push_frame(out.batch_lazy(&t, Endpoint(1)), b"release");
+        push_frame(out.batch_deferred(&t, Endpoint(1), 5_000), b"conf");
+        push_frame(out.batch_deferred(&t, Endpoint(2), 5_000), b"conf");
+        out.flush_holding(&t, Endpoint(0), 5_001, hold);
+        assert_eq!(frames(&t.recv(Endpoint(1)).unwrap().1).count(), 2);
+        assert!(t.recv(Endpoint(2)).is_none());
+        out.flush(&t, Endpoint(0));
+        assert!(t.recv(Endpoint(2)).is_some());
+        assert!(out.is_empty());
     }
 
     #[test]
