@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fmt::thousands;
 use crate::stats::TxnTypes;
+use hdrhistogram::Histogram;
 use islands::error::AbortReason;
 use islands::proc::stats::WorkerStats;
 
@@ -46,6 +47,61 @@ pub struct LatencyReport {
     pub p999_us: f64,
     pub max_us: f64,
     pub mean_us: f64,
+}
+
+/// The commit latency histogram itself, so that reports of runs that ran
+/// apart (one process per island) merge exactly ([`Report::merge`]): the
+/// percentiles of a merged run come from the merged histogram, never from
+/// averaged percentiles. The workers' hdrhistogram, as its bounds and its
+/// recorded buckets: `buckets` lists each non-empty bucket as
+/// `value_ns:count` (the bucket's highest equivalent value), separated by
+/// spaces, values ascending. Recording those values back into a histogram of
+/// the same bounds gives the same buckets, hence the same percentiles.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyHistogram {
+    pub low_ns: u64,
+    pub high_ns: u64,
+    pub sigfig: u8,
+    pub buckets: String,
+}
+
+impl LatencyHistogram {
+    /// The recorded buckets of `h`.
+    pub fn of(h: &Histogram<u64>) -> LatencyHistogram {
+        let mut buckets = String::new();
+        for v in h.iter_recorded() {
+            if !buckets.is_empty() {
+                buckets.push(' ');
+            }
+            let _ = write!(buckets, "{}:{}", v.value_iterated_to(), v.count_at_value());
+        }
+        LatencyHistogram {
+            low_ns: h.low(),
+            high_ns: h.high(),
+            sigfig: h.sigfig(),
+            buckets,
+        }
+    }
+
+    /// The histogram back, or what is wrong with the text.
+    pub fn histogram(&self) -> Result<Histogram<u64>, String> {
+        let mut h = Histogram::new_with_bounds(self.low_ns.max(1), self.high_ns, self.sigfig)
+            .map_err(|e| {
+                format!(
+                    "a latency histogram with bounds {}..{} ns and {} significant figures: {e:?}",
+                    self.low_ns, self.high_ns, self.sigfig
+                )
+            })?;
+        for pair in self.buckets.split_ascii_whitespace() {
+            let bad = || format!("latency bucket '{pair}' is not value_ns:count");
+            let (v, n) = pair.split_once(':').ok_or_else(bad)?;
+            let v: u64 = v.parse().map_err(|_| bad())?;
+            let n: u64 = n.parse().map_err(|_| bad())?;
+            h.record_n(v, n)
+                .map_err(|e| format!("latency bucket '{pair}' is outside the histogram: {e:?}"))?;
+        }
+        Ok(h)
+    }
 }
 
 /// Write-ahead log figures, summed over islands: bytes and fdatasyncs over
@@ -111,7 +167,20 @@ impl TrafficReport {
     /// The traffic between two samples of the same cluster.
     pub fn between(before: &TrafficSample, after: &TrafficSample) -> TrafficReport {
         let d = |f: fn(&TrafficSample) -> u64| f(after).saturating_sub(f(before));
-        let commits = d(|s| s.distributed_commits);
+        TrafficReport::of_totals(&TrafficSample {
+            distributed_commits: d(|s| s.distributed_commits),
+            frames: d(|s| s.frames),
+            batches: d(|s| s.batches),
+            bytes: d(|s| s.bytes),
+            send_syscalls: d(|s| s.send_syscalls),
+            recv_syscalls: d(|s| s.recv_syscalls),
+        })
+    }
+
+    /// The report of traffic totals `t` (its figures per distributed commit
+    /// divided out here).
+    pub fn of_totals(t: &TrafficSample) -> TrafficReport {
+        let commits = t.distributed_commits;
         let per = |n: u64| {
             if commits == 0 {
                 0.0
@@ -119,20 +188,30 @@ impl TrafficReport {
                 n as f64 / commits as f64
             }
         };
-        let (frames, batches, bytes) = (d(|s| s.frames), d(|s| s.batches), d(|s| s.bytes));
-        let (send, recv) = (d(|s| s.send_syscalls), d(|s| s.recv_syscalls));
         TrafficReport {
             distributed_commits: commits,
-            frames,
-            batches,
-            bytes,
-            send_syscalls: send,
-            recv_syscalls: recv,
-            frames_per_distributed_commit: per(frames),
-            batches_per_distributed_commit: per(batches),
-            bytes_per_distributed_commit: per(bytes),
-            send_syscalls_per_distributed_commit: per(send),
-            recv_syscalls_per_distributed_commit: per(recv),
+            frames: t.frames,
+            batches: t.batches,
+            bytes: t.bytes,
+            send_syscalls: t.send_syscalls,
+            recv_syscalls: t.recv_syscalls,
+            frames_per_distributed_commit: per(t.frames),
+            batches_per_distributed_commit: per(t.batches),
+            bytes_per_distributed_commit: per(t.bytes),
+            send_syscalls_per_distributed_commit: per(t.send_syscalls),
+            recv_syscalls_per_distributed_commit: per(t.recv_syscalls),
+        }
+    }
+
+    /// The totals this report counts.
+    fn totals(&self) -> TrafficSample {
+        TrafficSample {
+            distributed_commits: self.distributed_commits,
+            frames: self.frames,
+            batches: self.batches,
+            bytes: self.bytes,
+            send_syscalls: self.send_syscalls,
+            recv_syscalls: self.recv_syscalls,
         }
     }
 }
@@ -238,6 +317,10 @@ pub struct Report {
     /// Committed transactions that ran two-phase commit across islands.
     pub distributed: u64,
     pub latency: LatencyReport,
+    /// The histogram `latency` was read from (`None` in reports written
+    /// before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_histogram: Option<LatencyHistogram>,
     pub cpu_process_s: f64,
     /// `cpu_process_s / (measured_s * cores)`.
     pub cpu_utilisation: f64,
@@ -265,6 +348,25 @@ pub struct Report {
     /// failed, a worker's error); the figures cover the time up to the stop.
     #[serde(default)]
     pub stopped: Option<String>,
+    /// A run of one process per island (`islands bench --processes`): how
+    /// many processes' reports this one merges ([`Report::merge`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<usize>,
+    /// Each process's own figures, in island order (empty unless `processes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_process: Vec<ProcessShare>,
+}
+
+/// One process's share of a merged run (see [`Report::merge`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProcessShare {
+    pub island: usize,
+    pub committed: u64,
+    pub throughput_tps: f64,
+    pub aborts: u64,
+    pub distributed: u64,
+    pub measured_s: f64,
+    pub cpu_process_s: f64,
 }
 
 /// Core time per committed transaction in each phase (see
@@ -358,7 +460,8 @@ impl Report {
             aborts_by_reason,
             retries: stats.retries,
             distributed: stats.distributed,
-            latency: latency_report(stats),
+            latency: latency_report(stats.latency_ns()),
+            latency_histogram: Some(LatencyHistogram::of(stats.latency_ns())),
             cpu_process_s,
             cpu_utilisation: if cpu_capacity_s > 0.0 {
                 cpu_process_s / cpu_capacity_s
@@ -378,7 +481,159 @@ impl Report {
             traffic: None,
             notes: Vec::new(),
             stopped: None,
+            processes: None,
+            per_process: Vec::new(),
         }
+    }
+
+    /// One report of a run made of one process per island (`islands bench
+    /// --processes`): `parts[k]` is island `k`'s process's own report, each
+    /// run for the same warm-up and measured time from the same start.
+    ///
+    /// Counts are summed (commits, aborts by reason, retries, log bytes,
+    /// traffic), and so is throughput (each process's own rate over its own
+    /// measured time); rates and figures per transaction or per distributed
+    /// commit are divided again from the sums; the latency percentiles are
+    /// read from the sum of the processes' histograms. Notes every process
+    /// made are kept once, the others with their island. Refused: no parts,
+    /// parts of different workloads, or one without its latency histogram.
+    pub fn merge(parts: &[Report]) -> Result<Report, String> {
+        let Some(first) = parts.first() else {
+            return Err("no process reported".into());
+        };
+        let names = |r: &Report| {
+            r.per_type
+                .iter()
+                .map(|t| t.name.clone())
+                .collect::<Vec<_>>()
+        };
+        let reasons = |r: &Report| {
+            r.aborts_by_reason
+                .iter()
+                .map(|a| a.reason.clone())
+                .collect::<Vec<_>>()
+        };
+        for (k, p) in parts.iter().enumerate() {
+            if p.workload != first.workload || names(p) != names(first) {
+                return Err(format!(
+                    "island {k} ran '{}' ({}), island 0 '{}' ({})",
+                    p.workload,
+                    names(p).join(", "),
+                    first.workload,
+                    names(first).join(", ")
+                ));
+            }
+            if reasons(p) != reasons(first) {
+                return Err(format!(
+                    "island {k} counts other abort reasons than island 0"
+                ));
+            }
+        }
+        let mut latency: Option<Histogram<u64>> = None;
+        for (k, p) in parts.iter().enumerate() {
+            let h = p
+                .latency_histogram
+                .as_ref()
+                .ok_or_else(|| format!("island {k}'s report carries no latency histogram"))?
+                .histogram()
+                .map_err(|e| format!("island {k}: {e}"))?;
+            match &mut latency {
+                None => latency = Some(h),
+                Some(sum) => sum
+                    .add(&h)
+                    .map_err(|e| format!("island {k}'s latency histogram: {e:?}"))?,
+            }
+        }
+        let latency = latency.ok_or("no process reported")?;
+        let sum = |f: fn(&Report) -> u64| parts.iter().map(f).sum::<u64>();
+        let sum_f = |f: fn(&Report) -> f64| parts.iter().map(f).sum::<f64>();
+        let mut m = first.clone();
+        m.threads = parts.iter().map(|p| p.threads).sum();
+        m.measured_s = parts.iter().map(|p| p.measured_s).fold(0.0, f64::max);
+        m.committed = sum(|p| p.committed);
+        m.throughput_tps = sum_f(|p| p.throughput_tps);
+        for (ty, t) in m.per_type.iter_mut().enumerate() {
+            t.committed = parts.iter().map(|p| p.per_type[ty].committed).sum();
+            t.throughput_tps = parts.iter().map(|p| p.per_type[ty].throughput_tps).sum();
+            t.user_aborts = parts.iter().map(|p| p.per_type[ty].user_aborts).sum();
+        }
+        m.user_aborts = sum(|p| p.user_aborts);
+        m.aborts = sum(|p| p.aborts);
+        m.retries = sum(|p| p.retries);
+        m.distributed = sum(|p| p.distributed);
+        let attempts = m.committed + m.aborts + m.user_aborts;
+        let rate = |n: u64| {
+            if attempts > 0 {
+                n as f64 / attempts as f64
+            } else {
+                0.0
+            }
+        };
+        m.abort_rate = rate(m.aborts);
+        for (i, a) in m.aborts_by_reason.iter_mut().enumerate() {
+            a.count = parts.iter().map(|p| p.aborts_by_reason[i].count).sum();
+            a.rate = rate(a.count);
+        }
+        m.latency = latency_report(&latency);
+        m.latency_histogram = Some(LatencyHistogram::of(&latency));
+        m.cpu_process_s = sum_f(|p| p.cpu_process_s);
+        m.cores = parts.iter().map(|p| p.cores).max().unwrap_or(0);
+        let capacity_s = m.measured_s * m.cores as f64;
+        m.cpu_utilisation = if capacity_s > 0.0 {
+            m.cpu_process_s / capacity_s
+        } else {
+            0.0
+        };
+        m.log = merge_logs(parts);
+        m.host = None;
+        m.started_unix_s = parts.iter().map(|p| p.started_unix_s).min().unwrap_or(0);
+        m.phases = merge_phases(parts);
+        m.traffic = parts.iter().any(|p| p.traffic.is_some()).then(|| {
+            let t: Vec<TrafficSample> = parts
+                .iter()
+                .filter_map(|p| p.traffic.as_ref().map(TrafficReport::totals))
+                .collect();
+            let s = |f: fn(&TrafficSample) -> u64| t.iter().map(f).sum::<u64>();
+            TrafficReport::of_totals(&TrafficSample {
+                distributed_commits: s(|t| t.distributed_commits),
+                frames: s(|t| t.frames),
+                batches: s(|t| t.batches),
+                bytes: s(|t| t.bytes),
+                send_syscalls: s(|t| t.send_syscalls),
+                recv_syscalls: s(|t| t.recv_syscalls),
+            })
+        });
+        m.notes = Vec::new();
+        for (k, p) in parts.iter().enumerate() {
+            for n in &p.notes {
+                if parts.iter().all(|q| q.notes.contains(n)) {
+                    if !m.notes.contains(n) {
+                        m.notes.push(n.clone());
+                    }
+                } else {
+                    m.notes.push(format!("island {k}: {n}"));
+                }
+            }
+        }
+        m.stopped = parts
+            .iter()
+            .enumerate()
+            .find_map(|(k, p)| p.stopped.as_ref().map(|s| format!("island {k}: {s}")));
+        m.processes = Some(parts.len());
+        m.per_process = parts
+            .iter()
+            .enumerate()
+            .map(|(k, p)| ProcessShare {
+                island: k,
+                committed: p.committed,
+                throughput_tps: p.throughput_tps,
+                aborts: p.aborts,
+                distributed: p.distributed,
+                measured_s: p.measured_s,
+                cpu_process_s: p.cpu_process_s,
+            })
+            .collect();
+        Ok(m)
     }
 
     pub fn to_json_pretty(&self) -> String {
@@ -426,6 +681,18 @@ impl Report {
             rate_int(self.throughput_tps),
             thousands(self.committed)
         );
+        if let Some(n) = self.processes {
+            let each: Vec<String> = self
+                .per_process
+                .iter()
+                .map(|p| format!("island {} {} txn/s", p.island, rate_int(p.throughput_tps)))
+                .collect();
+            let _ = writeln!(
+                t,
+                "processes   {n}, one per island (throughput summed): {}",
+                each.join(", ")
+            );
+        }
         let name_width = self
             .per_type
             .iter()
@@ -581,6 +848,56 @@ impl Report {
     }
 }
 
+/// The processes' logs summed (`None` unless every process had one); the
+/// mean fdatasync is weighted by each process's fdatasyncs.
+fn merge_logs(parts: &[Report]) -> Option<LogReport> {
+    let logs: Vec<&LogReport> = parts
+        .iter()
+        .map(|p| p.log.as_ref())
+        .collect::<Option<_>>()?;
+    let mut m = LogReport::default();
+    let mut sync_ms = 0.0;
+    for l in logs {
+        m.bytes += l.bytes;
+        m.fdatasyncs += l.fdatasyncs;
+        sync_ms += l.fdatasync_mean_ms * l.fdatasyncs as f64;
+        m.checkpoints += l.checkpoints;
+        m.checkpoint_s += l.checkpoint_s;
+        m.checkpoints_failed += l.checkpoints_failed;
+        m.segment_bytes_end += l.segment_bytes_end;
+        m.checkpoint_bytes_end += l.checkpoint_bytes_end;
+    }
+    if m.fdatasyncs > 0 {
+        m.fdatasync_mean_ms = sync_ms / m.fdatasyncs as f64;
+    }
+    Some(m)
+}
+
+/// The processes' phases per transaction, weighted by their commits (`None`
+/// unless every process counted them).
+fn merge_phases(parts: &[Report]) -> Option<PhaseReport> {
+    let phases: Vec<(&PhaseReport, f64)> = parts
+        .iter()
+        .map(|p| p.phases.as_ref().map(|x| (x, p.committed as f64)))
+        .collect::<Option<_>>()?;
+    let total: f64 = phases.iter().map(|(_, c)| c).sum();
+    let per = |f: fn(&PhaseReport) -> f64| {
+        if total > 0.0 {
+            phases.iter().map(|(x, c)| f(x) * c).sum::<f64>() / total
+        } else {
+            0.0
+        }
+    };
+    Some(PhaseReport {
+        execution_us_per_txn: per(|x| x.execution_us_per_txn),
+        management_us_per_txn: per(|x| x.management_us_per_txn),
+        communication_us_per_txn: per(|x| x.communication_us_per_txn),
+        locking_us_per_txn: per(|x| x.locking_us_per_txn),
+        logging_us_per_txn: per(|x| x.logging_us_per_txn),
+        idle_us_per_txn: per(|x| x.idle_us_per_txn),
+    })
+}
+
 /// A rate rounded to a whole number with thousands separators.
 fn rate_int(per_s: f64) -> String {
     if per_s.is_finite() && per_s >= 0.0 {
@@ -590,8 +907,7 @@ fn rate_int(per_s: f64) -> String {
     }
 }
 
-fn latency_report(stats: &WorkerStats) -> LatencyReport {
-    let h = stats.latency_ns();
+fn latency_report(h: &Histogram<u64>) -> LatencyReport {
     if h.is_empty() {
         return LatencyReport::default();
     }
@@ -715,6 +1031,160 @@ mod tests {
             },
         };
         (Report::from_stats(&types, &a, run), a)
+    }
+
+    fn run_info(measured_s: u64, log: Option<LogReport>) -> RunInfo {
+        RunInfo {
+            workload: "micro".to_string(),
+            parameters: BTreeMap::new(),
+            deployment: "2 islands".to_string(),
+            threads: 1,
+            warmup: Duration::from_secs(1),
+            measured: Duration::from_secs(measured_s),
+            cpu_process: Duration::from_secs(measured_s),
+            cores: 2,
+            started: UNIX_EPOCH + Duration::from_secs(1_795_000_000),
+            log,
+            machine: Machine::default(),
+        }
+    }
+
+    #[test]
+    fn the_latency_histogram_round_trips_through_json_bucket_for_bucket() {
+        let (r, stats) = sample();
+        let kept = r.latency_histogram.clone().unwrap();
+        let back = kept.histogram().unwrap();
+        assert_eq!(back.len(), stats.latency_ns().len());
+        for q in [0.0, 0.25, 0.5, 0.9, 0.99, 0.999, 1.0] {
+            assert_eq!(
+                back.value_at_quantile(q),
+                stats.latency_ns().value_at_quantile(q),
+                "quantile {q}"
+            );
+        }
+        let json = Report::from_json(&r.to_json_pretty()).unwrap();
+        assert_eq!(json.latency_histogram, Some(kept));
+        // Damaged text is refused with what is wrong, never a panic.
+        for bad in ["12", "x:1", "5:y", "999999999999999:1"] {
+            let h = LatencyHistogram {
+                buckets: bad.into(),
+                ..r.latency_histogram.clone().unwrap()
+            };
+            let e = h.histogram().unwrap_err();
+            assert!(e.contains(bad), "{e}");
+        }
+        // A report written before the histogram was kept still reads.
+        let mut v: serde_json::Value = serde_json::from_str(&r.to_json_pretty()).unwrap();
+        v.as_object_mut().unwrap().remove("latency_histogram");
+        assert_eq!(
+            Report::from_json(&v.to_string()).unwrap().latency_histogram,
+            None
+        );
+    }
+
+    #[test]
+    fn reports_of_processes_merge_into_the_report_of_their_summed_stats() {
+        let types = TxnTypes::new(&["Read", "Update"]).unwrap();
+        // Island 0 fast and busy, island 1 slow: averaged percentiles would
+        // put the median far from where the commits are.
+        let mut a = WorkerStats::new();
+        let mut b = WorkerStats::new();
+        for us in 1..=3_000u64 {
+            a.record_commit((us % 2) as usize, us * 100);
+        }
+        for us in 1..=1_000u64 {
+            b.record_commit(1, 50_000 + us * 1_000);
+        }
+        for _ in 0..30 {
+            a.record_abort(AbortReason::LockConflict);
+        }
+        for _ in 0..10 {
+            b.record_abort(AbortReason::LockConflict);
+            b.record_retry();
+        }
+        b.record_user_abort(0);
+        let log = |bytes, syncs, ms| LogReport {
+            bytes,
+            fdatasyncs: syncs,
+            fdatasync_mean_ms: ms,
+            ..Default::default()
+        };
+        let mut ra = Report::from_stats(&types, &a, run_info(10, Some(log(1_000, 10, 1.0))));
+        let mut rb = Report::from_stats(&types, &b, run_info(8, Some(log(3_000, 30, 3.0))));
+        ra.traffic = Some(TrafficReport::of_totals(&TrafficSample {
+            distributed_commits: 100,
+            frames: 1_000,
+            batches: 400,
+            bytes: 50_000,
+            send_syscalls: 200,
+            recv_syscalls: 100,
+        }));
+        rb.traffic = Some(TrafficReport::of_totals(&TrafficSample {
+            distributed_commits: 300,
+            frames: 3_400,
+            batches: 800,
+            bytes: 150_000,
+            send_syscalls: 600,
+            recv_syscalls: 300,
+        }));
+        ra.notes = vec!["durability off".into(), "served 5".into()];
+        rb.notes = vec!["durability off".into(), "served 7".into()];
+        let m = Report::merge(&[ra.clone(), rb.clone()]).unwrap();
+
+        let mut both = a.clone();
+        both.merge(&b);
+        let whole = Report::from_stats(&types, &both, run_info(10, None));
+        assert_eq!(m.committed, 4_000);
+        assert_eq!(m.committed, whole.committed);
+        assert_eq!(
+            m.latency, whole.latency,
+            "percentiles of the summed histogram"
+        );
+        assert!(m.latency.p50_us < 250.0, "{:?}", m.latency);
+        assert_eq!(m.aborts, 40);
+        assert_eq!(m.aborts_by_reason, whole.aborts_by_reason);
+        assert_eq!(m.abort_rate, whole.abort_rate);
+        assert_eq!(m.retries, 10);
+        assert_eq!(m.user_aborts, 1);
+        assert_eq!(m.per_type[1].committed, whole.per_type[1].committed);
+        assert_eq!(m.per_type[0].user_aborts, 1);
+        // Throughput is each process's own rate, summed.
+        assert_eq!(m.throughput_tps, 3_000.0 / 10.0 + 1_000.0 / 8.0);
+        assert_eq!(m.measured_s, 10.0);
+        assert_eq!(m.threads, 2);
+        assert_eq!(m.cpu_process_s, 18.0);
+        let log = m.log.as_ref().unwrap();
+        assert_eq!((log.bytes, log.fdatasyncs), (4_000, 40));
+        assert_eq!(log.fdatasync_mean_ms, (10.0 + 90.0) / 40.0);
+        // Traffic is summed, then divided.
+        let x = m.traffic.as_ref().unwrap();
+        assert_eq!((x.distributed_commits, x.frames), (400, 4_400));
+        assert_eq!(x.frames_per_distributed_commit, 11.0);
+        assert_eq!(x.batches_per_distributed_commit, 3.0);
+        assert_eq!(x.send_syscalls_per_distributed_commit, 2.0);
+        assert_eq!(
+            m.notes,
+            vec!["durability off", "island 0: served 5", "island 1: served 7"]
+        );
+        assert_eq!(m.processes, Some(2));
+        assert_eq!(m.per_process.len(), 2);
+        assert_eq!(m.per_process[1].committed, 1_000);
+        assert!(m.render_table().contains("processes   2, one per island"));
+        let back = Report::from_json(&m.to_json_pretty()).unwrap();
+        assert_eq!(back, m);
+
+        // What cannot be merged is refused.
+        assert!(Report::merge(&[]).is_err());
+        let mut other = rb.clone();
+        other.workload = "ycsb".into();
+        assert!(Report::merge(&[ra.clone(), other])
+            .unwrap_err()
+            .contains("island 1"));
+        let mut old = rb;
+        old.latency_histogram = None;
+        assert!(Report::merge(&[ra, old])
+            .unwrap_err()
+            .contains("no latency histogram"));
     }
 
     #[test]

@@ -29,6 +29,8 @@ use islands_workloads::spec::WorkloadSpec;
 use islands_workloads::tpcc::{self, Mix, Tpcc, TpccConfig};
 use islands_workloads::ycsb::{self, Homes, Ycsb, YcsbConfig};
 
+use crate::bench_procs::{self, Procs};
+
 #[derive(Args)]
 #[command(
     after_help = "With no workload, runs YCSB with Silo's configuration (10,000,000 rows, 1 request per \
@@ -175,6 +177,25 @@ struct Common {
     /// with none measures what the transport costs when nothing crosses.
     #[arg(long, global = true, value_name = "KIND")]
     transport: Option<Kind>,
+    /// Run each island as an OS process of its own (micro, ycsb, tpcc; at least 2
+    /// islands), joined by --transport shm or uds (default uds; inproc is refused):
+    /// this program is started once per island, each process opens, loads and runs
+    /// its own island on its own cores, and their reports are merged (throughput
+    /// and counts summed, latency histograms added, traffic per distributed commit
+    /// from the sums). The JSON adds `processes` and each process's `per_process`.
+    #[arg(long, global = true)]
+    processes: bool,
+    /// Set by --processes on the process it starts for island K.
+    #[arg(long, global = true, hide = true, value_name = "K")]
+    island_process: Option<usize>,
+    /// Set by --processes: the run directory (deployment file, secret, sockets).
+    #[arg(long, global = true, hide = true, value_name = "DIR")]
+    run_dir: Option<PathBuf>,
+    /// Plan for a described machine instead of this one: `4x6` (sockets x cores),
+    /// `2x12x2` (x threads per core), or `sockets=2,numa=1,l3=1,cores=12,threads=2`.
+    /// Workers are not pinned.
+    #[arg(long, global = true, value_name = "SPEC")]
+    topology: Option<String>,
     /// Drive a running `islands serve` at ADDR over the network instead of an
     /// in-process deployment (ycsb, tpcb, tpcc or micro): PostgreSQL connections with prepared
     /// statements. The deployment options do not apply; the password, if the server
@@ -371,6 +392,36 @@ fn refuse_unused_by_ipc(m: Option<&clap::ArgMatches>) -> Result<(), Error> {
     Ok(())
 }
 
+/// Refuses what a run of one process per island cannot do.
+fn refuse_unused_by_processes(c: &Common, workload: Option<&WorkloadCmd>) -> Result<(), Error> {
+    let refuse = |why: &str| Err(Error::Config(format!("--processes: {why}")));
+    match workload {
+        Some(WorkloadCmd::Micro(_) | WorkloadCmd::Ycsb(_) | WorkloadCmd::Tpcc(_)) | None => {}
+        Some(_) => {
+            return refuse(
+                "runs micro, ycsb or tpcc, whose islands exchange messages (inserts, calls, \
+                 tpcb and ipc run in one process)",
+            )
+        }
+    }
+    if c.connect.is_some() {
+        return refuse("drives islands it starts itself; --connect drives a running server");
+    }
+    if c.resume {
+        return refuse("loads a fresh database in each process; --resume is for in-process runs");
+    }
+    if c.transport == Some(Kind::InProc) {
+        return refuse(
+            "--transport inproc joins islands of one process: give --transport uds (the \
+             default) or shm",
+        );
+    }
+    if c.island_process.is_some() != c.run_dir.is_some() {
+        return refuse("--island-process and --run-dir go together (set by --processes)");
+    }
+    Ok(())
+}
+
 /// `m`: bench's own matches (which options were given, not defaulted).
 pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunError> {
     let c = args.common.clone();
@@ -378,6 +429,9 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
         refuse_unused_by_ipc(m)?;
         return crate::ipc_cmd::run_ipc(a, c.duration, c.warmup, c.json.as_deref())
             .map_err(|e| Error::Config(e).into());
+    }
+    if c.processes || c.island_process.is_some() {
+        refuse_unused_by_processes(&c, args.workload.as_ref())?;
     }
     if let Some(addr) = c.connect {
         let w = match &args.workload {
@@ -460,6 +514,15 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
                 .into(),
         ).into());
     }
+    if c.topology.is_some()
+        && (c.connect.is_some() || matches!(args.workload, Some(WorkloadCmd::Calls(_))))
+    {
+        return Err(Error::Config(
+            "--topology plans the deployment of an in-process run: not with --connect or calls"
+                .into(),
+        )
+        .into());
+    }
     if let Some(WorkloadCmd::Calls(a)) = &args.workload {
         let shape = crate::calls_cmd::Shape {
             islands: c.islands.clone().unwrap_or_else(|| "1".into()),
@@ -517,6 +580,22 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
             .or_else(|| file.as_ref().and_then(|f| f.workers_per_island)),
         ..c
     };
+    // One process per island: islands joined by a transport between
+    // processes (so the distributed executor, even at 0% multisite), and a
+    // child that keeps its stdout for its parent.
+    let c = if c.processes || c.island_process.is_some() {
+        Common {
+            transport: Some(c.transport.unwrap_or(Kind::Uds)),
+            progress: if c.island_process.is_some() {
+                "quiet".into()
+            } else {
+                c.progress.clone()
+            },
+            ..c
+        }
+    } else {
+        c
+    };
     // Each worker is a thread: a typo such as 4000000000 would allocate its
     // specs (gigabytes) and then try to start them all.
     if let Some(w) = c.workers_per_island {
@@ -566,7 +645,14 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
     let checkpoint = checkpoint_policy(&c, file.as_ref())?;
 
     // The deployment: plan it on this machine's topology.
-    let topology = Topology::discover().map_err(Error::from)?;
+    let topology = match &c.topology {
+        Some(t) => {
+            Topology::described(t).map_err(|e| Error::Config(format!("--topology {t}: {e}")))?
+        }
+        None => Topology::discover().map_err(Error::from)?,
+    };
+    // A described machine's CPUs need not be this one's.
+    let pin = !c.no_pin && c.topology.is_none();
     let islands_label = match (&c.islands, &file) {
         (Some(l), _) => Islands::parse(l).map_err(Error::from)?,
         (None, Some(f)) => f.islands.clone(),
@@ -599,11 +685,26 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
         };
     spec.cc = c.cc.clone();
     spec.durability = durability.to_string();
+    // One process per island: the parent's run directory (made here and
+    // removed when the run ends), or a child's reading of the one it is given.
+    let procs = match (c.island_process, &c.run_dir) {
+        (Some(k), Some(dir)) => Some(bench_procs::child(k, dir)?),
+        _ if c.processes => {
+            let kind = c.transport.unwrap_or(Kind::Uds);
+            Some(Procs::Parent {
+                dir: bench_procs::RunDir::create()?,
+                kind,
+            })
+        }
+        _ => None,
+    };
     // A temporary log directory is ours to remove; a given one is the user's.
-    let (log_base, temp_log) = match (&c.log_dir, durability) {
-        (_, Durability::Off) => (None, false),
-        (Some(d), _) => (Some(d.clone()), false),
-        (None, _) => {
+    let (log_base, temp_log) = match (&c.log_dir, durability, &procs) {
+        (_, Durability::Off, _) => (None, false),
+        (Some(d), _, _) => (Some(d.clone()), false),
+        // Under the run directory of a run of processes, removed with it.
+        (None, _, Some(p)) => (Some(p.run_dir().join("logs")), false),
+        (None, _, None) => {
             let d = std::env::temp_dir().join(format!("islands-bench-{}", std::process::id()));
             (Some(d), true)
         }
@@ -643,10 +744,31 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
         }
     }
     let plan = deploy::plan(&topology, &spec).map_err(Error::from)?;
-    // Every island of one database shares its deployment id: a new one, or the one of
-    // the database a run resumes (each island's open checks it against its directory).
-    let deployment = match (&log_base, c.resume) {
-        (Some(base), true) => resumed_deployment(base, plan.islands().len())?,
+    if let Some(p) = &procs {
+        let n = plan.islands().len();
+        if n < 2 {
+            return Err(Error::Config(
+                "--processes runs one process per island, and this plan has one island: give \
+                 --islands 2 (or per-core, per-l3, ...)"
+                    .into(),
+            )
+            .into());
+        }
+        if let Procs::Child { island, .. } = p {
+            if *island >= n {
+                return Err(Error::Config(format!(
+                    "--island-process {island}: the plan has {n} islands"
+                ))
+                .into());
+            }
+        }
+    }
+    // Every island of one database shares its deployment id: a new one, the one of
+    // the database a run resumes (each island's open checks it against its directory),
+    // or the one of a run of processes.
+    let deployment = match (&log_base, c.resume, &procs) {
+        (Some(base), true, _) => resumed_deployment(base, plan.islands().len())?,
+        (_, _, Some(p)) => p.deployment(),
         _ => islands::wal::new_deployment_id(),
     };
     let mut configs: Vec<IslandConfig> = Vec::new();
@@ -680,7 +802,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
                 island: i,
                 // In the placement's order: under spread, consecutive workers
                 // of one island run on different sockets.
-                cpu: ip.worker_cpu(j).filter(|_| !c.no_pin).map(|c| c as usize),
+                cpu: ip.worker_cpu(j).filter(|_| pin).map(|c| c as usize),
             });
         }
     }
@@ -691,7 +813,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
         inflight: c.inflight,
         seed: c.seed,
         display,
-        pin: !c.no_pin,
+        pin,
         phases: c.phases,
         workload_name: String::new(),
         parameters: Default::default(),
@@ -780,6 +902,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
                 quiet,
                 router.map(|r| (r, copts, c.transport.unwrap_or_default())),
                 c.resume,
+                procs.as_ref(),
                 |_, _| {},
             )
         }
@@ -860,6 +983,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
                 quiet,
                 router.map(|r| (r, copts, c.transport.unwrap_or_default())),
                 c.resume,
+                procs.as_ref(),
                 |_, _| {},
             )
         }
@@ -942,6 +1066,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
                 quiet,
                 router.map(|r| (r, copts, c.transport.unwrap_or_default())),
                 c.resume,
+                procs.as_ref(),
                 // Payments number their history rows after those the database holds.
                 |w, islands| w.continue_history(&islands.iter().collect::<Vec<_>>()),
             )
@@ -989,6 +1114,7 @@ pub fn run(args: &BenchArgs, m: Option<&clap::ArgMatches>) -> Result<(), RunErro
                 quiet,
                 None,
                 c.resume,
+                None,
                 // Each client goes on after the records its table holds.
                 |w, islands| {
                     for (i, spec) in workers.iter().enumerate() {
@@ -1054,6 +1180,10 @@ pub(crate) fn test_log_device() -> Result<Option<CappedDevice>, Error> {
 /// the load durable with a checkpoint when the log is on, and runs the workload.
 /// With `resume`, the islands are recovered from their logs instead of loaded, and
 /// `on_resume` sets the workload up to go on from what they hold.
+///
+/// With `procs` (`--processes`), the parent opens no island: it starts one
+/// process per island and merges their reports; a child opens, loads and
+/// runs only its own island (see [`bench_procs`]).
 #[allow(clippy::too_many_arguments)]
 fn execute<W: Workload + 'static>(
     configs: Vec<IslandConfig>,
@@ -1068,8 +1198,17 @@ fn execute<W: Workload + 'static>(
     quiet: bool,
     cluster: Option<(Arc<dyn Router>, ClusterOptions, Kind)>,
     resume: bool,
+    procs: Option<&Procs>,
     on_resume: impl FnOnce(&W, &[Island]),
 ) -> Result<(), RunError> {
+    // A child of a run of processes has one island of the deployment.
+    let configs: Vec<IslandConfig> = match procs {
+        Some(Procs::Child { island, .. }) => configs
+            .into_iter()
+            .filter(|c| c.island_id as usize == *island)
+            .collect(),
+        _ => configs,
+    };
     // Every refusal before any island opens: opening one creates its
     // directory, a lock file and a segment.
     let holds = |d: &std::path::Path| {
@@ -1120,6 +1259,18 @@ fn execute<W: Workload + 'static>(
             .map_or_else(|| "unknown".into(), memory::gib),
         sizing.growth.map(|g| format!("; {g}")).unwrap_or_default()
     );
+    if let Some(Procs::Parent { dir, kind }) = procs {
+        let probe_at = if dcfg.pin { probe_cpus(workers) } else { None };
+        return bench_procs::run_parent(
+            dir,
+            *kind,
+            plan.islands().len(),
+            probe_at,
+            json,
+            quiet,
+            vec![memory_note],
+        );
+    }
     let names: Vec<String> = configs.iter().map(|c| c.name.clone()).collect();
     let expect = if resume {
         Expect::Recover
@@ -1133,6 +1284,30 @@ fn execute<W: Workload + 'static>(
         }
     }
     let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    if let Some(Procs::Child { island, processes }) = procs {
+        let Some((router, opts, _)) = cluster else {
+            return Err(Error::Config(
+                "--processes: this run's islands exchange no messages".into(),
+            )
+            .into());
+        };
+        let n = plan.islands().len();
+        let first = islands
+            .first()
+            .ok_or_else(|| Error::Config(format!("island {island} was not opened")))?;
+        // Linked before the load, so that the peers connect meanwhile.
+        let linked = bench_procs::link(*island, processes, first, workers, n, opts.mailbox_depth)?;
+        let cpu = plan.islands()[*island]
+            .cpus
+            .as_ref()
+            .and_then(|s| s.iter().next())
+            .map(|c| c as usize)
+            .filter(|_| dcfg.pin);
+        load_islands(&islands, |_| cpu, &load)?;
+        return bench_procs::run_child(
+            *island, opened, linked, workers, n, workload, dcfg, router, opts,
+        );
+    }
     if resume {
         let in_doubt: usize = opened.iter().map(|(_, r)| r.in_doubt.len()).sum();
         if in_doubt > 0 && cluster.is_none() {
@@ -1311,8 +1486,8 @@ fn check_memory(
 ) -> Result<u64, Error> {
     let mut by_table: std::collections::BTreeMap<String, u64> = Default::default();
     let mut total = 0u64;
-    for (i, cfg) in configs.iter().enumerate() {
-        let concurrent = cfg.workers > 1;
+    for cfg in configs {
+        let (i, concurrent) = (cfg.island_id as usize, cfg.workers > 1);
         for (def, n) in tables(i).iter().zip(rows(i)) {
             let b = def.memory_bytes(n, concurrent);
             total = total.saturating_add(b);

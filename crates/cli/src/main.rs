@@ -2,6 +2,7 @@
 
 mod args;
 mod bench_cmd;
+mod bench_procs;
 mod calls_cmd;
 mod check_cmd;
 mod connect_cmd;

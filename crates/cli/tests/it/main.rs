@@ -1,6 +1,7 @@
 //! End-to-end tests of the `islands` binary.
 
 mod bad_input;
+mod bench_processes;
 mod checkpoints;
 mod control;
 mod dead_log;
