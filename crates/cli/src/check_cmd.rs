@@ -6,17 +6,24 @@
 //! byte to the directory ([`islands::wal::read_only`]), resolves the branches of
 //! distributed transactions that a crash left in doubt from the logs' commit decisions
 //! (as the coordinators would: presumed abort), and checks the workload's invariants.
+//! Over the logs of several islands it also checks two-phase commit: every island
+//! logged the same decision for each distributed transaction, and no gtid names two
+//! transactions (see [`check_two_pc`]).
 //! A repair is the one command that cuts a damaged log, and it says what it dropped.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::Args;
+use islands::coord::{home_of, Gtid, LogRec};
 use islands::island::Island;
 use islands::wal::{self, Durability, LogIdentity, OnDamage, Wal, WalConfig};
 use islands::Error;
 use islands_workloads::spec::{self, WorkloadSpec};
 
-use crate::recovery::{control_of, island_dirs, name_of, recover_read_only, report, Dirs};
+use crate::recovery::{
+    control_of, island_dirs, name_of, recover_read_only, report, Dirs, Recovered,
+};
 
 /// Exit code of `islands repair` when it cut damaged log (acknowledged work may be lost).
 pub const EXIT_LOG_CUT: u8 = 3;
@@ -24,7 +31,11 @@ pub const EXIT_LOG_CUT: u8 = 3;
 #[derive(Args)]
 pub struct CheckArgs {
     /// The log directory of an `islands bench --durability sync|async --log-dir DIR` run (all
-    /// its islands, DIR/island-<i>), or one island's DIR/island-<i>.
+    /// its islands, DIR/island-<i>), or one island's DIR/island-<i>. Given all the islands,
+    /// the check also reads their two-phase-commit records: every island that logged a
+    /// decision for a distributed transaction logged the same one, and no log prepares,
+    /// decides or ends one gtid more often than a single transaction would (a gtid used
+    /// twice). Checkpoints truncate the logs: only the records still in them are checked.
     #[arg(long)]
     log_dir: PathBuf,
 }
@@ -75,11 +86,12 @@ pub fn run_check(a: &CheckArgs) -> Result<bool, Error> {
         return crate::tpcc_cmd::check(&a.log_dir, None, None);
     }
     let r = recover_read_only(&a.log_dir, |_, _| Ok(()))?;
+    let agreed = check_two_pc(&r);
     if let WorkloadSpec::Served(b) = &r.specs[0] {
         // One island's directory is the whole database when it is the only one.
         let whole = r.whole || control_of(&r.dirs[0])?.islands == 1;
         let c = b.check_islands(&r.islands(), whole);
-        return report(&c.violations, &format!("consistent: {}", c.checked));
+        return Ok(report(&c.violations, &format!("consistent: {}", c.checked))? && agreed);
     }
     let pairs: Vec<(&Island, &WorkloadSpec)> =
         r.islands.iter().map(|(i, _)| i).zip(&r.specs).collect();
@@ -89,10 +101,171 @@ pub fn run_check(a: &CheckArgs) -> Result<bool, Error> {
     } else {
         format!("island {}", name_of(&r.dirs[0]))
     };
-    report(
+    let held = report(
         &violations,
         &format!("{} invariants hold on {what}", r.specs[0].name()),
-    )
+    )?;
+    Ok(held && agreed)
+}
+
+/// Checks the two-phase-commit records of the recovered logs ([`two_pc_violations`]) and
+/// prints what it found: `2PC: N distributed transactions, every island agrees`, or each
+/// violation. Nothing is printed for logs without 2PC records of one island alone. True
+/// when there is no violation.
+pub(crate) fn check_two_pc(r: &Recovered) -> bool {
+    let logs: Vec<IslandLog> = r
+        .islands
+        .iter()
+        .zip(&r.dirs)
+        .enumerate()
+        .map(|(i, ((_, rep), dir))| IslandLog {
+            island: rep.control.as_ref().map_or(i as u32, |c| c.island),
+            name: name_of(dir),
+            records: &rep.two_pc,
+        })
+        .collect();
+    let (gtids, violations) = two_pc_violations(&logs);
+    if violations.is_empty() {
+        if logs.len() > 1 {
+            println!("2PC: {gtids} distributed transactions, every island agrees");
+        } else if gtids > 0 {
+            println!(
+                "2PC: {gtids} distributed transactions in {}'s log, no gtid used twice",
+                logs[0].name
+            );
+        }
+        return true;
+    }
+    for v in &violations {
+        println!("violation: 2PC: {v}");
+    }
+    println!(
+        "2PC: {} violation(s) in {gtids} distributed transactions",
+        violations.len()
+    );
+    false
+}
+
+/// One island's two-phase-commit records, in log order.
+pub(crate) struct IslandLog<'a> {
+    pub island: u32,
+    pub name: String,
+    pub records: &'a [LogRec],
+}
+
+/// What one log holds of one gtid.
+#[derive(Default)]
+struct Logged {
+    prepares: u32,
+    commits: u32,
+    aborts: u32,
+    ends: u32,
+}
+
+/// The distributed transactions the logs name (distinct gtids) and every way the logs
+/// break two-phase commit (presumed abort, see `islands::coord`):
+///
+/// - islands logged different decisions for one gtid, or one island both;
+/// - a log prepares a gtid twice, or decides it more often than its roles there do: a
+///   participant decides its branch once, and its home island twice at most (the
+///   coordinator's commit decision, and its own branch's); a gtid named by two
+///   transactions, as an island that restarted and handed out a gtid again would make;
+/// - a log ends a gtid twice, or an island other than its home ends it (only the
+///   coordinator writes `End`).
+///
+/// The order of records within a log is not checked: a branch's records may go to the log
+/// in different batches than its coordinator's.
+pub(crate) fn two_pc_violations(logs: &[IslandLog<'_>]) -> (usize, Vec<String>) {
+    // For each gtid, what each log (by position in `logs`) holds of it.
+    let mut seen: BTreeMap<Gtid, Vec<(usize, Logged)>> = BTreeMap::new();
+    for (at, log) in logs.iter().enumerate() {
+        for r in log.records {
+            let per = seen.entry(r.gtid()).or_default();
+            if per.last().is_none_or(|(i, _)| *i != at) {
+                per.push((at, Logged::default()));
+            }
+            let Some((_, l)) = per.last_mut() else {
+                continue;
+            };
+            match *r {
+                LogRec::Prepare { .. } => l.prepares += 1,
+                LogRec::Decision { commit: true, .. } => l.commits += 1,
+                LogRec::Decision { commit: false, .. } => l.aborts += 1,
+                LogRec::End { .. } => l.ends += 1,
+            }
+        }
+    }
+    let mut v = Vec::new();
+    for (&g, per) in &seen {
+        let home = u32::from(home_of(g));
+        let what = format!("gtid {g:#x} (home island {home})");
+        let (mut commit_by, mut abort_by) = (Vec::new(), Vec::new());
+        for (at, l) in per {
+            let log = &logs[*at];
+            let name = &log.name;
+            if l.commits > 0 {
+                commit_by.push(log);
+            }
+            if l.aborts > 0 {
+                abort_by.push(log);
+            }
+            if l.commits > 0 && l.aborts > 0 {
+                v.push(format!(
+                    "{what}: {name} logged both commit ({}x) and abort ({}x)",
+                    l.commits, l.aborts
+                ));
+            }
+            if l.prepares > 1 {
+                v.push(format!(
+                    "{what}: {name}'s log prepares it {} times: one gtid names several \
+                     transactions",
+                    l.prepares
+                ));
+            }
+            let most = if log.island == home { 2 } else { 1 };
+            if l.commits > most || l.aborts > 1 {
+                v.push(format!(
+                    "{what}: {name}'s log decides it {} times (at most {most} at {}): one gtid \
+                     names several transactions",
+                    l.commits + l.aborts,
+                    if most == 2 {
+                        "its home island"
+                    } else {
+                        "a participant"
+                    }
+                ));
+            }
+            if l.ends > 1 {
+                v.push(format!(
+                    "{what}: {name}'s log ends it {} times: one gtid names several transactions",
+                    l.ends
+                ));
+            }
+            if l.ends > 0 && log.island != home {
+                v.push(format!(
+                    "{what}: {name} logged its End, which only its home island's coordinator \
+                     writes"
+                ));
+            }
+        }
+        let split = commit_by
+            .iter()
+            .any(|c| abort_by.iter().any(|a| a.island != c.island));
+        if split {
+            let names = |logs: &[&IslandLog]| {
+                logs.iter()
+                    .map(|l| l.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            v.push(format!(
+                "{what}: the islands disagree: commit logged by {}, abort logged by {}",
+                names(&commit_by),
+                names(&abort_by)
+            ));
+        }
+    }
+    (seen.len(), v)
 }
 
 /// `islands repair`: Ok(true) when some log lost records (it was cut at damage, or ends
@@ -210,5 +383,119 @@ fn list(ids: &[u64]) -> String {
         format!("{} and {more} more", shown.join(" "))
     } else {
         shown.join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use islands::coord::gtid;
+
+    fn prepare(g: Gtid) -> LogRec {
+        LogRec::Prepare { gtid: g }
+    }
+    fn decide(g: Gtid, commit: bool) -> LogRec {
+        LogRec::Decision { gtid: g, commit }
+    }
+    fn end(g: Gtid) -> LogRec {
+        LogRec::End { gtid: g }
+    }
+
+    fn check(logs: &[Vec<LogRec>]) -> (usize, Vec<String>) {
+        let logs: Vec<IslandLog> = logs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| IslandLog {
+                island: i as u32,
+                name: format!("island-{i}"),
+                records: r,
+            })
+            .collect();
+        two_pc_violations(&logs)
+    }
+
+    /// What a run logs: a commit with the home's own branch (two commit decisions at
+    /// the home), an abort a participant logged alone, a commit whose home log a
+    /// checkpoint cut, and a branch left in doubt.
+    #[test]
+    fn a_deployment_that_kept_the_protocol_passes() {
+        let (a, b, c, d) = (gtid(0, 1), gtid(0, 2), gtid(1, 7), gtid(2, 9));
+        let logs = [
+            vec![
+                prepare(a),
+                decide(a, true),
+                decide(a, true),
+                end(a),
+                prepare(d),
+            ],
+            vec![prepare(a), decide(a, true), prepare(b), decide(b, false)],
+            vec![prepare(c), decide(c, true)],
+        ];
+        assert_eq!(check(&logs), (4, vec![]));
+    }
+
+    #[test]
+    fn islands_that_logged_different_decisions_are_named() {
+        let g = gtid(0, 5);
+        let logs = [
+            vec![prepare(g), decide(g, true)],
+            vec![],
+            vec![prepare(g), decide(g, false)],
+        ];
+        let (n, v) = check(&logs);
+        assert_eq!(n, 1);
+        assert_eq!(
+            v,
+            [format!(
+                "gtid {g:#x} (home island 0): the islands disagree: commit logged by island-0, \
+                 abort logged by island-2"
+            )]
+        );
+    }
+
+    #[test]
+    fn one_island_that_logged_both_decisions_is_named() {
+        let g = gtid(1, 3);
+        let (_, v) = check(&[vec![prepare(g), decide(g, false), decide(g, true)]]);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].contains("island-0 logged both commit (1x) and abort (1x)"),
+            "{v:?}"
+        );
+    }
+
+    /// A gtid handed out again by a later incarnation of its home: a second Prepare at
+    /// a participant, a third commit decision at the home, a second End.
+    #[test]
+    fn a_gtid_used_twice_is_named() {
+        let g = gtid(0, 4);
+        let twice = [prepare(g), decide(g, true)].repeat(2);
+        let (_, v) = check(&[vec![], twice]);
+        assert!(
+            v.iter()
+                .any(|v| v.contains("island-1's log prepares it 2 times")),
+            "{v:?}"
+        );
+        assert!(
+            v.iter()
+                .any(|v| v
+                    .contains("island-1's log decides it 2 times (at most 1 at a participant)")),
+            "{v:?}"
+        );
+        let home = [prepare(g), decide(g, true), decide(g, true), end(g)].repeat(2);
+        let (_, v) = check(&[home, vec![]]);
+        assert!(
+            v.iter()
+                .any(|v| v.contains("decides it 4 times (at most 2 at its home island)")),
+            "{v:?}"
+        );
+        assert!(v.iter().any(|v| v.contains("ends it 2 times")), "{v:?}");
+    }
+
+    #[test]
+    fn an_end_away_from_the_home_island_is_named() {
+        let g = gtid(2, 1);
+        let (_, v) = check(&[vec![end(g)]]);
+        assert!(v[0].contains("island-0 logged its End"), "{v:?}");
     }
 }

@@ -82,6 +82,7 @@ pub fn check(base: &Path, warehouses: Option<u32>, max_orders: Option<u32>) -> R
         Ok(())
     })?;
     let cfg = r.specs[0].tpcc().expect("checked: TPC-C");
+    let agreed = crate::check_cmd::check_two_pc(&r);
     let islands = r.islands();
     // The warehouses the islands hold, as their rows say.
     let mut found = 0;
@@ -132,7 +133,7 @@ pub fn check(base: &Path, warehouses: Option<u32>, max_orders: Option<u32>) -> R
             cfg.warehouses
         )
     };
-    report(&violations, &ok)
+    Ok(report(&violations, &ok)? && agreed)
 }
 
 /// The warehouses an island holds, as its rows say; `None` when it holds none.
