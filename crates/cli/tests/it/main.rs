@@ -7,6 +7,7 @@ mod dead_log;
 mod docs;
 mod durability;
 mod experiments;
+mod forwarding;
 mod multisite;
 mod placement;
 mod processes;
