@@ -8,6 +8,7 @@ mod dead_log;
 mod docs;
 mod durability;
 mod experiments;
+mod forwarding;
 mod multisite;
 mod placement;
 mod processes;

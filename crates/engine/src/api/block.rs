@@ -56,6 +56,26 @@ pub trait Statement: Send + Sync + 'static {
     fn name(&self) -> &str {
         "statement"
     }
+
+    /// The SQL text and bound parameters that rebuild this statement in
+    /// another process of the deployment, through the compiler installed
+    /// there ([`super::Deployment::set_statement_compiler`]). Run alone
+    /// with its home on an island of another process, a statement is
+    /// forwarded there only if it has them; `None` (the default): it fails
+    /// with [`CallError::Elsewhere`].
+    fn source(&self) -> Option<(&str, &[Value])> {
+        None
+    }
+
+    /// Rows its last run affected (a command tag's count): what the home
+    /// of a forwarded statement sends back beside its rows. 0 by default.
+    fn affected(&self) -> u64 {
+        0
+    }
+
+    /// It was forwarded, and its copy at its home affected `n` rows: what
+    /// [`Statement::affected`] answers from now on. Nothing by default.
+    fn set_affected(&self, _n: u64) {}
 }
 
 /// What a statement of a block runs.

@@ -119,7 +119,10 @@ impl Client {
     /// island), retried on conflicts as calls are, cancelled by `cancel` as
     /// [`Client::call_async_cancelable`] is; answered once durable, like
     /// [`Client::call_async`]. Errors name the statement by
-    /// [`Statement::name`](super::Statement::name).
+    /// [`Statement::name`](super::Statement::name). A `home` that another
+    /// process runs gets the statement forwarded if it has a
+    /// [`Statement::source`](super::Statement::source) (else
+    /// [`CallError::Elsewhere`]).
     pub fn run_async(
         &self,
         stmt: Arc<dyn super::Statement>,
@@ -136,12 +139,30 @@ impl Client {
             return fail(self.inner.closed_error());
         }
         let n = next_spread();
-        let island = match self.inner.island_for(home, n, stmt.name()) {
-            Ok(i) => i,
+        let (mailbox, forward) = match self.inner.island_for(home, n, stmt.name()) {
+            Ok(island) => {
+                let first = &self.inner.first;
+                (
+                    first[island] + n % (first[island + 1] - first[island]),
+                    None,
+                )
+            }
+            // Homed on another process's island: a local executor forwards
+            // it there, if it can be rebuilt there and the island is up.
+            Err(CallError::Elsewhere { island })
+                if self.inner.forwards && stmt.source().is_some() =>
+            {
+                let mailboxes = &self.inner.mailboxes;
+                if mailboxes[0].island_down(island) {
+                    return fail(CallError::IslandDown {
+                        procedure: stmt.name().to_string(),
+                        island: island as u16,
+                    });
+                }
+                (n % mailboxes.len(), Some(island))
+            }
             Err(e) => return fail(e),
         };
-        let first = &self.inner.first;
-        let mailbox = first[island] + n % (first[island + 1] - first[island]);
         let (tx, rx) = oneshot::channel();
         CallFuture {
             inner: Arc::clone(&self.inner),
@@ -152,7 +173,7 @@ impl Client {
                     stmt: Some(stmt),
                     reply: Reply::Caller(tx),
                     cancel: cancel.cloned(),
-                    forward: None,
+                    forward,
                 },
                 mailbox,
             )),

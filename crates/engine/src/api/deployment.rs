@@ -86,7 +86,22 @@ pub struct Options {
     /// cannot see its peers' directories, so a process that must not load a
     /// lost island afresh beside loaded peers says [`Expect::Recover`].
     pub expect: Expect,
+    /// How long a call or statement forwarded to an island of another
+    /// process waits for its answer before it fails with
+    /// [`CallError::OutcomeUnknown`] (10 s): the bound on a lost CALL or
+    /// CALL_REPLY while both processes stay up. Long enough for any call
+    /// that runs; a home that goes down fails its calls sooner
+    /// ([`CallError::IslandDown`]).
+    pub forward_timeout: Duration,
+    /// Wraps the transport to the deployment's other processes (with
+    /// [`Options::island`]) before the executors use it: a seam for tests
+    /// that lose chosen batches. `None`: the transport as it is.
+    #[doc(hidden)]
+    pub wrap_transport: Option<TransportWrap>,
 }
+
+/// See [`Options::wrap_transport`].
+pub type TransportWrap = Arc<dyn Fn(Arc<dyn Transport>) -> Arc<dyn Transport> + Send + Sync>;
 
 impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -103,6 +118,8 @@ impl std::fmt::Debug for Options {
             .field("deadlock_timeout", &self.deadlock_timeout)
             .field("island", &self.island)
             .field("expect", &self.expect)
+            .field("forward_timeout", &self.forward_timeout)
+            .field("wrap_transport", &self.wrap_transport.is_some())
             .finish()
     }
 }
@@ -123,6 +140,8 @@ impl Options {
             deadlock_timeout: Duration::from_secs(1),
             island: None,
             expect: Expect::Either,
+            forward_timeout: Duration::from_secs(10),
+            wrap_transport: None,
         }
     }
 }
@@ -513,6 +532,9 @@ pub(crate) struct Inner {
     /// Calls homed on another process's island are forwarded there (some
     /// islands run in other processes).
     pub(crate) forwards: bool,
+    /// Rebuilds the statements other processes forward here
+    /// ([`Deployment::set_statement_compiler`]).
+    pub(crate) compiler: std::sync::OnceLock<super::forward::StatementCompiler>,
 }
 
 impl Inner {
@@ -1135,6 +1157,7 @@ impl Deployment {
             max_branches: ((opts.txns_per_worker + opts.commits_per_worker) * total)
                 .clamp(64, 3000),
             blocks: opts.blocks_per_worker,
+            forward_timeout: opts.forward_timeout,
             ..Default::default()
         };
         // The islands this process runs.
@@ -1251,7 +1274,11 @@ impl Deployment {
                 id.hello(k, &w32),
                 copts.mailbox_depth,
             )?;
-            copts.transports = vec![t.transport(); n];
+            let transport = match &opts.wrap_transport {
+                Some(wrap) => wrap(t.transport()),
+                None => t.transport(),
+            };
+            copts.transports = vec![transport; n];
             process_transport = Some(t);
             let f = Arc::new(super::forward::Forwarder::new());
             copts.forward = Some(Arc::clone(&f) as Arc<dyn crate::executor::forward::Forwarding>);
@@ -1326,6 +1353,7 @@ impl Deployment {
             epoch: Instant::now(),
             committed: (0..ends.len()).map(|_| ProgressCounter::new()).collect(),
             forwards: forwarder.is_some(),
+            compiler: std::sync::OnceLock::new(),
         });
         if let Some(f) = &forwarder {
             let endpoints = (0..n)
@@ -1393,6 +1421,16 @@ impl Deployment {
             threads,
             peers: process_transport,
         })
+    }
+
+    /// Installs how this process rebuilds a statement that another process
+    /// of the deployment forwards here (its SQL text and parameters, see
+    /// [`Statement::source`]); a server installs its SQL compiler. Until
+    /// one is installed, such a statement fails with
+    /// [`CallError::Failed`]. The first one installed stays: `false` if one
+    /// was installed before.
+    pub fn set_statement_compiler(&self, compile: super::forward::StatementCompiler) -> bool {
+        self.inner.compiler.set(compile).is_ok()
     }
 
     /// The plan the deployment runs.

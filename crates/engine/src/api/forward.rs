@@ -1,6 +1,7 @@
 //! Calls forwarded between the processes of a deployment: a call of a
-//! procedure homed on an island that another process runs goes there over
-//! the island transport, and its answer comes back.
+//! procedure, or a statement run alone, homed on an island that another
+//! process runs goes there over the island transport, and its answer comes
+//! back.
 //!
 //! The caller's side: [`super::Client`] puts such a call in the `forwards`
 //! queue of one of this process's mailboxes (spread as calls are); that
@@ -10,7 +11,21 @@
 //! (replies go to the endpoint that sent the CALL). A canceled call (its
 //! [`CancelFlag`] set, or its future dropped) sends CALL_CANCEL; a call whose
 //! home island goes down fails with [`CallError::IslandDown`] in the round
-//! that sees it down, and a new one fails at once ([`super::Client`]).
+//! that sees it down, and a new one fails at once ([`super::Client`]). A
+//! call whose answer does not come within the port's timeout
+//! ([`crate::executor::ClusterOptions::forward_timeout`]) while its island
+//! stays up (a CALL or CALL_REPLY lost: the engine tolerates lost batches)
+//! fails with [`CallError::OutcomeUnknown`]: it may have committed at its
+//! home, so it is not an error its caller may retry blindly. The deadline is
+//! checked in the same scan as cancels, every [`SCAN_US`] while calls are in
+//! flight, over the calls in flight only.
+//!
+//! Statements: a [`Statement`] that has a source ([`Statement::source`]:
+//! its SQL text and bound parameters) goes as a STMT frame; the home
+//! rebuilds it with the deployment's [`StatementCompiler`] (installed by the
+//! server) and runs it as a call, and its answer carries, after its rows,
+//! the count of rows it affected, which the caller's statement is told
+//! ([`Statement::set_affected`]) for its command tag.
 //!
 //! The home's side: the executor that receives a CALL pushes it into its own
 //! mailbox's call queue, as a local caller would, with a cancel flag that a
@@ -29,7 +44,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
+use super::block::Statement;
 use super::deployment::{Answer, Call, CancelFlag, Inner, Reply};
 use super::value::Value;
 use super::CallError;
@@ -39,8 +56,17 @@ use crate::route::IslandId;
 use crate::transport::wire::{self, ErrorParts, Frame};
 use crate::transport::{Endpoint, MAX_FRAME};
 
-/// How often (µs of the executor's clock) a port looks for canceled calls.
-const CANCEL_SCAN_US: u64 = 100;
+/// How often (µs of the executor's clock) a port looks for canceled calls
+/// and for calls past their deadline.
+const SCAN_US: u64 = 100;
+
+/// Builds, in the process of a statement's home island, the statement that
+/// another process forwarded as its SQL text and bound parameters
+/// ([`Statement::source`]); installed with
+/// [`super::Deployment::set_statement_compiler`] (a server installs its
+/// own). Its error answers the statement's caller.
+pub type StatementCompiler =
+    Arc<dyn Fn(&str, &[Value]) -> Result<Arc<dyn Statement>, CallError> + Send + Sync>;
 
 /// The deployment's [`Forwarding`]: made before the executors' cluster,
 /// attached to the deployment once its mailboxes exist.
@@ -72,7 +98,7 @@ impl Forwarder {
 }
 
 impl Forwarding for Forwarder {
-    fn port(&self, me: Endpoint) -> Option<Box<dyn ForwardPort>> {
+    fn port(&self, me: Endpoint, timeout: Duration) -> Option<Box<dyn ForwardPort>> {
         let s = self.setup.get()?;
         let (island, worker) = s
             .endpoints
@@ -90,10 +116,12 @@ impl Forwarding for Forwarder {
             endpoints: Arc::clone(&s.endpoints),
             next_id: random_start(),
             spread: worker,
+            timeout_us: u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX),
             pending: HashMap::new(),
             running: HashMap::new(),
             backlog: VecDeque::new(),
             scan_at_us: 0,
+            expired: Vec::new(),
             scratch: Vec::new(),
         }))
     }
@@ -105,6 +133,13 @@ fn random_start() -> u64 {
     (crate::wal::new_deployment_id() as u64) >> 1
 }
 
+/// What a forwarded call runs: a procedure of the catalog, or a statement.
+#[derive(Clone)]
+enum What {
+    Proc(u32),
+    Stmt(Arc<dyn Statement>),
+}
+
 /// A call this executor forwarded and waits the answer of.
 struct Pending {
     reply: Reply,
@@ -112,15 +147,18 @@ struct Pending {
     to: Endpoint,
     cancel: Option<CancelFlag>,
     island: usize,
-    proc: u32,
+    what: What,
     cancel_sent: bool,
+    /// When it was sent (the executor's clock): past `timeout_us` after,
+    /// it fails with [`CallError::OutcomeUnknown`].
+    sent_us: u64,
 }
 
 /// A call of another process that this executor runs.
 struct Running {
     cancel: CancelFlag,
     island: IslandId,
-    proc: u32,
+    what: What,
 }
 
 /// One executor's forwarded calls (see the module documentation).
@@ -132,34 +170,49 @@ struct Port {
     next_id: u64,
     /// Spreads its calls over the home island's executors.
     spread: usize,
+    /// How long a forwarded call waits for its answer
+    /// ([`crate::executor::ClusterOptions::forward_timeout`]).
+    timeout_us: u64,
     pending: HashMap<u64, Pending>,
     running: HashMap<(Endpoint, u64), Running>,
     /// Calls of other processes waiting for room in the mailbox's queue.
     backlog: VecDeque<Call>,
-    /// The clock at which it next looks for canceled calls.
+    /// The clock at which it next looks for canceled and late calls.
     scan_at_us: u64,
+    /// The ids of the calls a scan found past their deadline (kept, so a
+    /// scan allocates nothing once it has grown).
+    expired: Vec<u64>,
     /// Where a frame is encoded before its size is checked.
     scratch: Vec<u8>,
 }
 
 impl Port {
-    fn procedure(&self, proc: u32) -> String {
-        self.inner
-            .catalog
-            .procs
-            .get(proc as usize)
-            .map_or_else(|| format!("#{proc}"), |d| d.name.clone())
+    /// The name errors give to what a call runs.
+    fn name(&self, what: &What) -> String {
+        match what {
+            What::Proc(proc) => self
+                .inner
+                .catalog
+                .procs
+                .get(*proc as usize)
+                .map_or_else(|| format!("#{proc}"), |d| d.name.clone()),
+            What::Stmt(s) => s.name().to_string(),
+        }
     }
 
     /// Sends `call` (homed on `call.forward`) to its island, or answers it
     /// at once if it cannot go.
-    fn send_call(&mut self, call: Call, down: IslandSet, out: &mut Frames<'_>) {
+    fn send_call(&mut self, call: Call, now_us: u64, down: IslandSet, out: &mut Frames<'_>) {
         let island = call.forward.unwrap_or_default();
         let mb = &self.inner.mailboxes[self.mailbox];
+        let what = match &call.stmt {
+            Some(s) => What::Stmt(Arc::clone(s)),
+            None => What::Proc(call.proc),
+        };
         let targets = self.endpoints.get(island).map_or(&[][..], |e| &e[..]);
         if targets.is_empty() || down.contains(island as IslandId) {
             let e = CallError::IslandDown {
-                procedure: self.procedure(call.proc),
+                procedure: self.name(&what),
                 island: island as u16,
             };
             return call.reply.send(mb, Err(e));
@@ -168,20 +221,24 @@ impl Port {
             // Canceled before it left: it never runs, as a local call
             // canceled in its queue.
             let e = CallError::Canceled {
-                procedure: self.procedure(call.proc),
+                procedure: self.name(&what),
             };
             return call.reply.send(mb, Err(e));
         }
         let to = targets[self.spread % targets.len()];
-        self.spread = self.spread.wrapping_add(1);
         let id = self.next_id;
-        self.next_id = self.next_id.wrapping_add(1);
         self.scratch.clear();
-        if !wire::call(&mut self.scratch, id, call.proc, &call.args)
-            || self.scratch.len() > MAX_FRAME
-        {
+        let encoded = match &what {
+            What::Proc(proc) => wire::call(&mut self.scratch, id, *proc, &call.args),
+            What::Stmt(s) => match s.source() {
+                Some((sql, params)) => wire::stmt(&mut self.scratch, id, sql, params),
+                // `Client` forwards only statements with a source.
+                None => return call.reply.send(mb, Err(CallError::Elsewhere { island })),
+            },
+        };
+        if !encoded || self.scratch.len() > MAX_FRAME {
             let e = CallError::BadArguments {
-                procedure: self.procedure(call.proc),
+                procedure: self.name(&what),
                 why: format!(
                     "the arguments are too large to forward to island {island} (at most \
                      {MAX_FRAME} bytes and 65535 values)"
@@ -189,6 +246,8 @@ impl Port {
             };
             return call.reply.send(mb, Err(e));
         }
+        self.spread = self.spread.wrapping_add(1);
+        self.next_id = self.next_id.wrapping_add(1);
         let frame = &self.scratch;
         out.push(to, |b| b.extend_from_slice(frame));
         self.pending.insert(
@@ -198,22 +257,36 @@ impl Port {
                 to,
                 cancel: call.cancel,
                 island,
-                proc: call.proc,
+                what,
                 cancel_sent: false,
+                sent_us: now_us,
             },
         );
     }
 
-    /// Sends the answer of call `id` back to `to`.
-    fn answer(&mut self, to: Endpoint, id: u64, proc: u32, r: &Answer, out: &mut Frames<'_>) {
+    /// Sends the answer of call `id` back to `to`. The answer of a
+    /// statement carries the count of rows it affected as one more row
+    /// (see `transport/wire.rs`).
+    fn answer(
+        &mut self,
+        to: Endpoint,
+        id: u64,
+        what: Option<&What>,
+        r: Answer,
+        out: &mut Frames<'_>,
+    ) {
         self.scratch.clear();
         let fits = match r {
-            Ok(rows) => {
-                wire::call_reply_rows(&mut self.scratch, id, rows)
+            Ok(mut rows) => {
+                if let Some(What::Stmt(s)) = what {
+                    let n = i64::try_from(s.affected()).unwrap_or(i64::MAX);
+                    rows.push(vec![Value::Int(n)]);
+                }
+                wire::call_reply_rows(&mut self.scratch, id, &rows)
                     && self.scratch.len() <= MAX_FRAME
             }
             Err(e) => {
-                error_parts(e, |p| wire::call_reply_error(&mut self.scratch, id, p));
+                error_parts(&e, |p| wire::call_reply_error(&mut self.scratch, id, p));
                 self.scratch.len() <= MAX_FRAME
             }
         };
@@ -221,7 +294,7 @@ impl Port {
             // Its transaction stands (it committed, or it failed); only its
             // answer is too large for a frame.
             let e = CallError::Failed {
-                procedure: self.procedure(proc),
+                procedure: what.map_or_else(|| "call".to_string(), |w| self.name(w)),
                 error: format!(
                     "its answer is larger than the {MAX_FRAME} bytes a call forwarded between \
                      processes may return (call it at its home island's server)"
@@ -234,26 +307,30 @@ impl Port {
         out.push(to, |b| b.extend_from_slice(frame));
     }
 
-    /// A CALL from `from`: queued on this executor as a local call.
-    fn on_call(&mut self, from: Endpoint, island: IslandId, id: u64, proc: u32, args: Vec<Value>) {
+    /// A CALL or STMT from `from`: queued on this executor as a local call.
+    fn on_call(&mut self, from: Endpoint, island: IslandId, id: u64, what: What, args: Vec<Value>) {
         let key = (from, id);
         if self.running.contains_key(&key) {
             // A copy: the call runs once.
             return;
         }
         let cancel = CancelFlag::new();
+        let (proc, stmt) = match &what {
+            What::Proc(proc) => (*proc, None),
+            What::Stmt(s) => (0, Some(Arc::clone(s))),
+        };
         self.running.insert(
             key,
             Running {
                 cancel: cancel.clone(),
                 island,
-                proc,
+                what,
             },
         );
         let call = Call {
             proc,
             args,
-            stmt: None,
+            stmt,
             reply: Reply::Peer { to: from, id },
             cancel: Some(cancel),
             forward: None,
@@ -267,6 +344,100 @@ impl Port {
         } else if let Err(call) = mb.queue.push(call) {
             self.backlog.push_back(call);
         }
+    }
+
+    /// A STMT: rebuilt by the deployment's statement compiler, then queued
+    /// as a call; one that cannot be rebuilt is answered with why.
+    fn on_stmt(
+        &mut self,
+        from: Endpoint,
+        island: IslandId,
+        id: u64,
+        sql: &str,
+        params: Result<Vec<Value>, wire::WireError>,
+        out: &mut Frames<'_>,
+    ) {
+        let compiled = match params {
+            Err(e) => Err(CallError::BadArguments {
+                procedure: "statement".into(),
+                why: format!("forwarded parameters: {e}"),
+            }),
+            Ok(params) => match self.inner.compiler.get() {
+                Some(compile) => compile(sql, &params),
+                None => Err(CallError::Failed {
+                    procedure: "statement".into(),
+                    error: "the process of its home island runs no SQL server, so it cannot \
+                            rebuild a statement forwarded to it"
+                        .into(),
+                }),
+            },
+        };
+        match compiled {
+            Ok(stmt) => self.on_call(from, island, id, What::Stmt(stmt), Vec::new()),
+            Err(e) => self.answer(from, id, None, Err(e), out),
+        }
+    }
+
+    /// The CALL_REPLY of forwarded call `p`, from island `from_island`.
+    fn on_reply(&self, p: Pending, from_island: IslandId, answer: wire::Answer<'_>) {
+        let procedure = self.name(&p.what);
+        let malformed = |e: String| CallError::Failed {
+            procedure: procedure.clone(),
+            error: format!("a malformed answer from island {from_island}: {e}"),
+        };
+        let r = match answer {
+            wire::Answer::Rows { rows, body } => match wire::call_rows(rows, body) {
+                Err(e) => Err(malformed(e.to_string())),
+                Ok(rows) => match &p.what {
+                    What::Proc(_) => Ok(rows),
+                    What::Stmt(s) => {
+                        let mut rows = rows;
+                        match rows.pop().as_deref() {
+                            Some([Value::Int(n)]) => {
+                                s.set_affected(u64::try_from(*n).unwrap_or(0));
+                                Ok(rows)
+                            }
+                            _ => Err(malformed("a statement's answer without its count".into())),
+                        }
+                    }
+                },
+            },
+            wire::Answer::Error(parts) => Err(error_of(&parts, &procedure, p.island)),
+        };
+        p.reply.send(&self.inner.mailboxes[self.mailbox], r);
+    }
+
+    /// Looks at the calls in flight (every [`SCAN_US`]): sends CALL_CANCEL
+    /// for those canceled, and fails those unanswered for `timeout_us` with
+    /// [`CallError::OutcomeUnknown`] (after a CALL_CANCEL, so that one still
+    /// queued at its home does not run later).
+    fn scan(&mut self, now_us: u64, out: &mut Frames<'_>) {
+        self.scan_at_us = now_us.saturating_add(SCAN_US);
+        let timeout_us = self.timeout_us;
+        for (&id, p) in self.pending.iter_mut() {
+            let canceled =
+                p.cancel.as_ref().is_some_and(CancelFlag::is_canceled) || p.reply.is_closed();
+            let late = now_us >= p.sent_us.saturating_add(timeout_us);
+            if (canceled || late) && !p.cancel_sent {
+                p.cancel_sent = true;
+                out.push(p.to, |b| wire::call_cancel(b, id));
+            }
+            if late {
+                self.expired.push(id);
+            }
+        }
+        let mut expired = std::mem::take(&mut self.expired);
+        for id in expired.drain(..) {
+            if let Some(p) = self.pending.remove(&id) {
+                let e = CallError::OutcomeUnknown {
+                    procedure: self.name(&p.what),
+                    island: p.island as u16,
+                    waited_ms: now_us.saturating_sub(p.sent_us) / 1000,
+                };
+                p.reply.send(&self.inner.mailboxes[self.mailbox], Err(e));
+            }
+        }
+        self.expired = expired;
     }
 }
 
@@ -291,26 +462,25 @@ impl ForwardPort for Port {
                     },
                 };
                 match checked {
-                    Ok(args) => self.on_call(from, from_island, id, proc, args),
-                    Err(e) => self.answer(from, id, proc, &Err(e), out),
+                    Ok(args) => self.on_call(from, from_island, id, What::Proc(proc), args),
+                    Err(e) => self.answer(from, id, Some(&What::Proc(proc)), Err(e), out),
                 }
+            }
+            Frame::Stmt { id, sql, n, params } => {
+                if self.running.contains_key(&(from, id)) {
+                    // A copy: the statement runs once.
+                    return;
+                }
+                let params = wire::call_args(n, params);
+                self.on_stmt(from, from_island, id, sql, params, out);
             }
             Frame::CallReply { id, answer } => {
                 let Some(p) = self.pending.remove(&id) else {
-                    // Canceled and forgotten, or for an earlier incarnation.
+                    // Canceled and forgotten, late, or for an earlier
+                    // incarnation.
                     return;
                 };
-                let procedure = self.procedure(p.proc);
-                let r = match answer {
-                    wire::Answer::Rows { rows, body } => {
-                        wire::call_rows(rows, body).map_err(|e| CallError::Failed {
-                            procedure: procedure.clone(),
-                            error: format!("a malformed answer from island {from_island}: {e}"),
-                        })
-                    }
-                    wire::Answer::Error(parts) => Err(error_of(&parts, &procedure, p.island)),
-                };
-                p.reply.send(&self.inner.mailboxes[self.mailbox], r);
+                self.on_reply(p, from_island, answer);
             }
             Frame::CallCancel { id } => {
                 if let Some(r) = self.running.get(&(from, id)) {
@@ -339,13 +509,13 @@ impl ForwardPort for Port {
         let mb = &inner.mailboxes[self.mailbox];
         if !mb.forwards.is_empty() {
             while let Some(call) = mb.forwards.pop() {
-                self.send_call(call, down, out);
+                self.send_call(call, now_us, down, out);
             }
             mb.popped();
         }
         while let Some((to, id, r)) = mb.answers.pop() {
-            let proc = self.running.remove(&(to, id)).map_or(u32::MAX, |r| r.proc);
-            self.answer(to, id, proc, &r, out);
+            let what = self.running.remove(&(to, id)).map(|r| r.what);
+            self.answer(to, id, what.as_ref(), r, out);
         }
         while let Some(call) = self.backlog.pop_front() {
             if let Err(call) = mb.queue.push(call) {
@@ -370,7 +540,7 @@ impl ForwardPort for Port {
             for id in gone {
                 if let Some(p) = self.pending.remove(&id) {
                     let e = CallError::IslandDown {
-                        procedure: self.procedure(p.proc),
+                        procedure: self.name(&p.what),
                         island: p.island as u16,
                     };
                     p.reply.send(mb, Err(e));
@@ -381,15 +551,7 @@ impl ForwardPort for Port {
             }
         }
         if now_us >= self.scan_at_us && !self.pending.is_empty() {
-            self.scan_at_us = now_us + CANCEL_SCAN_US;
-            for (&id, p) in self.pending.iter_mut() {
-                let canceled =
-                    p.cancel.as_ref().is_some_and(CancelFlag::is_canceled) || p.reply.is_closed();
-                if canceled && !p.cancel_sent {
-                    p.cancel_sent = true;
-                    out.push(p.to, |b| wire::call_cancel(b, id));
-                }
-            }
+            self.scan(now_us, out);
         }
     }
 }
@@ -410,6 +572,7 @@ mod code {
     pub const ELSEWHERE: u8 = 11;
     pub const SHUT_DOWN: u8 = 12;
     pub const STOPPED: u8 = 13;
+    pub const OUTCOME_UNKNOWN: u8 = 14;
 }
 
 /// `e` as the parts of a CALL_REPLY error, handed to `write`.
@@ -443,6 +606,17 @@ fn error_parts(e: &CallError, write: impl FnOnce(&ErrorParts<'_>)) {
         CallError::Elsewhere { island } => (code::ELSEWHERE, *island as u64, 0, "", ""),
         CallError::ShutDown => (code::SHUT_DOWN, 0, 0, "", ""),
         CallError::Stopped(why) => (code::STOPPED, 0, 0, why, ""),
+        CallError::OutcomeUnknown {
+            procedure,
+            island,
+            waited_ms,
+        } => (
+            code::OUTCOME_UNKNOWN,
+            u64::from(*island),
+            *waited_ms,
+            procedure,
+            "",
+        ),
     };
     write(&ErrorParts {
         code,
@@ -496,6 +670,11 @@ fn error_of(p: &ErrorParts<'_>, procedure: &str, island: usize) -> CallError {
         },
         code::ELSEWHERE => CallError::Elsewhere {
             island: p.a as usize,
+        },
+        code::OUTCOME_UNKNOWN => CallError::OutcomeUnknown {
+            procedure: s0,
+            island: u16::try_from(p.a).unwrap_or(u16::MAX),
+            waited_ms: p.b,
         },
         code::SHUT_DOWN | code::STOPPED => CallError::IslandDown {
             procedure: procedure.to_string(),
@@ -553,6 +732,11 @@ mod tests {
                 limit: 128,
             },
             CallError::Elsewhere { island: 3 },
+            CallError::OutcomeUnknown {
+                procedure: p(),
+                island: 1,
+                waited_ms: 10_000,
+            },
         ];
         for e in all {
             let mut b = Vec::new();

@@ -95,7 +95,10 @@ pub use catalog::{
 };
 pub use catalog::{Catalog, Home, Partition, ProcBody, ProcDef, ProcFuture, SiteOf};
 pub use client::{CallFuture, Client};
-pub use deployment::{CancelFlag, Deployment, IslandState, IslandsView, Load, Options};
+pub use deployment::{
+    CancelFlag, Deployment, IslandState, IslandsView, Load, Options, TransportWrap,
+};
+pub use forward::StatementCompiler;
 pub use value::{Args, Row, Type, Value};
 
 /// Why a call has no result rows.
@@ -144,12 +147,27 @@ pub enum CallError {
     /// blocks open as [`Options::blocks_per_worker`] allows.
     #[error("too many open transaction blocks on island {island}: each of its executors keeps at most {limit} (Options::blocks_per_worker)")]
     TooManyBlocks { island: usize, limit: usize },
-    /// The home of a statement run alone or of a transaction block is an
-    /// island that runs in another process of the deployment: only calls of
-    /// procedures are forwarded between processes, so it is sent to a
-    /// server of that island's process.
+    /// The home of a transaction block, or of a statement that cannot be
+    /// rebuilt in another process ([`Statement::source`] is `None`), is an
+    /// island that runs in another process of the deployment: calls of
+    /// procedures and statements with a source are forwarded there, these
+    /// are not, so it is sent to a server of that island's process.
     #[error("the home is island {island}, which runs in another process: send it to that island's server")]
     Elsewhere { island: usize },
+    /// A call or statement forwarded to island `island` of another process
+    /// got no answer within [`Options::forward_timeout`], while that
+    /// island's process stayed up (a lost CALL or CALL_REPLY, or a home
+    /// that kept it that long). It may have committed there or not: unlike
+    /// [`CallError::Serialization`], running it again may apply it twice, so
+    /// its caller must look before it retries. A server answers SQLSTATE
+    /// 40003 (statement_completion_unknown), which drivers do not retry on
+    /// their own.
+    #[error("procedure {procedure}: no answer from island {island} within {waited_ms} ms, so whether it committed there is unknown (look before running it again)")]
+    OutcomeUnknown {
+        procedure: String,
+        island: u16,
+        waited_ms: u64,
+    },
     /// The deployment was shut down before the call finished (or began).
     #[error("the deployment is shut down")]
     ShutDown,

@@ -73,6 +73,11 @@ pub struct ClusterOptions {
     /// Calls forwarded between this process and the deployment's others
     /// (see `executor/forward.rs`): each executor takes its port here.
     pub forward: Option<Arc<dyn super::forward::Forwarding>>,
+    /// How long a call forwarded to another process waits for its answer
+    /// before it fails with [`crate::api::CallError::OutcomeUnknown`] (a
+    /// lost CALL or CALL_REPLY while both processes stay up; a home that
+    /// goes down fails it sooner, with `IslandDown`).
+    pub forward_timeout: Duration,
 }
 
 impl Default for ClusterOptions {
@@ -89,6 +94,7 @@ impl Default for ClusterOptions {
             transport: None,
             transports: Vec::new(),
             forward: None,
+            forward_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -745,7 +751,7 @@ impl Cluster {
                 .opts
                 .forward
                 .as_ref()
-                .and_then(|f| f.port(self.endpoint(id, worker))),
+                .and_then(|f| f.port(self.endpoint(id, worker), self.opts.forward_timeout)),
             transport,
         };
         if self.router.is_none() {

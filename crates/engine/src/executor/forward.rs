@@ -17,8 +17,10 @@ use crate::transport::{push_frame_with, Endpoint, Outbox, Transport};
 
 /// Makes each executor's port.
 pub trait Forwarding: Send + Sync {
-    /// The port of the executor of endpoint `me`; `None`: it forwards nothing.
-    fn port(&self, me: Endpoint) -> Option<Box<dyn ForwardPort>>;
+    /// The port of the executor of endpoint `me`; `None`: it forwards
+    /// nothing. A call it forwards that is not answered within `timeout`
+    /// fails ([`super::ClusterOptions::forward_timeout`]).
+    fn port(&self, me: Endpoint, timeout: std::time::Duration) -> Option<Box<dyn ForwardPort>>;
 }
 
 /// One executor's forwarded calls: it runs on the executor's thread only.
@@ -35,8 +37,9 @@ pub trait ForwardPort: Send {
 
     /// Once per round, before the outbox is flushed: sends the calls
     /// queued for other processes, the answers of finished calls, and
-    /// cancels; fails the calls that wait on an island of `down`. `now_us`
-    /// is the executor's protocol clock.
+    /// cancels; fails the calls that wait on an island of `down`, and those
+    /// unanswered past their deadline. `now_us` is the executor's protocol
+    /// clock.
     fn round(&mut self, now_us: u64, down: IslandSet, out: &mut Frames<'_>);
 }
 

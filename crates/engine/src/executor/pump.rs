@@ -584,20 +584,21 @@ impl Executor {
                 };
                 self.reply(from, tag, status, 0);
             }
-            Frame::Call { .. } | Frame::CallReply { .. } | Frame::CallCancel { .. } => {
-                match self.forward.as_mut() {
-                    Some(port) => {
-                        let mut out = super::forward::Frames {
-                            outbox: &mut self.outbox,
-                            transport: &*self.transport,
-                        };
-                        port.on_frame(from, from_island, frame, &mut out);
-                    }
-                    None => {
-                        self.cl.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                    }
+            Frame::Call { .. }
+            | Frame::CallReply { .. }
+            | Frame::CallCancel { .. }
+            | Frame::Stmt { .. } => match self.forward.as_mut() {
+                Some(port) => {
+                    let mut out = super::forward::Frames {
+                        outbox: &mut self.outbox,
+                        transport: &*self.transport,
+                    };
+                    port.on_frame(from, from_island, frame, &mut out);
                 }
-            }
+                None => {
+                    self.cl.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                }
+            },
             Frame::Prep { gtid, writes, hold } => {
                 if let Some(b) = self.pool.branches.get_mut(&gtid) {
                     if b.expect.is_none() {

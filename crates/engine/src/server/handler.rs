@@ -85,6 +85,9 @@ pub(crate) struct Prepared {
     /// `cols` as fields all in text format: the schema of its rows unless
     /// the client asks for binary columns.
     text_schema: Arc<Vec<FieldInfo>>,
+    /// A statement on tables: its SQL text, from which another process of
+    /// the deployment rebuilds it ([`Statement::source`]).
+    sql: Option<Arc<str>>,
 }
 
 pub(crate) fn user_error(code: &str, message: impl Into<String>) -> PgWireError {
@@ -116,6 +119,7 @@ fn call_error(e: CallError) -> PgWireError {
         CallError::Canceled { .. } => ("57014", false),
         CallError::OutOfRange { .. } => ("22003", false),
         CallError::IslandDown { .. } => ("57P03", false),
+        CallError::OutcomeUnknown { .. } => ("40003", false),
         CallError::Panicked { .. } | CallError::Failed { .. } => ("XX000", false),
         CallError::ShutDown => ("57P01", true),
         CallError::Stopped(_) => ("58030", true),
@@ -404,6 +408,9 @@ fn prepare(sh: &Shared, stmt: Stmt) -> PgWireResult<Prepared> {
                 .map(|(n, t)| (n.clone(), pg_type(*t)))
                 .collect();
             let text_schema = Arc::new(fields(&cols, None)?);
+            // The parsed statement, printed: what its home's process parses
+            // and plans again when the statement is forwarded there.
+            let sql = Some(Arc::from(s.to_string()));
             return Ok(Prepared {
                 stmt,
                 proc: None,
@@ -412,6 +419,7 @@ fn prepare(sh: &Shared, stmt: Stmt) -> PgWireResult<Prepared> {
                 params,
                 cols,
                 text_schema,
+                sql,
             });
         }
         Stmt::Catalog { sql, stmt: ast } => {
@@ -434,6 +442,7 @@ fn prepare(sh: &Shared, stmt: Stmt) -> PgWireResult<Prepared> {
                 params,
                 cols: rows.columns,
                 text_schema,
+                sql: None,
             });
         }
         Stmt::Call { proc, args, .. } => {
@@ -474,6 +483,7 @@ fn prepare(sh: &Shared, stmt: Stmt) -> PgWireResult<Prepared> {
         params,
         cols,
         text_schema,
+        sql: None,
     })
 }
 
@@ -512,11 +522,14 @@ fn placeholders(sql: &str) -> usize {
 
 /// A statement on tables with its parameters bound, as the engine runs it
 /// (as a transaction of its own, or inside a block). `count` is what its
-/// last run affected or returned, for the command tag.
+/// last run affected or returned, for the command tag (or what its copy
+/// affected at its home, when it was forwarded).
 struct TableStmt {
     plan: Arc<TablePlan>,
     params: Vec<Value>,
     count: std::sync::atomic::AtomicU64,
+    /// Its SQL text, when it may be forwarded to another process.
+    sql: Option<Arc<str>>,
 }
 
 impl Statement for TableStmt {
@@ -535,6 +548,57 @@ impl Statement for TableStmt {
     fn name(&self) -> &str {
         self.plan.tag()
     }
+
+    fn source(&self) -> Option<(&str, &[Value])> {
+        Some((self.sql.as_deref()?, &self.params))
+    }
+
+    fn affected(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn set_affected(&self, n: u64) {
+        self.count.store(n, Ordering::Relaxed);
+    }
+}
+
+/// The server's [`crate::api::StatementCompiler`]: rebuilds a statement on
+/// `catalog`'s tables that another process of the deployment forwarded
+/// (its SQL text, as [`Prepared`] printed it, and its bound parameters).
+/// The processes run the same catalog (their handshake compares it), so
+/// the text plans here as it did there; what does not is refused with why.
+pub(crate) fn statement_compiler(catalog: crate::api::Catalog) -> crate::api::StatementCompiler {
+    Arc::new(move |text: &str, params: &[Value]| {
+        let refuse = |why: String| CallError::BadArguments {
+            procedure: "statement".into(),
+            why: format!("a statement forwarded from another process: {why}"),
+        };
+        let dialect = sqlparser::dialect::PostgreSqlDialect {};
+        let parsed = sqlparser::parser::Parser::new(&dialect)
+            .with_recursion_limit(64)
+            .try_with_sql(text)
+            .and_then(|mut p| p.parse_statements())
+            .map_err(|e| refuse(e.to_string()))?;
+        let [one] = parsed.as_slice() else {
+            return Err(refuse(format!("{} statements, not one", parsed.len())));
+        };
+        let plan = tables::plan(one, &catalog)
+            .map_err(|e| refuse(format!("{} ({})", e.message, e.code)))?
+            .ok_or_else(|| refuse("not a statement on a table".into()))?;
+        if params.len() != plan.param_types().len() {
+            return Err(refuse(format!(
+                "{} parameter(s) given, it takes {}",
+                params.len(),
+                plan.param_types().len()
+            )));
+        }
+        Ok(Arc::new(TableStmt {
+            plan: Arc::new(plan),
+            params: params.to_vec(),
+            count: Default::default(),
+            sql: None,
+        }) as Arc<dyn Statement>)
+    })
 }
 
 /// Decodes placeholder `i` (0-based) sent as `bytes` in `format`, of the
@@ -1393,6 +1457,7 @@ impl Handler {
                     plan: Arc::clone(plan),
                     params,
                     count: Default::default(),
+                    sql: p.sql.clone(),
                 });
                 let dyn_stmt = Arc::clone(&stmt) as Arc<dyn Statement>;
                 let out = match self.take_block()? {

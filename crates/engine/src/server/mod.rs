@@ -375,6 +375,9 @@ pub fn serve(deployment: Deployment, opts: ServerOptions) -> Result<Server, Erro
         None => None,
     };
     let metrics_addr = scrapes.as_ref().map(|(_, a)| *a);
+    // Statements other processes of the deployment forward here are
+    // rebuilt from their SQL.
+    deployment.set_statement_compiler(handler::statement_compiler(deployment.catalog().clone()));
     let procs = deployment.catalog().procedures().to_vec();
     let shared = Arc::new(Shared {
         client: deployment.client(),

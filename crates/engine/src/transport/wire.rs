@@ -25,6 +25,7 @@
 //!                  rows × ([n u16] n × value); status 1 (error): [code u8]
 //!                  [a u64][b u64] 2 × ([len u32][UTF-8: len bytes])
 //! CALL_CANCEL 0x42 [id u64]
+//! STMT        0x43 [id u64][len u32][SQL, UTF-8: len bytes][n u16] n × value
 //! value: [tag u8] then 0 null; 1 int [i64]; 2 float [f64 bits u64];
 //!        3 string [len u32][UTF-8: len bytes]; 4 ints [n u32] n × [i64]
 //! ```
@@ -37,6 +38,14 @@
 //! home to cancel the call as a local cancel would. Ids are the caller's
 //! (see `api/forward.rs`): a receiver keys the calls it runs by the sending
 //! endpoint and the id.
+//!
+//! STMT carries one SQL statement on tables run alone (its text and its
+//! bound parameters) to an executor of its home island, where the
+//! deployment's statement compiler (`Deployment::set_statement_compiler`)
+//! rebuilds it. It shares CALL's ids, and CALL_CANCEL cancels it; its
+//! answer is a CALL_REPLY whose rows, on success, are the statement's rows
+//! followed by one more, `[int]`: the number of rows it affected (the count
+//! of its command tag).
 //!
 //! A request (GET, INSERT, SCAN, MGET) has bit [`CONTINUES`] of its kind set
 //! when its transaction sent an earlier request to the same island: the
@@ -103,6 +112,7 @@ const K_LOCK: u8 = 0x38;
 const K_CALL: u8 = 0x40;
 const K_CALL_REPLY: u8 = 0x41;
 const K_CALL_CANCEL: u8 = 0x42;
+const K_STMT: u8 = 0x43;
 /// Bytes of one entry of a LOCK frame.
 pub const LOCK_ENTRY_BYTES: usize = 2 + 8;
 
@@ -216,6 +226,14 @@ pub enum Frame<'a> {
     /// Cancel forwarded call `id`.
     CallCancel {
         id: u64,
+    },
+    /// A forwarded SQL statement `sql` with `n` parameters, encoded in
+    /// `params` (checked: read them with [`call_args`]).
+    Stmt {
+        id: u64,
+        sql: &'a str,
+        n: u16,
+        params: &'a [u8],
     },
 }
 
@@ -507,14 +525,7 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, WireError> {
             let proc = c.u32();
             let n = c.u16();
             let args = c.rest();
-            // Checked now, so that its reader cannot fail on it later.
-            let mut v = Cur { b: args, at: 0 };
-            for _ in 0..n {
-                skip_value(&mut v)?;
-            }
-            if v.left() != 0 {
-                return Err(WireError::BadValue("bytes past the last argument"));
-            }
+            check_values(n, args)?;
             Frame::Call { id, proc, n, args }
         }
         K_CALL_REPLY => {
@@ -556,6 +567,16 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, WireError> {
             need(kind, b, 1 + 8, true)?;
             Frame::CallCancel { id: c.u64() }
         }
+        K_STMT => {
+            need(kind, b, 1 + 8 + 4, false)?;
+            let id = c.u64();
+            // A length past the frame is refused before anything is read.
+            let sql = c.str_checked()?;
+            let n = c.u16_checked()?;
+            let params = c.rest();
+            check_values(n, params)?;
+            Frame::Stmt { id, sql, n, params }
+        }
         k => return Err(WireError::UnknownKind(k)),
     })
 }
@@ -565,6 +586,19 @@ const V_INT: u8 = 1;
 const V_FLOAT: u8 = 2;
 const V_STR: u8 = 3;
 const V_INTS: u8 = 4;
+
+/// Checks that `b` is exactly `n` encoded values (no allocation), so that
+/// their reader ([`call_args`]) cannot fail on them later.
+fn check_values(n: u16, b: &[u8]) -> Result<(), WireError> {
+    let mut v = Cur { b, at: 0 };
+    for _ in 0..n {
+        skip_value(&mut v)?;
+    }
+    if v.left() != 0 {
+        return Err(WireError::BadValue("bytes past the last argument"));
+    }
+    Ok(())
+}
 
 /// Steps over one encoded value, checking it (no allocation).
 fn skip_value(c: &mut Cur<'_>) -> Result<(), WireError> {
@@ -658,7 +692,25 @@ pub fn call(out: &mut Vec<u8>, id: u64, proc: u32, args: &[Value]) -> bool {
     true
 }
 
-/// The arguments of a decoded CALL ([`Frame::Call`]'s `n` and `args`).
+/// Appends a STMT payload. `params` has at most `u16::MAX` values and `sql`
+/// at most `u32::MAX` bytes (more is refused: `false`, nothing appended);
+/// the caller checks the frame's size.
+pub fn stmt(out: &mut Vec<u8>, id: u64, sql: &str, params: &[Value]) -> bool {
+    let (Ok(n), Ok(_)) = (u16::try_from(params.len()), u32::try_from(sql.len())) else {
+        return false;
+    };
+    out.push(K_STMT);
+    out.extend_from_slice(&id.to_le_bytes());
+    put_str(out, sql);
+    out.extend_from_slice(&n.to_le_bytes());
+    for v in params {
+        put_value(out, v);
+    }
+    true
+}
+
+/// The arguments of a decoded CALL ([`Frame::Call`]'s `n` and `args`), or
+/// the parameters of a STMT ([`Frame::Stmt`]'s `n` and `params`).
 pub fn call_args(n: u16, args: &[u8]) -> Result<Vec<Value>, WireError> {
     let mut c = Cur { b: args, at: 0 };
     // Each value takes at least a byte: the count is bounded by the frame.
@@ -1166,6 +1218,46 @@ mod tests {
         assert!(call_rows(u32::MAX, &[]).is_err());
     }
 
+    #[test]
+    fn forwarded_statements_round_trip_and_refuse_bad_lengths() {
+        let params = vec![Value::Int(7), Value::Str("x".into()), Value::Null];
+        let sql = "UPDATE accounts SET balance = balance + $2 WHERE id = $1";
+        let mut b = Vec::new();
+        assert!(stmt(&mut b, 11, sql, &params));
+        match decode(&b).unwrap() {
+            Frame::Stmt {
+                id: 11,
+                sql: s,
+                n: 3,
+                params: p,
+            } => {
+                assert_eq!(s, sql);
+                assert_eq!(call_args(3, p).unwrap(), params);
+            }
+            f => panic!("decoded {f:?}"),
+        }
+        // A text longer than the frame, or one byte missing or extra: refused.
+        let mut long = b.clone();
+        long[9..13].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(
+            decode(&long),
+            Err(WireError::BadValue("longer than its frame"))
+        );
+        assert!(decode(&b[..b.len() - 1]).is_err());
+        let mut extra = b.clone();
+        extra.push(0);
+        assert!(decode(&extra).is_err());
+        // Text that is not UTF-8.
+        let mut bad = b.clone();
+        bad[13] = 0xff;
+        assert_eq!(decode(&bad), Err(WireError::BadValue("string not UTF-8")));
+        // More parameters claimed than the frame holds.
+        let at = 13 + sql.len();
+        let mut many = b.clone();
+        many[at..at + 2].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert!(decode(&many).is_err());
+    }
+
     fn value() -> impl Strategy<Value = Value> {
         prop_oneof![
             Just(Value::Null),
@@ -1196,19 +1288,46 @@ mod tests {
         /// decodes also reads (its arguments, its rows) without error.
         #[test]
         fn forwarded_call_garbage_never_panics(
-            kind in K_CALL..=K_CALL_CANCEL,
+            kind in K_CALL..=K_STMT,
             bytes in proptest::collection::vec(any::<u8>(), 0..120),
         ) {
             let mut b = vec![kind];
             b.extend_from_slice(&bytes);
             match decode(&b) {
-                Ok(Frame::Call { n, args, .. }) => {
+                Ok(Frame::Call { n, args, .. }) | Ok(Frame::Stmt { n, params: args, .. }) => {
                     prop_assert_eq!(call_args(n, args).map(|a| a.len()), Ok(usize::from(n)));
                 }
                 Ok(Frame::CallReply { answer: Answer::Rows { rows, body }, .. }) => {
                     prop_assert!(call_rows(rows, body).is_ok());
                 }
                 _ => {}
+            }
+        }
+
+        /// Any statement and parameters round-trip, and any cut of them,
+        /// or a text length past the frame, is refused.
+        #[test]
+        fn forwarded_statements_round_trip(
+            sql in ".{0,40}",
+            params in proptest::collection::vec(value(), 0..6),
+            cut in any::<usize>(),
+            len in any::<u32>(),
+        ) {
+            let mut b = Vec::new();
+            prop_assert!(stmt(&mut b, 5, &sql, &params));
+            match decode(&b) {
+                Ok(Frame::Stmt { id: 5, sql: s, n, params: p }) => {
+                    prop_assert_eq!(s, sql.as_str());
+                    prop_assert!(same(&call_args(n, p).unwrap(), &params));
+                }
+                f => prop_assert!(false, "decoded {:?}", f),
+            }
+            let short = cut % b.len();
+            prop_assert!(decode(&b[..short]).is_err());
+            if len as usize > sql.len() {
+                let mut long = b.clone();
+                long[9..13].copy_from_slice(&len.to_le_bytes());
+                prop_assert!(decode(&long).is_err());
             }
         }
 

@@ -8,6 +8,7 @@ mod clusters;
 mod common;
 mod crash;
 mod dist_crash;
+mod forwarding;
 mod history;
 mod isolation;
 mod model;

@@ -20,10 +20,10 @@ use crate::common::{
     INITIAL, PER_SITE, SITES,
 };
 
-const ACCOUNTS: TableId = 0;
-const N: u64 = SITES * PER_SITE;
+pub(super) const ACCOUNTS: TableId = 0;
+pub(super) const N: u64 = SITES * PER_SITE;
 
-fn bank() -> Catalog {
+pub(super) fn bank() -> Catalog {
     let mut c = Catalog::new();
     assert_eq!(site_accounts(&mut c, 1 << 12), ACCOUNTS);
     c.procedure(transfer_proc(ACCOUNTS)).unwrap();
@@ -32,11 +32,11 @@ fn bank() -> Catalog {
 }
 
 /// The island holding account `k` (two islands over the four sites).
-fn island_of(k: u64) -> usize {
+pub(super) fn island_of(k: u64) -> usize {
     (k / PER_SITE / (SITES / 2)) as usize
 }
 
-fn options(dir: &Path, kind: Kind, island: u16, expect: Expect, id: u128) -> Options {
+pub(super) fn options(dir: &Path, kind: Kind, island: u16, expect: Expect, id: u128) -> Options {
     let mut o = site_options(2, "sync", Some(&dir.join("logs")));
     o.spec.processes = Some(Processes {
         id,
@@ -58,8 +58,20 @@ fn options(dir: &Path, kind: Kind, island: u16, expect: Expect, id: u128) -> Opt
 /// Opens both islands at once (each waits for nothing: its peer is dialed
 /// in the background), and waits until they are connected.
 fn open_both(dir: &Path, kind: Kind, expect: Expect, id: u128) -> (Deployment, Deployment) {
+    open_both_with(dir, kind, expect, id, |_, _| {})
+}
+
+/// [`open_both`], each island's options changed by `tweak` first.
+pub(super) fn open_both_with(
+    dir: &Path,
+    kind: Kind,
+    expect: Expect,
+    id: u128,
+    tweak: impl Fn(u16, &mut Options),
+) -> (Deployment, Deployment) {
     let open = |k: u16| {
-        let o = options(dir, kind, k, expect, id);
+        let mut o = options(dir, kind, k, expect, id);
+        tweak(k, &mut o);
         std::thread::spawn(move || Deployment::open(o, bank(), |l| load_site_accounts(l, ACCOUNTS)))
     };
     let (a, b) = (open(0), open(1));
@@ -77,7 +89,7 @@ fn open_both(dir: &Path, kind: Kind, expect: Expect, id: u128) -> (Deployment, D
 
 /// The sum of every balance, read through one client (the calls homed on
 /// the other process's island are forwarded there).
-fn total(client: &Client) -> i64 {
+pub(super) fn total(client: &Client) -> i64 {
     (0..N)
         .map(|k| {
             client.call("balance", &[Value::Int(k as i64)]).unwrap()[0][0]
@@ -87,7 +99,7 @@ fn total(client: &Client) -> i64 {
         .sum()
 }
 
-fn balance(client: &Client, k: u64) -> i64 {
+pub(super) fn balance(client: &Client, k: u64) -> i64 {
     client.call("balance", &[Value::Int(k as i64)]).unwrap()[0][0]
         .as_int()
         .unwrap()
@@ -335,7 +347,7 @@ fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
 }
 
 /// Polls a future to its end on this thread (the test needs no runtime).
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
+pub(super) fn block_on<F: std::future::Future>(f: F) -> F::Output {
     let mut f = std::pin::pin!(f);
     let waker = std::task::Waker::noop();
     let mut cx = std::task::Context::from_waker(waker);
