@@ -98,6 +98,17 @@ pub struct Options {
     /// that lose chosen batches. `None`: the transport as it is.
     #[doc(hidden)]
     pub wrap_transport: Option<TransportWrap>,
+    /// With [`Options::island`]: how long a clean stop ([`Deployment::shutdown`])
+    /// waits for the two-phase commits in flight to finish (decisions sent
+    /// and acknowledged, prepared branches decided by their live
+    /// coordinators) before it leaves anyway, leaving what is undecided in
+    /// the log for recovery.
+    pub drain_timeout: Duration,
+    /// With [`Options::island`]: a peer process that sent nothing, not even
+    /// a heartbeat, for this long counts as down (`None`: the transport's
+    /// default, 5 s). A peer that stops cleanly says goodbye and is down at
+    /// once; one that dies is down once its connection closes.
+    pub peer_dead_after: Option<Duration>,
 }
 
 /// See [`Options::wrap_transport`].
@@ -120,6 +131,8 @@ impl std::fmt::Debug for Options {
             .field("expect", &self.expect)
             .field("forward_timeout", &self.forward_timeout)
             .field("wrap_transport", &self.wrap_transport.is_some())
+            .field("drain_timeout", &self.drain_timeout)
+            .field("peer_dead_after", &self.peer_dead_after)
             .finish()
     }
 }
@@ -142,6 +155,8 @@ impl Options {
             expect: Expect::Either,
             forward_timeout: Duration::from_secs(10),
             wrap_transport: None,
+            drain_timeout: Duration::from_secs(2),
+            peer_dead_after: None,
         }
     }
 }
@@ -947,6 +962,8 @@ pub struct Deployment {
     /// The transport to the deployment's other processes (with
     /// [`Options::island`]): its I/O threads stop after the executors.
     peers: Option<crate::transport::join::Linked>,
+    /// [`Options::drain_timeout`].
+    drain_timeout: Duration,
 }
 
 /// One island of a deployment as this process sees it
@@ -1268,11 +1285,12 @@ impl Deployment {
                 schema: island.schema_fingerprint(),
                 catalog: catalog.fingerprint(),
             };
-            let t = crate::transport::join::for_process(
+            let t = crate::transport::join::for_process_with(
                 p,
                 &w32,
                 id.hello(k, &w32),
                 copts.mailbox_depth,
+                opts.peer_dead_after,
             )?;
             let transport = match &opts.wrap_transport {
                 Some(wrap) => wrap(t.transport()),
@@ -1420,6 +1438,7 @@ impl Deployment {
             recovered,
             threads,
             peers: process_transport,
+            drain_timeout: opts.drain_timeout,
         })
     }
 
@@ -1515,6 +1534,17 @@ impl Deployment {
     /// Stops accepting calls, finishes what is in flight (a call that has
     /// not begun is answered [`CallError::ShutDown`]), flushes the logs and
     /// joins every thread. Returns the first executor error, if one failed.
+    ///
+    /// With [`Options::island`] (islands as processes), a clean stop
+    /// drains: calls not begun are answered at once, other processes'
+    /// transactions begin no new branch here, the transactions in flight
+    /// finish (a coordinator sends its decisions and waits for their
+    /// acknowledgements, a prepared branch waits for its coordinator's
+    /// decision), up to [`Options::drain_timeout`]; then the log is flushed
+    /// and synced, and every peer is told that this island leaves (a
+    /// goodbye: it counts this island down at once) before the connections
+    /// close. Past the bound the executors leave at once, and what is still
+    /// undecided stays in the log for recovery, as after a crash.
     pub fn shutdown(mut self) -> Result<(), Error> {
         self.stop()
     }
@@ -1524,11 +1554,19 @@ impl Deployment {
             return Ok(());
         }
         self.inner.open.store(false, Ordering::SeqCst);
+        let leaving = self.peers.is_some();
+        if leaving {
+            self.cluster.leave();
+            self.inner.drain();
+        }
         let _ = self
             .phase
             .compare_exchange(MEASURE, STOP, Ordering::AcqRel, Ordering::Acquire);
         for mb in self.inner.mailboxes.iter() {
             mb.notify();
+        }
+        if leaving {
+            self.drain_executors();
         }
         let mut first_err = None;
         for h in self.executors.drain(..) {
@@ -1547,15 +1585,55 @@ impl Deployment {
             let _ = w.join();
         }
         self.inner.drain();
-        if let Some(t) = &self.peers {
-            t.shutdown();
-        }
+        // The logs are flushed and synced before the peers hear goodbye:
+        // what this island told them (votes, acknowledgements) is durable
+        // by the time they count it down.
         for i in &self.islands {
             i.shutdown();
+        }
+        if let Some(t) = &self.peers {
+            t.shutdown();
         }
         match log_failure(&self.islands).or(first_err) {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+}
+
+impl Deployment {
+    /// Waits, up to the drain timeout, for the executors of a process that
+    /// leaves to finish what is in flight and leave (see
+    /// [`Deployment::shutdown`]); past it, makes them leave at once.
+    fn drain_executors(&mut self) {
+        // The watcher leaves once the phase is past MEASURE; joined first,
+        // so that it never takes the forced leave below for a failure.
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+        let until = Instant::now() + self.drain_timeout;
+        while !self.executors.iter().all(|h| h.is_finished()) {
+            if Instant::now() >= until {
+                let ids: Vec<String> = self
+                    .islands
+                    .iter()
+                    .map(|i| i.config().island_id.to_string())
+                    .collect();
+                eprintln!(
+                    "islands: island {}: transactions still in flight after the {:?} drain of a \
+                     clean stop: leaving anyway (recovery resolves what is undecided)",
+                    ids.join(", "),
+                    self.drain_timeout
+                );
+                let _ =
+                    self.phase
+                        .compare_exchange(STOP, FAILED, Ordering::AcqRel, Ordering::Acquire);
+                for mb in self.inner.mailboxes.iter() {
+                    mb.notify();
+                }
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }

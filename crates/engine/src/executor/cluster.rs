@@ -288,6 +288,11 @@ pub struct Cluster {
     /// has been settled for a while, since a settled worker's peer may still
     /// resend it a commit whose acknowledgement was lost.
     pub(super) unsettled: AtomicUsize,
+    /// This process leaves the deployment (a clean stop of islands run as
+    /// processes, see `executor/down.rs`): its executors refuse new branches
+    /// of transactions homed in other processes, and settle on their own
+    /// state alone.
+    leaving: AtomicBool,
     /// Per worker (by endpoint): its executor has recovered. When all of an
     /// island's have, they hold their own pins on the log records recovery
     /// found unfinished, and the island's recovery pins go
@@ -494,6 +499,7 @@ impl Cluster {
             opts,
             clients: AtomicUsize::new(0),
             unsettled: AtomicUsize::new(0),
+            leaving: AtomicBool::new(false),
             stats: ClusterStats::new(n as usize),
         }))
     }
@@ -537,6 +543,18 @@ impl Cluster {
     /// island).
     pub fn island(&self, i: usize) -> Option<&Island> {
         self.islands.get(i).and_then(Option::as_ref)
+    }
+
+    /// Starts a clean stop of this process's islands (see `leaving`); set
+    /// before the run's phase moves to its end.
+    pub fn leave(&self) {
+        self.leaving.store(true, Ordering::Release);
+    }
+
+    /// Whether this process leaves (see [`Cluster::leave`]).
+    #[inline]
+    pub fn leaving(&self) -> bool {
+        self.leaving.load(Ordering::Acquire)
     }
 
     /// The local islands with their ids, in order.

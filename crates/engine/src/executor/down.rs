@@ -4,8 +4,10 @@
 //! Each round reads the transport's peer epoch (one relaxed load); only
 //! when it moved does the executor ask which islands are down. While some
 //! island is down, every round aborts the coordinator's transactions that
-//! still wait for its vote, and the worker loop aborts home transactions
-//! that touched it or wait for its reply ([`Executor::waits_on_down`]):
+//! still wait for its vote, fails the LOCK rounds (of a commit, or of an
+//! ending's confirmation) that wait for its reply, and the worker loop
+//! aborts home transactions, in call slots and block slots alike, that
+//! touched it or wait for its reply ([`Executor::waits_on_down`]):
 //! all with [`crate::AbortReason::IslandDown`], never retried (the caller
 //! hears [`crate::Error::IslandDown`] at once rather than retrying into
 //! timeouts). What is already decided stays: a commit decision waits in the
@@ -13,6 +15,16 @@
 //! back and acknowledges it; a branch this island prepared for a
 //! transaction of the down island stays in doubt, its locks held, until
 //! that coordinator answers after its recovery (presumed abort).
+//!
+//! A clean stop of a process (`Deployment::shutdown` with islands as
+//! processes) keeps those effects from arising: the cluster leaves
+//! ([`super::Cluster::leave`]), so a transaction homed in another process
+//! begins no new branch here (refused: its home aborts it and retries, and
+//! hears [`crate::Error::IslandDown`] once this island is gone), while what
+//! is in flight finishes, and the executors settle on their own state
+//! alone (the peers' refused requests do not hold them). The deployment
+//! then syncs the log and the transport says goodbye, which the peers take
+//! as the island going down at once.
 
 use super::Executor;
 use crate::coord::{Gtid, IslandSet};
@@ -49,6 +61,9 @@ impl Executor {
         }
         actions.clear();
         self.actions = actions;
+        if !self.locking.is_empty() {
+            self.fail_locking_on_down(self.down);
+        }
     }
 
     /// The down island that the home transaction on context `c` touched or

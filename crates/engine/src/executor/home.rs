@@ -453,6 +453,23 @@ impl Executor {
         }
     }
 
+    /// Fails the LOCK rounds that wait for a reply from an island of
+    /// `down` (its process is down: the reply will not come), each noted
+    /// with that island for the worker loop ([`Executor::aborted_for_down`]).
+    pub(super) fn fail_locking_on_down(&mut self, down: coord::IslandSet) {
+        let mut i = 0;
+        while i < self.locking.len() {
+            let l = &self.locking[i];
+            match down.iter().find(|&d| l.waiting.contains(d)) {
+                Some(island) => {
+                    self.down_aborted.insert(l.gtid, island);
+                    self.fail_locking(i);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
     /// Fails the LOCK rounds that have waited longer than the operation
     /// timeout for an island that could have answered (a lost request or
     /// reply, a crashed island; see [`Executor::unanswered`]).

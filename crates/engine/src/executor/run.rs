@@ -569,20 +569,28 @@ impl<W: Workload> Worker<'_, W> {
 
     /// Endings whose confirmation arrived this round ([`Worker::ended`]):
     /// they stand if every branch held, and the attempt is retried if one
-    /// did not (what it read may be no one view).
+    /// did not (what it read may be no one view), or fails with
+    /// [`Error::IslandDown`] if an island it asked went down.
     fn on_confirmed(&mut self, ex: &mut Executor, now: u64) {
-        for (g, held) in ex.confirmed.drain(..) {
+        let mut confirmed = std::mem::take(&mut ex.confirmed);
+        for (g, held) in confirmed.drain(..) {
+            // An island the confirmation waited for went down: it cannot
+            // be asked, and a retry would need it.
+            let down = ex.aborted_for_down(g);
             let (Some(mut p), Some(ending)) = (self.parked.remove(&g), self.endings.remove(&g))
             else {
                 continue;
             };
-            if held {
-                self.report_ending(ending, p.at.ty, &mut p.req);
-                self.spare.push(p.req);
-            } else {
-                self.aborted(p, AbortReason::Remote, now, None);
+            match (held, down) {
+                (true, _) => {
+                    self.report_ending(ending, p.at.ty, &mut p.req);
+                    self.spare.push(p.req);
+                }
+                (false, Some(island)) => self.island_down(p, island),
+                (false, None) => self.aborted(p, AbortReason::Remote, now, None),
             }
         }
+        ex.confirmed = confirmed;
     }
 
     /// The outcomes of distributed commits that arrived this round.
@@ -767,6 +775,24 @@ impl<W: Workload> Worker<'_, W> {
         let recheck = self.clock.ticks(LOCK_RECHECK);
         let mut cx = Context::from_waker(Waker::noop());
         for (i, s) in bs.slots.iter_mut().enumerate() {
+            if s.state == St::Waiting {
+                if let Some(island) = ex.waits_on_down(s.ctx) {
+                    // Its reply would come from an island that is down: it
+                    // fails now, as a call's transaction does.
+                    s.fut = None;
+                    let at = Attempt {
+                        ts: ex.timestamp_of(s.ctx),
+                        ..s.at
+                    };
+                    ex.abort_home(s.ctx);
+                    s.state = St::Free;
+                    bs.free.push(i as u32);
+                    let req = self.take_req(&mut s.req);
+                    self.island_down(Parked { req, at }, island);
+                    progressed = true;
+                    continue;
+                }
+            }
             match s.state {
                 St::Free => continue,
                 St::Client | St::Lock(_) if self.stopping => {
@@ -1282,9 +1308,12 @@ where
             // 2PC state, nothing received) for `linger`. Settled alone is not
             // enough: a worker that committed a branch and forgot it still
             // owes an acknowledgement to a coordinator whose first one was
-            // lost, and only the coordinator knows it waits.
+            // lost, and only the coordinator knows it waits. A process
+            // that leaves its peers (`Cluster::leave`) settles on its own
+            // state alone: the peers' requests keep arriving, and are
+            // refused, for as long as it serves.
             let now_settled = client_done
-                && received == 0
+                && (received == 0 || cl.leaving())
                 && cl.clients.load(Ordering::Acquire) == 0
                 && ex.quiescent();
             if now_settled != settled {

@@ -113,6 +113,13 @@ impl Executor {
                 self.cl.stats.lost_branches.fetch_add(1, Ordering::Relaxed);
                 return self.reply(from, tag, Status::Refused, table);
             }
+            // This process leaves (a clean stop): a transaction of another
+            // process begins no branch here, so the stop waits only for
+            // what is in flight (its home aborts it, and retries elsewhere
+            // or hears that this island is down).
+            None if self.cl.leaving() && self.cl.island(usize::from(home_of(gtid))).is_none() => {
+                return self.reply(from, tag, Status::Refused, table);
+            }
             None => {
                 // Refused when full, and for a gtid whose branch finished
                 // here lately: a late copy (see the module documentation).

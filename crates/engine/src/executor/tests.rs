@@ -2029,6 +2029,106 @@ fn a_user_abort_whose_branches_held_is_confirmed() {
     assert_eq!((balances[2], balances[9]), (INITIAL, INITIAL));
 }
 
+/// The in-process transport with island 1's process down at will: batches
+/// for it are lost, and `peer_down(1)` says so once the epoch moved.
+struct DownSwitch {
+    inner: crate::transport::InProc,
+    down: std::sync::atomic::AtomicBool,
+    epoch: std::sync::atomic::AtomicU64,
+}
+
+impl DownSwitch {
+    fn island_1_goes_down(&self) {
+        self.down.store(true, Ordering::Release);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+impl Transport for DownSwitch {
+    fn send(
+        &self,
+        from: Endpoint,
+        to: Endpoint,
+        batch: Vec<u8>,
+    ) -> Result<(), crate::transport::Full> {
+        if to == Endpoint(1) && self.down.load(Ordering::Acquire) {
+            self.inner.recycle(batch);
+            return Ok(());
+        }
+        self.inner.send(from, to, batch)
+    }
+    fn recv(&self, me: Endpoint) -> Option<(Endpoint, Vec<u8>)> {
+        self.inner.recv(me)
+    }
+    fn buffer(&self) -> Vec<u8> {
+        self.inner.buffer()
+    }
+    fn recycle(&self, buf: Vec<u8>) {
+        self.inner.recycle(buf)
+    }
+    fn endpoints(&self) -> usize {
+        self.inner.endpoints()
+    }
+    fn bell(&self, me: Endpoint) -> &crate::transport::Bell {
+        self.inner.bell(me)
+    }
+    fn peer_down(&self, island: crate::route::IslandId) -> bool {
+        island == 1 && self.down.load(Ordering::Acquire)
+    }
+    fn peer_epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+}
+
+/// An ending's LOCK round that waits for the reply of an island whose
+/// process goes down fails in the first round that sees it down, not after
+/// the operation timeout (a minute here): the ending is not confirmed, and
+/// the transaction is noted as aborted for island 1, so that its caller
+/// hears `IslandDown` rather than a retry.
+#[test]
+fn a_lock_round_waiting_on_a_down_island_fails_in_the_round_that_sees_it() {
+    let t = Arc::new(DownSwitch {
+        inner: crate::transport::InProc::new(2, 64),
+        down: Default::default(),
+        epoch: Default::default(),
+    });
+    let opts = ClusterOptions {
+        timeouts: coord::Timeouts {
+            branch_idle_us: 60_000,
+            ..Default::default()
+        },
+        op_timeout: Duration::from_secs(60),
+        transport: Some(Arc::clone(&t) as Arc<dyn Transport>),
+        ..Default::default()
+    };
+    let (cl, _islands) = open_cluster(2, 10, opts);
+    let mut home = cl.executor(0, 0).unwrap();
+    let mut part = cl.executor(1, 0).unwrap();
+    home.pump().unwrap();
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: the context outlives the procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
+    let ending = run_by_hand(&mut home, &mut [&mut part], c, async move {
+        move_money(&mut *tx, &[(9, -100), (2, 100)]).await?;
+        // Past half the idle timeout: the ending asks its branches.
+        std::thread::sleep(Duration::from_millis(35));
+        Err(Abort::User("changed its mind"))
+    });
+    assert!(matches!(ending, Err(Abort::User(_))), "{ending:?}");
+    t.island_1_goes_down();
+    let g = home.end_home(c).expect("an old attempt asks its branches");
+    assert_eq!(home.locking.len(), 1, "a LOCK round to island 1");
+    home.pump().unwrap();
+    assert_eq!(
+        home.confirmed,
+        [(g, false)],
+        "the round that sees island 1 down ends the wait"
+    );
+    assert!(home.locking.is_empty());
+    assert_eq!(home.aborted_for_down(g), Some(1));
+}
+
 /// Audits that roll themselves back when the total they saw is wrong, read
 /// island 1's accounts first and, on a first attempt, dawdle (3 ms, twice
 /// the idle timeout below) before they read the others: an audit of another

@@ -286,6 +286,19 @@ pub fn for_process(
     hello: Hello,
     mailbox_depth: usize,
 ) -> Result<Linked, Error> {
+    for_process_with(p, workers, hello, mailbox_depth, None)
+}
+
+/// [`for_process`], with a peer counted down once nothing (not even a
+/// heartbeat) came from it for `dead_after` (`None`: the [`UdsConfig`]
+/// default).
+pub fn for_process_with(
+    p: &crate::deploy::Processes,
+    workers: &[u32],
+    hello: Hello,
+    mailbox_depth: usize,
+    dead_after: Option<Duration>,
+) -> Result<Linked, Error> {
     let me = hello.island;
     if usize::from(me) >= workers.len() {
         return Err(Error::Config(format!(
@@ -317,6 +330,9 @@ pub fn for_process(
     let deployment = hello.deployment;
     let mut cfg = UdsConfig::new(Layout::new(workers, me), paths, secret, hello);
     cfg.mailbox_depth = mailbox_depth;
+    if let Some(d) = dead_after {
+        cfg.dead_after = d;
+    }
     let listen = |e: &dyn std::fmt::Display| {
         Error::Io(format!(
             "island {me}: cannot listen on {}: {e}",

@@ -39,6 +39,9 @@ pub struct PeerStats {
     pub dropped: u64,
     /// Connections established after the first.
     pub reconnects: u64,
+    /// Times the peer said goodbye: it stopped cleanly (a stop that drained
+    /// its two-phase commits) rather than being lost.
+    pub goodbyes: u64,
     /// Handshakes refused (either side's verdict), and connections closed
     /// because a frame broke the stream's rules (bad header, checksum,
     /// foreign worker, destination not local); for `shm`, ring records
@@ -63,6 +66,7 @@ pub struct PeerCounters {
     pub batches_out: AtomicU64,
     pub dropped: AtomicU64,
     pub reconnects: AtomicU64,
+    pub goodbyes: AtomicU64,
     pub refusals: AtomicU64,
     /// Nanoseconds after `epoch` plus one; 0: never heard.
     last_heard: AtomicU64,
@@ -81,6 +85,7 @@ impl PeerCounters {
             batches_out: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
+            goodbyes: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
             last_heard: AtomicU64::new(0),
             incarnation: AtomicU64::new(0),
@@ -136,6 +141,7 @@ impl PeerCounters {
             batches_out: get(&self.batches_out),
             dropped: get(&self.dropped),
             reconnects: get(&self.reconnects),
+            goodbyes: get(&self.goodbyes),
             refusals: get(&self.refusals),
             last_heard: (heard > 0).then(|| self.epoch + Duration::from_nanos(heard - 1)),
             incarnation: get(&self.incarnation),

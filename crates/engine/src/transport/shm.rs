@@ -378,6 +378,7 @@ impl Shm {
                     batches_out: tx.batches,
                     dropped: tx.dropped + conn.map_or(0, |c| c.dropped),
                     reconnects: conn.map_or(0, |c| c.reconnects),
+                    goodbyes: conn.map_or(0, |c| c.goodbyes),
                     refusals: rx.refusals + conn.map_or(0, |c| c.refusals),
                     last_heard: conn.and_then(|c| c.last_heard),
                     incarnation: conn.map_or(0, |c| c.incarnation),
@@ -643,8 +644,27 @@ impl Shm {
 
     /// Closes the connections with the peer processes (if any) and unlinks
     /// every peer: batches for them are dropped from now on. Idempotent.
+    ///
+    /// Between processes, first waits (up to [`RINGS_DRAIN`]) until each
+    /// peer has taken everything pushed into its ring: the goodbye that the
+    /// connection then carries ([`Uds::shutdown`]) makes the peer unlink the
+    /// rings, so it must come after the last record, as it does on a socket.
     pub fn shutdown(&self) {
         if let Some(u) = self.link.get() {
+            let until = std::time::Instant::now() + RINGS_DRAIN;
+            for p in &self.peers {
+                while std::time::Instant::now() < until {
+                    let drained =
+                        p.tx.lock()
+                            .link
+                            .as_ref()
+                            .is_none_or(|l| l.ring.is_drained() || l.ring.broken().is_some());
+                    if drained {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
             u.shutdown();
         }
         for p in &self.peers {
@@ -710,6 +730,10 @@ impl Shm {
         Ok(token)
     }
 }
+
+/// Longest [`Shm::shutdown`] waits for the peers to take what was pushed
+/// into their rings.
+const RINGS_DRAIN: Duration = Duration::from_secs(1);
 
 impl Drop for Shm {
     fn drop(&mut self) {

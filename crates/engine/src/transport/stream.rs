@@ -45,8 +45,13 @@ pub const MAX_BATCH: usize = 16 << 20;
 /// Flag: a heartbeat, not a batch. Its payload is empty and its destination
 /// is 0; it only says that the peer is alive.
 pub const FLAG_HEARTBEAT: u16 = 1;
+/// Flag: a goodbye, not a batch. Its payload is empty and its destination is
+/// 0; the peer stops cleanly and leaves: nothing follows it on the stream,
+/// and the receiver counts the peer down at once (as if the connection had
+/// closed) rather than after its heartbeats time out.
+pub const FLAG_GOODBYE: u16 = 2;
 /// Every flag this version knows; a header with another bit set is refused.
-pub const KNOWN_FLAGS: u16 = FLAG_HEARTBEAT;
+pub const KNOWN_FLAGS: u16 = FLAG_HEARTBEAT | FLAG_GOODBYE;
 
 /// Bytes the decoder's buffer starts with.
 const READ_CHUNK: usize = 64 << 10;
@@ -70,6 +75,10 @@ pub enum StreamError {
     Length { len: u64 },
     #[error("stream header length: a heartbeat with a {len}-byte payload")]
     HeartbeatPayload { len: u32 },
+    #[error("stream header length: a goodbye with a {len}-byte payload")]
+    GoodbyePayload { len: u32 },
+    #[error("stream header flags: {got:#06x} is a heartbeat and a goodbye at once")]
+    BothControls { got: u16 },
     #[error("stream crc32c: computed {computed:#010x}, frame says {stored:#010x}")]
     Crc { stored: u32, computed: u32 },
     #[error("stream header worker: {worker}, island {island} has {workers} workers")]
@@ -137,6 +146,11 @@ pub fn heartbeat() -> [u8; HEADER] {
     header(FLAG_HEARTBEAT, 0, Endpoint(0), &[]).expect("an empty payload is under the cap")
 }
 
+/// A goodbye's header (see [`FLAG_GOODBYE`]).
+pub fn goodbye() -> [u8; HEADER] {
+    header(FLAG_GOODBYE, 0, Endpoint(0), &[]).expect("an empty payload is under the cap")
+}
+
 /// Checks a header's fixed fields and its length (not the checksum, which
 /// needs the payload).
 fn parse(h: &[u8; HEADER]) -> Result<Header, StreamError> {
@@ -157,8 +171,14 @@ fn parse(h: &[u8; HEADER]) -> Result<Header, StreamError> {
             len: u64::from(len),
         });
     }
+    if flags & FLAG_HEARTBEAT != 0 && flags & FLAG_GOODBYE != 0 {
+        return Err(StreamError::BothControls { got: flags });
+    }
     if flags & FLAG_HEARTBEAT != 0 && len != 0 {
         return Err(StreamError::HeartbeatPayload { len });
+    }
+    if flags & FLAG_GOODBYE != 0 && len != 0 {
+        return Err(StreamError::GoodbyePayload { len });
     }
     Ok(Header {
         flags,
@@ -370,13 +390,15 @@ mod tests {
         let cap = out.capacity();
         encode(&mut out, 0, 3, Endpoint(7), b"hello").unwrap();
         out.extend_from_slice(&heartbeat());
+        out.extend_from_slice(&goodbye());
         assert_eq!(out.capacity(), cap, "no allocation with room");
         let got = feed(&mut Decoder::new(), &out, 1000).unwrap();
         assert_eq!(
             got,
             vec![
                 (0, 3, 7, b"hello".to_vec()),
-                (FLAG_HEARTBEAT, 0, 0, Vec::new())
+                (FLAG_HEARTBEAT, 0, 0, Vec::new()),
+                (FLAG_GOODBYE, 0, 0, Vec::new())
             ]
         );
     }
@@ -408,6 +430,16 @@ mod tests {
         b[12] = 1;
         b.push(0);
         assert_eq!(fed(&b), Err(StreamError::HeartbeatPayload { len: 1 }));
+        let mut b = goodbye().to_vec();
+        b[12] = 1;
+        b.push(0);
+        assert_eq!(fed(&b), Err(StreamError::GoodbyePayload { len: 1 }));
+        let mut b = goodbye().to_vec();
+        b[2] = (FLAG_HEARTBEAT | FLAG_GOODBYE) as u8;
+        assert_eq!(fed(&b), Err(StreamError::BothControls { got: 3 }));
+        let mut b = good.clone();
+        b[2] = 4; // the first bit this version does not know
+        assert_eq!(fed(&b), Err(StreamError::Flags { got: 4 }));
         let mut b = good.clone();
         *b.last_mut().unwrap() ^= 1;
         assert!(matches!(fed(&b), Err(StreamError::Crc { .. })));

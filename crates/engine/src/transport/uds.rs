@@ -19,6 +19,15 @@
 //! A frame that breaks the stream's rules closes the connection and counts a
 //! refusal.
 //!
+//! Leaving: [`Uds::shutdown`] writes what is queued, then each send thread
+//! ends its connection with a goodbye ([`stream::FLAG_GOODBYE`]) before the
+//! connection closes. A receive thread that reads a goodbye closes the
+//! connection and marks the peer down at once, as a closed connection does
+//! (and counts it in [`PeerStats::goodbyes`]): a peer that stops cleanly is
+//! down for the executors in the round that reads its goodbye, never after
+//! `dead_after`. A goodbye is a frame: before the handshake it is refused
+//! like any other.
+//!
 //! Loss: the engine tolerates lost batches, so a peer that is not up gets
 //! its batches queued only up to the queue's cap; past it they are dropped
 //! and counted. Batches still queued when the peer comes back as a new
@@ -28,7 +37,7 @@
 use super::handshake::{self, Expect, Hello, Refused, Secret};
 use super::layout::Layout;
 use super::peer::{PeerCounters, PeerState, PeerStats};
-use super::stream::{self, Decoder, StreamError, FLAG_HEARTBEAT, HEADER};
+use super::stream::{self, Decoder, StreamError, FLAG_GOODBYE, FLAG_HEARTBEAT, HEADER};
 use super::BufferPool;
 use super::{Bell, Endpoint, Full, Transport};
 use crate::route::IslandId;
@@ -189,6 +198,9 @@ struct Shared {
 /// The Unix-socket transport of one island (see the module documentation).
 pub struct Uds {
     shared: Arc<Shared>,
+    /// The send threads (joined first at a shutdown: each writes its
+    /// goodbye before the connections close), and the other I/O threads.
+    senders: Mutex<Vec<JoinHandle<()>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -275,11 +287,17 @@ impl Uds {
         });
         let uds = Uds {
             shared: Arc::clone(&shared),
+            senders: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
         };
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| -> io::Result<()> {
+            let sender = name.starts_with("uds-send-");
             let h = std::thread::Builder::new().name(name).spawn(f)?;
-            locked(&uds.threads).push(h);
+            if sender {
+                locked(&uds.senders).push(h);
+            } else {
+                locked(&uds.threads).push(h);
+            }
             Ok(())
         };
         let sh = Arc::clone(&shared);
@@ -327,8 +345,9 @@ impl Uds {
     }
 
     /// Gives the send threads up to [`DRAIN`] to write what is queued for
-    /// peers that are up, then stops the I/O threads, closes every
-    /// connection and removes our socket path. Batches still queued then are
+    /// peers that are up, then stops the I/O threads: each send thread
+    /// writes a goodbye on its connection and leaves, then every connection
+    /// closes and our socket path is removed. Batches still queued then are
     /// lost. Idempotent.
     pub fn shutdown(&self) {
         let sh = &self.shared;
@@ -346,6 +365,23 @@ impl Uds {
         if sh.stop.swap(true, Ordering::SeqCst) {
             return;
         }
+        let here = std::thread::current().id();
+        let join = |threads: &Mutex<Vec<JoinHandle<()>>>| {
+            let threads: Vec<_> = locked(threads).drain(..).collect();
+            for t in threads {
+                // A thread of ours may end the transport that owns us
+                // (through an `Attach`): it cannot wait for itself, and
+                // leaves on `stop`.
+                if t.thread().id() != here {
+                    let _ = t.join();
+                }
+            }
+        };
+        // The send threads say goodbye on the connections before they close.
+        for p in &sh.peers {
+            p.bell.ring();
+        }
+        join(&self.senders);
         for p in &sh.peers {
             close(p, None);
             p.bell.ring();
@@ -353,15 +389,7 @@ impl Uds {
         // Wake the acceptor out of `accept`.
         let path = &sh.paths[usize::from(sh.layout.me())];
         drop(UnixStream::connect(path));
-        let threads: Vec<_> = locked(&self.threads).drain(..).collect();
-        let here = std::thread::current().id();
-        for t in threads {
-            // A thread of ours may end the transport that owns us (through
-            // an `Attach`): it cannot wait for itself, and leaves on `stop`.
-            if t.thread().id() != here {
-                let _ = t.join();
-            }
-        }
+        join(&self.threads);
         let _ = std::fs::remove_file(path);
     }
 }
@@ -374,6 +402,10 @@ impl Drop for Uds {
 
 /// Longest [`Uds::shutdown`] waits for queued batches to be written.
 const DRAIN: Duration = Duration::from_secs(1);
+
+/// Longest a send thread waits to write its goodbye (a peer that does not
+/// read learns of the stop when the connection closes instead).
+const GOODBYE_WAIT: Duration = Duration::from_millis(200);
 
 /// Removes a socket file left by a process that died; refuses to remove
 /// anything that is not a socket.
@@ -718,16 +750,28 @@ fn recv_loop(sh: &Shared, p: IslandId) {
                     PeerCounters::add(&peer.counters.refusals, 1);
                     sh.log(peer, &format!("connection closed: {e}"));
                 }
-                Ok(e) => sh.log(peer, &format!("connection lost: {e}")),
+                Ok(Ended::Goodbye) => {
+                    PeerCounters::add(&peer.counters.goodbyes, 1);
+                    sh.log(peer, "left: it said goodbye (a clean stop)");
+                }
+                Ok(Ended::Lost(e)) => sh.log(peer, &format!("connection lost: {e}")),
             }
         }
         close(peer, Some(generation));
     }
 }
 
-/// Delivers frames until the connection fails (`Ok(why)`) or breaks a rule
-/// of the stream (`Err`).
-fn read_frames(sh: &Shared, p: IslandId, s: &mut UnixStream) -> Result<String, StreamError> {
+/// How a connection that kept the stream's rules ended.
+enum Ended {
+    /// The peer said goodbye: it stops cleanly.
+    Goodbye,
+    /// It failed or closed, for the reason given.
+    Lost(String),
+}
+
+/// Delivers frames until the peer says goodbye, the connection fails (both
+/// `Ok`) or breaks a rule of the stream (`Err`).
+fn read_frames(sh: &Shared, p: IslandId, s: &mut UnixStream) -> Result<Ended, StreamError> {
     let peer = &sh.peers[usize::from(p)];
     let c = &peer.counters;
     let mut d = Decoder::new();
@@ -737,6 +781,10 @@ fn read_frames(sh: &Shared, p: IslandId, s: &mut UnixStream) -> Result<String, S
             PeerCounters::add(&c.bytes_in, (HEADER + payload.len()) as u64);
             if h.flags & FLAG_HEARTBEAT != 0 {
                 continue;
+            }
+            if h.flags & FLAG_GOODBYE != 0 {
+                // Nothing follows a goodbye: the peer is down from here on.
+                return Ok(Ended::Goodbye);
             }
             let from = stream::sender(&sh.layout, p, h.worker)?;
             let to = stream::destination(&sh.layout, h.to)?;
@@ -751,7 +799,7 @@ fn read_frames(sh: &Shared, p: IslandId, s: &mut UnixStream) -> Result<String, S
             // buffer fills behind us and the sender's writes wait).
             while let Err(back) = inbox.queue.push(item) {
                 if sh.stopping() {
-                    return Ok("stopping".into());
+                    return Ok(Ended::Lost("stopping".into()));
                 }
                 item = back;
                 if inbox.bell.ring() {
@@ -771,13 +819,13 @@ fn read_frames(sh: &Shared, p: IslandId, s: &mut UnixStream) -> Result<String, S
         let read = d.read_from(s);
         sh.recv_syscalls.fetch_add(1, Ordering::Relaxed);
         match read {
-            Ok(0) => return Ok("closed by the peer".into()),
+            Ok(0) => return Ok(Ended::Lost("closed by the peer".into())),
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::InvalidData => {
                 // The header's own error comes back from `next_frame`.
                 d.next_frame()?;
-                return Ok(e.to_string());
+                return Ok(Ended::Lost(e.to_string()));
             }
             Err(e)
                 if matches!(
@@ -785,9 +833,12 @@ fn read_frames(sh: &Shared, p: IslandId, s: &mut UnixStream) -> Result<String, S
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) =>
             {
-                return Ok(format!("nothing heard for {:?}", sh.dead_after));
+                return Ok(Ended::Lost(format!(
+                    "nothing heard for {:?}",
+                    sh.dead_after
+                )));
             }
-            Err(e) => return Ok(e.to_string()),
+            Err(e) => return Ok(Ended::Lost(e.to_string())),
         }
     }
 }
@@ -888,6 +939,18 @@ fn send_loop(sh: &Shared, p: IslandId) {
             sh.pool.give(b);
         }
         peer.busy.store(false, Ordering::SeqCst);
+    }
+    // Stopping: the connection this thread wrote on, if it is still the
+    // current one, ends with a goodbye (after every batch written above).
+    if let Some((mut s, g)) = conn {
+        if peer.generation.load(Ordering::Acquire) == g {
+            let _ = s.set_write_timeout(Some(GOODBYE_WAIT));
+            sh.send_syscalls.fetch_add(1, Ordering::Relaxed);
+            match s.write_all(&stream::goodbye()) {
+                Ok(()) => PeerCounters::add(&c.bytes_out, HEADER as u64),
+                Err(e) => sh.log(peer, &format!("goodbye failed: {e}")),
+            }
+        }
     }
 }
 

@@ -58,7 +58,7 @@ pub(super) fn options(dir: &Path, kind: Kind, island: u16, expect: Expect, id: u
 /// Opens both islands at once (each waits for nothing: its peer is dialed
 /// in the background), and waits until they are connected.
 fn open_both(dir: &Path, kind: Kind, expect: Expect, id: u128) -> (Deployment, Deployment) {
-    open_both_with(dir, kind, expect, id, |_, _| {})
+    open_both_opts(|k| options(dir, kind, k, expect, id))
 }
 
 /// [`open_both`], each island's options changed by `tweak` first.
@@ -69,22 +69,34 @@ pub(super) fn open_both_with(
     id: u128,
     tweak: impl Fn(u16, &mut Options),
 ) -> (Deployment, Deployment) {
-    let open = |k: u16| {
+    open_both_opts(|k| {
         let mut o = options(dir, kind, k, expect, id);
         tweak(k, &mut o);
+        o
+    })
+}
+
+/// [`open_both`], island `k` opened with `options(k)`.
+fn open_both_opts(options: impl Fn(u16) -> Options) -> (Deployment, Deployment) {
+    let open = |k: u16| {
+        let o = options(k);
         std::thread::spawn(move || Deployment::open(o, bank(), |l| load_site_accounts(l, ACCOUNTS)))
     };
     let (a, b) = (open(0), open(1));
     let (a, b) = (a.join().unwrap().unwrap(), b.join().unwrap().unwrap());
+    wait_connected(&[&a, &b]);
+    (a, b)
+}
+
+fn wait_connected(ds: &[&Deployment]) {
     let end = Instant::now() + Duration::from_secs(20);
-    while [&a, &b]
+    while ds
         .iter()
         .any(|d| d.peers().iter().any(|p| p.state != PeerState::Up))
     {
-        assert!(Instant::now() < end, "not connected: {:?}", a.peers());
+        assert!(Instant::now() < end, "not connected: {:?}", ds[0].peers());
         std::thread::sleep(Duration::from_millis(5));
     }
-    (a, b)
 }
 
 /// The sum of every balance, read through one client (the calls homed on
@@ -334,6 +346,164 @@ fn two_island_processes(kind: Kind) {
     .err()
     .unwrap();
     assert!(e.to_string().contains("holds deployment"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_clean_stop_under_load_drains_and_says_goodbye() {
+    clean_stop_under_load(Kind::Uds);
+}
+
+#[test]
+fn a_clean_stop_over_shm_under_load_drains_and_says_goodbye() {
+    clean_stop_under_load(Kind::Shm);
+}
+
+/// What the callers of island 0 heard while island 1 stopped.
+#[derive(Default, Debug)]
+struct Heard {
+    committed: usize,
+    /// Committed transfers between the two islands.
+    crossing: usize,
+    /// Rolled back by the procedure (insufficient funds).
+    rolled_back: usize,
+    island_down: usize,
+    closing: usize,
+    slowest: Duration,
+}
+
+/// Random transfers across the whole bank through `client` (island 0's),
+/// from `threads` threads, until `stop`. Every call either commits, rolls
+/// back on its own, or fails because island 1 is down or closing: any
+/// other answer fails the test.
+fn load_until(
+    client: &Client,
+    threads: u64,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Heard>> {
+    (0..threads)
+        .map(|t| {
+            let (client, stop) = (client.clone(), std::sync::Arc::clone(stop));
+            std::thread::spawn(move || {
+                let mut rng =
+                    0x2545_f491_4f6c_dd1du64 ^ (t + 7).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let mut next = || {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng
+                };
+                let mut h = Heard::default();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let (from, to) = (next() % N, next() % N);
+                    if from == to {
+                        continue;
+                    }
+                    let args = [
+                        Value::Int(from as i64),
+                        Value::Int(to as i64),
+                        Value::Int((next() % 20) as i64),
+                    ];
+                    let t = Instant::now();
+                    let r = client.call("transfer", &args);
+                    h.slowest = h.slowest.max(t.elapsed());
+                    match r {
+                        Ok(_) => {
+                            h.committed += 1;
+                            h.crossing += usize::from(island_of(from) != island_of(to));
+                        }
+                        Err(CallError::Rollback { .. }) => h.rolled_back += 1,
+                        Err(CallError::IslandDown { island: 1, .. }) => h.island_down += 1,
+                        Err(CallError::ShutDown) => h.closing += 1,
+                        Err(e) => panic!("transfer {from} -> {to} as island 1 stopped: {e}"),
+                    }
+                }
+                h
+            })
+        })
+        .collect()
+}
+
+/// Island 1 stops cleanly while island 0's callers run transfers across
+/// both (a heartbeat timeout of 30 s, so that only the goodbye explains a
+/// prompt "down"): no call hangs or fails otherwise than with IslandDown or
+/// the closing error; island 0 counts island 1 down at once, from its
+/// goodbye; and island 1's log holds no branch in doubt: reopened, it
+/// recovers none, and the money is all there.
+fn clean_stop_under_load(kind: Kind) {
+    let dir = temp_dir(&format!("clean-stop-{kind}"));
+    let secret = dir.join("secret");
+    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let id = islands::wal::new_deployment_id();
+    let opts = |k: u16, expect: Expect| {
+        let mut o = options(&dir, kind, k, expect, id);
+        o.peer_dead_after = Some(Duration::from_secs(30));
+        o
+    };
+    let (a, b) = open_both_opts(|k| opts(k, Expect::Either));
+    let client = a.client();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = load_until(&client, 4, &stop);
+    // Until transfers between the islands commit (on a loaded machine,
+    // however long that takes).
+    let end = Instant::now() + Duration::from_secs(60);
+    while a.peers()[0].batches_out < 200 {
+        assert!(Instant::now() < end, "no traffic: {:?}", a.peers());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+
+    let t = Instant::now();
+    b.shutdown().unwrap();
+    let stopping = t.elapsed();
+    let end = Instant::now() + Duration::from_secs(5);
+    while a.islands_state()[1].up {
+        assert!(
+            Instant::now() < end,
+            "island 0 still counts island 1 up {:?} after it stopped: {:?}",
+            t.elapsed(),
+            a.peers()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let p = a.peers()[0].clone();
+    assert_eq!(p.goodbyes, 1, "island 1 left without a goodbye: {p:?}");
+    // Calls that need island 1 now fail at once; the others go on.
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let heard = load
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .fold(Heard::default(), |s, h| Heard {
+            committed: s.committed + h.committed,
+            crossing: s.crossing + h.crossing,
+            rolled_back: s.rolled_back + h.rolled_back,
+            island_down: s.island_down + h.island_down,
+            closing: s.closing + h.closing,
+            slowest: s.slowest.max(h.slowest),
+        });
+    eprintln!("{kind}: island 1 stopped in {stopping:?}; island 0's callers heard {heard:?}");
+    assert!(
+        heard.crossing > 0 && heard.island_down > 0,
+        "{heard:?}: transfers across before, IslandDown after"
+    );
+    // The stop's drain is bounded (2 s), and so is every call's wait.
+    assert!(
+        heard.slowest < Duration::from_secs(10),
+        "a call waited {:?}",
+        heard.slowest
+    );
+    drop(client);
+
+    // Island 1 left nothing in doubt, and every transfer is whole.
+    let b = Deployment::open(opts(1, Expect::Recover), bank(), |_| Ok(())).unwrap();
+    let in_doubt: usize = b.recovered().iter().map(|r| r.in_doubt.len()).sum();
+    assert_eq!(in_doubt, 0, "island 1 left branches in doubt");
+    wait_connected(&[&a, &b]);
+    assert_eq!(total(&a.client()), N as i64 * INITIAL);
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
 

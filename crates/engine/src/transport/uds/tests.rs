@@ -309,6 +309,96 @@ fn a_frame_claiming_a_foreign_worker_is_refused() {
     assert_eq!(peer(&b, 0).batches_in, 1);
 }
 
+/// A peer that says goodbye is down at once, long before its dead interval
+/// (30 s here), although its connection stays open: nothing else could
+/// explain it. The goodbye is counted, and nothing after it is delivered.
+#[test]
+fn a_goodbye_makes_the_peer_down_at_once() {
+    let dir = TempDir::new("goodbye");
+    let workers = [1, 1];
+    let mut c = config(&dir, &workers, 1, 1, SECRET);
+    c.dead_after = Duration::from_secs(30);
+    let b = Uds::new(c).unwrap();
+    let mut s = raw_island_0(&dir, &workers, SECRET).unwrap();
+    until("island 0 is up at island 1", || {
+        peer(&b, 0).state == PeerState::Up
+    });
+    let epoch = b.peer_epoch();
+    let t = Instant::now();
+    let mut batch = Vec::new();
+    push_frame(&mut batch, b"late");
+    let mut out = stream::goodbye().to_vec();
+    stream::encode(&mut out, 0, 0, Endpoint(1), &batch).unwrap();
+    s.write_all(&out).unwrap();
+    until("island 0 is down at island 1", || b.peer_down(0));
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "down after {:?}: the dead interval, not the goodbye",
+        t.elapsed()
+    );
+    assert_ne!(b.peer_epoch(), epoch, "going down moves the epoch");
+    let p = peer(&b, 0);
+    assert_eq!(
+        (p.state, p.goodbyes, p.refusals),
+        (PeerState::Down, 1, 0),
+        "{p:?}"
+    );
+    assert!(b.recv(Endpoint(1)).is_none(), "nothing after a goodbye");
+}
+
+/// A shutdown says goodbye to every peer that is up, after what it had
+/// queued.
+#[test]
+fn a_shutdown_says_goodbye_after_what_it_queued() {
+    let dir = TempDir::new("bye");
+    let workers = [1, 1, 1];
+    let us: Vec<Uds> = (0..3).map(|i| open(&dir, &workers, i, 1)).collect();
+    until("every island is connected", || {
+        us.iter()
+            .all(|u| u.peers().iter().all(|p| p.state == PeerState::Up))
+    });
+    let mut us = us.into_iter();
+    let (a, b, c) = (us.next().unwrap(), us.next().unwrap(), us.next().unwrap());
+    send(&b, 1, 0, b"before the goodbye");
+    b.shutdown();
+    assert_eq!(one_frame(&recv(&a, 0).1), b"before the goodbye");
+    until("islands 0 and 2 count island 1 down", || {
+        a.peer_down(1) && c.peer_down(1)
+    });
+    assert_eq!(peer(&a, 1).goodbyes, 1, "{:?}", peer(&a, 1));
+    assert_eq!(peer(&c, 1).goodbyes, 1, "{:?}", peer(&c, 1));
+    assert_eq!(peer(&a, 2).goodbyes, 0, "island 2 stays");
+    assert!(!a.peer_down(2));
+}
+
+/// A goodbye is a frame: as the first bytes of a connection, before any
+/// handshake, it is refused like anything else that is not a handshake.
+#[test]
+fn a_goodbye_before_the_handshake_is_refused() {
+    let dir = TempDir::new("early-bye");
+    let workers = [1, 1];
+    let b = open(&dir, &workers, 1, 1);
+    let path = &dir.paths(2)[1];
+    let mut s = loop {
+        match UnixStream::connect(path) {
+            Ok(s) => break s,
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    // As many goodbyes as a handshake's first message could take.
+    let byes: Vec<u8> = (0..64).flat_map(|_| stream::goodbye()).collect();
+    let _ = s.write_all(&byes);
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    until("the connection is refused", || {
+        b.unattributed_refusals() == 1
+    });
+    let p = peer(&b, 0);
+    assert_eq!((p.goodbyes, p.batches_in), (0, 0), "{p:?}");
+    assert_eq!(p.state, PeerState::Connecting);
+}
+
 #[test]
 fn a_wrong_secret_is_refused() {
     let dir = TempDir::new("secret");
