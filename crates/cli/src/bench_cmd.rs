@@ -1427,21 +1427,7 @@ fn run_loaded<W: Workload + 'static>(
         chunks.prefaulted - chunks_before.prefaulted,
         chunks.fallbacks - chunks_before.fallbacks
     ));
-    if let Some(no) = report.per_type.iter().find(|t| t.name == "NewOrder") {
-        let per_min = no.throughput_tps * 60.0;
-        report.notes.push(format!(
-            "NewOrders per minute: {per_min:.0} (no keying or think time: not a compliant tpmC)"
-        ));
-    }
-    println!("{}", report.render_table());
-    if let Some(path) = json {
-        report
-            .write_json(path)
-            .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))?;
-        if !quiet {
-            eprintln!("[result] written to {}", path.display());
-        }
-    }
+    publish(&mut report, json.as_deref(), quiet)?;
     match stopped {
         Some(cause) => Err(RunError::Stopped {
             cause,
@@ -1648,6 +1634,31 @@ fn deployment_line(
             .map(|d| format!(", log in {}", d.display()))
             .unwrap_or_default()
     )
+}
+
+/// Adds the NewOrder rate of a TPC-C run to `report`'s notes, prints its
+/// table and writes its JSON to `json` if given.
+pub(crate) fn publish(
+    report: &mut islands_bench::report::Report,
+    json: Option<&std::path::Path>,
+    quiet: bool,
+) -> Result<(), Error> {
+    if let Some(no) = report.per_type.iter().find(|t| t.name == "NewOrder") {
+        let per_min = no.throughput_tps * 60.0;
+        report.notes.push(format!(
+            "NewOrders per minute: {per_min:.0} (no keying or think time: not a compliant tpmC)"
+        ));
+    }
+    println!("{}", report.render_table());
+    if let Some(path) = json {
+        report
+            .write_json(path)
+            .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))?;
+        if !quiet {
+            eprintln!("[result] written to {}", path.display());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -448,21 +448,7 @@ pub(crate) fn run_parent(
         "{islands} processes, one per island, joined by {kind}; each process's own figures are in per_process (--json)"
     ));
     report.notes.extend(notes);
-    if let Some(no) = report.per_type.iter().find(|t| t.name == "NewOrder") {
-        let per_min = no.throughput_tps * 60.0;
-        report.notes.push(format!(
-            "NewOrders per minute: {per_min:.0} (no keying or think time: not a compliant tpmC)"
-        ));
-    }
-    println!("{}", report.render_table());
-    if let Some(path) = json {
-        report
-            .write_json(path)
-            .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))?;
-        if !quiet {
-            eprintln!("[result] written to {}", path.display());
-        }
-    }
+    crate::bench_cmd::publish(&mut report, json.as_deref(), quiet)?;
     Ok(())
 }
 
