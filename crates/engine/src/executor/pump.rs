@@ -101,16 +101,22 @@ impl Executor {
             self.early_stale = false;
             self.check_early();
         }
-        if let Some(port) = self.forward.as_mut() {
-            let mut out = super::forward::Frames {
-                outbox: &mut self.outbox,
-                transport: &*self.transport,
-            };
-            port.round(now, self.down, &mut out);
+        if self.forward.is_some() {
+            // Read now: the calls it sends are stamped with it, and their
+            // deadlines run from there.
+            let sent_us = self.fresh_now_us();
+            if let Some(port) = self.forward.as_mut() {
+                let mut out = super::forward::Frames {
+                    outbox: &mut self.outbox,
+                    transport: &*self.transport,
+                };
+                port.round(sent_us, self.down, &mut out);
+            }
         }
         let hold = CONF_HOLD_US.min(self.cl.opts.timeouts.commit_retry_us / 4);
+        let flush_us = self.now_us();
         self.outbox
-            .flush_holding(&*self.transport, self.me, now, hold);
+            .flush_holding(&*self.transport, self.me, flush_us, hold);
         let dropped = self.outbox.take_dropped();
         if dropped > 0 {
             let c = &self.counts().dropped_batches;
