@@ -21,18 +21,29 @@
 //!   two children or more (its key range goes to a neighbour), with the chain
 //!   of one-child inner nodes above it; the tree keeps at most one empty
 //!   chain, the one at the root;
+//! - a leaf's fences (`lo` inclusive, `hi` exclusive or open) lie inside the
+//!   key range its parents give it: a split narrows them under the leaf's
+//!   lock, and an unlink that widens a neighbour's range leaves its fences
+//!   as they were (narrower than the range is allowed, never wider);
+//! - an insert first tries the leaf it or a key sharing its top 32 bits last
+//!   went into on this thread (a finger): if that leaf is not obsolete and
+//!   its fences hold the key, it is the leaf a descent would find, and no
+//!   descent is needed. A finger is trusted only while the tree has retired
+//!   no leaf since it was taken, so it never points at freed memory;
 //! - every field a reader may read while a writer changes it is an atomic
 //!   (relaxed loads and stores; the version checks order them), and unlinked
 //!   nodes are freed through `crossbeam-epoch`, after every reader that might
 //!   still hold them has left.
 
+use std::cell::Cell;
 use std::ptr::null_mut;
 use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
 
 use crossbeam_epoch::{self as epoch, Guard};
 
-/// Entries of a leaf: 30 × 24 B plus the header fit 768 B (12 cache lines).
-pub const LEAF_CAP: usize = 30;
+/// Entries of a leaf: 29 × 24 B beside the header and the fences (64 B)
+/// fill 768 B (12 cache lines).
+pub const LEAF_CAP: usize = 29;
 /// Separator keys of an inner node (children: one more).
 pub const INNER_CAP: usize = 30;
 /// How deep an unlink looks for an ancestor to unlink from; the tree is far
@@ -126,6 +137,15 @@ impl Header {
     }
 }
 
+fn u128_of(w: &[AtomicU64; 2]) -> u128 {
+    ((w[0].load(Ordering::Relaxed) as u128) << 64) | w[1].load(Ordering::Relaxed) as u128
+}
+
+fn set_u128(w: &[AtomicU64; 2], k: u128) {
+    w[0].store((k >> 64) as u64, Ordering::Relaxed);
+    w[1].store(k as u64, Ordering::Relaxed);
+}
+
 /// Keys split in halves, so that each half is an atomic word.
 #[repr(C)]
 struct Keys<const N: usize> {
@@ -168,6 +188,11 @@ impl<const N: usize> Keys<N> {
 #[repr(C, align(64))]
 struct Leaf {
     h: Header,
+    /// The fences: keys `lo <= k < hi` (no upper bound with `hi_open`) belong
+    /// here. Written under the lock, before a new leaf is linked.
+    fence_lo: [AtomicU64; 2],
+    fence_hi: [AtomicU64; 2],
+    hi_open: AtomicU64,
     keys: Keys<LEAF_CAP>,
     vals: [AtomicU64; LEAF_CAP],
 }
@@ -183,6 +208,9 @@ impl Leaf {
     fn alloc() -> *mut Header {
         let l = Box::new(Leaf {
             h: Header::new(true),
+            fence_lo: [const { AtomicU64::new(0) }; 2],
+            fence_hi: [const { AtomicU64::new(0) }; 2],
+            hi_open: AtomicU64::new(1),
             keys: Keys::new(),
             vals: [const { AtomicU64::new(0) }; LEAF_CAP],
         });
@@ -190,6 +218,24 @@ impl Leaf {
     }
     fn count(&self) -> usize {
         (self.h.count.load(Ordering::Relaxed) as usize).min(LEAF_CAP)
+    }
+    /// Whether the fences hold `k` (read optimistically: the caller checks
+    /// the version afterwards).
+    fn fences_hold(&self, k: u128) -> bool {
+        let lo = u128_of(&self.fence_lo);
+        let open = self.hi_open.load(Ordering::Relaxed) != 0;
+        lo <= k && (open || k < u128_of(&self.fence_hi))
+    }
+    /// Sets the fences; the caller holds the lock or has not shared the leaf.
+    fn set_fences(&self, lo: u128, hi: Option<u128>) {
+        set_u128(&self.fence_lo, lo);
+        set_u128(&self.fence_hi, hi.unwrap_or(0));
+        self.hi_open
+            .store(u64::from(hi.is_none()), Ordering::Relaxed);
+    }
+    /// The upper fence (`None`: open).
+    fn hi_fence(&self) -> Option<u128> {
+        (self.hi_open.load(Ordering::Relaxed) == 0).then(|| u128_of(&self.fence_hi))
     }
     fn val(&self, i: usize) -> u64 {
         self.vals[i].load(Ordering::Relaxed)
@@ -367,6 +413,25 @@ struct Found<'g> {
 /// The B+tree. See the module's documentation.
 pub struct BTree {
     root: AtomicPtr<Header>,
+    /// Names this tree in the threads' fingers; unique in the process.
+    id: u64,
+    /// Leaves retired so far: a finger taken at another count may point at
+    /// a leaf whose memory is gone.
+    retired: AtomicU64,
+}
+
+/// Gives every tree its `id` (0 marks an empty finger).
+static TREE_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// Fingers per thread, shared by every tree (a direct-mapped cache).
+const FINGERS: usize = 512;
+
+/// A finger: the tree's id, a leaf of it (as an address), and the tree's
+/// `retired` count when it was taken.
+type Finger = (u64, usize, u64);
+
+thread_local! {
+    static FINGER: [Cell<Finger>; FINGERS] = const { [const { Cell::new((0, 0, 0)) }; FINGERS] };
 }
 
 // SAFETY: nodes are shared through atomics only, and freed through epochs.
@@ -383,7 +448,59 @@ impl BTree {
     pub fn new() -> BTree {
         BTree {
             root: AtomicPtr::new(Leaf::alloc()),
+            id: TREE_IDS.fetch_add(1, Ordering::Relaxed),
+            retired: AtomicU64::new(0),
         }
+    }
+
+    /// The finger slot of `k` in this tree: keys that share their top 32
+    /// bits (a district's orders, a prefix's rows) share a slot.
+    fn finger_slot(&self, k: u128) -> usize {
+        let h = (self.id ^ ((k >> 96) as u64).rotate_left(20)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h >> (64 - FINGERS.trailing_zeros())) as usize
+    }
+
+    /// Notes that `leaf`, which the caller holds locked (or has not linked
+    /// yet), takes `k`: this thread's next insert near `k` starts there.
+    fn note_finger(&self, leaf: &Leaf, k: u128) {
+        // Read under the lock: the leaf cannot be retired before the lock
+        // is released, so its own retirement counts after this read.
+        let snap = self.retired.load(Ordering::SeqCst);
+        let f: Finger = (self.id, leaf as *const Leaf as usize, snap);
+        FINGER.with(|fs| fs[self.finger_slot(k)].set(f));
+    }
+
+    /// Inserts `k` into the leaf this thread's finger names, if its fences
+    /// hold `k` and it has room: `None` when a descent is needed.
+    fn try_finger(&self, k: u128, val: u64, g: &Guard) -> Option<Option<u64>> {
+        let (id, p, snap) = FINGER.with(|fs| fs[self.finger_slot(k)].get());
+        if id != self.id || self.retired.load(Ordering::SeqCst) != snap {
+            return None;
+        }
+        // SAFETY: `p` was a leaf of this tree, not yet retired when `snap`
+        // was read; no leaf was retired since (checked above, after `g` was
+        // pinned), so a retirement of `p` now waits for `g`.
+        let node = unsafe { header(p as *mut Header, g) };
+        let v = node.version.read().ok()?;
+        let leaf = as_leaf(node);
+        if !leaf.fences_hold(k) {
+            return None;
+        }
+        let n = leaf.count();
+        let pos = leaf.keys.search(k, n, false);
+        if pos < n && leaf.keys.get(pos) == k {
+            let there = leaf.val(pos);
+            leaf.h.version.check(v).ok()?;
+            return Some(Some(there));
+        }
+        if n == LEAF_CAP {
+            return None;
+        }
+        // Locking at `v` proves the fences, count and position read above.
+        leaf.h.version.upgrade(v).ok()?;
+        leaf.insert_at(pos, k, val);
+        leaf.h.version.unlock();
+        Some(None)
     }
 
     /// The root and its version; restarts if the root was replaced between
@@ -455,7 +572,10 @@ impl BTree {
 
     /// Inserts unless present; returns the value already there if it was.
     pub fn insert(&self, k: u128, v: u64) -> Option<u64> {
-        self.retry(|g| self.try_insert(k, v, g))
+        self.retry(|g| match self.try_finger(k, v, g) {
+            Some(done) => Ok(done),
+            None => self.try_insert(k, v, g),
+        })
     }
 
     fn try_insert(&self, k: u128, val: u64, g: &Guard) -> Step<Option<u64>> {
@@ -496,10 +616,13 @@ impl BTree {
                 // An append's key starts the right leaf; otherwise the
                 // right half's first key separates.
                 let sep = if pos == n { k } else { r.keys.get(0) };
+                r.set_fences(sep, leaf.hi_fence());
+                leaf.set_fences(u128_of(&leaf.fence_lo), Some(sep));
                 // The key goes in while both halves are locked (the right
                 // one is not linked yet).
                 let into = if k >= sep { r } else { leaf };
                 into.insert_at(into.keys.search(k, into.count(), false), k, val);
+                self.note_finger(into, k);
                 (sep, right)
             })?;
             return Ok(None);
@@ -512,6 +635,7 @@ impl BTree {
             }
         }
         leaf.insert_at(pos, k, val);
+        self.note_finger(leaf, k);
         leaf.h.version.unlock();
         Ok(None)
     }
@@ -668,7 +792,10 @@ impl BTree {
                 }
             }
             leaf.h.version.unlock_obsolete();
-            // SAFETY: unlinked above; retired once.
+            // Every finger taken before this count may name the leaf.
+            self.retired.fetch_add(1, Ordering::SeqCst);
+            // SAFETY: unlinked above (from the tree, and from the fingers by
+            // the count); retired once.
             unsafe { retire(node as *const Header as *mut Header, g) };
             if collapse {
                 self.collapse_root(g);
@@ -928,5 +1055,106 @@ mod tests {
         );
         t.insert(5, 5);
         assert_eq!(t.get(5), Some(5));
+    }
+}
+
+#[cfg(test)]
+mod finger_tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Appends under many prefixes, interleaved, with the oldest keys of
+    /// each removed (leaves emptied and retired, fingers dropped) and
+    /// re-inserted: the tree holds what a `BTreeMap` fed the same holds, and
+    /// every key sits in the leaf a descent finds (the scan sees them all).
+    #[test]
+    fn inserts_through_fingers_land_where_a_descent_would() {
+        let t = BTree::new();
+        let mut model = BTreeMap::new();
+        let key = |p: u128, o: u128| (p << 96) | (o << 64);
+        for o in 0..2_000u128 {
+            for p in 0..40u128 {
+                let k = key(p, o);
+                assert_eq!(t.insert(k, o as u64), model.insert(k, o as u64));
+                if o >= 100 && o % 3 == 0 {
+                    let old = key(p, o - 100);
+                    assert_eq!(t.remove(old), model.remove(&old).is_some());
+                }
+                if o % 97 == 0 {
+                    // A key below the prefix's tail: not an append.
+                    let mid = key(p, o / 2) | 1;
+                    assert_eq!(t.insert(mid, 7), model.insert(mid, 7));
+                }
+            }
+        }
+        for (k, v) in &model {
+            assert_eq!(t.get(*k), Some(*v), "{k:#x}");
+        }
+        let mut got = vec![];
+        t.scan(0, u128::MAX, false, |k, v| {
+            got.push((k, v));
+            true
+        });
+        let want: Vec<(u128, u64)> = model.into_iter().collect();
+        assert_eq!(got, want);
+    }
+
+    /// Threads append under their own and shared prefixes while another
+    /// removes the oldest keys (retiring emptied leaves) and scans: no key
+    /// is lost or doubled.
+    #[test]
+    fn fingers_stay_sound_beside_removals_on_other_threads() {
+        let t = std::sync::Arc::new(BTree::new());
+        let per = 20_000u128;
+        let writers: Vec<_> = (0..3u128)
+            .map(|w| {
+                let t = t.clone();
+                std::thread::spawn(move || {
+                    for o in 0..per {
+                        // Prefix w alone, prefix 9 shared by every writer.
+                        let p = if o % 4 == 0 { 9 } else { w };
+                        let k = (p << 96) | (o << 64) | w;
+                        assert_eq!(t.insert(k, o as u64), None);
+                    }
+                })
+            })
+            .collect();
+        let remover = {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                let mut removed = 0usize;
+                for o in 0..per / 2 {
+                    for w in 0..3u128 {
+                        let p = if o % 4 == 0 { 9 } else { w };
+                        let k = (p << 96) | (o << 64) | w;
+                        while t.get(k).is_none() {
+                            std::thread::yield_now();
+                        }
+                        assert!(t.remove(k));
+                        removed += 1;
+                    }
+                    if o % 1000 == 0 {
+                        let mut last = None;
+                        t.scan(0, u128::MAX, false, |k, _| {
+                            assert!(last.is_none_or(|l| k > l));
+                            last = Some(k);
+                            true
+                        });
+                    }
+                }
+                removed
+            })
+        };
+        for w in writers {
+            w.join().unwrap();
+        }
+        let removed = remover.join().unwrap();
+        assert_eq!(t.len(), 3 * per as usize - removed);
+        for w in 0..3u128 {
+            for o in per / 2..per {
+                let p = if o % 4 == 0 { 9 } else { w };
+                assert_eq!(t.get((p << 96) | (o << 64) | w), Some(o as u64));
+            }
+        }
     }
 }
