@@ -290,6 +290,14 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_micros(20u64 << attempt.min(8))
 }
 
+/// The longest a logging worker with nothing to run sleeps on its bell
+/// ([`Worker::park_for`]): the 2PC pump's timers run once a millisecond.
+const PARK_MAX: Duration = Duration::from_millis(1);
+
+/// A sleep shorter than this (ns) is not worth its system calls: the worker
+/// yields instead.
+const PARK_MIN_NS: u64 = 20_000;
+
 /// An attempt that aborted on a local row's lock retries as soon as that row
 /// is free; this is only the fallback if it looks locked for longer (a lock
 /// held across a forced 2PC record is held for a millisecond or more).
@@ -892,6 +900,40 @@ impl<W: Workload> Worker<'_, W> {
         Ok((progressed, busy, suspended, received))
     }
 
+    /// How long a logging worker whose round made no progress may sleep on
+    /// its bell, or `None` if it must only yield: it does not log, or a
+    /// retry or a hand-off of the log buffer is due now. Whatever it waits
+    /// for rings the bell (a batch from a peer, a durable log batch, a
+    /// call), so the sleep lasts at most until its own next deadline: the
+    /// earliest retry, the log hand-off ([`FLUSH_AFTER`]) and [`PARK_MAX`]
+    /// (the 2PC timers run once a millisecond).
+    ///
+    /// A worker must not spin while it waits only for the log: on a machine
+    /// with as many busy threads as cores, a pinned worker that yields in a
+    /// loop keeps its core from the kernel work that completes the log's
+    /// `fdatasync`. Then the branches it prepared hold their locks until
+    /// that sync, its retries find those rows locked, fill its window and
+    /// spin in turn, and the run commits nothing for seconds.
+    fn park_for(&self, now: u64) -> Option<Duration> {
+        if !self.logging {
+            return None;
+        }
+        let mut until = now + self.clock.ticks(PARK_MAX);
+        if let Some(due) = self.retries.iter().map(|r| r.due).min() {
+            until = until.min(due);
+        }
+        if self.since_flush > 0 {
+            let after = if self.wait_ack {
+                self.flush_after
+            } else {
+                self.async_flush_after
+            };
+            until = until.min(self.last_flush + after);
+        }
+        let left_ns = self.clock.ns(until.saturating_sub(now));
+        (left_ns >= PARK_MIN_NS).then(|| Duration::from_nanos(left_ns))
+    }
+
     /// Hands the log buffer over when it is due, and acknowledges the
     /// commits whose batch is durable.
     fn log_round(&mut self, ex: &mut Executor, now: u64) -> Result<(), Error> {
@@ -1358,12 +1400,20 @@ where
                 // Every transaction here waits (for another island, or for a
                 // log flush): give the core to whoever they wait for. With
                 // fewer cores than workers plus log writers, spinning here
-                // delays the very fdatasync that would free them. Without a
-                // log, a worker spins a while first: when it has a core of
-                // its own nobody else wants it, and the syscall only slows
-                // the answer to the next reply.
+                // delays the very fdatasync that would free them, so a
+                // worker with a log that exchanges messages sleeps on its
+                // bell until its next deadline ([`Worker::park_for`]), and
+                // yields only when that is too near. Without a log, a
+                // worker spins a while first: when it has a core of its own
+                // nobody else wants it, and the syscall only slows the
+                // answer to the next reply.
                 phases::switch(Phase::Idle);
-                std::thread::yield_now();
+                match wk.park_for(wk.clock.now()) {
+                    Some(d) if messages && !progressed && lock_waits == 0 => {
+                        ex.transport.bell(ex.me).sleep_unless_rung(d);
+                    }
+                    _ => std::thread::yield_now(),
+                }
             }
         }
     })();
