@@ -254,11 +254,7 @@ fn three_island_processes_over_uds_keep_every_acknowledged_transfer_across_sigki
     sigkills("uds");
 }
 
-/// Over shm a few calls are never answered once islands restarted (seen
-/// with 5 kills: three transfers at island 2, no answer in 60 s, while
-/// `SHOW islands` lists every island up); run it with `--ignored`.
 #[test]
-#[ignore = "over shm some calls get no answer after an island restarts"]
 fn three_island_processes_over_shm_keep_every_acknowledged_transfer_across_sigkills() {
     sigkills("shm");
 }

@@ -764,6 +764,9 @@ impl Cluster {
             locking: Vec::new(),
             peer_epoch: u64::MAX,
             down: coord::IslandSet::EMPTY,
+            incarnations: vec![0; self.island_count()],
+            bounced: coord::IslandSet::EMPTY,
+            bounce_rounds: 0,
             down_aborted: GtidMap::default(),
             forward: self
                 .opts

@@ -16,6 +16,12 @@
 //! transaction of the down island stays in doubt, its locks held, until
 //! that coordinator answers after its recovery (presumed abort).
 //!
+//! An island can die and come back between two of these looks (the
+//! epoch then moved twice, and the island is up again): its incarnation,
+//! which the transport reports ([`crate::transport::Transport::peer_incarnation`]),
+//! changed. Whatever waited on the incarnation that died fails then as
+//! above: the island counts as down for [`BOUNCE_ROUNDS`] rounds.
+//!
 //! A clean stop of a process (`Deployment::shutdown` with islands as
 //! processes) keeps those effects from arising: the cluster leaves
 //! ([`super::Cluster::leave`]), so a transaction homed in another process
@@ -30,20 +36,45 @@ use super::Executor;
 use crate::coord::{Gtid, IslandSet};
 use crate::route::IslandId;
 
+/// Rounds for which an island that restarted between two of the
+/// executor's looks counts as down: this round (its pump: the coordinator,
+/// the LOCK rounds, the forwarded calls) and the next (the worker loop's
+/// slots, which it polls before its next pump).
+const BOUNCE_ROUNDS: u8 = 2;
+
 impl Executor {
     /// See the module documentation: called once per round, before the
     /// timers.
     pub(super) fn watch_peers(&mut self) {
         let epoch = self.transport.peer_epoch();
-        if epoch != self.peer_epoch {
+        if epoch != self.peer_epoch || self.bounce_rounds > 0 {
             self.peer_epoch = epoch;
+            self.bounce_rounds = self.bounce_rounds.saturating_sub(1);
             let mut down = IslandSet::EMPTY;
             for i in 0..self.cl.island_count() as IslandId {
-                if i != self.island && self.transport.peer_down(i) {
+                if i == self.island {
+                    continue;
+                }
+                if self.transport.peer_down(i) {
                     down.insert(i);
                 }
+                let now = self.transport.peer_incarnation(i);
+                let seen = &mut self.incarnations[usize::from(i)];
+                if *seen != 0 && now != 0 && now != *seen && !self.down.contains(i) {
+                    // It died and came back between two looks: what waits
+                    // on the incarnation that died fails as if it had been
+                    // seen down.
+                    self.bounced.insert(i);
+                    self.bounce_rounds = BOUNCE_ROUNDS;
+                }
+                if now != 0 {
+                    *seen = now;
+                }
             }
-            self.down = down;
+            if self.bounce_rounds == 0 {
+                self.bounced = IslandSet::EMPTY;
+            }
+            self.down = down.union(self.bounced);
         }
         if self.down.is_empty() {
             return;

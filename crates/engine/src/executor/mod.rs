@@ -193,6 +193,12 @@ pub struct Executor {
     peer_epoch: u64,
     /// Islands whose process is down (see `down.rs`).
     down: crate::coord::IslandSet,
+    /// Per island, its incarnation when `down` was last computed (0: none
+    /// known), and the rounds left for which the islands that restarted
+    /// unseen still count as down (see `down.rs`).
+    incarnations: Vec<u64>,
+    bounced: crate::coord::IslandSet,
+    bounce_rounds: u8,
     /// Transactions the coordinator aborted because an island of `down`
     /// owed a vote, with that island, until the worker loop takes their
     /// outcome.

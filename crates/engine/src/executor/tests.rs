@@ -2030,17 +2030,26 @@ fn a_user_abort_whose_branches_held_is_confirmed() {
 }
 
 /// The in-process transport with island 1's process down at will: batches
-/// for it are lost, and `peer_down(1)` says so once the epoch moved.
+/// for it are lost, and `peer_down(1)` says so once the epoch moved. Its
+/// incarnation is `incarnation` (0: unknown).
 struct DownSwitch {
     inner: crate::transport::InProc,
     down: std::sync::atomic::AtomicBool,
     epoch: std::sync::atomic::AtomicU64,
+    incarnation: std::sync::atomic::AtomicU64,
 }
 
 impl DownSwitch {
     fn island_1_goes_down(&self) {
         self.down.store(true, Ordering::Release);
         self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Island 1 dies and comes back as a new incarnation between two looks
+    /// of the executors: the epoch moved twice, and it is up.
+    fn island_1_restarts(&self) {
+        self.incarnation.fetch_add(1, Ordering::AcqRel);
+        self.epoch.fetch_add(2, Ordering::AcqRel);
     }
 }
 
@@ -2078,6 +2087,13 @@ impl Transport for DownSwitch {
     fn peer_epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
     }
+    fn peer_incarnation(&self, island: crate::route::IslandId) -> u64 {
+        if island == 1 {
+            self.incarnation.load(Ordering::Acquire)
+        } else {
+            0
+        }
+    }
 }
 
 /// An ending's LOCK round that waits for the reply of an island whose
@@ -2091,6 +2107,7 @@ fn a_lock_round_waiting_on_a_down_island_fails_in_the_round_that_sees_it() {
         inner: crate::transport::InProc::new(2, 64),
         down: Default::default(),
         epoch: Default::default(),
+        incarnation: Default::default(),
     });
     let opts = ClusterOptions {
         timeouts: coord::Timeouts {
@@ -2127,6 +2144,58 @@ fn a_lock_round_waiting_on_a_down_island_fails_in_the_round_that_sees_it() {
     );
     assert!(home.locking.is_empty());
     assert_eq!(home.aborted_for_down(g), Some(1));
+}
+
+/// As above, but island 1 dies and comes back between two rounds of the
+/// home executor, which never sees it down: its new incarnation tells, and
+/// the LOCK round that waited on the one that died fails in the round that
+/// sees it. Island 1 counts as down for two rounds only.
+#[test]
+fn a_lock_round_waiting_on_an_island_that_restarted_unseen_fails_in_the_round_that_sees_it() {
+    let t = Arc::new(DownSwitch {
+        inner: crate::transport::InProc::new(2, 64),
+        down: Default::default(),
+        epoch: Default::default(),
+        incarnation: std::sync::atomic::AtomicU64::new(1),
+    });
+    let opts = ClusterOptions {
+        timeouts: coord::Timeouts {
+            branch_idle_us: 60_000,
+            ..Default::default()
+        },
+        op_timeout: Duration::from_secs(60),
+        transport: Some(Arc::clone(&t) as Arc<dyn Transport>),
+        ..Default::default()
+    };
+    let (cl, _islands) = open_cluster(2, 10, opts);
+    let mut home = cl.executor(0, 0).unwrap();
+    let mut part = cl.executor(1, 0).unwrap();
+    home.pump().unwrap();
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: the context outlives the procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
+    let ending = run_by_hand(&mut home, &mut [&mut part], c, async move {
+        move_money(&mut *tx, &[(9, -100), (2, 100)]).await?;
+        std::thread::sleep(Duration::from_millis(35));
+        Err(Abort::User("changed its mind"))
+    });
+    assert!(matches!(ending, Err(Abort::User(_))), "{ending:?}");
+    let g = home.end_home(c).expect("an old attempt asks its branches");
+    assert_eq!(home.locking.len(), 1, "a LOCK round to island 1");
+    t.island_1_restarts();
+    home.pump().unwrap();
+    assert_eq!(
+        home.confirmed,
+        [(g, false)],
+        "the round that sees island 1's new incarnation ends the wait"
+    );
+    assert!(home.locking.is_empty());
+    assert_eq!(home.aborted_for_down(g), Some(1));
+    assert!(home.down_islands().contains(1));
+    home.pump().unwrap();
+    home.pump().unwrap();
+    assert!(home.down_islands().is_empty(), "up again after two rounds");
 }
 
 /// Audits that roll themselves back when the total they saw is wrong, read

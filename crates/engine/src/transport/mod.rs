@@ -107,6 +107,15 @@ pub trait Transport: Send + Sync {
     fn peer_epoch(&self) -> u64 {
         0
     }
+    /// The incarnation of island `island`'s process, as its last handshake
+    /// said (0: none yet, or a transport that cannot tell). An executor that
+    /// finds it changed since it last looked, without having seen the
+    /// island down in between, knows that the incarnation it was waiting on
+    /// died (see `executor/down.rs`).
+    fn peer_incarnation(&self, island: crate::route::IslandId) -> u64 {
+        let _ = island;
+        0
+    }
 }
 
 /// Appends one frame to a batch.

@@ -34,9 +34,17 @@ pub struct PeerStats {
     pub batches_out: u64,
     /// Batches for this peer dropped: (`uds`) its send queue was full while
     /// it was not up, a write failed under them, or they were queued for an
-    /// incarnation that is gone; (`shm`) too large for the ring, or the ring
-    /// broken.
+    /// incarnation that is gone; (`shm`) too large for the ring, the ring
+    /// broken, or one of the two reasons below.
     pub dropped: u64,
+    /// (`shm`) Of `dropped`: sent while the peer was not linked, with
+    /// [`crate::transport::shm::PARKED_MAX`] batches already waiting for it.
+    pub dropped_unlinked: u64,
+    /// (`shm`) Of `dropped`: waited for the peer's link, and the peer came
+    /// back as another incarnation than the one they were sent to.
+    pub dropped_stale: u64,
+    /// (`shm`) Batches waiting for the peer's link now.
+    pub parked: u64,
     /// Connections established after the first.
     pub reconnects: u64,
     /// Times the peer said goodbye: it stopped cleanly (a stop that drained
@@ -140,6 +148,9 @@ impl PeerCounters {
             batches_in: get(&self.batches_in),
             batches_out: get(&self.batches_out),
             dropped: get(&self.dropped),
+            dropped_unlinked: 0,
+            dropped_stale: 0,
+            parked: 0,
             reconnects: get(&self.reconnects),
             goodbyes: get(&self.goodbyes),
             refusals: get(&self.refusals),

@@ -45,6 +45,7 @@ use crate::route::IslandId;
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -76,13 +77,42 @@ struct RxLink {
 /// The sending side toward one peer, with its counters (kept under the
 /// lock the push takes anyway: no extra atomic operation per batch).
 /// `token`: the connection `link` was set up for (0: none yet).
+///
+/// Islands as processes: a batch sent while the peer is not linked (not
+/// connected yet, or reconnecting) waits in `parked`, oldest first, up to
+/// [`PARKED_MAX`], and goes into the ring once a connection links it,
+/// before any later batch (so the order per pair of endpoints holds). The
+/// batches parked were meant for incarnation `incarnation` of the peer (the
+/// last one linked; 0: none yet, so whichever links first): a link with
+/// another incarnation drops them, as the connection of [`Uds`] drops what
+/// it queued for a process that died.
 struct TxSide {
     link: Option<TxLink>,
     token: u64,
+    incarnation: u64,
+    parked: VecDeque<ParkedBatch>,
     bytes: u64,
     batches: u64,
+    /// Dropped because the batch is larger than the ring, or the ring broke.
     dropped: u64,
+    /// Dropped because `parked` was full.
+    dropped_unlinked: u64,
+    /// Parked, then dropped: the peer linked as another incarnation.
+    dropped_stale: u64,
 }
+
+/// A batch waiting for its peer to be linked (see [`TxSide`]).
+struct ParkedBatch {
+    /// The local worker that sent it.
+    worker: u32,
+    to: Endpoint,
+    batch: Vec<u8>,
+}
+
+/// Batches a [`TxSide`] holds for a peer that is not linked; past it they
+/// are dropped and counted (the engine tolerates loss, and a dead peer's
+/// backlog stays bounded).
+pub const PARKED_MAX: usize = 1024;
 
 /// The receiving side from one peer. `scratch`: a buffer holding the copy
 /// of a record not yet delivered (its mailbox was full), reused next time.
@@ -102,6 +132,9 @@ struct Peer {
     range: Range<u32>,
     tx: Mutex<TxSide>,
     rx: Mutex<RxSide>,
+    /// `tx.parked.len()`, readable without the lock: a drain pushes parked
+    /// batches only when it is not 0.
+    parked: AtomicU64,
 }
 
 /// How a drain of one ring ended.
@@ -199,9 +232,13 @@ impl Shm {
                     tx: Mutex::new(TxSide {
                         link: None,
                         token: 0,
+                        incarnation: 0,
+                        parked: VecDeque::new(),
                         bytes: 0,
                         batches: 0,
                         dropped: 0,
+                        dropped_unlinked: 0,
+                        dropped_stale: 0,
                     }),
                     rx: Mutex::new(RxSide {
                         link: None,
@@ -211,6 +248,7 @@ impl Shm {
                         batches: 0,
                         refusals: 0,
                     }),
+                    parked: AtomicU64::new(0),
                 })
                 .collect(),
             tokens: AtomicU64::new(1),
@@ -279,6 +317,19 @@ impl Shm {
     /// incarnation): records left in the old rings are dropped with them.
     /// Returns the link's token, for [`Shm::detach`].
     pub fn attach(&self, segment: Segment, bells: Bells) -> Result<u64, ShmError> {
+        self.attach_as(segment, bells, 0)
+    }
+
+    /// [`Shm::attach`] of a peer that said it is incarnation `incarnation`
+    /// (0: unknown). The batches parked while it was not linked then go into
+    /// the new ring, unless they were for another incarnation (then they
+    /// are dropped and counted).
+    pub fn attach_as(
+        &self,
+        segment: Segment,
+        bells: Bells,
+        incarnation: u64,
+    ) -> Result<u64, ShmError> {
         let island = segment.peer();
         let me = self.layout.me();
         if segment.me() != me || island == me || usize::from(island) >= self.layout.islands() {
@@ -310,6 +361,17 @@ impl Shm {
             _segment: Arc::clone(&segment),
         });
         tx.token = token;
+        if tx.incarnation != 0 && incarnation != 0 && incarnation != tx.incarnation {
+            // Parked for the incarnation that died: not for this one.
+            let stale = tx.parked.len() as u64;
+            tx.dropped_stale += stale;
+            for p in std::mem::take(&mut tx.parked) {
+                self.recycle(p.batch);
+            }
+        }
+        if incarnation != 0 {
+            tx.incarnation = incarnation;
+        }
         rx.link = Some(RxLink {
             ring: ring_rx,
             _segment: segment,
@@ -317,7 +379,48 @@ impl Shm {
         rx.token = token;
         // A record half delivered came from the old link.
         rx.scratch = None;
+        drop(rx);
+        self.unpark(peer, &mut tx);
         Ok(token)
+    }
+
+    /// Pushes the batches parked for `peer` into its ring, oldest first,
+    /// while it is linked and has room (what stays waits for the next send
+    /// or drain). Returns whether none is left.
+    fn unpark(&self, peer: &Peer, tx: &mut TxSide) -> bool {
+        let TxSide {
+            link,
+            parked,
+            bytes,
+            batches,
+            dropped,
+            ..
+        } = tx;
+        let Some(link) = link.as_mut() else {
+            return parked.is_empty();
+        };
+        while let Some(p) = parked.front() {
+            match link.ring.try_push(p.worker, p.to.0, &p.batch) {
+                Ok(()) => {
+                    *batches += 1;
+                    *bytes += p.batch.len() as u64;
+                    if link
+                        .bells
+                        .bell(p.to.0 - peer.range.start)
+                        .is_some_and(Bell::ring)
+                    {
+                        self.send_wakes.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(PushError::Full) => break,
+                Err(PushError::TooLarge { .. } | PushError::Broken(_)) => *dropped += 1,
+            }
+            if let Some(p) = parked.pop_front() {
+                self.recycle(p.batch);
+            }
+        }
+        peer.parked.store(parked.len() as u64, Ordering::Relaxed);
+        parked.is_empty()
     }
 
     /// Unlinks `island` if its link is still the one `token` names: batches
@@ -376,7 +479,13 @@ impl Shm {
                     bytes_out: tx.bytes,
                     batches_in: rx.batches,
                     batches_out: tx.batches,
-                    dropped: tx.dropped + conn.map_or(0, |c| c.dropped),
+                    dropped: tx.dropped
+                        + tx.dropped_unlinked
+                        + tx.dropped_stale
+                        + conn.map_or(0, |c| c.dropped),
+                    dropped_unlinked: tx.dropped_unlinked,
+                    dropped_stale: tx.dropped_stale,
+                    parked: tx.parked.len() as u64,
                     reconnects: conn.map_or(0, |c| c.reconnects),
                     goodbyes: conn.map_or(0, |c| c.goodbyes),
                     refusals: rx.refusals + conn.map_or(0, |c| c.refusals),
@@ -407,9 +516,15 @@ impl Shm {
         self.recycle(batch);
     }
 
-    /// Drains every incoming ring no other worker is draining.
+    /// Drains every incoming ring no other worker is draining, and pushes
+    /// the batches parked for a linked peer whose ring had no room.
     fn drain(&self) {
         for peer in &self.peers {
+            if peer.parked.load(Ordering::Relaxed) != 0 {
+                if let Some(mut tx) = peer.tx.try_lock() {
+                    self.unpark(peer, &mut tx);
+                }
+            }
             loop {
                 let Some(mut rx) = peer.rx.try_lock() else {
                     // Another worker drains this ring; it delivers to us.
@@ -507,16 +622,40 @@ impl Transport for Shm {
         };
         let peer = &self.peers[usize::from(island)];
         let mut tx = peer.tx.lock();
-        let Some(link) = tx.link.as_mut() else {
-            if self.link.get().is_some() {
-                // A process that is not up: the engine tolerates the loss.
-                tx.dropped += 1;
-                drop(tx);
-                self.recycle(batch);
-            } else {
+        if tx.link.is_none() || !tx.parked.is_empty() {
+            if self.link.get().is_none() {
+                // Islands of one process: a peer not connected is no route.
                 drop(tx);
                 self.drop_unroutable(batch);
+                return Ok(());
             }
+            if tx.link.is_some() {
+                if !self.unpark(peer, &mut tx) {
+                    // Linked, and the ring has no room for the older
+                    // batches yet: back-pressure, as a full ring is.
+                    return Err(Full(batch));
+                }
+            } else if tx.parked.len() < PARKED_MAX {
+                // Not linked (yet): the batch waits for the link.
+                tx.parked.push_back(ParkedBatch {
+                    worker: worker as u32,
+                    to,
+                    batch,
+                });
+                peer.parked.store(tx.parked.len() as u64, Ordering::Relaxed);
+                return Ok(());
+            } else {
+                tx.dropped_unlinked += 1;
+                drop(tx);
+                self.recycle(batch);
+                return Ok(());
+            }
+        }
+        let Some(link) = tx.link.as_mut() else {
+            // Not reached: an unlinked peer parked or dropped the batch above.
+            tx.dropped_unlinked += 1;
+            drop(tx);
+            self.recycle(batch);
             return Ok(());
         };
         match link.ring.try_push(worker as u32, to.0, &batch) {
@@ -591,6 +730,10 @@ impl Transport for Shm {
     #[inline]
     fn peer_epoch(&self) -> u64 {
         self.link.get().map_or(0, |u| u.peer_epoch())
+    }
+
+    fn peer_incarnation(&self, island: IslandId) -> u64 {
+        self.link.get().map_or(0, |u| u.peer_incarnation(island))
     }
 }
 
@@ -671,14 +814,28 @@ impl Shm {
             let mut tx = p.tx.lock();
             let mut rx = p.rx.lock();
             tx.link = None;
+            let parked = std::mem::take(&mut tx.parked);
+            tx.dropped_unlinked += parked.len() as u64;
+            p.parked.store(0, Ordering::Relaxed);
             rx.link = None;
             rx.scratch = None;
+            drop(rx);
+            drop(tx);
+            for b in parked {
+                self.recycle(b.batch);
+            }
         }
     }
 
     /// Sets the rings of the pair up over `s`, a connection with `island`
     /// that passed the handshake, and links them (see [`Shm::for_process`]).
-    fn setup(&self, island: IslandId, s: &mut UnixStream, initiator: bool) -> Result<u64, String> {
+    fn setup(
+        &self,
+        island: IslandId,
+        incarnation: u64,
+        s: &mut UnixStream,
+        initiator: bool,
+    ) -> Result<u64, String> {
         let me = self.layout.me();
         if island == me || usize::from(island) >= self.layout.islands() {
             return Err(format!("island {island} is no peer of island {me}"));
@@ -719,7 +876,7 @@ impl Shm {
             let bells = Bells::from_fd(theirs, dep, island, workers).map_err(text)?;
             (segment, bells)
         };
-        let token = self.attach(segment, bells).map_err(text)?;
+        let token = self.attach_as(segment, bells, incarnation).map_err(text)?;
         // The peer may have pushed (and rung) before the rings were linked
         // here: every worker looks again.
         for w in 0..self.mailboxes.len() as u32 {
@@ -749,7 +906,7 @@ struct Linker(Weak<Shm>);
 impl Attach for Linker {
     fn connected(&self, peer: &Hello, s: &mut UnixStream, initiator: bool) -> Result<u64, String> {
         let shm = self.0.upgrade().ok_or("the transport is shutting down")?;
-        shm.setup(peer.island, s, initiator)
+        shm.setup(peer.island, peer.incarnation, s, initiator)
     }
 
     fn closed(&self, island: IslandId, token: u64) {
@@ -1432,5 +1589,76 @@ mod tests {
         sender.join().unwrap();
         assert_eq!(a.unroutable(), 0);
         assert_eq!(a.peers()[0].refusals, 0, "{:?}", a.peers());
+    }
+
+    /// A process sends to a peer that has not linked yet (it is starting,
+    /// or restarting): the batches wait, and reach the peer in order once
+    /// it links, none dropped. Batches that wait while the peer is down go
+    /// to the same incarnation if it comes back, and are dropped (counted
+    /// as stale) if another incarnation links instead.
+    #[test]
+    fn batches_sent_before_a_peer_links_reach_it_once_it_does() {
+        let d = TestDir::new("park");
+        let secret = crate::transport::handshake::Secret::random();
+        let a = process(&d.0, &secret, 0, 1);
+        for seq in 0..3 {
+            a.send(Endpoint(0), Endpoint(1), batch(&a, seq, 40))
+                .unwrap();
+        }
+        let p = a.peers()[0].clone();
+        assert_eq!((p.parked, p.dropped), (3, 0), "{p:?}");
+        let b = process(&d.0, &secret, 1, 1);
+        for seq in 0..3 {
+            let (from, got) = recv_wait(&b, Endpoint(1));
+            assert_eq!((from, seq_of(&got)), (Endpoint(0), seq));
+            b.recycle(got);
+        }
+        until("island 1 up at island 0", || !a.peer_down(1));
+        let p = a.peers()[0].clone();
+        assert_eq!((p.parked, p.dropped, p.batches_out), (0, 0, 3), "{p:?}");
+
+        // Down, then back as the same incarnation (a lost connection):
+        // what waited is delivered.
+        drop(b);
+        until("island 1 down at island 0", || a.peer_down(1));
+        a.send(Endpoint(0), Endpoint(1), batch(&a, 10, 40)).unwrap();
+        let b = process(&d.0, &secret, 1, 1);
+        let (_, got) = recv_wait(&b, Endpoint(1));
+        assert_eq!(seq_of(&got), 10);
+        b.recycle(got);
+        until("island 1 up at island 0", || !a.peer_down(1));
+
+        // Down, then back as a new incarnation: what waited was for the
+        // one that died.
+        drop(b);
+        until("island 1 down at island 0", || a.peer_down(1));
+        for seq in 20..22 {
+            a.send(Endpoint(0), Endpoint(1), batch(&a, seq, 40))
+                .unwrap();
+        }
+        let b = process(&d.0, &secret, 1, 2);
+        until("island 1 up at island 0", || {
+            !a.peer_down(1) && a.peers()[0].incarnation == 2
+        });
+        a.send(Endpoint(0), Endpoint(1), batch(&a, 30, 40)).unwrap();
+        let (_, got) = recv_wait(&b, Endpoint(1));
+        assert_eq!(seq_of(&got), 30, "a batch for the dead incarnation arrived");
+        b.recycle(got);
+        let p = a.peers()[0].clone();
+        assert_eq!((p.parked, p.dropped_stale, p.dropped), (0, 2, 2), "{p:?}");
+
+        // A peer that never links holds at most PARKED_MAX batches.
+        drop(b);
+        until("island 1 down at island 0", || a.peer_down(1));
+        for seq in 0..PARKED_MAX as u64 + 5 {
+            a.send(Endpoint(0), Endpoint(1), batch(&a, seq, 8)).unwrap();
+        }
+        let p = a.peers()[0].clone();
+        assert_eq!(
+            (p.parked, p.dropped_unlinked),
+            (PARKED_MAX as u64, 5),
+            "{p:?}"
+        );
+        assert_eq!(a.unroutable(), 0);
     }
 }

@@ -527,6 +527,13 @@ impl Transport for Uds {
     fn peer_epoch(&self) -> u64 {
         self.shared.epoch.load(Ordering::Relaxed)
     }
+
+    fn peer_incarnation(&self, island: IslandId) -> u64 {
+        self.shared
+            .peers
+            .get(usize::from(island))
+            .map_or(0, |p| p.counters.incarnation.load(Ordering::Relaxed))
+    }
 }
 
 /// Closes the peer's connection (if it is still generation `generation`, or

@@ -14,4 +14,5 @@ mod isolation;
 mod model;
 mod phantom;
 mod processes;
+mod shm_restart;
 mod slow_procs;
