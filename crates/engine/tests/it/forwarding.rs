@@ -16,7 +16,9 @@ use islands::transport::join::Kind;
 use islands::transport::{frames, Bell, Endpoint, Full, Transport};
 use islands::txn::Txn;
 
-use super::processes::{balance, block_on, island_of, open_both_with, total, ACCOUNTS, N};
+use super::processes::{
+    balance, block_on, island_of, open_both_with, total, write_secret, ACCOUNTS, N,
+};
 use crate::common::{temp_dir, BAL, INITIAL};
 
 /// Wraps a process's transport: loses the batches it sends that carry a
@@ -88,18 +90,10 @@ const K_CALL_REPLY: u8 = 0x41;
 /// loses CALL_REPLYs), filled when the islands open.
 type Slots = Arc<[OnceLock<Arc<Lose>>; 2]>;
 
-fn secret(dir: &std::path::Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir).unwrap();
-    let secret = dir.join("secret");
-    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-}
-
 #[test]
 fn a_forwarded_call_whose_answer_is_lost_fails_within_the_bound_as_unknown() {
     let dir = temp_dir("forwarding-lost");
-    secret(&dir);
+    write_secret(&dir);
     let bound = Duration::from_millis(400);
     let slots: Slots = Arc::new([OnceLock::new(), OnceLock::new()]);
     let s = Arc::clone(&slots);
@@ -249,7 +243,7 @@ impl Statement for Bump {
 #[test]
 fn a_statement_homed_on_another_process_runs_there_and_its_count_comes_back() {
     let dir = temp_dir("forwarding-stmt");
-    secret(&dir);
+    write_secret(&dir);
     let (a, b) = open_both_with(
         &dir,
         Kind::Uds,

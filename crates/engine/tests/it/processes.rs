@@ -55,6 +55,15 @@ pub(super) fn options(dir: &Path, kind: Kind, island: u16, expect: Expect, id: u
     o
 }
 
+/// Writes the deployment's secret where [`options`] names it,
+/// `dir/secret`, readable by its owner only (the handshake refuses others).
+pub(super) fn write_secret(dir: &Path) {
+    let secret = dir.join("secret");
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 /// Opens both islands at once (each waits for nothing: its peer is dialed
 /// in the background), and waits until they are connected.
 fn open_both(dir: &Path, kind: Kind, expect: Expect, id: u128) -> (Deployment, Deployment) {
@@ -117,6 +126,31 @@ pub(super) fn balance(client: &Client, k: u64) -> i64 {
         .unwrap()
 }
 
+/// A xorshift generator from `seed` (not 0).
+fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
+/// A random transfer of 0 to 19 between two accounts drawn by `next`:
+/// (from, to, the call's arguments), or `None` when they are the same.
+fn random_transfer(next: &mut impl FnMut() -> u64) -> Option<(u64, u64, [Value; 3])> {
+    let (from, to) = (next() % N, next() % N);
+    let amount = (next() % 20) as i64;
+    (from != to).then(|| {
+        let args = [
+            Value::Int(from as i64),
+            Value::Int(to as i64),
+            Value::Int(amount),
+        ];
+        (from, to, args)
+    })
+}
+
 /// Random transfers from `threads` threads, thread `t` calling through
 /// `clients[t % 2]` only, whatever the transfer's home: (committed, of
 /// them forwarded to the other process, of them crossing islands).
@@ -126,25 +160,14 @@ fn transfers(clients: &[Client; 2], threads: u64, each: usize) -> (usize, usize,
             let client = clients[(t % 2) as usize].clone();
             let mine = (t % 2) as usize;
             std::thread::spawn(move || {
-                let mut rng =
-                    0x9e37_79b9_7f4a_7c15u64 ^ (t + 1).wrapping_mul(0x2545_f491_4f6c_dd1d);
-                let mut next = || {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    rng
-                };
+                let mut next = xorshift(
+                    0x9e37_79b9_7f4a_7c15u64 ^ (t + 1).wrapping_mul(0x2545_f491_4f6c_dd1d),
+                );
                 let (mut committed, mut forwarded, mut crossing) = (0, 0, 0);
                 for _ in 0..each {
-                    let (from, to) = (next() % N, next() % N);
-                    if from == to {
+                    let Some((from, to, args)) = random_transfer(&mut next) else {
                         continue;
-                    }
-                    let args = [
-                        Value::Int(from as i64),
-                        Value::Int(to as i64),
-                        Value::Int((next() % 20) as i64),
-                    ];
+                    };
                     match client.call("transfer", &args) {
                         Ok(_) => {
                             committed += 1;
@@ -177,9 +200,7 @@ fn two_island_processes_over_shm_commit_transfers_across_each_other_and_recover(
 
 fn two_island_processes(kind: Kind) {
     let dir = temp_dir(&format!("processes-{kind}"));
-    let secret = dir.join("secret");
-    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_secret(&dir);
     let id = islands::wal::new_deployment_id();
 
     // A lone island that expects a loaded database finds none.
@@ -385,25 +406,14 @@ fn load_until(
         .map(|t| {
             let (client, stop) = (client.clone(), std::sync::Arc::clone(stop));
             std::thread::spawn(move || {
-                let mut rng =
-                    0x2545_f491_4f6c_dd1du64 ^ (t + 7).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                let mut next = || {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    rng
-                };
+                let mut next = xorshift(
+                    0x2545_f491_4f6c_dd1du64 ^ (t + 7).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                );
                 let mut h = Heard::default();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let (from, to) = (next() % N, next() % N);
-                    if from == to {
+                    let Some((from, to, args)) = random_transfer(&mut next) else {
                         continue;
-                    }
-                    let args = [
-                        Value::Int(from as i64),
-                        Value::Int(to as i64),
-                        Value::Int((next() % 20) as i64),
-                    ];
+                    };
                     let t = Instant::now();
                     let r = client.call("transfer", &args);
                     h.slowest = h.slowest.max(t.elapsed());
@@ -432,9 +442,7 @@ fn load_until(
 /// recovers none, and the money is all there.
 fn clean_stop_under_load(kind: Kind) {
     let dir = temp_dir(&format!("clean-stop-{kind}"));
-    let secret = dir.join("secret");
-    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_secret(&dir);
     let id = islands::wal::new_deployment_id();
     let opts = |k: u16, expect: Expect| {
         let mut o = options(&dir, kind, k, expect, id);
@@ -536,9 +544,7 @@ pub(super) fn block_on<F: std::future::Future>(f: F) -> F::Output {
 #[ignore]
 fn forwarded_call_latency() {
     let dir = temp_dir("processes-latency");
-    let secret = dir.join("secret");
-    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_secret(&dir);
     let (a, b) = open_both(
         &dir,
         Kind::Uds,
