@@ -2030,54 +2030,14 @@ fn a_user_abort_whose_branches_held_is_confirmed() {
 }
 
 /// The in-process transport with island 1's process down at will: batches
-/// for it are lost, and `peer_down(1)` says so once the epoch moved.
-struct DownSwitch {
-    inner: crate::transport::InProc,
-    down: std::sync::atomic::AtomicBool,
-    epoch: std::sync::atomic::AtomicU64,
-}
-
-impl DownSwitch {
-    fn island_1_goes_down(&self) {
-        self.down.store(true, Ordering::Release);
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-    }
-}
-
-impl Transport for DownSwitch {
-    fn send(
-        &self,
-        from: Endpoint,
-        to: Endpoint,
-        batch: Vec<u8>,
-    ) -> Result<(), crate::transport::Full> {
-        if to == Endpoint(1) && self.down.load(Ordering::Acquire) {
-            self.inner.recycle(batch);
-            return Ok(());
-        }
-        self.inner.send(from, to, batch)
-    }
-    fn recv(&self, me: Endpoint) -> Option<(Endpoint, Vec<u8>)> {
-        self.inner.recv(me)
-    }
-    fn buffer(&self) -> Vec<u8> {
-        self.inner.buffer()
-    }
-    fn recycle(&self, buf: Vec<u8>) {
-        self.inner.recycle(buf)
-    }
-    fn endpoints(&self) -> usize {
-        self.inner.endpoints()
-    }
-    fn bell(&self, me: Endpoint) -> &crate::transport::Bell {
-        self.inner.bell(me)
-    }
-    fn peer_down(&self, island: crate::route::IslandId) -> bool {
-        island == 1 && self.down.load(Ordering::Acquire)
-    }
-    fn peer_epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
-    }
+/// for it are lost once `down` is set, and `peer_down(1)` says so once
+/// [`super::fault::Lossy::report_down`] moved the epoch.
+fn down_switch(down: &Arc<std::sync::atomic::AtomicBool>) -> Arc<super::fault::Lossy> {
+    let down = Arc::clone(down);
+    Arc::new(super::fault::Lossy::new(
+        Arc::new(crate::transport::InProc::new(2, 64)),
+        move |to, _| to == Endpoint(1) && down.load(Ordering::Acquire),
+    ))
 }
 
 /// An ending's LOCK round that waits for the reply of an island whose
@@ -2087,11 +2047,8 @@ impl Transport for DownSwitch {
 /// hears `IslandDown` rather than a retry.
 #[test]
 fn a_lock_round_waiting_on_a_down_island_fails_in_the_round_that_sees_it() {
-    let t = Arc::new(DownSwitch {
-        inner: crate::transport::InProc::new(2, 64),
-        down: Default::default(),
-        epoch: Default::default(),
-    });
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let t = down_switch(&down);
     let opts = ClusterOptions {
         timeouts: coord::Timeouts {
             branch_idle_us: 60_000,
@@ -2116,7 +2073,8 @@ fn a_lock_round_waiting_on_a_down_island_fails_in_the_round_that_sees_it() {
         Err(Abort::User("changed its mind"))
     });
     assert!(matches!(ending, Err(Abort::User(_))), "{ending:?}");
-    t.island_1_goes_down();
+    down.store(true, Ordering::Release);
+    t.report_down(1);
     let g = home.end_home(c).expect("an old attempt asks its branches");
     assert_eq!(home.locking.len(), 1, "a LOCK round to island 1");
     home.pump().unwrap();
