@@ -515,6 +515,119 @@ fn clean_stop_under_load(kind: Kind) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Island 1 goes down while island 0's callers run transfers across both:
+/// from one moment every batch island 1 sends is lost (island 0 waits for
+/// acknowledgements of commits it decided, and for decisions on branches it
+/// prepared, that never come), then island 1 stops after its own short
+/// drain and says goodbye. Island 0's clean stop then leaves at once,
+/// well within its 10-s drain timeout: what only island 1 could answer
+/// stays in island 0's log (commit decisions unended, branches in doubt),
+/// and the two islands, reopened, resolve it: the money is all there and
+/// nothing stays in doubt.
+#[test]
+fn a_clean_stop_beside_a_down_island_does_not_wait_for_it() {
+    use islands::executor::fault::Lossy;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let dir = temp_dir("stop-beside-down");
+    write_secret(&dir);
+    let id = islands::wal::new_deployment_id();
+    let drain_timeout = Duration::from_secs(10);
+    let cut = Arc::new(AtomicBool::new(false));
+    let lossy: Arc<std::sync::OnceLock<Arc<Lossy>>> = Arc::default();
+    let (c, l) = (Arc::clone(&cut), Arc::clone(&lossy));
+    let (a, b) = open_both_with(&dir, Kind::Uds, Expect::Either, id, move |k, o| {
+        // Only the goodbye, never a heartbeat timeout, counts island 1 down.
+        o.peer_dead_after = Some(Duration::from_secs(30));
+        o.drain_timeout = if k == 0 {
+            drain_timeout
+        } else {
+            Duration::from_millis(300)
+        };
+        if k == 1 {
+            let (c, l) = (Arc::clone(&c), Arc::clone(&l));
+            o.wrap_transport = Some(Arc::new(
+                move |inner: Arc<dyn islands::transport::Transport>| -> Arc<dyn islands::transport::Transport> {
+                    let c = Arc::clone(&c);
+                    let t = Arc::new(Lossy::new(inner, move |_, _| c.load(Ordering::SeqCst)));
+                    let _ = l.set(Arc::clone(&t));
+                    t
+                },
+            ));
+        }
+    });
+    let client = a.client();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = load_until(&client, 4, &stop);
+    let end = Instant::now() + Duration::from_secs(60);
+    while a.peers()[0].batches_out < 200 {
+        assert!(Instant::now() < end, "no traffic: {:?}", a.peers());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cut.store(true, Ordering::SeqCst);
+    let lossy = lossy.get().expect("island 1's transport is wrapped");
+    let end = Instant::now() + Duration::from_secs(10);
+    while lossy.lost() < 20 {
+        assert!(Instant::now() < end, "island 1 sent nothing to lose");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    b.shutdown().unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while a.islands_state()[1].up {
+        assert!(Instant::now() < end, "island 0 still counts island 1 up");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stop.store(true, Ordering::SeqCst);
+    let heard: Vec<Heard> = load.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(
+        heard.iter().any(|h| h.crossing > 0),
+        "no transfer crossed: {heard:?}"
+    );
+    drop(client);
+
+    let t = Instant::now();
+    a.shutdown().unwrap();
+    let stopping = t.elapsed();
+    eprintln!("island 0 stopped in {stopping:?} beside a down island 1");
+    assert!(
+        stopping < drain_timeout / 4,
+        "island 0's stop took {stopping:?}: it waited for island 1"
+    );
+
+    // Island 0 left something only island 1 could answer, and reopened
+    // together they resolve it.
+    let (a, b) = open_both(&dir, Kind::Uds, Expect::Recover, id);
+    let r = &a.recovered()[0];
+    let in_doubt = r.in_doubt.len();
+    let ended: std::collections::HashSet<_> = r
+        .two_pc
+        .iter()
+        .filter_map(|x| match x {
+            islands::coord::LogRec::End { gtid } => Some(*gtid),
+            _ => None,
+        })
+        .collect();
+    let unended = r
+        .two_pc
+        .iter()
+        .filter(|x| {
+            matches!(x, islands::coord::LogRec::Decision { gtid, commit: true }
+                if !ended.contains(gtid))
+        })
+        .count();
+    eprintln!("island 0 recovered {in_doubt} branches in doubt, {unended} commits unended");
+    assert!(
+        in_doubt + unended > 0,
+        "island 0 held nothing that waited for island 1 when it stopped"
+    );
+    assert_eq!(total(&a.client()), N as i64 * INITIAL);
+    assert_eq!(total(&b.client()), N as i64 * INITIAL);
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Polls a future once: its output, if it is ready.
 fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
