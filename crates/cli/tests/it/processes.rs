@@ -561,7 +561,7 @@ fn islands_up_runs_every_island_and_stops_them_on_sigterm() {
 /// fails, naming each gtid, the islands and what they logged.
 #[test]
 fn islands_check_names_a_2pc_disagreement_and_a_gtid_used_twice() {
-    use islands::wal::{Durability, LogBuffer, LogIdentity, Wal, WalConfig};
+    use islands::wal::{Durability, LogBuffer, Wal, WalConfig};
 
     let dir = temp("check-2pc");
     let d = dir.to_str().unwrap();
@@ -595,14 +595,7 @@ fn islands_check_names_a_2pc_disagreement_and_a_gtid_used_twice() {
         let at = dir.join(format!("island-{k}"));
         let c = control(&dir, k);
         let mut cfg = WalConfig::new(&at, Durability::Sync);
-        cfg.identity = LogIdentity {
-            deployment: Some(c.deployment),
-            island: c.island,
-            islands: c.islands,
-            schema: c.schema,
-            workload: c.workload.clone(),
-            sites: c.sites,
-        };
+        cfg.identity = c.identity();
         let (log, _) = Wal::open(cfg).unwrap();
         let mut buf = LogBuffer::new();
         write(&mut buf);
