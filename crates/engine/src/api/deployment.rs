@@ -1134,7 +1134,7 @@ impl Deployment {
         };
         let logged = durability != Durability::Off;
         let mut plan = deploy::plan(&topology, &opts.spec)?;
-        let dir_of = |i: usize| opts.spec.log_dir.join(format!("island-{i}"));
+        let dir_of = |i: usize| super::open::island_dir(&opts.spec.log_dir, i);
         // Fresh or recovered as a whole, decided before any island's open writes to its
         // directory; a recovered database routes keys over the sites it was made with.
         let opening = if logged {
