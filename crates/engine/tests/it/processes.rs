@@ -628,6 +628,33 @@ fn a_clean_stop_beside_a_down_island_does_not_wait_for_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A run directory that cannot be made (here, below a file) is refused by
+/// the open, naming it.
+#[test]
+fn a_run_dir_that_cannot_be_made_is_refused_naming_it() {
+    let dir = temp_dir("run-dir-refused");
+    write_secret(&dir);
+    std::fs::write(dir.join("file"), b"").unwrap();
+    let run = dir.join("file").join("run");
+    let mut o = options(
+        &dir,
+        Kind::Uds,
+        0,
+        Expect::Either,
+        islands::wal::new_deployment_id(),
+    );
+    o.spec.processes.as_mut().unwrap().run_dir = run.clone();
+    let Err(e) = Deployment::open(o, bank(), |l| load_site_accounts(l, ACCOUNTS)) else {
+        panic!("opened with a run directory below a file");
+    };
+    assert!(
+        e.to_string()
+            .contains(&format!("cannot create {}", run.display())),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Polls a future once: its output, if it is ready.
 fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
