@@ -141,6 +141,20 @@ pub struct TrafficSample {
     pub recv_syscalls: u64,
 }
 
+impl TrafficSample {
+    /// Each counter of `self` combined with the same of `o` by `f`.
+    fn with(&self, o: &TrafficSample, f: fn(u64, u64) -> u64) -> TrafficSample {
+        TrafficSample {
+            distributed_commits: f(self.distributed_commits, o.distributed_commits),
+            frames: f(self.frames, o.frames),
+            batches: f(self.batches, o.batches),
+            bytes: f(self.bytes, o.bytes),
+            send_syscalls: f(self.send_syscalls, o.send_syscalls),
+            recv_syscalls: f(self.recv_syscalls, o.recv_syscalls),
+        }
+    }
+}
+
 /// What crossed between workers over the measured interval, in all and per
 /// distributed commit (two-phase commits the islands coordinated in that
 /// interval; the per-commit figures are 0 when there were none). Frames
@@ -166,15 +180,7 @@ pub struct TrafficReport {
 impl TrafficReport {
     /// The traffic between two samples of the same cluster.
     pub fn between(before: &TrafficSample, after: &TrafficSample) -> TrafficReport {
-        let d = |f: fn(&TrafficSample) -> u64| f(after).saturating_sub(f(before));
-        TrafficReport::of_totals(&TrafficSample {
-            distributed_commits: d(|s| s.distributed_commits),
-            frames: d(|s| s.frames),
-            batches: d(|s| s.batches),
-            bytes: d(|s| s.bytes),
-            send_syscalls: d(|s| s.send_syscalls),
-            recv_syscalls: d(|s| s.recv_syscalls),
-        })
+        TrafficReport::of_totals(&after.with(before, u64::saturating_sub))
     }
 
     /// The report of traffic totals `t` (its figures per distributed commit
@@ -593,15 +599,10 @@ impl Report {
                 .iter()
                 .filter_map(|p| p.traffic.as_ref().map(TrafficReport::totals))
                 .collect();
-            let s = |f: fn(&TrafficSample) -> u64| t.iter().map(f).sum::<u64>();
-            TrafficReport::of_totals(&TrafficSample {
-                distributed_commits: s(|t| t.distributed_commits),
-                frames: s(|t| t.frames),
-                batches: s(|t| t.batches),
-                bytes: s(|t| t.bytes),
-                send_syscalls: s(|t| t.send_syscalls),
-                recv_syscalls: s(|t| t.recv_syscalls),
-            })
+            let sum = t.iter().fold(TrafficSample::default(), |a, b| {
+                a.with(b, u64::saturating_add)
+            });
+            TrafficReport::of_totals(&sum)
         });
         m.notes = Vec::new();
         for (k, p) in parts.iter().enumerate() {

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use clap::Args;
 use islands::coord::{home_of, Gtid, LogRec};
 use islands::island::Island;
-use islands::wal::{self, Durability, LogIdentity, OnDamage, Wal, WalConfig};
+use islands::wal::{self, Durability, OnDamage, Wal, WalConfig};
 use islands::Error;
 use islands_workloads::spec::{self, WorkloadSpec};
 
@@ -300,14 +300,7 @@ pub fn run_repair(a: &RepairArgs) -> Result<bool, Error> {
     for d in &dirs {
         let c = control_of(d)?;
         let mut cfg = WalConfig::new(d, Durability::Sync);
-        cfg.identity = LogIdentity {
-            deployment: Some(c.deployment),
-            island: c.island,
-            islands: c.islands,
-            schema: c.schema,
-            workload: c.workload.clone(),
-            sites: c.sites,
-        };
+        cfg.identity = c.identity();
         cfg.on_damage = OnDamage::Truncate;
         let (log, rec) = Wal::open(cfg).map_err(|e| Error::from(e).context(&name_of(d)))?;
         let kept = log.segments();

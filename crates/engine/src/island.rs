@@ -651,6 +651,12 @@ pub fn judge_deployment_dirs(dirs: &[PathBuf], islands: usize) -> Result<Opening
     let mut sites_from = None;
     for (i, (d, c, holds)) in controls.iter().enumerate() {
         let Some(c) = c else {
+            // `dirs` may be some islands' only: the directory's own name
+            // (`island-K`) says which island it is, its place in `dirs` not.
+            let i = d
+                .file_name()
+                .and_then(|n| n.to_str()?.strip_prefix("island-")?.parse::<usize>().ok())
+                .unwrap_or(i);
             if *holds {
                 return Err(crate::wal::WalError::NoControl {
                     dir: d.to_path_buf(),

@@ -100,44 +100,30 @@ fn check_merged(r: &serde_json::Value) {
 #[test]
 fn two_island_processes_over_uds_and_shm_merge_their_reports() {
     let dir = temp("merge");
-    let json = dir.join("uds.json");
-    let mut args = micro_run("uds", json.to_str().unwrap(), "1");
-    // Durability off: with a log, two-phase commit's forced records sometimes
-    // stall for the whole of a 1-second run on a loaded machine.
-    args.extend(["--durability", "off"]);
-    args.extend(["micro", "--rows", "20000", "--update", "--multisite", "20"]);
-    let (out, run_dir) = bench(&args, &[], Duration::from_secs(120));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("processes   2, one per island"), "{stdout}");
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    check_merged(&r);
-    assert!(
-        !run_dir.exists(),
-        "the run directory {} is left",
-        run_dir.display()
-    );
-
-    let json = dir.join("shm.json");
-    let mut args = micro_run("shm", json.to_str().unwrap(), "1");
-    args.extend(["--durability", "off"]);
-    args.extend(["micro", "--rows", "20000", "--update", "--multisite", "20"]);
-    let (out, run_dir) = bench(&args, &[], Duration::from_secs(120));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    check_merged(&r);
-    assert!(
-        !run_dir.exists(),
-        "the run directory {} is left",
-        run_dir.display()
-    );
+    for transport in ["uds", "shm"] {
+        let json = dir.join(format!("{transport}.json"));
+        let mut args = micro_run(transport, json.to_str().unwrap(), "1");
+        // Durability off: with a log, two-phase commit's forced records
+        // sometimes stall for the whole of a 1-second run on a loaded machine.
+        args.extend(["--durability", "off"]);
+        args.extend(["micro", "--rows", "20000", "--update", "--multisite", "20"]);
+        let (out, run_dir) = bench(&args, &[], Duration::from_secs(120));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{transport}: {stderr}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("processes   2, one per island"),
+            "{transport}: {stdout}"
+        );
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        check_merged(&r);
+        assert!(
+            !run_dir.exists(),
+            "{transport}: the run directory {} is left",
+            run_dir.display()
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -5,65 +5,35 @@
 //! and the command tag it would give there.
 
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use islands_workloads::served::BANK_INITIAL;
 use tokio_postgres::SimpleQueryMessage;
 
+use super::common::{deployment_file, free_ports, spawn_island};
 use super::serve::{code, connect, runtime, temp, Served};
 
 const ACCOUNTS: i64 = 64;
 
-/// The deployment file: two islands as processes over uds, each with its
-/// own PostgreSQL address.
+/// The deployment file: two islands as processes over uds, durability off.
 fn config(dir: &Path, ports: &[u16]) -> PathBuf {
-    let secret = dir.join("secret");
-    std::fs::create_dir_all(dir.join("run")).unwrap();
-    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let mut text = format!(
-        "[deployment]\nid = \"{:032x}\"\ntransport = \"uds\"\nsecret_file = \"{}\"\n\
-         run_dir = \"{}\"\nlog_dir = \"{}\"\ndurability = \"off\"\nworkers_per_island = 1\n",
-        islands::wal::new_deployment_id(),
-        secret.display(),
-        dir.join("run").display(),
-        dir.join("data").display(),
-    );
-    for (k, p) in ports.iter().enumerate() {
-        text += &format!("[[island]]\ncpus = \"{k}\"\nlisten = \"127.0.0.1:{p}\"\n");
-    }
-    let path = dir.join("deployment.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    deployment_file(dir, ports, "uds", "off")
 }
 
 /// `islands island --id k --init bank` as a child, once it printed its
 /// ready line.
 fn island(cfg: &Path, dir: &Path, k: usize) -> Served {
-    use std::io::BufRead;
-    let log = std::fs::File::create(dir.join(format!("island-{k}.log"))).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_islands"))
-        .args(["island", "--id", &k.to_string(), "--config"])
-        .arg(cfg)
-        .args(["--topology", "1x2", "--init", "bank", "--accounts"])
-        .arg(ACCOUNTS.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(log))
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    if !line.contains(&format!("islands island {k}: ready on ")) {
-        let _ = child.kill();
-        let err = std::fs::read_to_string(dir.join(format!("island-{k}.log"))).unwrap_or_default();
-        panic!("island {k} did not start: {line:?}\n{err}");
-    }
-    Served::new(child)
+    let accounts = ACCOUNTS.to_string();
+    let args = [
+        "--topology",
+        "1x2",
+        "--init",
+        "bank",
+        "--accounts",
+        &accounts,
+    ];
+    spawn_island(cfg, dir, k, &args)
 }
 
 /// The rows of a simple query, each column as text.
@@ -92,12 +62,7 @@ fn count(msgs: &[SimpleQueryMessage]) -> Option<u64> {
 fn table_statements_homed_on_another_process_run_there() {
     let dir = temp("forwarding");
     std::fs::create_dir_all(&dir).unwrap();
-    let ports: Vec<u16> = {
-        let l: Vec<_> = (0..2)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
-        l.iter().map(|l| l.local_addr().unwrap().port()).collect()
-    };
+    let ports = free_ports(2);
     let cfg = config(&dir, &ports);
     let starts: Vec<_> = (0..2)
         .map(|k| {

@@ -3,6 +3,7 @@
 mod bad_input;
 mod bench_processes;
 mod checkpoints;
+mod common;
 mod control;
 mod dead_log;
 mod docs;

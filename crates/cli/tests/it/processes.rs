@@ -24,9 +24,8 @@
 //! transactions checked and seconds.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +35,7 @@ use std::time::{Duration, Instant};
 use islands_workloads::served::BANK_INITIAL;
 use tokio_postgres::Client;
 
+use super::common::{deployment_file, free_ports, spawn_island};
 use super::serve::{code, connect, runtime, temp, Served};
 use super::serve_bank::{Attempt, Heard, Rng};
 
@@ -46,69 +46,21 @@ const CLIENTS: i64 = 4;
 /// 57P03 when an island it needs is down, however loaded the machine.
 const CALL_ANSWER: Duration = Duration::from_secs(60);
 
-/// Free loopback ports for the islands' servers (bound for a moment).
-fn free_ports(n: usize) -> Vec<u16> {
-    let l: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    l.iter().map(|l| l.local_addr().unwrap().port()).collect()
-}
-
 /// The deployment file: three islands as processes over `transport` (`uds`
-/// or `shm`), each with its own PostgreSQL address.
+/// or `shm`), durability sync.
 fn config(dir: &Path, ports: &[u16], transport: &str) -> PathBuf {
-    let secret = dir.join("secret");
-    std::fs::create_dir_all(dir.join("run")).unwrap();
-    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let mut text = format!(
-        "[deployment]\nid = \"{:032x}\"\ntransport = \"{transport}\"\nsecret_file = \"{}\"\n\
-         run_dir = \"{}\"\nlog_dir = \"{}\"\ndurability = \"sync\"\nworkers_per_island = 1\n",
-        islands::wal::new_deployment_id(),
-        secret.display(),
-        dir.join("run").display(),
-        dir.join("data").display(),
-    );
-    for (k, p) in ports.iter().enumerate() {
-        text += &format!("[[island]]\ncpus = \"{k}\"\nlisten = \"127.0.0.1:{p}\"\n");
-    }
-    let path = dir.join("deployment.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    deployment_file(dir, ports, transport, "sync")
 }
 
 /// `islands island --id k` as a child, once it printed its ready line; its
 /// stderr goes to `dir/island-k.log` (appended).
 fn island(cfg: &Path, dir: &Path, k: usize, init: bool) -> Served {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(format!("island-{k}.log")))
-        .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_islands"));
-    cmd.args(["island", "--id", &k.to_string(), "--config"])
-        .arg(cfg)
-        .args(["--topology", "1x3"]);
+    let accounts = ACCOUNTS.to_string();
+    let mut args = vec!["--topology", "1x3"];
     if init {
-        cmd.args(["--init", "bank", "--accounts", &ACCOUNTS.to_string()]);
+        args.extend(["--init", "bank", "--accounts", &accounts]);
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(log))
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    if !line.contains(&format!("islands island {k}: ready on ")) {
-        let _ = child.kill();
-        let mut err = String::new();
-        let _ = std::fs::File::open(dir.join(format!("island-{k}.log")))
-            .and_then(|mut f| f.read_to_string(&mut err));
-        panic!("island {k} did not start: {line:?}\n{err}");
-    }
-    Served::new(child)
+    spawn_island(cfg, dir, k, &args)
 }
 
 /// The island a 0A000 answer names as the call's home.
@@ -605,7 +557,7 @@ fn islands_up_runs_every_island_and_stops_them_on_sigterm() {
 /// fails, naming each gtid, the islands and what they logged.
 #[test]
 fn islands_check_names_a_2pc_disagreement_and_a_gtid_used_twice() {
-    use islands::wal::{Durability, LogBuffer, LogIdentity, Wal, WalConfig};
+    use islands::wal::{Durability, LogBuffer, Wal, WalConfig};
 
     let dir = temp("check-2pc");
     let d = dir.to_str().unwrap();
@@ -639,14 +591,7 @@ fn islands_check_names_a_2pc_disagreement_and_a_gtid_used_twice() {
         let at = dir.join(format!("island-{k}"));
         let c = control(&dir, k);
         let mut cfg = WalConfig::new(&at, Durability::Sync);
-        cfg.identity = LogIdentity {
-            deployment: Some(c.deployment),
-            island: c.island,
-            islands: c.islands,
-            schema: c.schema,
-            workload: c.workload.clone(),
-            sites: c.sites,
-        };
+        cfg.identity = c.identity();
         let (log, _) = Wal::open(cfg).unwrap();
         let mut buf = LogBuffer::new();
         write(&mut buf);

@@ -100,9 +100,9 @@ pub struct Options {
     pub wrap_transport: Option<TransportWrap>,
     /// With [`Options::island`]: how long a clean stop ([`Deployment::shutdown`])
     /// waits for the two-phase commits in flight to finish (decisions sent
-    /// and acknowledged, prepared branches decided by their live
-    /// coordinators) before it leaves anyway, leaving what is undecided in
-    /// the log for recovery.
+    /// and acknowledged by live participants, prepared branches decided by
+    /// their live coordinators) before it leaves anyway, leaving what is
+    /// undecided in the log for recovery.
     pub drain_timeout: Duration,
     /// With [`Options::island`]: a peer process that sent nothing, not even
     /// a heartbeat, for this long counts as down (`None`: the transport's
@@ -1134,7 +1134,7 @@ impl Deployment {
         };
         let logged = durability != Durability::Off;
         let mut plan = deploy::plan(&topology, &opts.spec)?;
-        let dir_of = |i: usize| opts.spec.log_dir.join(format!("island-{i}"));
+        let dir_of = |i: usize| super::open::island_dir(&opts.spec.log_dir, i);
         // Fresh or recovered as a whole, decided before any island's open writes to its
         // directory; a recovered database routes keys over the sites it was made with.
         let opening = if logged {
@@ -1540,7 +1540,9 @@ impl Deployment {
     /// transactions begin no new branch here, the transactions in flight
     /// finish (a coordinator sends its decisions and waits for their
     /// acknowledgements, a prepared branch waits for its coordinator's
-    /// decision), up to [`Options::drain_timeout`]; then the log is flushed
+    /// decision; neither waits for an island whose process is down, and
+    /// what it leaves stays in the log for recovery), up to
+    /// [`Options::drain_timeout`]; then the log is flushed
     /// and synced, and every peer is told that this island leaves (a
     /// goodbye: it counts this island down at once) before the connections
     /// close. Past the bound the executors leave at once, and what is still

@@ -74,6 +74,22 @@ impl Coordinator {
         self.txns.len()
     }
 
+    /// Transactions held that an island outside `down` (islands whose process
+    /// is down) still has to move: all but the commits whose decision is
+    /// durable and that wait only for acknowledgements from `down`. Those
+    /// need nothing more from this process: the decision stays in the log,
+    /// unended, and a participant that restarts learns it from it (resent to
+    /// every island after this island's own recovery, or asked for).
+    /// Equal to [`Coordinator::in_flight`] when `down` is empty.
+    pub fn held_beside(&self, down: IslandSet) -> usize {
+        self.txns
+            .iter()
+            .filter(|(_, t)| {
+                !matches!(t.phase, Phase::Committing { .. }) || !t.pending.minus(down).is_empty()
+            })
+            .count()
+    }
+
     /// Whether `gtid` is in flight here (not yet ended, aborted or forgotten).
     pub fn holds(&self, gtid: Gtid) -> bool {
         self.txns.contains(gtid)

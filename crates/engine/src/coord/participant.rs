@@ -43,7 +43,8 @@ use std::collections::{HashMap, VecDeque};
 
 use super::table::Table;
 use super::{
-    check_config, home_of, Action, Config, CoordError, Gtid, IslandId, LogRec, LogToken, Msg,
+    check_config, home_of, Action, Config, CoordError, Gtid, IslandId, IslandSet, LogRec, LogToken,
+    Msg,
 };
 
 /// The engine's answer to a prepare.
@@ -152,6 +153,23 @@ impl Participant {
     /// Branches currently held (0 when quiescent).
     pub fn in_flight(&self) -> usize {
         self.branches.len()
+    }
+
+    /// Branches held that do not wait only for a coordinator in `down`
+    /// (islands whose process is down): all but the branches of a down
+    /// island's transactions that are active (nothing logged: dropping one
+    /// is its abort, and that coordinator cannot have decided a commit
+    /// without this branch's vote) or prepared (in doubt: the Prepare record
+    /// keeps it for recovery, which asks the coordinator once it is back).
+    /// Equal to [`Participant::in_flight`] when `down` is empty.
+    pub fn held_beside(&self, down: IslandSet) -> usize {
+        self.branches
+            .iter()
+            .filter(|&(gtid, s)| {
+                !(down.contains(home_of(gtid))
+                    && matches!(s, State::Active { .. } | State::Prepared { .. }))
+            })
+            .count()
     }
 
     pub fn stats(&self) -> &PartStats {

@@ -71,6 +71,10 @@ impl<T> Table<T> {
         self.free.push(slot);
         self.slots[slot as usize].take().map(|(_, v)| v)
     }
+    /// The entries, by slot.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Gtid, &T)> {
+        self.slots.iter().flatten().map(|(g, v)| (*g, v))
+    }
     /// The entry in slot `i` (`i < cap()`), if any.
     pub(crate) fn slot_mut(&mut self, i: usize) -> Option<(Gtid, &mut T)> {
         self.slots[i].as_mut().map(|(g, v)| (*g, v))

@@ -598,6 +598,22 @@ fn toml_islands_as_processes() {
     .unwrap();
     let p = s.processes.unwrap();
     assert_eq!(p.endpoint(1), std::path::PathBuf::from("/b.sock"));
+    // No run_dir: the log directory, which every process reading the file
+    // agrees on (a process's own --data does not move it); no log_dir
+    // either: the default log directory.
+    for (log_dir, want) in [
+        ("log_dir = \"/var/lib/x\"\n", "/var/lib/x/island-1.sock"),
+        ("", "islands-data/island-1.sock"),
+    ] {
+        let s = DeploySpec::from_toml_str(&format!(
+            "[deployment]\nid = \"000102030405060708090a0b0c0d0e0f\"\ntransport = \"uds\"\n\
+             secret_file = \"/s\"\n{log_dir}[[island]]\ncpus = \"0\"\n[[island]]\ncpus = \"1\"\n"
+        ))
+        .unwrap();
+        let p = s.processes.unwrap();
+        assert_eq!(p.run_dir, s.log_dir, "{log_dir:?}");
+        assert_eq!(p.endpoint(1), std::path::PathBuf::from(want), "{log_dir:?}");
+    }
     // Left out: one process.
     assert!(DeploySpec::from_toml_str("[deployment]\nislands = 2\n")
         .unwrap()

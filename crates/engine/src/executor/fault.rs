@@ -1,6 +1,7 @@
 //! A transport that loses, duplicates, delays and reorders batches: the
 //! in-process transport with seeded faults, for tests of two-phase commit
-//! through the real engine.
+//! through the real engine; and [`Lossy`], any transport with the batches a
+//! test picks lost and the islands it says down reported down.
 //!
 //! Faults act on whole batches (a batch is what one worker sends one other
 //! in one round); a delayed batch is overtaken by later ones, which is how
@@ -8,11 +9,13 @@
 //! failure replays.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use crate::proc::rng::FastRng;
+use crate::route::IslandId;
 use crate::transport::{Endpoint, Full, InProc, Transport};
 
 /// Fault rates, in percent of batches sent.
@@ -185,5 +188,93 @@ impl Transport for FaultyTransport {
     /// `max_delay` late.
     fn redelivery_window(&self) -> Option<Duration> {
         Some(self.faults.max_delay)
+    }
+}
+
+/// Picks the batches a [`Lossy`] loses, by destination and bytes.
+type LosePick = Box<dyn Fn(Endpoint, &[u8]) -> bool + Send + Sync>;
+
+/// Wraps a transport (in-process, or one to other processes through
+/// `Options::wrap_transport`): loses, and counts, the batches its `lose`
+/// picks, and reports islands down at will besides those the inner
+/// transport does; everything else is the inner transport's. For tests
+/// that lose chosen batches or cut an island off.
+#[doc(hidden)]
+pub struct Lossy {
+    inner: Arc<dyn Transport>,
+    lose: LosePick,
+    lost: AtomicU64,
+    /// Islands reported down by [`Lossy::report_down`], a bit each.
+    down: AtomicU64,
+    /// Moves with each [`Lossy::report_down`], on top of the inner epoch.
+    epoch: AtomicU64,
+}
+
+impl Lossy {
+    pub fn new(
+        inner: Arc<dyn Transport>,
+        lose: impl Fn(Endpoint, &[u8]) -> bool + Send + Sync + 'static,
+    ) -> Lossy {
+        Lossy {
+            inner,
+            lose: Box::new(lose),
+            lost: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
+        }
+    }
+
+    /// Batches lost so far.
+    pub fn lost(&self) -> u64 {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// From now on `peer_down(island)` holds (`island` below 64), and the
+    /// peer epoch moves so that the executors look.
+    pub fn report_down(&self, island: IslandId) {
+        assert!(island < 64, "island {island}: Lossy reports islands 0..64");
+        self.down.fetch_or(1 << island, Ordering::SeqCst);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Transport for Lossy {
+    fn send(&self, from: Endpoint, to: Endpoint, batch: Vec<u8>) -> Result<(), Full> {
+        if (self.lose)(to, &batch) {
+            self.lost.fetch_add(1, Ordering::SeqCst);
+            self.inner.recycle(batch);
+            return Ok(());
+        }
+        self.inner.send(from, to, batch)
+    }
+    fn recv(&self, me: Endpoint) -> Option<(Endpoint, Vec<u8>)> {
+        self.inner.recv(me)
+    }
+    fn buffer(&self) -> Vec<u8> {
+        self.inner.buffer()
+    }
+    fn recycle(&self, buf: Vec<u8>) {
+        self.inner.recycle(buf)
+    }
+    fn endpoints(&self) -> usize {
+        self.inner.endpoints()
+    }
+    fn bell(&self, me: Endpoint) -> &crate::transport::Bell {
+        self.inner.bell(me)
+    }
+    fn redelivery_window(&self) -> Option<Duration> {
+        self.inner.redelivery_window()
+    }
+    fn syscalls(&self) -> (u64, u64) {
+        self.inner.syscalls()
+    }
+    fn peer_down(&self, island: IslandId) -> bool {
+        (island < 64 && self.down.load(Ordering::SeqCst) & (1 << island) != 0)
+            || self.inner.peer_down(island)
+    }
+    fn peer_epoch(&self) -> u64 {
+        self.epoch
+            .load(Ordering::SeqCst)
+            .wrapping_add(self.inner.peer_epoch())
     }
 }

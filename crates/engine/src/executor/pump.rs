@@ -275,11 +275,19 @@ impl Executor {
         }
     }
 
-    /// Whether this worker holds no transaction state (for a clean stop).
+    /// Whether this worker holds no transaction state (for a clean stop)
+    /// but what only an island whose process is down could move on: a
+    /// commit decided here that waits for its acknowledgement, a branch
+    /// here of its transaction (both stay in the log for recovery).
     pub fn quiescent(&self) -> bool {
-        self.coord.in_flight() == 0
-            && self.part.in_flight() == 0
-            && self.pool.branches.is_empty()
+        let down = self.down;
+        self.coord.held_beside(down) == 0
+            && self.part.held_beside(down) == 0
+            && self
+                .pool
+                .branches
+                .keys()
+                .all(|&g| down.contains(home_of(g)))
             && self.forces.is_empty()
             && self.deferred.is_empty()
             && self.locking.is_empty()

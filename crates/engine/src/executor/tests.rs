@@ -1992,6 +1992,25 @@ fn a_user_abort_after_a_branch_idled_out_is_retried_not_reported() {
     assert_eq!((balances[2], balances[9]), (INITIAL + 100, INITIAL - 100));
 }
 
+/// Runs on `home` a transaction that moves 100 from account 9 to account 2
+/// (a branch on `part`), then, past half of a 60-ms idle timeout and well
+/// before all of it, aborts on its own; returns its context, whose ending
+/// is not yet asked for.
+fn user_abort_after_half_the_idle_timeout(home: &mut Executor, part: &mut Executor) -> u32 {
+    home.pump().unwrap();
+    let c = home.begin_home(false).unwrap();
+    // SAFETY: the context outlives the procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
+    let ending = run_by_hand(home, &mut [part], c, async move {
+        move_money(&mut *tx, &[(9, -100), (2, 100)]).await?;
+        std::thread::sleep(Duration::from_millis(35));
+        Err(Abort::User("changed its mind"))
+    });
+    assert!(matches!(ending, Err(Abort::User(_))), "{ending:?}");
+    c
+}
+
 /// The other side: an attempt older than half the idle timeout whose branch
 /// still holds has its ending confirmed, and nothing it did stays.
 #[test]
@@ -2007,18 +2026,7 @@ fn a_user_abort_whose_branches_held_is_confirmed() {
     let mut home = cl.executor(0, 0).unwrap();
     let mut part = cl.executor(1, 0).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    home.pump().unwrap();
-    let c = home.begin_home(false).unwrap();
-    // SAFETY: the context outlives the procedure, which runs to its end
-    // before the executor touches the context again.
-    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
-    let ending = run_by_hand(&mut home, &mut [&mut part], c, async move {
-        move_money(&mut *tx, &[(9, -100), (2, 100)]).await?;
-        // Past half the idle timeout, well before all of it.
-        std::thread::sleep(Duration::from_millis(35));
-        Err(Abort::User("changed its mind"))
-    });
-    assert!(matches!(ending, Err(Abort::User(_))), "{ending:?}");
+    let c = user_abort_after_half_the_idle_timeout(&mut home, &mut part);
     let g = home.end_home(c).expect("an old attempt asks its branches");
     settle(&mut [&mut home, &mut part], deadline);
     assert_eq!(home.confirmed, [(g, true)], "island 1 held g's branch");
@@ -2121,18 +2129,7 @@ fn a_lock_round_waiting_on_a_down_island_fails_in_the_round_that_sees_it() {
     let (cl, _islands) = open_cluster(2, 10, opts);
     let mut home = cl.executor(0, 0).unwrap();
     let mut part = cl.executor(1, 0).unwrap();
-    home.pump().unwrap();
-    let c = home.begin_home(false).unwrap();
-    // SAFETY: the context outlives the procedure, which runs to its end
-    // before the executor touches the context again.
-    let tx: &mut Txn = unsafe { &mut *home.ctx_ptr(c) };
-    let ending = run_by_hand(&mut home, &mut [&mut part], c, async move {
-        move_money(&mut *tx, &[(9, -100), (2, 100)]).await?;
-        // Past half the idle timeout: the ending asks its branches.
-        std::thread::sleep(Duration::from_millis(35));
-        Err(Abort::User("changed its mind"))
-    });
-    assert!(matches!(ending, Err(Abort::User(_))), "{ending:?}");
+    let c = user_abort_after_half_the_idle_timeout(&mut home, &mut part);
     t.island_1_goes_down();
     let g = home.end_home(c).expect("an old attempt asks its branches");
     assert_eq!(home.locking.len(), 1, "a LOCK round to island 1");

@@ -118,6 +118,20 @@ pub struct Control {
 }
 
 impl Control {
+    /// The identity this control file records: what an opener of its
+    /// directory expects when it takes the directory as it is (a check, a
+    /// repair) rather than from a deployment's configuration.
+    pub fn identity(&self) -> LogIdentity {
+        LogIdentity {
+            deployment: Some(self.deployment),
+            island: self.island,
+            islands: self.islands,
+            schema: self.schema,
+            workload: self.workload.clone(),
+            sites: self.sites,
+        }
+    }
+
     /// A control file for a new directory of `id` (a random deployment id if it names none).
     pub(crate) fn new(id: &LogIdentity) -> Control {
         Control {

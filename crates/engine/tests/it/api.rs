@@ -1256,6 +1256,22 @@ fn a_lost_island_directory_is_refused_not_loaded_afresh() {
                 && !msg.contains("islands repair"),
             "{msg}"
         );
+        // Judged in another order (as a process that runs some islands
+        // only may list them), the lost island is still named by its own
+        // number, not by its place in the list.
+        let other = dir.join(format!("island-{}", 1 - lost));
+        let listed = if lost == 1 {
+            [island.clone(), other]
+        } else {
+            [other, island.clone()]
+        };
+        let msg = islands::island::judge_deployment_dirs(&listed, 2)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains(&format!("island {lost}'s log is lost")),
+            "{msg}"
+        );
         // An empty directory in its place is refused the same way.
         std::fs::create_dir(&island).unwrap();
         let e = Deployment::open(spec(2, "sync", Some(&dir)), bank(), load_accounts)

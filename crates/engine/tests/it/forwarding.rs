@@ -11,73 +11,38 @@ use std::time::{Duration, Instant};
 
 use islands::api::open::Expect;
 use islands::api::{CallError, ProcFuture, Row, Statement, Value};
-use islands::route::IslandId;
+use islands::executor::fault::Lossy;
 use islands::transport::join::Kind;
-use islands::transport::{frames, Bell, Endpoint, Full, Transport};
+use islands::transport::{frames, Transport};
 use islands::txn::Txn;
 
-use super::processes::{balance, block_on, island_of, open_both_with, total, ACCOUNTS, N};
+use super::processes::{
+    balance, block_on, island_of, open_both_with, total, write_secret, ACCOUNTS, N,
+};
 use crate::common::{temp_dir, BAL, INITIAL};
 
-/// Wraps a process's transport: loses the batches it sends that carry a
+/// A process's transport that loses the batches it sends that carry a
 /// frame of kind `kind` (its first byte), as many as it is armed for.
 struct Lose {
-    inner: Arc<dyn Transport>,
-    kind: u8,
-    armed: AtomicU32,
-    lost: AtomicU64,
+    lossy: Arc<Lossy>,
+    armed: Arc<AtomicU32>,
 }
 
 impl Lose {
+    fn new(inner: Arc<dyn Transport>, kind: u8) -> Lose {
+        let armed = Arc::new(AtomicU32::new(0));
+        let a = Arc::clone(&armed);
+        let lossy = Arc::new(Lossy::new(inner, move |_, batch| {
+            a.load(Ordering::SeqCst) > 0
+                && frames(batch).any(|f| f.is_ok_and(|p| p.first() == Some(&kind)))
+                && a.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+        }));
+        Lose { lossy, armed }
+    }
+
     fn arm(&self, n: u32) {
         self.armed.store(n, Ordering::SeqCst);
-    }
-
-    fn picks(&self, batch: &[u8]) -> bool {
-        self.armed.load(Ordering::SeqCst) > 0
-            && frames(batch).any(|f| f.is_ok_and(|p| p.first() == Some(&self.kind)))
-            && self
-                .armed
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-    }
-}
-
-impl Transport for Lose {
-    fn send(&self, from: Endpoint, to: Endpoint, batch: Vec<u8>) -> Result<(), Full> {
-        if self.picks(&batch) {
-            self.lost.fetch_add(1, Ordering::SeqCst);
-            self.inner.recycle(batch);
-            return Ok(());
-        }
-        self.inner.send(from, to, batch)
-    }
-    fn recv(&self, me: Endpoint) -> Option<(Endpoint, Vec<u8>)> {
-        self.inner.recv(me)
-    }
-    fn buffer(&self) -> Vec<u8> {
-        self.inner.buffer()
-    }
-    fn recycle(&self, buf: Vec<u8>) {
-        self.inner.recycle(buf)
-    }
-    fn endpoints(&self) -> usize {
-        self.inner.endpoints()
-    }
-    fn bell(&self, me: Endpoint) -> &Bell {
-        self.inner.bell(me)
-    }
-    fn redelivery_window(&self) -> Option<Duration> {
-        self.inner.redelivery_window()
-    }
-    fn syscalls(&self) -> (u64, u64) {
-        self.inner.syscalls()
-    }
-    fn peer_down(&self, island: IslandId) -> bool {
-        self.inner.peer_down(island)
-    }
-    fn peer_epoch(&self) -> u64 {
-        self.inner.peer_epoch()
     }
 }
 
@@ -88,18 +53,10 @@ const K_CALL_REPLY: u8 = 0x41;
 /// loses CALL_REPLYs), filled when the islands open.
 type Slots = Arc<[OnceLock<Arc<Lose>>; 2]>;
 
-fn secret(dir: &std::path::Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir).unwrap();
-    let secret = dir.join("secret");
-    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-}
-
 #[test]
 fn a_forwarded_call_whose_answer_is_lost_fails_within_the_bound_as_unknown() {
     let dir = temp_dir("forwarding-lost");
-    secret(&dir);
+    write_secret(&dir);
     let bound = Duration::from_millis(400);
     let slots: Slots = Arc::new([OnceLock::new(), OnceLock::new()]);
     let s = Arc::clone(&slots);
@@ -114,14 +71,9 @@ fn a_forwarded_call_whose_answer_is_lost_fails_within_the_bound_as_unknown() {
             o.wrap_transport = Some(Arc::new(
                 move |inner: Arc<dyn Transport>| -> Arc<dyn Transport> {
                     let kind = [K_CALL, K_CALL_REPLY][usize::from(k)];
-                    let l = Arc::new(Lose {
-                        inner,
-                        kind,
-                        armed: AtomicU32::new(0),
-                        lost: AtomicU64::new(0),
-                    });
+                    let l = Arc::new(Lose::new(inner, kind));
                     let _ = s[usize::from(k)].set(Arc::clone(&l));
-                    l as Arc<dyn Transport>
+                    Arc::clone(&l.lossy) as Arc<dyn Transport>
                 },
             ));
         },
@@ -165,7 +117,7 @@ fn a_forwarded_call_whose_answer_is_lost_fails_within_the_bound_as_unknown() {
     lose_reply.arm(1);
     let (r, took) = transfer(7);
     unknown(r, took);
-    assert_eq!(lose_reply.lost.load(Ordering::SeqCst), 1);
+    assert_eq!(lose_reply.lossy.lost(), 1);
     assert_eq!(
         (balance(&client, from), balance(&client, to)),
         (before.0 - 7, before.1 + 7)
@@ -174,7 +126,7 @@ fn a_forwarded_call_whose_answer_is_lost_fails_within_the_bound_as_unknown() {
     lose_call.arm(1);
     let (r, took) = transfer(5);
     unknown(r, took);
-    assert_eq!(lose_call.lost.load(Ordering::SeqCst), 1);
+    assert_eq!(lose_call.lossy.lost(), 1);
     assert_eq!(
         (balance(&client, from), balance(&client, to)),
         (before.0 - 7, before.1 + 7)
@@ -249,7 +201,7 @@ impl Statement for Bump {
 #[test]
 fn a_statement_homed_on_another_process_runs_there_and_its_count_comes_back() {
     let dir = temp_dir("forwarding-stmt");
-    secret(&dir);
+    write_secret(&dir);
     let (a, b) = open_both_with(
         &dir,
         Kind::Uds,

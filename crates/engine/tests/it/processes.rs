@@ -55,6 +55,15 @@ pub(super) fn options(dir: &Path, kind: Kind, island: u16, expect: Expect, id: u
     o
 }
 
+/// Writes the deployment's secret where [`options`] names it,
+/// `dir/secret`, readable by its owner only (the handshake refuses others).
+pub(super) fn write_secret(dir: &Path) {
+    let secret = dir.join("secret");
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 /// Opens both islands at once (each waits for nothing: its peer is dialed
 /// in the background), and waits until they are connected.
 fn open_both(dir: &Path, kind: Kind, expect: Expect, id: u128) -> (Deployment, Deployment) {
@@ -117,6 +126,31 @@ pub(super) fn balance(client: &Client, k: u64) -> i64 {
         .unwrap()
 }
 
+/// A xorshift generator from `seed` (not 0).
+fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
+/// A random transfer of 0 to 19 between two accounts drawn by `next`:
+/// (from, to, the call's arguments), or `None` when they are the same.
+fn random_transfer(next: &mut impl FnMut() -> u64) -> Option<(u64, u64, [Value; 3])> {
+    let (from, to) = (next() % N, next() % N);
+    let amount = (next() % 20) as i64;
+    (from != to).then(|| {
+        let args = [
+            Value::Int(from as i64),
+            Value::Int(to as i64),
+            Value::Int(amount),
+        ];
+        (from, to, args)
+    })
+}
+
 /// Random transfers from `threads` threads, thread `t` calling through
 /// `clients[t % 2]` only, whatever the transfer's home: (committed, of
 /// them forwarded to the other process, of them crossing islands).
@@ -126,25 +160,14 @@ fn transfers(clients: &[Client; 2], threads: u64, each: usize) -> (usize, usize,
             let client = clients[(t % 2) as usize].clone();
             let mine = (t % 2) as usize;
             std::thread::spawn(move || {
-                let mut rng =
-                    0x9e37_79b9_7f4a_7c15u64 ^ (t + 1).wrapping_mul(0x2545_f491_4f6c_dd1d);
-                let mut next = || {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    rng
-                };
+                let mut next = xorshift(
+                    0x9e37_79b9_7f4a_7c15u64 ^ (t + 1).wrapping_mul(0x2545_f491_4f6c_dd1d),
+                );
                 let (mut committed, mut forwarded, mut crossing) = (0, 0, 0);
                 for _ in 0..each {
-                    let (from, to) = (next() % N, next() % N);
-                    if from == to {
+                    let Some((from, to, args)) = random_transfer(&mut next) else {
                         continue;
-                    }
-                    let args = [
-                        Value::Int(from as i64),
-                        Value::Int(to as i64),
-                        Value::Int((next() % 20) as i64),
-                    ];
+                    };
                     match client.call("transfer", &args) {
                         Ok(_) => {
                             committed += 1;
@@ -177,9 +200,7 @@ fn two_island_processes_over_shm_commit_transfers_across_each_other_and_recover(
 
 fn two_island_processes(kind: Kind) {
     let dir = temp_dir(&format!("processes-{kind}"));
-    let secret = dir.join("secret");
-    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_secret(&dir);
     let id = islands::wal::new_deployment_id();
 
     // A lone island that expects a loaded database finds none.
@@ -385,25 +406,14 @@ fn load_until(
         .map(|t| {
             let (client, stop) = (client.clone(), std::sync::Arc::clone(stop));
             std::thread::spawn(move || {
-                let mut rng =
-                    0x2545_f491_4f6c_dd1du64 ^ (t + 7).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                let mut next = || {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    rng
-                };
+                let mut next = xorshift(
+                    0x2545_f491_4f6c_dd1du64 ^ (t + 7).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                );
                 let mut h = Heard::default();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let (from, to) = (next() % N, next() % N);
-                    if from == to {
+                    let Some((from, to, args)) = random_transfer(&mut next) else {
                         continue;
-                    }
-                    let args = [
-                        Value::Int(from as i64),
-                        Value::Int(to as i64),
-                        Value::Int((next() % 20) as i64),
-                    ];
+                    };
                     let t = Instant::now();
                     let r = client.call("transfer", &args);
                     h.slowest = h.slowest.max(t.elapsed());
@@ -432,9 +442,7 @@ fn load_until(
 /// recovers none, and the money is all there.
 fn clean_stop_under_load(kind: Kind) {
     let dir = temp_dir(&format!("clean-stop-{kind}"));
-    let secret = dir.join("secret");
-    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_secret(&dir);
     let id = islands::wal::new_deployment_id();
     let opts = |k: u16, expect: Expect| {
         let mut o = options(&dir, kind, k, expect, id);
@@ -507,6 +515,146 @@ fn clean_stop_under_load(kind: Kind) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Island 1 goes down while island 0's callers run transfers across both:
+/// from one moment every batch island 1 sends is lost (island 0 waits for
+/// acknowledgements of commits it decided, and for decisions on branches it
+/// prepared, that never come), then island 1 stops after its own short
+/// drain and says goodbye. Island 0's clean stop then leaves at once,
+/// well within its 10-s drain timeout: what only island 1 could answer
+/// stays in island 0's log (commit decisions unended, branches in doubt),
+/// and the two islands, reopened, resolve it: the money is all there and
+/// nothing stays in doubt.
+#[test]
+fn a_clean_stop_beside_a_down_island_does_not_wait_for_it() {
+    use islands::executor::fault::Lossy;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let dir = temp_dir("stop-beside-down");
+    write_secret(&dir);
+    let id = islands::wal::new_deployment_id();
+    let drain_timeout = Duration::from_secs(10);
+    let cut = Arc::new(AtomicBool::new(false));
+    let lossy: Arc<std::sync::OnceLock<Arc<Lossy>>> = Arc::default();
+    let (c, l) = (Arc::clone(&cut), Arc::clone(&lossy));
+    let (a, b) = open_both_with(&dir, Kind::Uds, Expect::Either, id, move |k, o| {
+        // Only the goodbye, never a heartbeat timeout, counts island 1 down.
+        o.peer_dead_after = Some(Duration::from_secs(30));
+        o.drain_timeout = if k == 0 {
+            drain_timeout
+        } else {
+            Duration::from_millis(300)
+        };
+        if k == 1 {
+            let (c, l) = (Arc::clone(&c), Arc::clone(&l));
+            o.wrap_transport = Some(Arc::new(
+                move |inner: Arc<dyn islands::transport::Transport>| -> Arc<dyn islands::transport::Transport> {
+                    let c = Arc::clone(&c);
+                    let t = Arc::new(Lossy::new(inner, move |_, _| c.load(Ordering::SeqCst)));
+                    let _ = l.set(Arc::clone(&t));
+                    t
+                },
+            ));
+        }
+    });
+    let client = a.client();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = load_until(&client, 4, &stop);
+    let end = Instant::now() + Duration::from_secs(60);
+    while a.peers()[0].batches_out < 200 {
+        assert!(Instant::now() < end, "no traffic: {:?}", a.peers());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cut.store(true, Ordering::SeqCst);
+    let lossy = lossy.get().expect("island 1's transport is wrapped");
+    let end = Instant::now() + Duration::from_secs(10);
+    while lossy.lost() < 20 {
+        assert!(Instant::now() < end, "island 1 sent nothing to lose");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    b.shutdown().unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while a.islands_state()[1].up {
+        assert!(Instant::now() < end, "island 0 still counts island 1 up");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stop.store(true, Ordering::SeqCst);
+    let heard: Vec<Heard> = load.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(
+        heard.iter().any(|h| h.crossing > 0),
+        "no transfer crossed: {heard:?}"
+    );
+    drop(client);
+
+    let t = Instant::now();
+    a.shutdown().unwrap();
+    let stopping = t.elapsed();
+    eprintln!("island 0 stopped in {stopping:?} beside a down island 1");
+    assert!(
+        stopping < drain_timeout / 4,
+        "island 0's stop took {stopping:?}: it waited for island 1"
+    );
+
+    // Island 0 left something only island 1 could answer, and reopened
+    // together they resolve it.
+    let (a, b) = open_both(&dir, Kind::Uds, Expect::Recover, id);
+    let r = &a.recovered()[0];
+    let in_doubt = r.in_doubt.len();
+    let ended: std::collections::HashSet<_> = r
+        .two_pc
+        .iter()
+        .filter_map(|x| match x {
+            islands::coord::LogRec::End { gtid } => Some(*gtid),
+            _ => None,
+        })
+        .collect();
+    let unended = r
+        .two_pc
+        .iter()
+        .filter(|x| {
+            matches!(x, islands::coord::LogRec::Decision { gtid, commit: true }
+                if !ended.contains(gtid))
+        })
+        .count();
+    eprintln!("island 0 recovered {in_doubt} branches in doubt, {unended} commits unended");
+    assert!(
+        in_doubt + unended > 0,
+        "island 0 held nothing that waited for island 1 when it stopped"
+    );
+    assert_eq!(total(&a.client()), N as i64 * INITIAL);
+    assert_eq!(total(&b.client()), N as i64 * INITIAL);
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A run directory that cannot be made (here, below a file) is refused by
+/// the open, naming it.
+#[test]
+fn a_run_dir_that_cannot_be_made_is_refused_naming_it() {
+    let dir = temp_dir("run-dir-refused");
+    write_secret(&dir);
+    std::fs::write(dir.join("file"), b"").unwrap();
+    let run = dir.join("file").join("run");
+    let mut o = options(
+        &dir,
+        Kind::Uds,
+        0,
+        Expect::Either,
+        islands::wal::new_deployment_id(),
+    );
+    o.spec.processes.as_mut().unwrap().run_dir = run.clone();
+    let Err(e) = Deployment::open(o, bank(), |l| load_site_accounts(l, ACCOUNTS)) else {
+        panic!("opened with a run directory below a file");
+    };
+    assert!(
+        e.to_string()
+            .contains(&format!("cannot create {}", run.display())),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Polls a future once: its output, if it is ready.
 fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -536,9 +684,7 @@ pub(super) fn block_on<F: std::future::Future>(f: F) -> F::Output {
 #[ignore]
 fn forwarded_call_latency() {
     let dir = temp_dir("processes-latency");
-    let secret = dir.join("secret");
-    std::fs::write(&secret, b"a secret of more than sixteen bytes").unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_secret(&dir);
     let (a, b) = open_both(
         &dir,
         Kind::Uds,
