@@ -285,6 +285,41 @@ fn table_statements_homed_on_another_process_run_there() {
         }
         assert_eq!(balance(&c1, id).await, b - 10);
     });
+    // Island 1 stops cleanly: island 0 counts its goodbye in `SHOW peers`.
+    let mut procs = procs;
+    super::serve::sigterm(&mut procs[1]);
+    let status = procs[1].child().wait().unwrap();
+    assert!(status.success(), "island 1 stopped with {status}");
+    runtime().block_on(async {
+        let c0 = connect(addr(0)).await.unwrap();
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let msgs = c0.simple_query("SHOW peers").await.unwrap();
+            let peer = msgs
+                .iter()
+                .find_map(|m| match m {
+                    SimpleQueryMessage::Row(r) if r.get("island") == Some("1") => Some((
+                        r.get("goodbyes").map(str::to_string),
+                        r.get("state").map(str::to_string),
+                    )),
+                    _ => None,
+                })
+                .expect("island 1 in SHOW peers");
+            if peer.0.as_deref() == Some("1") && peer.1.as_deref() != Some("up") {
+                break;
+            }
+            assert_eq!(
+                peer.0.as_deref().map(|g| g == "0" || g == "1"),
+                Some(true),
+                "{peer:?}"
+            );
+            assert!(
+                Instant::now() < end,
+                "SHOW peers after island 1's goodbye: {peer:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
     drop(procs);
     let _ = std::fs::remove_dir_all(&dir);
 }
