@@ -47,6 +47,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let me = Hello {
         wire_version: WIRE_VERSION,
+        transport: islands::transport::join::Kind::Uds,
         build_id: build_id(),
         deployment: 0x5eed,
         island: 0,

@@ -591,6 +591,7 @@ pub fn uds_pair() -> Result<(UdsEnd, UdsEnd), Error> {
     let open = |me: u16| -> Result<Arc<Uds>, Error> {
         let hello = Hello {
             wire_version: WIRE_VERSION,
+            transport: islands::transport::join::Kind::Uds,
             build_id: build_id(),
             deployment: 1,
             island: me,

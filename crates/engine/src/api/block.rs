@@ -453,6 +453,13 @@ pub struct Block {
     inner: Arc<Inner>,
     /// Set once the first statement began the block on an executor.
     shared: Option<Arc<BlockShared>>,
+    /// Set once the first statement began the block on an island of
+    /// another process, which runs it (see `forward.rs`).
+    remote: Option<Remote>,
+    /// The mailbox its first statement tries before the others of its
+    /// island (a block hosted for another process runs on the executor
+    /// that forwards its answers, so they leave in the round they come).
+    prefer: Option<usize>,
     /// Why the block is dead, as this client knows it.
     failed: Option<CallError>,
     /// A statement was handed and its answer not yet received: if its
@@ -465,7 +472,8 @@ pub struct Block {
 impl std::fmt::Debug for Block {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Block")
-            .field("begun", &self.shared.is_some())
+            .field("begun", &self.begun())
+            .field("remote", &self.remote.is_some())
             .field("aborted", &self.is_aborted())
             .finish()
     }
@@ -478,6 +486,8 @@ impl Client {
         Block {
             inner: Arc::clone(&self.inner),
             shared: None,
+            remote: None,
+            prefer: None,
             failed: None,
             in_flight: false,
             ended: false,
@@ -541,17 +551,12 @@ impl Block {
     #[allow(clippy::manual_async_fn)]
     pub fn commit(mut self) -> impl Future<Output = Result<(), CallError>> + Send {
         async move {
-            self.check_alive()?;
-            let Some(shared) = self.shared.clone() else {
-                self.end();
-                return Ok(());
-            };
-            let (reply, rx) = oneshot::channel();
-            self.end();
-            shared.hand(&self.inner, BlockOp::Commit { reply })?;
-            match rx.await {
-                Ok(r) => r.map(|_| ()),
-                Err(_) => Err(self.inner.closed_error()),
+            match self.hand_commit()? {
+                None => Ok(()),
+                Some(rx) => match rx.await {
+                    Ok(r) => r.map(|_| ()),
+                    Err(_) => Err(self.inner.closed_error()),
+                },
             }
         }
     }
@@ -561,25 +566,45 @@ impl Block {
     #[allow(clippy::manual_async_fn)]
     pub fn rollback(mut self) -> impl Future<Output = Result<(), CallError>> + Send {
         async move {
-            let Some(shared) = self.shared.clone() else {
-                self.end();
-                return Ok(());
-            };
-            self.end();
-            let (reply, rx) = oneshot::channel();
-            let reply = Some(reply);
-            if self.failed.is_some() || shared.refused() {
-                // Ended on its executor already, or about to be (a dropped
-                // statement): hand the rollback in case it is not.
-                let _ = shared.hand(&self.inner, BlockOp::Rollback { reply: None });
-                return Ok(());
-            }
-            shared.hand(&self.inner, BlockOp::Rollback { reply })?;
-            match rx.await {
-                Ok(r) => r.map(|_| ()),
-                Err(_) => Err(self.inner.closed_error()),
+            match self.hand_rollback()? {
+                None => Ok(()),
+                Some(rx) => match rx.await {
+                    Ok(r) => r.map(|_| ()),
+                    Err(_) => Err(self.inner.closed_error()),
+                },
             }
         }
+    }
+
+    /// Hands the commit: the receiver of its answer (`None`: nothing to
+    /// commit).
+    pub(crate) fn hand_commit(&mut self) -> Result<Option<Receiver>, CallError> {
+        self.check_alive()?;
+        self.end();
+        if !self.begun() {
+            return Ok(None);
+        }
+        let (reply, rx) = oneshot::channel();
+        self.hand(BlockOp::Commit { reply })?;
+        Ok(Some(rx))
+    }
+
+    /// Hands the rollback: the receiver of its answer (`None`: nothing to
+    /// wait for, the block never began or had ended).
+    pub(crate) fn hand_rollback(&mut self) -> Result<Option<Receiver>, CallError> {
+        self.end();
+        if !self.begun() {
+            return Ok(None);
+        }
+        if self.failed.is_some() || self.shared.as_ref().is_some_and(|s| s.refused()) {
+            // Ended on its executor already, or about to be (a dropped
+            // statement): hand the rollback in case it is not.
+            let _ = self.hand(BlockOp::Rollback { reply: None });
+            return Ok(None);
+        }
+        let (reply, rx) = oneshot::channel();
+        self.hand(BlockOp::Rollback { reply: Some(reply) })?;
+        Ok(Some(rx))
     }
 
     /// Whether the block is dead (a statement failed, a conflict, a
@@ -595,6 +620,29 @@ impl Block {
         self.ended = true;
     }
 
+    /// Its first statement tries the executor of `mailbox` first, if that
+    /// is one of its home island's.
+    pub(crate) fn prefer(&mut self, mailbox: usize) {
+        self.prefer = Some(mailbox);
+    }
+
+    /// Whether its first statement began it, here or in another process.
+    fn begun(&self) -> bool {
+        self.shared.is_some() || self.remote.is_some()
+    }
+
+    /// Hands `op` to the block's executor, here or in another process.
+    fn hand(&self, op: BlockOp) -> Result<(), CallError> {
+        match (&self.shared, &self.remote) {
+            (Some(s), _) => s.hand(&self.inner, op),
+            (None, Some(r)) => r.hand(&self.inner, op, false),
+            (None, None) => Err(CallError::Failed {
+                procedure: "block".into(),
+                error: "the block has not begun".into(),
+            }),
+        }
+    }
+
     /// Refuses a statement on a dead block, with the reason it died.
     fn check_alive(&mut self) -> Result<(), CallError> {
         if self.in_flight && self.failed.is_none() {
@@ -603,10 +651,12 @@ impl Block {
             let e = CallError::Canceled {
                 procedure: "statement".into(),
             };
-            self.failed = Some(e);
+            self.failed = Some(e.clone());
             if let Some(s) = &self.shared {
-                s.refuse(self.failed.clone().expect("just set"));
-                let _ = s.hand(&self.inner, BlockOp::Rollback { reply: None });
+                s.refuse(e);
+            }
+            if self.begun() {
+                let _ = self.hand(BlockOp::Rollback { reply: None });
             }
         }
         if let Some(e) = &self.failed {
@@ -632,21 +682,7 @@ impl Block {
         home: Option<usize>,
         cancel: Option<CancelFlag>,
     ) -> Result<Vec<Row>, CallError> {
-        self.check_alive()?;
-        let (reply, rx) = oneshot::channel();
-        let op = BlockOp::Statement {
-            what,
-            cancel,
-            reply,
-        };
-        let handed = match &self.shared {
-            Some(s) => s.hand(&self.inner, op),
-            None => self.start(op, home),
-        };
-        if let Err(e) = handed {
-            self.failed = Some(e.clone());
-            return Err(e);
-        }
+        let rx = self.hand_statement(what, home, cancel)?;
         self.in_flight = true;
         let r = match rx.await {
             Ok(r) => r,
@@ -659,16 +695,64 @@ impl Block {
         r
     }
 
+    /// Hands a statement (beginning the block with it on island `home`,
+    /// `None`: any, if it is the first): the receiver of its answer.
+    pub(crate) fn hand_statement(
+        &mut self,
+        what: What,
+        home: Option<usize>,
+        cancel: Option<CancelFlag>,
+    ) -> Result<Receiver, CallError> {
+        self.check_alive()?;
+        let (reply, rx) = oneshot::channel();
+        let op = BlockOp::Statement {
+            what,
+            cancel,
+            reply,
+        };
+        let handed = match self.begun() {
+            true => self.hand(op),
+            false => self.start(op, home),
+        };
+        if let Err(e) = handed {
+            self.failed = Some(e.clone());
+            return Err(e);
+        }
+        Ok(rx)
+    }
+
     /// Begins the block with its first operation on an executor of island
-    /// `home` (`None`: any) that has room for one more block.
+    /// `home` (`None`: any) that has room for one more block; on an island
+    /// of another process, that process's executor runs it (when `op` can
+    /// travel there).
     fn start(&mut self, op: BlockOp, home: Option<usize>) -> Result<(), CallError> {
         let inner = &self.inner;
         let n = super::client::next_spread();
-        let island = inner.island_for(home, n, "statement")?;
+        let island = match inner.island_for(home, n, "statement") {
+            Ok(island) => island,
+            Err(CallError::Elsewhere { island }) if inner.forwards && op.travels() => {
+                if inner.mailboxes[0].island_down(island) {
+                    return Err(CallError::IslandDown {
+                        procedure: "statement".into(),
+                        island: island as u16,
+                    });
+                }
+                let r = Remote {
+                    id: crate::wal::new_deployment_id() as u64,
+                    mailbox: n % inner.mailboxes.len(),
+                    island,
+                };
+                self.remote = Some(r);
+                return r.hand(inner, op, true);
+            }
+            Err(e) => return Err(e),
+        };
         let (lo, hi) = (inner.first[island], inner.first[island + 1]);
         let workers = hi - lo;
-        let Some(mailbox) = (0..workers)
-            .map(|k| lo + (n + k) % workers)
+        let preferred = self.prefer.filter(|m| (lo..hi).contains(m));
+        let Some(mailbox) = preferred
+            .into_iter()
+            .chain((0..workers).map(|k| lo + (n + k) % workers))
             .find(|&m| inner.mailboxes[m].reserve_block(inner.blocks_per_worker))
         else {
             return Err(CallError::TooManyBlocks {
@@ -693,12 +777,112 @@ impl Block {
 
 impl Drop for Block {
     fn drop(&mut self) {
-        if self.ended {
+        if self.ended || !self.begun() {
             return;
         }
-        if let Some(s) = &self.shared {
-            let _ = s.hand(&self.inner, BlockOp::Rollback { reply: None });
+        let _ = self.hand(BlockOp::Rollback { reply: None });
+    }
+}
+
+type Receiver = oneshot::Receiver<Result<Vec<Row>, CallError>>;
+
+/// A block whose home island runs in another process: its operations go to
+/// this process's executor of mailbox `mailbox`, which forwards them, in
+/// order, to the one executor of island `island` that runs the block there
+/// (see `forward.rs`). `id` names it among that executor's blocks.
+#[derive(Clone, Copy, Debug)]
+struct Remote {
+    id: u64,
+    mailbox: usize,
+    island: usize,
+}
+
+/// Which operation of a forwarded block a [`super::deployment::Call`]
+/// carries (its statement is the call's procedure or statement).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Its first statement, which begins it.
+    Begin,
+    Run,
+    Commit,
+    Rollback,
+}
+
+impl BlockOp {
+    /// Whether it can be forwarded to another process: a statement needs
+    /// a source ([`Statement::source`]).
+    fn travels(&self) -> bool {
+        match self {
+            BlockOp::Statement {
+                what: What::Stmt(s),
+                ..
+            } => s.source().is_some(),
+            _ => true,
         }
+    }
+}
+
+impl Remote {
+    /// Queues `op` (`first`: the block's first statement) for the
+    /// forwarding executor. Its answer goes to the op's reply; a rollback
+    /// nobody waits for is sent all the same.
+    fn hand(&self, inner: &Inner, op: BlockOp, first: bool) -> Result<(), CallError> {
+        if !op.travels() {
+            return Err(CallError::Elsewhere {
+                island: self.island,
+            });
+        }
+        let run = if first { Step::Begin } else { Step::Run };
+        let (proc, args, stmt, step, reply, cancel) = match op {
+            BlockOp::Statement {
+                what: What::Proc { proc, args },
+                cancel,
+                reply,
+            } => (proc, args.0, None, run, reply, cancel),
+            BlockOp::Statement {
+                what: What::Stmt(s),
+                cancel,
+                reply,
+            } => (0, Vec::new(), Some(s), run, reply, cancel),
+            BlockOp::Commit { reply } => (0, Vec::new(), None, Step::Commit, reply, None),
+            BlockOp::Rollback { reply } => {
+                // Nobody waits: the answer goes to a receiver dropped now.
+                let reply = reply.unwrap_or_else(|| oneshot::channel().0);
+                (0, Vec::new(), None, Step::Rollback, reply, None)
+            }
+        };
+        let mut call = super::deployment::Call {
+            proc,
+            args,
+            stmt,
+            reply: super::deployment::Reply::Caller(reply),
+            cancel,
+            forward: Some(self.island),
+            block: Some((self.id, step)),
+        };
+        let mb = &inner.mailboxes[self.mailbox];
+        // The forwards queue is bounded; an operation of a block must not be
+        // lost, so a full queue is waited out briefly, then refused.
+        for _ in 0..10_000 {
+            match mb.forwards.push(call) {
+                Ok(()) => {
+                    mb.notify();
+                    // Closed meanwhile: its executor may be gone.
+                    if !inner.open.load(Ordering::SeqCst) {
+                        inner.drain();
+                    }
+                    return Ok(());
+                }
+                Err(c) => {
+                    call = c;
+                    std::thread::yield_now();
+                }
+            }
+        }
+        Err(CallError::Failed {
+            procedure: "block".into(),
+            error: "the executor's queue of calls to other processes stays full".into(),
+        })
     }
 }
 

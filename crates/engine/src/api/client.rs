@@ -174,6 +174,7 @@ impl Client {
                     reply: Reply::Caller(tx),
                     cancel: cancel.cloned(),
                     forward,
+                    block: None,
                 },
                 mailbox,
             )),
@@ -261,6 +262,7 @@ impl Client {
                 reply: Reply::Caller(reply),
                 cancel: None,
                 forward,
+                block: None,
             },
             mailbox,
         ))

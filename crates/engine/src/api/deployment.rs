@@ -354,6 +354,9 @@ pub(crate) struct Call {
     /// The call's home island runs in another process: the executor of
     /// this mailbox forwards it there (see `forward.rs`).
     pub(crate) forward: Option<usize>,
+    /// With `forward`: it is an operation of the forwarded block of this id
+    /// (see `block.rs`'s `Remote`).
+    pub(crate) block: Option<(u64, block::Step)>,
 }
 
 /// A call's answer, and who waits for it.

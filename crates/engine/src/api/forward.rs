@@ -46,9 +46,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use super::block::Statement;
+use super::block::{self, Block, Statement, Step};
+use super::client::Client;
 use super::deployment::{Answer, Call, CancelFlag, Inner, Reply};
-use super::value::Value;
+use super::value::{Args, Value};
 use super::CallError;
 use crate::coord::IslandSet;
 use crate::executor::forward::{ForwardPort, Forwarding, Frames};
@@ -112,6 +113,7 @@ impl Forwarding for Forwarder {
         }
         Some(Box::new(Port {
             inner: Arc::clone(&s.inner),
+            island,
             mailbox: first + worker,
             endpoints: Arc::clone(&s.endpoints),
             next_id: random_start(),
@@ -122,6 +124,10 @@ impl Forwarding for Forwarder {
             backlog: VecDeque::new(),
             scan_at_us: 0,
             expired: Vec::new(),
+            blocks: HashMap::new(),
+            hosted: HashMap::new(),
+            hosted_ops: 0,
+            finished: Vec::new(),
             scratch: Vec::new(),
         }))
     }
@@ -133,12 +139,59 @@ fn random_start() -> u64 {
     (crate::wal::new_deployment_id() as u64) >> 1
 }
 
-/// What a forwarded call runs: a procedure of the catalog, or a statement.
+/// What a forwarded call runs: a procedure of the catalog, a statement, or
+/// the end of a forwarded block (named `COMMIT` or `ROLLBACK`).
 #[derive(Clone)]
 enum What {
     Proc(u32),
     Stmt(Arc<dyn Statement>),
+    Named(&'static str),
 }
+
+/// A block that a caller of another process runs on this executor's
+/// island (see `block.rs`'s `Remote`): the block, as a local client's.
+struct Hosted {
+    block: Block,
+    /// The caller's island: its blocks are rolled back when it goes down.
+    island: IslandId,
+    /// The operation under way (one at a time).
+    op: Option<HostedOp>,
+}
+
+impl Drop for Hosted {
+    /// A hosted block dropped with an operation under way (its caller's
+    /// process went down, or this one stops): the operation is canceled, so
+    /// that a statement waiting for a lock gives up now, and dropping the
+    /// block then rolls it back, which frees its slot and its locks.
+    fn drop(&mut self) {
+        if let Some(op) = &self.op {
+            op.cancel.cancel();
+        }
+    }
+}
+
+/// A hosted block's operation under way.
+struct HostedOp {
+    id: u64,
+    rx: oneshot::Receiver<Answer>,
+    /// A statement's, whose answer carries its count.
+    what: Option<What>,
+    cancel: CancelFlag,
+    /// A commit or rollback: the block is forgotten once it is answered.
+    ends: bool,
+}
+
+/// What a BLOCK frame asks of a hosted block, checked.
+enum Work {
+    Run(block::What),
+    Commit,
+    Rollback,
+}
+
+/// A hosted block's operation that finished: the caller's endpoint and
+/// block, the operation's id, what it ran, whether it ended the block, and
+/// its answer.
+type Finished = ((Endpoint, u64), u64, Option<What>, bool, Answer);
 
 /// A call this executor forwarded and waits the answer of.
 struct Pending {
@@ -152,6 +205,10 @@ struct Pending {
     /// When it was sent (the executor's clock): past `timeout_us` after,
     /// it fails with [`CallError::OutcomeUnknown`].
     sent_us: u64,
+    /// The COMMIT of this forwarded block: if it expires, a ROLLBACK
+    /// follows it, so that a block whose COMMIT was lost does not stay
+    /// open at its home (one that committed there is past a rollback).
+    commits: Option<u64>,
 }
 
 /// A call of another process that this executor runs.
@@ -164,6 +221,8 @@ struct Running {
 /// One executor's forwarded calls (see the module documentation).
 struct Port {
     inner: Arc<Inner>,
+    /// Its executor's island.
+    island: usize,
     /// Its executor's mailbox.
     mailbox: usize,
     endpoints: Arc<Vec<Vec<Endpoint>>>,
@@ -182,6 +241,16 @@ struct Port {
     /// The ids of the calls a scan found past their deadline (kept, so a
     /// scan allocates nothing once it has grown).
     expired: Vec<u64>,
+    /// Blocks of this process that it forwards: by block id, the executor
+    /// of the other process that runs each, and its island.
+    blocks: HashMap<u64, (Endpoint, usize)>,
+    /// Blocks of other processes that run on this island, by caller
+    /// endpoint and block id.
+    hosted: HashMap<(Endpoint, u64), Hosted>,
+    /// Hosted blocks with an operation under way.
+    hosted_ops: usize,
+    /// Hosted operations a round found finished (kept, as `expired`).
+    finished: Vec<Finished>,
     /// Where a frame is encoded before its size is checked.
     scratch: Vec<u8>,
 }
@@ -197,6 +266,7 @@ impl Port {
                 .get(*proc as usize)
                 .map_or_else(|| format!("#{proc}"), |d| d.name.clone()),
             What::Stmt(s) => s.name().to_string(),
+            What::Named(n) => n.to_string(),
         }
     }
 
@@ -205,10 +275,13 @@ impl Port {
     fn send_call(&mut self, call: Call, now_us: u64, down: IslandSet, out: &mut Frames<'_>) {
         let island = call.forward.unwrap_or_default();
         let mb = &self.inner.mailboxes[self.mailbox];
-        let what = match &call.stmt {
-            Some(s) => What::Stmt(Arc::clone(s)),
-            None => What::Proc(call.proc),
+        let what = match (&call.stmt, call.block) {
+            (_, Some((_, Step::Commit))) => What::Named("COMMIT"),
+            (_, Some((_, Step::Rollback))) => What::Named("ROLLBACK"),
+            (Some(s), _) => What::Stmt(Arc::clone(s)),
+            (None, _) => What::Proc(call.proc),
         };
+        let ends = matches!(call.block, Some((_, Step::Commit | Step::Rollback)));
         let targets = self.endpoints.get(island).map_or(&[][..], |e| &e[..]);
         if targets.is_empty() || down.contains(island as IslandId) {
             let e = CallError::IslandDown {
@@ -217,24 +290,53 @@ impl Port {
             };
             return call.reply.send(mb, Err(e));
         }
-        if call.cancel.as_ref().is_some_and(CancelFlag::is_canceled) || call.reply.is_closed() {
+        if !ends
+            && (call.cancel.as_ref().is_some_and(CancelFlag::is_canceled) || call.reply.is_closed())
+        {
             // Canceled before it left: it never runs, as a local call
-            // canceled in its queue.
+            // canceled in its queue. (A block's end goes all the same.)
             let e = CallError::Canceled {
                 procedure: self.name(&what),
             };
             return call.reply.send(mb, Err(e));
         }
-        let to = targets[self.spread % targets.len()];
+        // Every operation of a block goes to the executor its first went to.
+        let pick = targets[self.spread % targets.len()];
+        let to = match call.block {
+            Some((b, _)) => self.blocks.entry(b).or_insert((pick, island)).0,
+            None => pick,
+        };
         let id = self.next_id;
         self.scratch.clear();
-        let encoded = match &what {
-            What::Proc(proc) => wire::call(&mut self.scratch, id, *proc, &call.args),
-            What::Stmt(s) => match s.source() {
-                Some((sql, params)) => wire::stmt(&mut self.scratch, id, sql, params),
+        let out_buf = &mut self.scratch;
+        let encoded = match (call.block, &what) {
+            (Some((b, Step::Commit)), _) => {
+                wire::block(out_buf, b, id, false, wire::BlockAsk::Commit)
+            }
+            (Some((b, Step::Rollback)), _) => {
+                wire::block(out_buf, b, id, false, wire::BlockAsk::Rollback)
+            }
+            (Some((b, step)), What::Proc(proc)) => {
+                let ask = wire::BlockAsk::Call {
+                    proc: *proc,
+                    args: &call.args,
+                };
+                wire::block(out_buf, b, id, step == Step::Begin, ask)
+            }
+            (Some((b, step)), What::Stmt(s)) => match s.source() {
+                Some((sql, params)) => {
+                    let ask = wire::BlockAsk::Stmt { sql, params };
+                    wire::block(out_buf, b, id, step == Step::Begin, ask)
+                }
+                None => return call.reply.send(mb, Err(CallError::Elsewhere { island })),
+            },
+            (None, What::Proc(proc)) => wire::call(out_buf, id, *proc, &call.args),
+            (None, What::Stmt(s)) => match s.source() {
+                Some((sql, params)) => wire::stmt(out_buf, id, sql, params),
                 // `Client` forwards only statements with a source.
                 None => return call.reply.send(mb, Err(CallError::Elsewhere { island })),
             },
+            (_, What::Named(_)) => false,
         };
         if !encoded || self.scratch.len() > MAX_FRAME {
             let e = CallError::BadArguments {
@@ -248,6 +350,9 @@ impl Port {
         }
         self.spread = self.spread.wrapping_add(1);
         self.next_id = self.next_id.wrapping_add(1);
+        if let (Some((b, _)), true) = (call.block, ends) {
+            self.blocks.remove(&b);
+        }
         let frame = &self.scratch;
         out.push(to, |b| b.extend_from_slice(frame));
         self.pending.insert(
@@ -260,6 +365,10 @@ impl Port {
                 what,
                 cancel_sent: false,
                 sent_us: now_us,
+                commits: match call.block {
+                    Some((b, Step::Commit)) => Some(b),
+                    _ => None,
+                },
             },
         );
     }
@@ -316,8 +425,10 @@ impl Port {
         }
         let cancel = CancelFlag::new();
         let (proc, stmt) = match &what {
-            What::Proc(proc) => (*proc, None),
             What::Stmt(s) => (0, Some(Arc::clone(s))),
+            What::Proc(proc) => (*proc, None),
+            // Only procedures and statements come here: nothing to run.
+            What::Named(_) => return,
         };
         self.running.insert(
             key,
@@ -334,6 +445,7 @@ impl Port {
             reply: Reply::Peer { to: from, id },
             cancel: Some(cancel),
             forward: None,
+            block: None,
         };
         let mb = &self.inner.mailboxes[self.mailbox];
         if !self.inner.open.load(std::sync::atomic::Ordering::Acquire) {
@@ -357,7 +469,182 @@ impl Port {
         params: Result<Vec<Value>, wire::WireError>,
         out: &mut Frames<'_>,
     ) {
-        let compiled = match params {
+        match self.compile(sql, params) {
+            Ok(stmt) => self.on_call(from, island, id, What::Stmt(stmt), Vec::new()),
+            Err(e) => self.answer(from, id, None, Err(e), out),
+        }
+    }
+
+    /// Operation `id` of block `block` of `from` (see `block.rs`'s
+    /// `Remote`): handed to the block, begun here by its first statement;
+    /// its answer goes back once the block's executor gives it
+    /// ([`Port::poll_hosted`]).
+    #[allow(clippy::too_many_arguments)]
+    fn on_block(
+        &mut self,
+        from: Endpoint,
+        from_island: IslandId,
+        block_id: u64,
+        id: u64,
+        begins: bool,
+        op: wire::BlockOp<'_>,
+        out: &mut Frames<'_>,
+    ) {
+        let key = (from, block_id);
+        let known = self.hosted.get(&key).map(|h| h.op.is_some());
+        let rollback = matches!(op, wire::BlockOp::Rollback);
+        let refused = match known {
+            Some(true) if !rollback => Some(CallError::Failed {
+                procedure: "block".into(),
+                error: "an operation of the block is still running".into(),
+            }),
+            None if !begins && !rollback => Some(CallError::Serialization {
+                procedure: "block".into(),
+                attempts: 1,
+                last: format!(
+                    "island {} holds no such block: it was rolled back (its caller's process \
+                     seemed down, or a message was lost)",
+                    self.island
+                ),
+            }),
+            Some(_) if begins => Some(CallError::Failed {
+                procedure: "block".into(),
+                error: "the block had begun already".into(),
+            }),
+            _ => None,
+        };
+        if let Some(e) = refused {
+            return self.answer(from, id, None, Err(e), out);
+        }
+        let work = match op {
+            wire::BlockOp::Call { proc, n, args } => {
+                match self.inner.catalog.procs.get(proc as usize) {
+                    None => Err(CallError::UnknownProcedure(format!("#{proc}"))),
+                    Some(def) => match wire::call_args(n, args) {
+                        Ok(args) => def.check_args(&args).map(|()| {
+                            (
+                                Some(What::Proc(proc)),
+                                Work::Run(block::What::Proc {
+                                    proc,
+                                    args: Args(args),
+                                }),
+                            )
+                        }),
+                        Err(e) => Err(CallError::BadArguments {
+                            procedure: def.name.clone(),
+                            why: format!("forwarded arguments: {e}"),
+                        }),
+                    },
+                }
+            }
+            wire::BlockOp::Stmt { sql, n, params } => {
+                self.compile(sql, wire::call_args(n, params)).map(|s| {
+                    (
+                        Some(What::Stmt(Arc::clone(&s))),
+                        Work::Run(block::What::Stmt(s)),
+                    )
+                })
+            }
+            wire::BlockOp::Commit => Ok((None, Work::Commit)),
+            wire::BlockOp::Rollback => Ok((None, Work::Rollback)),
+        };
+        let (what, work) = match work {
+            Ok(w) => w,
+            Err(e) => {
+                // A failed statement aborts its block, as at a local
+                // client: dropping the block rolls it back, and a later
+                // operation finds no block.
+                self.hosted.remove(&key);
+                return self.answer(from, id, None, Err(e), out);
+            }
+        };
+        let home = Some(self.island);
+        let inner = &self.inner;
+        let mailbox = self.mailbox;
+        let h = self.hosted.entry(key).or_insert_with(|| {
+            let mut block = Client {
+                inner: Arc::clone(inner),
+            }
+            .begin();
+            block.prefer(mailbox);
+            Hosted {
+                block,
+                island: from_island,
+                op: None,
+            }
+        });
+        if let Some(running) = h.op.take() {
+            // A rollback while a statement runs (its caller stopped
+            // waiting): the statement is canceled, the rollback follows it.
+            running.cancel.cancel();
+            self.hosted_ops -= 1;
+        }
+        let cancel = CancelFlag::new();
+        let ends = !matches!(work, Work::Run(_));
+        let handed = match work {
+            Work::Run(w) => h
+                .block
+                .hand_statement(w, home, Some(cancel.clone()))
+                .map(Some),
+            Work::Commit => h.block.hand_commit(),
+            Work::Rollback => h.block.hand_rollback(),
+        };
+        let now: Option<Answer> = match handed {
+            Ok(Some(rx)) => {
+                h.op = Some(HostedOp {
+                    id,
+                    rx,
+                    what: what.clone(),
+                    cancel,
+                    ends,
+                });
+                self.hosted_ops += 1;
+                None
+            }
+            Ok(None) => Some(Ok(Vec::new())),
+            Err(e) => Some(Err(e)),
+        };
+        if let Some(r) = now {
+            if ends {
+                self.hosted.remove(&key);
+            }
+            self.answer(from, id, what.as_ref(), r, out);
+        }
+    }
+
+    /// Answers the hosted blocks' operations that finished.
+    fn poll_hosted(&mut self, out: &mut Frames<'_>) {
+        for (key, h) in self.hosted.iter_mut() {
+            let Some(op) = &mut h.op else {
+                continue;
+            };
+            let r = match op.rx.try_recv() {
+                Ok(r) => r,
+                Err(oneshot::TryRecvError::Empty) => continue,
+                Err(oneshot::TryRecvError::Disconnected) => Err(self.inner.closed_error()),
+            };
+            if let Some(op) = h.op.take() {
+                self.finished.push((*key, op.id, op.what, op.ends, r));
+            }
+        }
+        let mut finished = std::mem::take(&mut self.finished);
+        for (key, id, what, ends, r) in finished.drain(..) {
+            self.hosted_ops -= 1;
+            if ends {
+                self.hosted.remove(&key);
+            }
+            self.answer(key.0, id, what.as_ref(), r, out);
+        }
+        self.finished = finished;
+    }
+
+    /// Rebuilds a forwarded statement with the deployment's compiler.
+    fn compile(
+        &self,
+        sql: &str,
+        params: Result<Vec<Value>, wire::WireError>,
+    ) -> Result<Arc<dyn Statement>, CallError> {
+        match params {
             Err(e) => Err(CallError::BadArguments {
                 procedure: "statement".into(),
                 why: format!("forwarded parameters: {e}"),
@@ -371,10 +658,6 @@ impl Port {
                         .into(),
                 }),
             },
-        };
-        match compiled {
-            Ok(stmt) => self.on_call(from, island, id, What::Stmt(stmt), Vec::new()),
-            Err(e) => self.answer(from, id, None, Err(e), out),
         }
     }
 
@@ -389,7 +672,7 @@ impl Port {
             wire::Answer::Rows { rows, body } => match wire::call_rows(rows, body) {
                 Err(e) => Err(malformed(e.to_string())),
                 Ok(rows) => match &p.what {
-                    What::Proc(_) => Ok(rows),
+                    What::Proc(_) | What::Named(_) => Ok(rows),
                     What::Stmt(s) => {
                         let mut rows = rows;
                         match rows.pop().as_deref() {
@@ -429,6 +712,14 @@ impl Port {
         let mut expired = std::mem::take(&mut self.expired);
         for id in expired.drain(..) {
             if let Some(p) = self.pending.remove(&id) {
+                if let Some(b) = p.commits {
+                    // Nobody waits for its answer: it matches no call.
+                    let rollback = self.next_id;
+                    self.next_id = self.next_id.wrapping_add(1);
+                    out.push(p.to, |f| {
+                        wire::block(f, b, rollback, false, wire::BlockAsk::Rollback);
+                    });
+                }
                 let e = CallError::OutcomeUnknown {
                     procedure: self.name(&p.what),
                     island: p.island as u16,
@@ -482,9 +773,24 @@ impl ForwardPort for Port {
                 };
                 self.on_reply(p, from_island, answer);
             }
+            Frame::Block {
+                block,
+                id,
+                begins,
+                op,
+            } => self.on_block(from, from_island, block, id, begins, op, out),
             Frame::CallCancel { id } => {
                 if let Some(r) = self.running.get(&(from, id)) {
                     r.cancel.cancel();
+                } else if self.hosted_ops > 0 {
+                    let op = self
+                        .hosted
+                        .iter()
+                        .filter(|((f, _), _)| *f == from)
+                        .find_map(|(_, h)| h.op.as_ref().filter(|op| op.id == id));
+                    if let Some(op) = op {
+                        op.cancel.cancel();
+                    }
                 }
             }
             _ => {}
@@ -499,6 +805,7 @@ impl ForwardPort for Port {
                 && self.backlog.is_empty()
                 && self.pending.is_empty()
                 && self.running.is_empty()
+                && self.hosted.is_empty()
         };
         if idle {
             // The round of an executor that forwards nothing: no shared
@@ -523,7 +830,10 @@ impl ForwardPort for Port {
                 break;
             }
         }
-        if self.pending.is_empty() && self.running.is_empty() {
+        if self.hosted_ops > 0 {
+            self.poll_hosted(out);
+        }
+        if self.pending.is_empty() && self.running.is_empty() && self.hosted.is_empty() {
             return;
         }
         if !down.is_empty() {
@@ -549,6 +859,15 @@ impl ForwardPort for Port {
             for r in self.running.values().filter(|r| down.contains(r.island)) {
                 r.cancel.cancel();
             }
+            // Its blocks here roll back (dropping a block rolls it back),
+            // releasing their locks; this process's blocks there are gone.
+            let before = self.hosted.len();
+            self.hosted.retain(|_, h| !down.contains(h.island));
+            if self.hosted.len() != before {
+                self.hosted_ops = self.hosted.values().filter(|h| h.op.is_some()).count();
+            }
+            self.blocks
+                .retain(|_, (_, island)| !down.contains(*island as IslandId));
         }
         if now_us >= self.scan_at_us && !self.pending.is_empty() {
             self.scan(now_us, out);

@@ -601,7 +601,8 @@ impl Executor {
             Frame::Call { .. }
             | Frame::CallReply { .. }
             | Frame::CallCancel { .. }
-            | Frame::Stmt { .. } => match self.forward.as_mut() {
+            | Frame::Stmt { .. }
+            | Frame::Block { .. } => match self.forward.as_mut() {
                 Some(port) => {
                     let mut out = super::forward::Frames {
                         outbox: &mut self.outbox,

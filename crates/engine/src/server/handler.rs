@@ -248,6 +248,7 @@ impl Show {
                 int("dropped"),
                 int("reconnects"),
                 int("refusals"),
+                int("goodbyes"),
                 int("last_heard_ms"),
                 int("incarnation"),
                 text("error"),
@@ -1693,6 +1694,7 @@ impl Handler {
                         n(p.dropped),
                         n(p.reconnects),
                         n(p.refusals),
+                        n(p.goodbyes),
                         p.last_heard
                             .map_or(Value::Null, |t| n(t.elapsed().as_millis() as u64)),
                         n(p.incarnation),

@@ -657,6 +657,13 @@ fn peer_families(out: &mut String, peers: &[crate::transport::peer::PeerStats]) 
     );
     family(
         out,
+        "islands_peer_goodbyes_total",
+        "counter",
+        "Times the island's process said goodbye: it stopped cleanly, its two-phase commits drained, rather than being lost.",
+        &each(|p| p.goodbyes as f64),
+    );
+    family(
+        out,
         "islands_peer_incarnation",
         "gauge",
         "The island's incarnation from its last handshake (0: never connected).",
@@ -690,6 +697,37 @@ mod tests {
     fn labels_are_escaped() {
         assert_eq!(label(r#"a"b\c"#), r#"a\"b\\c"#);
         assert_eq!(label("x\ny"), "x\\ny");
+    }
+
+    #[test]
+    fn peer_figures_carry_each_island_s_goodbyes_refusals_and_reconnects() {
+        use crate::transport::peer::{PeerState, PeerStats};
+        let peer = |island, goodbyes, refusals| PeerStats {
+            island,
+            state: PeerState::Up,
+            bytes_in: 10,
+            bytes_out: 20,
+            batches_in: 1,
+            batches_out: 2,
+            dropped: 0,
+            reconnects: goodbyes,
+            goodbyes,
+            refusals,
+            last_heard: None,
+            incarnation: 4,
+            error: None,
+        };
+        let mut out = String::new();
+        peer_families(&mut out, &[peer(1, 3, 0), peer(2, 0, 5)]);
+        for line in [
+            "# TYPE islands_peer_goodbyes_total counter",
+            "islands_peer_goodbyes_total{island=\"1\"} 3",
+            "islands_peer_goodbyes_total{island=\"2\"} 0",
+            "islands_peer_refusals_total{island=\"2\"} 5",
+            "islands_peer_reconnects_total{island=\"1\"} 3",
+        ] {
+            assert!(out.lines().any(|l| l == line), "no '{line}' in:\n{out}");
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! [`Refused`] names what differs, e.g. `deployment id: ours 3a…, theirs
 //! 7f…`; the caller logs it once and counts it.
 
+use super::join::Kind;
 use crate::route::IslandId;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
@@ -25,8 +26,10 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::path::Path;
 
-/// The version of the handshake and of the stream format behind it.
-pub const WIRE_VERSION: u16 = 1;
+/// The version of the handshake and of the stream format behind it (2: the
+/// HELLO names the transport kind, and frames of kind 0x44 carry forwarded
+/// blocks).
+pub const WIRE_VERSION: u16 = 2;
 /// Longest handshake message body.
 pub const MAX_MESSAGE: usize = 8 << 10;
 /// Longest build id carried.
@@ -60,6 +63,9 @@ pub fn build_id() -> String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
     pub wire_version: u16,
+    /// The transport the island runs (`uds`, or `shm` whose rings are set
+    /// up over the connection): both sides must run the same.
+    pub transport: Kind,
     /// Informative (logged, not compared): builds of one wire version talk.
     pub build_id: String,
     pub deployment: u128,
@@ -73,9 +79,10 @@ pub struct Hello {
 }
 
 impl Hello {
-    /// Appends the encoding: `ISLH`, wire version u16, build id (u8 length +
-    /// bytes), deployment u128, island u16, incarnation u64, schema u64,
-    /// catalog u64, island count u16, then a u32 per island.
+    /// Appends the encoding: `ISLH`, wire version u16, transport kind u8
+    /// (see [`kind_code`]), build id (u8 length + bytes), deployment u128,
+    /// island u16, incarnation u64, schema u64, catalog u64, island count
+    /// u16, then a u32 per island.
     pub fn encode(&self, out: &mut Vec<u8>) -> Result<(), Refused> {
         if self.build_id.len() > MAX_BUILD_ID {
             return Err(Refused::Malformed(format!(
@@ -91,6 +98,7 @@ impl Hello {
         }
         out.extend_from_slice(HELLO_MAGIC);
         out.extend_from_slice(&self.wire_version.to_le_bytes());
+        out.push(kind_code(self.transport));
         out.push(self.build_id.len() as u8);
         out.extend_from_slice(self.build_id.as_bytes());
         out.extend_from_slice(&self.deployment.to_le_bytes());
@@ -105,13 +113,24 @@ impl Hello {
         Ok(())
     }
 
-    /// Decodes a HELLO body; every length is checked before it is used.
+    /// Decodes a HELLO body; every length is checked before it is used. A
+    /// HELLO of another wire version is refused as such before the rest is
+    /// read (its layout may differ).
     pub fn decode(b: &[u8]) -> Result<Hello, Refused> {
         let mut r = Cursor { b, at: 0 };
         if r.take(4)? != HELLO_MAGIC {
             return Err(Refused::Malformed("hello magic".into()));
         }
         let wire_version = r.u16()?;
+        if wire_version != WIRE_VERSION {
+            return Err(Refused::WireVersion {
+                ours: WIRE_VERSION,
+                theirs: wire_version,
+            });
+        }
+        let code = r.take(1)?[0];
+        let transport = kind_of_code(code)
+            .ok_or_else(|| Refused::Malformed(format!("transport kind {code}")))?;
         let n = r.take(1)?[0] as usize;
         if n > MAX_BUILD_ID {
             return Err(Refused::Malformed(format!("build id of {n} bytes")));
@@ -138,6 +157,7 @@ impl Hello {
         }
         Ok(Hello {
             wire_version,
+            transport,
             build_id,
             deployment,
             island,
@@ -147,6 +167,20 @@ impl Hello {
             workers,
         })
     }
+}
+
+/// A transport kind's byte in a HELLO.
+fn kind_code(k: Kind) -> u8 {
+    match k {
+        Kind::InProc => 0,
+        Kind::Shm => 1,
+        Kind::Uds => 2,
+    }
+}
+
+/// The transport kind of a HELLO's byte (`None`: no kind this build knows).
+fn kind_of_code(code: u8) -> Option<Kind> {
+    Kind::ALL.into_iter().find(|&k| kind_code(k) == code)
 }
 
 struct Cursor<'a> {
@@ -181,6 +215,7 @@ impl<'a> Cursor<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Expect {
     pub wire_version: u16,
+    pub transport: Kind,
     pub deployment: u128,
     pub schema: u64,
     pub catalog: u64,
@@ -200,6 +235,7 @@ impl Expect {
     pub fn matching(me: &Hello) -> Expect {
         Expect {
             wire_version: me.wire_version,
+            transport: me.transport,
             deployment: me.deployment,
             schema: me.schema,
             catalog: me.catalog,
@@ -216,6 +252,12 @@ impl Expect {
             return Err(Refused::WireVersion {
                 ours: self.wire_version,
                 theirs: peer.wire_version,
+            });
+        }
+        if peer.transport != self.transport {
+            return Err(Refused::Transport {
+                ours: self.transport,
+                theirs: peer.transport,
             });
         }
         if peer.deployment != self.deployment {
@@ -276,6 +318,8 @@ pub enum Refused {
     Malformed(String),
     #[error("wire version: ours {ours}, theirs {theirs}")]
     WireVersion { ours: u16, theirs: u16 },
+    #[error("transport: ours {ours}, theirs {theirs} (both sides must run the same transport)")]
+    Transport { ours: Kind, theirs: Kind },
     #[error("deployment id: ours {ours:032x}, theirs {theirs:032x}")]
     Deployment { ours: u128, theirs: u128 },
     #[error("schema fingerprint: ours {ours:016x}, theirs {theirs:016x}")]
@@ -529,6 +573,7 @@ mod tests {
     fn hello(island: IslandId) -> Hello {
         Hello {
             wire_version: WIRE_VERSION,
+            transport: Kind::Uds,
             build_id: build_id(),
             deployment: 0x3a00_0000_0000_0000_0000_0000_0000_0001,
             island,
@@ -592,8 +637,20 @@ mod tests {
         type Change = Box<dyn FnOnce(&mut Hello)>;
         let cases: Vec<(&str, Change)> = vec![
             (
-                "wire version: ours 1, theirs 2",
-                Box::new(|h| h.wire_version = 2),
+                "wire version: ours 2, theirs 3",
+                Box::new(|h| h.wire_version = 3),
+            ),
+            (
+                "wire version: ours 2, theirs 1",
+                Box::new(|h| h.wire_version = 1),
+            ),
+            (
+                "transport: ours uds, theirs shm",
+                Box::new(|h| h.transport = Kind::Shm),
+            ),
+            (
+                "transport: ours uds, theirs inproc",
+                Box::new(|h| h.transport = Kind::InProc),
             ),
             (
                 "deployment id: ours 3a000000000000000000000000000001, theirs 7f",
@@ -830,12 +887,85 @@ mod tests {
 
     #[test]
     fn hello_round_trips() {
-        let h = hello(2);
+        for transport in Kind::ALL {
+            let h = Hello {
+                transport,
+                ..hello(2)
+            };
+            let mut b = Vec::new();
+            h.encode(&mut b).unwrap();
+            assert_eq!(Hello::decode(&b).unwrap(), h);
+            b.push(0);
+            assert!(Hello::decode(&b).is_err(), "trailing bytes");
+        }
+    }
+
+    #[test]
+    fn a_hello_of_another_version_or_an_unknown_transport_is_refused_by_name() {
         let mut b = Vec::new();
-        h.encode(&mut b).unwrap();
-        assert_eq!(Hello::decode(&b).unwrap(), h);
-        b.push(0);
-        assert!(Hello::decode(&b).is_err(), "trailing bytes");
+        hello(2).encode(&mut b).unwrap();
+        // A version-1 HELLO had no transport byte: refused by its version,
+        // not read with this layout.
+        let mut v1 = b.clone();
+        v1[4..6].copy_from_slice(&1u16.to_le_bytes());
+        v1.remove(6);
+        assert!(
+            matches!(
+                Hello::decode(&v1),
+                Err(Refused::WireVersion {
+                    ours: WIRE_VERSION,
+                    theirs: 1
+                })
+            ),
+            "{:?}",
+            Hello::decode(&v1)
+        );
+        let mut odd = b.clone();
+        odd[6] = 9;
+        let e = Hello::decode(&odd).unwrap_err();
+        assert!(e.to_string().contains("transport kind 9"), "{e}");
+        // Every cut of a HELLO is refused, never read past its end.
+        for cut in 0..b.len() {
+            assert!(Hello::decode(&b[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn every_transport_mismatch_is_refused_on_both_sides_naming_both_kinds() {
+        for ours in Kind::ALL {
+            for theirs in Kind::ALL.into_iter().filter(|&k| k != ours) {
+                let a = Hello {
+                    transport: ours,
+                    ..hello(0)
+                };
+                let b = Hello {
+                    transport: theirs,
+                    ..hello(1)
+                };
+                let s = || secret("0123456789abcdef");
+                let (ea, eb) = (Expect::matching(&a), Expect::matching(&b));
+                let (ra, rb) = run(a, ea, s(), b, eb, s());
+                let ra = ra.unwrap_err();
+                assert!(ra.is_refusal(), "{ra}");
+                assert!(
+                    matches!(&ra, Refused::Transport { ours: o, theirs: t } if (*o, *t) == (ours, theirs)),
+                    "{ours} meeting {theirs}: {ra}"
+                );
+                assert!(
+                    ra.to_string()
+                        .contains(&format!("transport: ours {ours}, theirs {theirs}")),
+                    "{ra}"
+                );
+                // The responder finds the mirror image itself.
+                let rb = rb.unwrap_err();
+                assert!(rb.is_refusal(), "{rb}");
+                assert!(
+                    rb.to_string()
+                        .contains(&format!("transport: ours {theirs}, theirs {ours}")),
+                    "{rb}"
+                );
+            }
+        }
     }
 
     proptest! {

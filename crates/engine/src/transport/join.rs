@@ -70,10 +70,12 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// The hello of island `me` of a deployment whose islands have `workers`.
+    /// The hello of island `me` of a deployment whose islands have `workers`,
+    /// over `uds` (a `shm` deployment's is marked so by [`for_process_with`]).
     pub fn hello(&self, me: IslandId, workers: &[u32]) -> Hello {
         Hello {
             wire_version: WIRE_VERSION,
+            transport: Kind::Uds,
             build_id: build_id(),
             deployment: self.deployment,
             island: me,
@@ -295,10 +297,12 @@ pub fn for_process(
 pub fn for_process_with(
     p: &crate::deploy::Processes,
     workers: &[u32],
-    hello: Hello,
+    mut hello: Hello,
     mailbox_depth: usize,
     dead_after: Option<Duration>,
 ) -> Result<Linked, Error> {
+    // Peers must run the deployment file's transport: the handshake says it.
+    hello.transport = p.transport;
     let me = hello.island;
     if usize::from(me) >= workers.len() {
         return Err(Error::Config(format!(

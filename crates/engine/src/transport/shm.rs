@@ -1508,6 +1508,7 @@ mod tests {
         let workers = vec![1u32, 1];
         let hello = Hello {
             wire_version: WIRE_VERSION,
+            transport: crate::transport::join::Kind::Shm,
             build_id: build_id(),
             deployment: 0x5e7,
             island: me,

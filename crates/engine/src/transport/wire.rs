@@ -26,6 +26,10 @@
 //!                  [a u64][b u64] 2 × ([len u32][UTF-8: len bytes])
 //! CALL_CANCEL 0x42 [id u64]
 //! STMT        0x43 [id u64][len u32][SQL, UTF-8: len bytes][n u16] n × value
+//! BLOCK       0x44 [block u64][id u64][begins u8: 0|1][op u8] then, op 0
+//!                  (call): [proc u32][n u16] n × value; op 1 (statement):
+//!                  [len u32][SQL: len bytes][n u16] n × value; op 2
+//!                  (commit), 3 (rollback): nothing
 //! value: [tag u8] then 0 null; 1 int [i64]; 2 float [f64 bits u64];
 //!        3 string [len u32][UTF-8: len bytes]; 4 ints [n u32] n × [i64]
 //! ```
@@ -46,6 +50,14 @@
 //! answer is a CALL_REPLY whose rows, on success, are the statement's rows
 //! followed by one more, `[int]`: the number of rows it affected (the count
 //! of its command tag).
+//!
+//! BLOCK carries one operation of a transaction block whose home island
+//! runs in the receiver's process: `block` names the block among those of
+//! the sending endpoint, which sends every operation of a block to the same
+//! executor, one at a time; `begins` marks its first statement (a block the
+//! receiver does not hold is begun only by that). Its answer is a CALL_REPLY with the operation's
+//! `id` (a statement's with its count, as STMT's), and CALL_CANCEL with that
+//! id cancels a statement.
 //!
 //! A request (GET, INSERT, SCAN, MGET) has bit [`CONTINUES`] of its kind set
 //! when its transaction sent an earlier request to the same island: the
@@ -113,6 +125,7 @@ const K_CALL: u8 = 0x40;
 const K_CALL_REPLY: u8 = 0x41;
 const K_CALL_CANCEL: u8 = 0x42;
 const K_STMT: u8 = 0x43;
+const K_BLOCK: u8 = 0x44;
 /// Bytes of one entry of a LOCK frame.
 pub const LOCK_ENTRY_BYTES: usize = 2 + 8;
 
@@ -235,6 +248,31 @@ pub enum Frame<'a> {
         n: u16,
         params: &'a [u8],
     },
+    /// Operation `id` of forwarded block `block`; `begins`: its first.
+    Block {
+        block: u64,
+        id: u64,
+        begins: bool,
+        op: BlockOp<'a>,
+    },
+}
+
+/// A BLOCK frame's operation, as decoded (values checked, not yet read:
+/// read them with [`call_args`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockOp<'a> {
+    Call {
+        proc: u32,
+        n: u16,
+        args: &'a [u8],
+    },
+    Stmt {
+        sql: &'a str,
+        n: u16,
+        params: &'a [u8],
+    },
+    Commit,
+    Rollback,
 }
 
 /// A CALL_REPLY's answer, as decoded (checked, not yet built).
@@ -577,6 +615,49 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, WireError> {
             check_values(n, params)?;
             Frame::Stmt { id, sql, n, params }
         }
+        K_BLOCK => {
+            need(kind, b, 1 + 8 + 8 + 1 + 1, false)?;
+            let block = c.u64();
+            let id = c.u64();
+            let begins = c.flag()?;
+            let op = match c.u8() {
+                0 => {
+                    let proc = c.u32_checked()?;
+                    let n = c.u16_checked()?;
+                    let args = c.rest();
+                    check_values(n, args)?;
+                    BlockOp::Call { proc, n, args }
+                }
+                1 => {
+                    let sql = c.str_checked()?;
+                    let n = c.u16_checked()?;
+                    let params = c.rest();
+                    check_values(n, params)?;
+                    BlockOp::Stmt { sql, n, params }
+                }
+                op @ (2 | 3) => {
+                    if c.left() != 0 {
+                        return Err(WireError::BadLength {
+                            kind,
+                            want: 1 + 8 + 8 + 1 + 1,
+                            got: b.len(),
+                        });
+                    }
+                    if op == 2 {
+                        BlockOp::Commit
+                    } else {
+                        BlockOp::Rollback
+                    }
+                }
+                op => return Err(WireError::BadStatus(op)),
+            };
+            Frame::Block {
+                block,
+                id,
+                begins,
+                op,
+            }
+        }
         k => return Err(WireError::UnknownKind(k)),
     })
 }
@@ -704,6 +785,61 @@ pub fn stmt(out: &mut Vec<u8>, id: u64, sql: &str, params: &[Value]) -> bool {
     put_str(out, sql);
     out.extend_from_slice(&n.to_le_bytes());
     for v in params {
+        put_value(out, v);
+    }
+    true
+}
+
+/// What a BLOCK frame asks (see [`block`]).
+#[derive(Clone, Copy, Debug)]
+pub enum BlockAsk<'a> {
+    Call { proc: u32, args: &'a [Value] },
+    Stmt { sql: &'a str, params: &'a [Value] },
+    Commit,
+    Rollback,
+}
+
+/// Appends a BLOCK payload. A call's or statement's values are at most
+/// `u16::MAX`, a statement's text at most `u32::MAX` bytes (more is
+/// refused: `false`, nothing appended); the caller checks the frame's size.
+pub fn block(out: &mut Vec<u8>, block: u64, id: u64, begins: bool, ask: BlockAsk<'_>) -> bool {
+    let values = match ask {
+        BlockAsk::Call { args, .. } => args,
+        BlockAsk::Stmt { sql, params } => {
+            if u32::try_from(sql.len()).is_err() {
+                return false;
+            }
+            params
+        }
+        BlockAsk::Commit | BlockAsk::Rollback => &[],
+    };
+    let Ok(n) = u16::try_from(values.len()) else {
+        return false;
+    };
+    out.push(K_BLOCK);
+    out.extend_from_slice(&block.to_le_bytes());
+    out.extend_from_slice(&id.to_le_bytes());
+    out.push(u8::from(begins));
+    match ask {
+        BlockAsk::Call { proc, .. } => {
+            out.push(0);
+            out.extend_from_slice(&proc.to_le_bytes());
+        }
+        BlockAsk::Stmt { sql, .. } => {
+            out.push(1);
+            put_str(out, sql);
+        }
+        BlockAsk::Commit => {
+            out.push(2);
+            return true;
+        }
+        BlockAsk::Rollback => {
+            out.push(3);
+            return true;
+        }
+    }
+    out.extend_from_slice(&n.to_le_bytes());
+    for v in values {
         put_value(out, v);
     }
     true
@@ -1219,6 +1355,88 @@ mod tests {
     }
 
     #[test]
+    fn block_operations_round_trip_and_refuse_bad_lengths() {
+        let args = vec![Value::Int(7), Value::Str("x".into())];
+        let mut b = Vec::new();
+        assert!(block(
+            &mut b,
+            3,
+            4,
+            true,
+            BlockAsk::Call {
+                proc: 9,
+                args: &args
+            }
+        ));
+        match decode(&b).unwrap() {
+            Frame::Block {
+                block: 3,
+                id: 4,
+                begins: true,
+                op:
+                    BlockOp::Call {
+                        proc: 9,
+                        n: 2,
+                        args: a,
+                    },
+            } => assert_eq!(call_args(2, a).unwrap(), args),
+            f => panic!("decoded {f:?}"),
+        }
+        assert!(decode(&b[..b.len() - 1]).is_err());
+        b.clear();
+        let sql = "SELECT balance FROM accounts WHERE id = $1";
+        assert!(block(
+            &mut b,
+            3,
+            5,
+            false,
+            BlockAsk::Stmt { sql, params: &args }
+        ));
+        match decode(&b).unwrap() {
+            Frame::Block {
+                block: 3,
+                id: 5,
+                begins: false,
+                op:
+                    BlockOp::Stmt {
+                        sql: s,
+                        n: 2,
+                        params,
+                    },
+            } => {
+                assert_eq!(s, sql);
+                assert_eq!(call_args(2, params).unwrap(), args);
+            }
+            f => panic!("decoded {f:?}"),
+        }
+        let mut long = b.clone();
+        long[19..23].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode(&long).is_err());
+        for (ask, op) in [
+            (BlockAsk::Commit, BlockOp::Commit),
+            (BlockAsk::Rollback, BlockOp::Rollback),
+        ] {
+            b.clear();
+            assert!(block(&mut b, 1, 2, false, ask));
+            assert_eq!(
+                decode(&b).unwrap(),
+                Frame::Block {
+                    block: 1,
+                    id: 2,
+                    begins: false,
+                    op
+                }
+            );
+            b.push(0);
+            assert!(decode(&b).is_err());
+        }
+        b[18] = 4;
+        assert_eq!(decode(&b[..19]), Err(WireError::BadStatus(4)));
+        b[17] = 2;
+        assert_eq!(decode(&b[..19]), Err(WireError::BadFlag(2)));
+    }
+
+    #[test]
     fn forwarded_statements_round_trip_and_refuse_bad_lengths() {
         let params = vec![Value::Int(7), Value::Str("x".into()), Value::Null];
         let sql = "UPDATE accounts SET balance = balance + $2 WHERE id = $1";
@@ -1288,13 +1506,16 @@ mod tests {
         /// decodes also reads (its arguments, its rows) without error.
         #[test]
         fn forwarded_call_garbage_never_panics(
-            kind in K_CALL..=K_STMT,
+            kind in K_CALL..=K_BLOCK,
             bytes in proptest::collection::vec(any::<u8>(), 0..120),
         ) {
             let mut b = vec![kind];
             b.extend_from_slice(&bytes);
             match decode(&b) {
-                Ok(Frame::Call { n, args, .. }) | Ok(Frame::Stmt { n, params: args, .. }) => {
+                Ok(Frame::Call { n, args, .. })
+                | Ok(Frame::Stmt { n, params: args, .. })
+                | Ok(Frame::Block { op: BlockOp::Call { n, args, .. }, .. })
+                | Ok(Frame::Block { op: BlockOp::Stmt { n, params: args, .. }, .. }) => {
                     prop_assert_eq!(call_args(n, args).map(|a| a.len()), Ok(usize::from(n)));
                 }
                 Ok(Frame::CallReply { answer: Answer::Rows { rows, body }, .. }) => {

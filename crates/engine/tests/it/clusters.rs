@@ -237,6 +237,7 @@ fn uds_config(dir: &Path, me: usize, incarnation: u64) -> UdsConfig {
     let workers = vec![1u32; ISLANDS];
     let hello = Hello {
         wire_version: WIRE_VERSION,
+        transport: islands::transport::join::Kind::Uds,
         build_id: build_id(),
         deployment: 0xc105,
         island: me as u16,

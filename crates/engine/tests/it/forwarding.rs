@@ -2,8 +2,11 @@
 //! [`islands::api::Deployment`]s of one island each in this test process,
 //! joined over Unix sockets, as `processes.rs` opens them): a forwarded call
 //! whose CALL or CALL_REPLY is lost fails within the deployment's forward
-//! timeout with `OutcomeUnknown` while its home stays consistent, and a
-//! statement with a source is rebuilt and run at its home.
+//! timeout with `OutcomeUnknown` while its home stays consistent, a
+//! statement with a source is rebuilt and run at its home, and a block homed
+//! there runs there: each of its steps answered or failed within the bound,
+//! rolled back there when its client or its caller's process goes, failing
+//! with `IslandDown` when its home goes, and never keeping a block slot.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -241,5 +244,330 @@ fn a_statement_homed_on_another_process_runs_there_and_its_count_comes_back() {
     drop(client);
     a.shutdown().unwrap();
     b.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_block_homed_on_another_process_runs_there_and_rolls_back_when_its_caller_goes() {
+    let dir = temp_dir("forwarding-block");
+    secret(&dir);
+    let (a, b) = open_both_with(
+        &dir,
+        Kind::Uds,
+        Expect::Either,
+        islands::wal::new_deployment_id(),
+        // A call that the block's locks hold back gives up soon.
+        |_, o| o.max_attempts = 20,
+    );
+    let client = a.client();
+    let (from, to) = (N - 1, N - 2);
+    assert_eq!((island_of(from), island_of(to)), (1, 1));
+    let transfer = |amount: i64| {
+        vec![
+            Value::Int(from as i64),
+            Value::Int(to as i64),
+            Value::Int(amount),
+        ]
+    };
+    let before = (balance(&client, from), balance(&client, to));
+    // Rolled back: nothing moved.
+    let mut blk = client.begin();
+    block_on(blk.call("transfer", transfer(9), None)).unwrap();
+    block_on(blk.rollback()).unwrap();
+    assert_eq!((balance(&client, from), balance(&client, to)), before);
+    // Committed: moved once, as its home's own client sees.
+    let mut blk = client.begin();
+    block_on(blk.call("transfer", transfer(9), None)).unwrap();
+    block_on(blk.call("transfer", transfer(1), None)).unwrap();
+    block_on(blk.commit()).unwrap();
+    let after = (before.0 - 10, before.1 + 10);
+    assert_eq!(
+        (balance(&b.client(), from), balance(&b.client(), to)),
+        after
+    );
+    // A statement's error aborts the block, at its home too.
+    let mut blk = client.begin();
+    block_on(blk.call("transfer", transfer(2), None)).unwrap();
+    match block_on(blk.call("transfer", transfer(INITIAL * 100), None)) {
+        Err(CallError::Rollback { why, .. }) => assert_eq!(why, "insufficient funds"),
+        r => panic!("an overdraft in a forwarded block answered {r:?}"),
+    }
+    assert!(blk.is_aborted());
+    assert!(block_on(blk.commit()).is_err());
+    assert_eq!(
+        (balance(&b.client(), from), balance(&b.client(), to)),
+        after
+    );
+
+    // The caller's process goes away with a block open at island 1: its
+    // home rolls it back, and the rows it locked are free again.
+    let mut blk = client.begin();
+    block_on(blk.call("transfer", transfer(5), None)).unwrap();
+    let home = b.client();
+    let locked = home.call("transfer", &transfer(1));
+    assert!(
+        matches!(locked, Err(CallError::Serialization { .. })),
+        "the block's rows were not locked: {locked:?}"
+    );
+    std::mem::forget(blk);
+    drop(client);
+    a.shutdown().unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        match home.call("transfer", &transfer(1)) {
+            Ok(_) => break,
+            Err(CallError::Serialization { .. }) if Instant::now() < end => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            r => panic!("the block of a caller that went away still holds its rows: {r:?}"),
+        }
+    }
+    assert_eq!(
+        (balance(&home, from), balance(&home, to)),
+        (after.0 - 1, after.1 + 1)
+    );
+    drop(home);
+    b.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const K_BLOCK: u8 = 0x44;
+
+/// Balances of accounts `from` and `to` as `home` reads them, once they
+/// read `want` (a block still holding their locks makes a read fail, and
+/// one still to roll back shows its writes to nobody): panics naming
+/// `what` if they do not within 10 s.
+fn settles(home: &islands::api::Client, (from, to): (u64, u64), want: (i64, i64), what: &str) {
+    let read = |k: u64| home.call("balance", &[Value::Int(k as i64)]);
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = match (read(from), read(to)) {
+            (Ok(f), Ok(t)) => Some((f[0][0].as_int().unwrap(), t[0][0].as_int().unwrap())),
+            (Err(CallError::Serialization { .. }), _)
+            | (_, Err(CallError::Serialization { .. })) => None,
+            (f, t) => panic!("{what}: the balances read {f:?}, {t:?}"),
+        };
+        if got == Some(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "{what}: the balances read {got:?}, not {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// How many blocks island 1's executors hold open at once: blocks begun by
+/// its own client, each reading another of its accounts, until one is
+/// refused for want of a slot; then all rolled back.
+fn block_capacity(home: &islands::api::Client) -> usize {
+    let mut open = Vec::new();
+    for k in N / 2..N {
+        let mut blk = home.begin();
+        match block_on(blk.call("balance", vec![Value::Int(k as i64)], None)) {
+            Ok(_) => open.push(blk),
+            Err(CallError::TooManyBlocks { .. }) => break,
+            Err(e) => panic!("a block reading account {k}: {e:?}"),
+        }
+    }
+    let n = open.len();
+    for blk in open {
+        block_on(blk.rollback()).unwrap();
+    }
+    n
+}
+
+#[test]
+fn every_step_of_a_forwarded_block_is_answered_within_the_bound_and_no_slot_leaks() {
+    let dir = temp_dir("forwarding-block-lost");
+    secret(&dir);
+    let bound = Duration::from_millis(400);
+    // Island 0 loses BLOCK frames, island 1 CALL_REPLYs, when armed.
+    let slots: Slots = Arc::new([OnceLock::new(), OnceLock::new()]);
+    let s = Arc::clone(&slots);
+    let (a, b) = open_both_with(
+        &dir,
+        Kind::Uds,
+        Expect::Either,
+        islands::wal::new_deployment_id(),
+        move |k, o| {
+            o.forward_timeout = bound;
+            o.blocks_per_worker = 2;
+            o.max_attempts = 20;
+            let s = Arc::clone(&s);
+            o.wrap_transport = Some(Arc::new(
+                move |inner: Arc<dyn Transport>| -> Arc<dyn Transport> {
+                    let kind = [K_BLOCK, K_CALL_REPLY][usize::from(k)];
+                    let l = Arc::new(Lose {
+                        inner,
+                        kind,
+                        armed: AtomicU32::new(0),
+                        lost: AtomicU64::new(0),
+                    });
+                    let _ = s[usize::from(k)].set(Arc::clone(&l));
+                    l as Arc<dyn Transport>
+                },
+            ));
+        },
+    );
+    let (lose_block, lose_reply) = (slots[0].get().unwrap(), slots[1].get().unwrap());
+    let (client, home) = (a.client(), b.client());
+    let capacity = block_capacity(&home);
+    assert!(capacity >= 2, "{capacity}");
+    let (from, to) = (N - 1, N - 2);
+    assert_eq!((island_of(from), island_of(to)), (1, 1));
+    let transfer = |amount: i64| {
+        vec![
+            Value::Int(from as i64),
+            Value::Int(to as i64),
+            Value::Int(amount),
+        ]
+    };
+    let unknown = |r: Result<(), CallError>, took: Duration, what: &str| match r {
+        Err(CallError::OutcomeUnknown {
+            island: 1,
+            waited_ms,
+            ..
+        }) => {
+            assert!(
+                waited_ms >= bound.as_millis() as u64,
+                "{what}: {waited_ms} ms"
+            );
+            assert!(
+                took >= bound * 9 / 10 && took < bound + Duration::from_millis(1500),
+                "{what}: answered after {took:?}, the bound is {bound:?}"
+            );
+        }
+        r => panic!("{what}: answered {r:?}"),
+    };
+    let before = (balance(&home, from), balance(&home, to));
+
+    // A statement's answer lost: it fails within the bound, the block is
+    // dead, and its rollback undoes the statements before it at the home.
+    let mut blk = client.begin();
+    block_on(blk.call("transfer", transfer(3), None)).unwrap();
+    lose_reply.arm(1);
+    let t = Instant::now();
+    let r = block_on(blk.call("transfer", transfer(4), None)).map(drop);
+    unknown(r, t.elapsed(), "a statement whose answer was lost");
+    assert!(blk.is_aborted());
+    block_on(blk.rollback()).unwrap();
+    settles(&home, (from, to), before, "rolled back after a lost answer");
+
+    // The first statement's BLOCK frame lost: the block never began there;
+    // its client goes away (as a server's client that disconnects).
+    lose_block.arm(1);
+    let mut blk = client.begin();
+    let t = Instant::now();
+    let r = block_on(blk.call("transfer", transfer(5), None)).map(drop);
+    unknown(r, t.elapsed(), "a first statement that was lost");
+    drop(blk);
+    settles(
+        &home,
+        (from, to),
+        before,
+        "a block whose beginning was lost",
+    );
+
+    // The COMMIT frame lost: its outcome is unknown to the caller, and the
+    // block does not stay open at its home (a rollback follows the lost
+    // commit), so its rows are free and nothing moved.
+    let mut blk = client.begin();
+    block_on(blk.call("transfer", transfer(2), None)).unwrap();
+    lose_block.arm(1);
+    let t = Instant::now();
+    let r = block_on(blk.commit());
+    unknown(r, t.elapsed(), "a COMMIT that was lost");
+    settles(&home, (from, to), before, "a block whose COMMIT was lost");
+
+    // The COMMIT's answer lost: unknown to the caller, committed there.
+    let mut blk = client.begin();
+    block_on(blk.call("transfer", transfer(2), None)).unwrap();
+    lose_reply.arm(1);
+    let t = Instant::now();
+    let r = block_on(blk.commit());
+    unknown(r, t.elapsed(), "a COMMIT whose answer was lost");
+    let after = (before.0 - 2, before.1 + 2);
+    settles(
+        &home,
+        (from, to),
+        after,
+        "a block whose COMMIT's answer was lost",
+    );
+
+    // Its client disconnects mid-block: the block rolls back at its home.
+    let mut blk = client.begin();
+    block_on(blk.call("transfer", transfer(6), None)).unwrap();
+    drop(blk);
+    settles(&home, (from, to), after, "a block whose client went away");
+    assert_eq!(
+        (
+            lose_block.lost.load(Ordering::SeqCst),
+            lose_reply.lost.load(Ordering::SeqCst)
+        ),
+        (2, 2)
+    );
+
+    // Every block hosted for island 0 left its slot: island 1 opens as many
+    // blocks at once as before (a slot is freed just after the answer that
+    // ends its block).
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = block_capacity(&home);
+        if now == capacity {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "island 1 holds {now} blocks at once, {capacity} before: a forwarded block leaked its slot"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop((client, home));
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_forwarded_block_whose_home_goes_down_fails_with_island_down() {
+    let dir = temp_dir("forwarding-block-down");
+    secret(&dir);
+    let (a, b) = open_both_with(
+        &dir,
+        Kind::Uds,
+        Expect::Either,
+        islands::wal::new_deployment_id(),
+        |_, _| {},
+    );
+    let client = a.client();
+    let (from, to) = (N - 1, N - 2);
+    let transfer = |amount: i64| {
+        vec![
+            Value::Int(from as i64),
+            Value::Int(to as i64),
+            Value::Int(amount),
+        ]
+    };
+    let mut blk = client.begin();
+    block_on(blk.call("transfer", transfer(3), None)).unwrap();
+    b.shutdown().unwrap();
+    let t = Instant::now();
+    match block_on(blk.call("transfer", transfer(4), None)) {
+        Err(CallError::IslandDown { island: 1, .. }) => {}
+        r => panic!("a block whose home went down answered {r:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(blk.is_aborted());
+    block_on(blk.rollback()).unwrap();
+    // A new block homed there fails at once, naming the island.
+    let mut blk = client.begin();
+    match block_on(blk.call("transfer", transfer(1), None)) {
+        Err(CallError::IslandDown { island: 1, .. }) => {}
+        r => panic!("a block homed on a down island answered {r:?}"),
+    }
+    drop((blk, client));
+    a.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

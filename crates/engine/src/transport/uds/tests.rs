@@ -38,6 +38,7 @@ const SECRET: &str = "uds-test-secret-0123456789";
 fn hello(workers: &[u32], me: IslandId, incarnation: u64) -> Hello {
     Hello {
         wire_version: WIRE_VERSION,
+        transport: crate::transport::join::Kind::Uds,
         build_id: build_id(),
         deployment: 0xfeed,
         island: me,
