@@ -250,7 +250,7 @@ fn a_statement_homed_on_another_process_runs_there_and_its_count_comes_back() {
 #[test]
 fn a_block_homed_on_another_process_runs_there_and_rolls_back_when_its_caller_goes() {
     let dir = temp_dir("forwarding-block");
-    secret(&dir);
+    write_secret(&dir);
     let (a, b) = open_both_with(
         &dir,
         Kind::Uds,
@@ -381,7 +381,7 @@ fn block_capacity(home: &islands::api::Client) -> usize {
 #[test]
 fn every_step_of_a_forwarded_block_is_answered_within_the_bound_and_no_slot_leaks() {
     let dir = temp_dir("forwarding-block-lost");
-    secret(&dir);
+    write_secret(&dir);
     let bound = Duration::from_millis(400);
     // Island 0 loses BLOCK frames, island 1 CALL_REPLYs, when armed.
     let slots: Slots = Arc::new([OnceLock::new(), OnceLock::new()]);
@@ -399,14 +399,9 @@ fn every_step_of_a_forwarded_block_is_answered_within_the_bound_and_no_slot_leak
             o.wrap_transport = Some(Arc::new(
                 move |inner: Arc<dyn Transport>| -> Arc<dyn Transport> {
                     let kind = [K_BLOCK, K_CALL_REPLY][usize::from(k)];
-                    let l = Arc::new(Lose {
-                        inner,
-                        kind,
-                        armed: AtomicU32::new(0),
-                        lost: AtomicU64::new(0),
-                    });
+                    let l = Arc::new(Lose::new(inner, kind));
                     let _ = s[usize::from(k)].set(Arc::clone(&l));
-                    l as Arc<dyn Transport>
+                    Arc::clone(&l.lossy) as Arc<dyn Transport>
                 },
             ));
         },
@@ -501,13 +496,7 @@ fn every_step_of_a_forwarded_block_is_answered_within_the_bound_and_no_slot_leak
     block_on(blk.call("transfer", transfer(6), None)).unwrap();
     drop(blk);
     settles(&home, (from, to), after, "a block whose client went away");
-    assert_eq!(
-        (
-            lose_block.lost.load(Ordering::SeqCst),
-            lose_reply.lost.load(Ordering::SeqCst)
-        ),
-        (2, 2)
-    );
+    assert_eq!((lose_block.lossy.lost(), lose_reply.lossy.lost()), (2, 2));
 
     // Every block hosted for island 0 left its slot: island 1 opens as many
     // blocks at once as before (a slot is freed just after the answer that
@@ -533,7 +522,7 @@ fn every_step_of_a_forwarded_block_is_answered_within_the_bound_and_no_slot_leak
 #[test]
 fn a_forwarded_block_whose_home_goes_down_fails_with_island_down() {
     let dir = temp_dir("forwarding-block-down");
-    secret(&dir);
+    write_secret(&dir);
     let (a, b) = open_both_with(
         &dir,
         Kind::Uds,
