@@ -123,6 +123,7 @@ impl Forwarding for Forwarder {
             running: HashMap::new(),
             backlog: VecDeque::new(),
             scan_at_us: 0,
+            arrival_incarnation: 0,
             expired: Vec::new(),
             blocks: HashMap::new(),
             hosted: HashMap::new(),
@@ -154,6 +155,9 @@ struct Hosted {
     block: Block,
     /// The caller's island: its blocks are rolled back when it goes down.
     island: IslandId,
+    /// The caller's process's incarnation when the block began here (0:
+    /// unknown): a block of a later incarnation outlives a bounce.
+    incarnation: u64,
     /// The operation under way (one at a time).
     op: Option<HostedOp>,
 }
@@ -215,6 +219,9 @@ struct Pending {
 struct Running {
     cancel: CancelFlag,
     island: IslandId,
+    /// The caller's process's incarnation when the call arrived (0:
+    /// unknown).
+    incarnation: u64,
     what: What,
 }
 
@@ -241,6 +248,9 @@ struct Port {
     /// The ids of the calls a scan found past their deadline (kept, so a
     /// scan allocates nothing once it has grown).
     expired: Vec<u64>,
+    /// The incarnation of the process whose frame is being handled (see
+    /// [`Running::incarnation`]).
+    arrival_incarnation: u64,
     /// Blocks of this process that it forwards: by block id, the executor
     /// of the other process that runs each, and its island.
     blocks: HashMap<u64, (Endpoint, usize)>,
@@ -435,6 +445,7 @@ impl Port {
             Running {
                 cancel: cancel.clone(),
                 island,
+                incarnation: self.arrival_incarnation,
                 what,
             },
         );
@@ -561,6 +572,7 @@ impl Port {
         let home = Some(self.island);
         let inner = &self.inner;
         let mailbox = self.mailbox;
+        let arrival = self.arrival_incarnation;
         let h = self.hosted.entry(key).or_insert_with(|| {
             let mut block = Client {
                 inner: Arc::clone(inner),
@@ -570,6 +582,7 @@ impl Port {
             Hosted {
                 block,
                 island: from_island,
+                incarnation: arrival,
                 op: None,
             }
         });
@@ -740,6 +753,7 @@ impl ForwardPort for Port {
         frame: Frame<'_>,
         out: &mut Frames<'_>,
     ) {
+        self.arrival_incarnation = out.transport().peer_incarnation(from_island);
         match frame {
             Frame::Call { id, proc, n, args } => {
                 let checked = match self.inner.catalog.procs.get(proc as usize) {
@@ -856,13 +870,25 @@ impl ForwardPort for Port {
                     p.reply.send(mb, Err(e));
                 }
             }
-            for r in self.running.values().filter(|r| down.contains(r.island)) {
+            // What came from an incarnation that is gone: a bounced
+            // island (down for a round or two, up again as a new
+            // incarnation) keeps the calls and blocks its new one sent.
+            let t = out.transport();
+            let gone = |island: IslandId, inc: u64| {
+                down.contains(island)
+                    && (inc == 0 || t.peer_down(island) || t.peer_incarnation(island) != inc)
+            };
+            for r in self
+                .running
+                .values()
+                .filter(|r| gone(r.island, r.incarnation))
+            {
                 r.cancel.cancel();
             }
             // Its blocks here roll back (dropping a block rolls it back),
             // releasing their locks; this process's blocks there are gone.
             let before = self.hosted.len();
-            self.hosted.retain(|_, h| !down.contains(h.island));
+            self.hosted.retain(|_, h| !gone(h.island, h.incarnation));
             if self.hosted.len() != before {
                 self.hosted_ops = self.hosted.values().filter(|h| h.op.is_some()).count();
             }

@@ -54,4 +54,9 @@ impl Frames<'_> {
     pub fn push(&mut self, to: Endpoint, write: impl FnOnce(&mut Vec<u8>)) {
         push_frame_with(self.outbox.batch(self.transport, to), write);
     }
+
+    /// The transport the frames go out on (for what it knows of peers).
+    pub fn transport(&self) -> &dyn Transport {
+        self.transport
+    }
 }
