@@ -277,4 +277,7 @@ impl Transport for Lossy {
             .load(Ordering::SeqCst)
             .wrapping_add(self.inner.peer_epoch())
     }
+    fn peer_incarnation(&self, island: IslandId) -> u64 {
+        self.inner.peer_incarnation(island)
+    }
 }
