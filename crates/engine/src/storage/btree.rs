@@ -22,9 +22,12 @@
 //!   of one-child inner nodes above it; the tree keeps at most one empty
 //!   chain, the one at the root;
 //! - a leaf's fences (`lo` inclusive, `hi` exclusive or open) lie inside the
-//!   key range its parents give it: a split narrows them under the leaf's
-//!   lock, and an unlink that widens a neighbour's range leaves its fences
-//!   as they were (narrower than the range is allowed, never wider);
+//!   key range its parents give it. An insert that descends to the leaf
+//!   sets them, under the leaf's lock, to the range its path validated (cut
+//!   at the separator, for both halves of a split); an unlink that widens a
+//!   neighbour's range leaves that neighbour's fences as they were until
+//!   its next such insert (narrower than the range is allowed, never
+//!   wider: only a split of the leaf itself narrows its range);
 //! - an insert first tries the leaf it or a key sharing its top 32 bits last
 //!   went into on this thread (a finger): if that leaf is not obsolete and
 //!   its fences hold the key, it is the leaf a descent would find, and no
@@ -233,9 +236,15 @@ impl Leaf {
         self.hi_open
             .store(u64::from(hi.is_none()), Ordering::Relaxed);
     }
-    /// The upper fence (`None`: open).
-    fn hi_fence(&self) -> Option<u128> {
-        (self.hi_open.load(Ordering::Relaxed) == 0).then(|| u128_of(&self.fence_hi))
+    /// Whether the fences are `[lo, hi)` (a missing `lo` is 0, a missing
+    /// `hi` open).
+    fn fences_are(&self, lo: Option<u128>, hi: Option<u128>) -> bool {
+        let open = self.hi_open.load(Ordering::Relaxed) != 0;
+        u128_of(&self.fence_lo) == lo.unwrap_or(0)
+            && match hi {
+                None => open,
+                Some(h) => !open && u128_of(&self.fence_hi) == h,
+            }
     }
     fn val(&self, i: usize) -> u64 {
         self.vals[i].load(Ordering::Relaxed)
@@ -418,6 +427,10 @@ pub struct BTree {
     /// Leaves retired so far: a finger taken at another count may point at
     /// a leaf whose memory is gone.
     retired: AtomicU64,
+    /// Inserts that went in through a finger (tests only: no shared counter
+    /// is written by every insert in a build that serves).
+    #[cfg(test)]
+    finger_inserts: AtomicU64,
 }
 
 /// Gives every tree its `id` (0 marks an empty finger).
@@ -450,6 +463,8 @@ impl BTree {
             root: AtomicPtr::new(Leaf::alloc()),
             id: TREE_IDS.fetch_add(1, Ordering::Relaxed),
             retired: AtomicU64::new(0),
+            #[cfg(test)]
+            finger_inserts: AtomicU64::new(0),
         }
     }
 
@@ -500,6 +515,8 @@ impl BTree {
         leaf.h.version.upgrade(v).ok()?;
         leaf.insert_at(pos, k, val);
         leaf.h.version.unlock();
+        #[cfg(test)]
+        self.finger_inserts.fetch_add(1, Ordering::Relaxed);
         Some(None)
     }
 
@@ -581,6 +598,8 @@ impl BTree {
     fn try_insert(&self, k: u128, val: u64, g: &Guard) -> Step<Option<u64>> {
         let (mut node, mut v) = self.root(g)?;
         let mut parent: Option<(&Inner, u64)> = None;
+        // The leaf's key range as the path shows it (as in `find`).
+        let (mut lo, mut hi) = (None, None);
         while !node.leaf {
             let inner = as_inner(node);
             let n = inner.count();
@@ -589,7 +608,14 @@ impl BTree {
                 self.split_locked(parent, node, v, |_| inner.split())?;
                 return Err(Restart);
             }
-            let kid = inner.kid(inner.child_index(k, n));
+            let i = inner.child_index(k, n);
+            if i > 0 {
+                lo = Some(inner.keys.get(i - 1));
+            }
+            if i < n {
+                hi = Some(inner.keys.get(i));
+            }
+            let kid = inner.kid(i);
             inner.h.version.check(v)?;
             // SAFETY: as in `find`.
             let child = unsafe { header(kid, g) };
@@ -616,8 +642,11 @@ impl BTree {
                 // An append's key starts the right leaf; otherwise the
                 // right half's first key separates.
                 let sep = if pos == n { k } else { r.keys.get(0) };
-                r.set_fences(sep, leaf.hi_fence());
-                leaf.set_fences(u128_of(&leaf.fence_lo), Some(sep));
+                // The halves' fences are the range the descent validated,
+                // cut at `sep`: an unlink may have widened that range past
+                // the leaf's own fences since they were set.
+                r.set_fences(sep, hi);
+                leaf.set_fences(lo.unwrap_or(0), Some(sep));
                 // The key goes in while both halves are locked (the right
                 // one is not linked yet).
                 let into = if k >= sep { r } else { leaf };
@@ -633,6 +662,11 @@ impl BTree {
                 leaf.h.version.unlock();
                 return Err(Restart);
             }
+        }
+        // Fences an unlink left narrower than the range widen to it, so
+        // that the finger noted below holds this key's successors.
+        if !leaf.fences_are(lo, hi) {
+            leaf.set_fences(lo.unwrap_or(0), hi);
         }
         leaf.insert_at(pos, k, val);
         self.note_finger(leaf, k);
@@ -1098,6 +1132,65 @@ mod finger_tests {
         });
         let want: Vec<(u128, u64)> = model.into_iter().collect();
         assert_eq!(got, want);
+    }
+
+    /// Appends past the end of the tree after its last leaf was emptied
+    /// and unlinked (its range, up to no bound, went to the leaf before it,
+    /// whose upper fence stayed where it was): every append but the one
+    /// that opens each new leaf goes in through the finger.
+    #[test]
+    fn appends_after_an_unlink_take_the_finger() {
+        let t = BTree::new();
+        let key = |o: usize| (o as u128) << 64;
+        let full = 3 * LEAF_CAP;
+        for o in 0..full {
+            assert_eq!(t.insert(key(o), o as u64), None);
+        }
+        // The third leaf holds the last LEAF_CAP keys: empty it.
+        for o in 2 * LEAF_CAP..full {
+            assert!(t.remove(key(o)));
+        }
+        assert_eq!(t.retired.load(Ordering::SeqCst), 1, "one leaf unlinked");
+        let appends = 10 * LEAF_CAP;
+        let before = t.finger_inserts.load(Ordering::Relaxed);
+        for o in 2 * LEAF_CAP..2 * LEAF_CAP + appends {
+            assert_eq!(t.insert(key(o), o as u64), None);
+        }
+        let hits = (t.finger_inserts.load(Ordering::Relaxed) - before) as usize;
+        assert_eq!(
+            hits,
+            appends - appends / LEAF_CAP,
+            "appends through the finger, of {appends}"
+        );
+        assert_eq!(t.len(), 2 * LEAF_CAP + appends);
+    }
+
+    /// As above, but the widened leaf has room: the first append descends
+    /// into it and widens its fences, so the next ones take the finger.
+    #[test]
+    fn a_descent_widens_fences_an_unlink_left_narrow() {
+        let t = BTree::new();
+        let key = |o: usize| (o as u128) << 64;
+        let full = 3 * LEAF_CAP;
+        for o in 0..full {
+            assert_eq!(t.insert(key(o), o as u64), None);
+        }
+        for o in 2 * LEAF_CAP..full {
+            assert!(t.remove(key(o)));
+        }
+        // Room for three appends in the second leaf.
+        for o in LEAF_CAP..LEAF_CAP + 3 {
+            assert!(t.remove(key(o)));
+        }
+        let before = t.finger_inserts.load(Ordering::Relaxed);
+        for o in 2 * LEAF_CAP..2 * LEAF_CAP + 3 {
+            assert_eq!(t.insert(key(o), o as u64), None);
+        }
+        let hits = t.finger_inserts.load(Ordering::Relaxed) - before;
+        assert_eq!(
+            hits, 2,
+            "the first append descends, the next two take the finger"
+        );
     }
 
     /// An append after an append goes in through the finger.
