@@ -3642,3 +3642,262 @@ fn a_wait_on_a_frozen_worker_ends_at_busy_peer_max() {
     cl.publish_served_us(peer, since + timeout / 2);
     assert!(home.unanswered(peer, since, timeout, since + timeout));
 }
+
+/// [`Bank`]'s transfers, noting each worker's thread id and counting the
+/// acknowledged commits: for tests that watch the worker threads.
+struct WatchedBank {
+    bank: Arc<Bank>,
+    /// Each worker's thread id (0: not seen yet).
+    tids: Vec<std::sync::atomic::AtomicI32>,
+    acknowledged: std::sync::atomic::AtomicU64,
+}
+
+impl WatchedBank {
+    fn new(accounts: u64, workers: usize) -> Arc<WatchedBank> {
+        Arc::new(WatchedBank {
+            bank: bank(accounts),
+            tids: (0..workers).map(|_| Default::default()).collect(),
+            acknowledged: Default::default(),
+        })
+    }
+
+    fn acknowledged(&self) -> u64 {
+        self.acknowledged.load(Ordering::Acquire)
+    }
+
+    /// The worker threads' ids, once every worker has asked for a request.
+    fn tids(&self) -> Option<Vec<i32>> {
+        let tids: Vec<i32> = self
+            .tids
+            .iter()
+            .map(|t| t.load(Ordering::Acquire))
+            .collect();
+        tids.iter().all(|&t| t != 0).then_some(tids)
+    }
+}
+
+impl Workload for WatchedBank {
+    type Req = Transfer;
+
+    fn types(&self) -> Vec<&'static str> {
+        self.bank.types()
+    }
+
+    fn next(&self, worker: usize, rng: &mut FastRng, req: &mut Transfer) -> usize {
+        if self.tids[worker].load(Ordering::Relaxed) == 0 {
+            let tid = rustix::thread::gettid().as_raw_nonzero().get();
+            self.tids[worker].store(tid, Ordering::Release);
+        }
+        self.bank.next(worker, rng, req)
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a Transfer) -> Result<(), Abort> {
+        self.bank.run(tx, req).await
+    }
+
+    fn finished(&self, _: usize, _: &mut Transfer, outcome: crate::proc::Outcome) {
+        if matches!(outcome, crate::proc::Outcome::Committed) {
+            self.acknowledged.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Sets a run's phase to `FAILED` when dropped while it is still
+/// `MEASURE` (an assertion of the thread that runs the workers failed), so
+/// that the workers leave at once and the test ends.
+struct FailAtExit<'a>(&'a std::sync::atomic::AtomicU8);
+
+impl Drop for FailAtExit<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.compare_exchange(
+            crate::proc::run::MEASURE,
+            crate::proc::run::FAILED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+}
+
+/// A worker's statistics and result at the end of its run.
+type WorkerEnd = (crate::proc::stats::WorkerStats, Result<(), Error>);
+
+/// Runs `bodies` (workers from [`super::run::executor_bodies`]), a thread
+/// each, in the `MEASURE` phase while `drive` runs on this thread, then
+/// stops them (`STOP`) and joins them. Returns what `drive` returned, and
+/// each worker's statistics and result. Should `drive` fail an assertion,
+/// the workers leave at once.
+fn run_while<T>(
+    bodies: Vec<crate::proc::run::WorkerBody>,
+    drive: impl FnOnce() -> T,
+) -> (T, Vec<WorkerEnd>) {
+    let phase = std::sync::atomic::AtomicU8::new(crate::proc::run::MEASURE);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = bodies
+            .into_iter()
+            .map(|body| {
+                let phase = &phase;
+                s.spawn(move || body(phase, &crate::proc::stats::ProgressCounter::new()))
+            })
+            .collect();
+        let leave = FailAtExit(&phase);
+        let out = drive();
+        phase.store(crate::proc::run::STOP, Ordering::Release);
+        drop(leave);
+        let results = handles
+            .into_iter()
+            .map(|h| h.join().expect("no worker panicked"))
+            .collect();
+        (out, results)
+    })
+}
+
+/// Waits until `done` holds; fails, saying `what` did not happen, after
+/// `limit`.
+fn wait_for(what: &str, limit: Duration, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The CPU time (user and system) each thread of `tids` has used so far.
+fn threads_cpu(tids: &[i32]) -> Vec<Duration> {
+    tids.iter()
+        .map(|&tid| {
+            let t = crate::cpu::CpuTime::task_from_proc_stat(tid)
+                .unwrap_or_else(|e| panic!("CPU time of worker thread {tid}: {e}"));
+            t.user + t.system
+        })
+        .collect()
+}
+
+/// Rows of `islands`' accounts and receipts that a transaction still holds
+/// a lock on, as (island, table, key).
+fn locked_rows(islands: &[Island]) -> Vec<(usize, u16, u64)> {
+    let mut locked = Vec::new();
+    for (i, island) in islands.iter().enumerate() {
+        for table in [ACCOUNTS, RECEIPTS] {
+            let t = island.catalog().table(table);
+            let mut keys = Vec::new();
+            t.for_each_row(|k, _, _| keys.push(k));
+            for k in keys {
+                let held = t
+                    .lookup(k)
+                    .is_some_and(|rid| island.shared().cc.is_locked(t, rid, true));
+                if held {
+                    locked.push((i, table, k));
+                }
+            }
+        }
+    }
+    locked
+}
+
+/// Workers of a logged deployment of several islands that wait only for
+/// their log sleep rather than spin: here both islands' logs stall (their
+/// writes and fdatasyncs held back) for 300 ms, three times, under a
+/// `sync` bank whose transfers cross the islands, and over the stalls each
+/// worker thread may use at most 30% of a core. A worker that yielded in a
+/// loop instead kept a core busy, which on a machine with no more cores
+/// than busy threads starves the very `fdatasync` it waits for. After each
+/// stall the run commits again, and it ends with commits, no row locked and
+/// the money conserved.
+#[test]
+fn workers_that_wait_only_for_a_stalled_log_sleep() {
+    const ACCOUNTS_N: u64 = 64;
+    const STALLS: usize = 3;
+    const STALL: Duration = Duration::from_millis(300);
+    // The first part of each stall is not measured: the workers fill their
+    // windows with commits that wait for the log.
+    const SETTLE: Duration = Duration::from_millis(50);
+    const MAX_SHARE: f64 = 0.3;
+    let dir = fresh_dir("log-stall");
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opts = ClusterOptions::default();
+    let config = sync_island_config(&dir, opts.contexts_needed(1));
+    let defs = tables(ACCOUNTS_N);
+    let per = ACCOUNTS_N / 2;
+    let opened: Vec<(Island, RecoveryReport)> = (0..2u64)
+        .map(|i| {
+            let mut cfg = config(i as usize);
+            cfg.device = Some(Arc::new(GatedDevice {
+                hold: Arc::clone(&hold),
+            }));
+            let island = open_with_accounts(cfg, &defs, per * i..per * (i + 1));
+            (island, RecoveryReport::default())
+        })
+        .collect();
+    let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let router = Arc::new(BankRouter {
+        per_island: per,
+        islands: 2,
+    });
+    let cl = Cluster::new(opened, vec![1, 1], router, opts).unwrap();
+    let workload = WatchedBank::new(ACCOUNTS_N, 2);
+    let workers: Vec<ClusterWorker> = (0..2)
+        .map(|island| ClusterWorker {
+            island,
+            worker: 0,
+            cpu: None,
+            limit: None,
+        })
+        .collect();
+    let bodies = super::run::executor_bodies(&cl, &workers, &workload, 11, 16).unwrap();
+    let mut cpu = [Duration::ZERO; 2];
+    let mut measured = Duration::ZERO;
+    let ((), results) = run_while(bodies, || {
+        // The logs go on before the workers leave (a worker that leaves
+        // may wait for its log), also after a failed assertion.
+        let _open = OpenGate(Arc::clone(&hold));
+        let limit = Duration::from_secs(30);
+        wait_for("no commit before the first stall", limit, || {
+            workload.acknowledged() >= 20 && workload.tids().is_some()
+        });
+        let tids = workload.tids().expect("every worker asked for a request");
+        for _ in 0..STALLS {
+            hold.store(true, Ordering::Release);
+            std::thread::sleep(SETTLE);
+            let (t0, cpu0) = (std::time::Instant::now(), threads_cpu(&tids));
+            std::thread::sleep(STALL - SETTLE);
+            let cpu1 = threads_cpu(&tids);
+            measured += t0.elapsed();
+            hold.store(false, Ordering::Release);
+            for (c, (c0, c1)) in cpu.iter_mut().zip(cpu0.iter().zip(&cpu1)) {
+                *c += c1.saturating_sub(*c0);
+            }
+            let before = workload.acknowledged();
+            wait_for("no commit after a stall", limit, || {
+                workload.acknowledged() > before + 10
+            });
+        }
+    });
+    for (w, (_, r)) in results.iter().enumerate() {
+        assert!(r.is_ok(), "worker {w} failed: {r:?}");
+    }
+    let shares: Vec<f64> = cpu
+        .iter()
+        .map(|c| c.as_secs_f64() / measured.as_secs_f64())
+        .collect();
+    eprintln!(
+        "worker CPU over {STALLS} stalls ({measured:?} measured): {cpu:?}, {shares:.3?} of a core"
+    );
+    for (w, share) in shares.iter().enumerate() {
+        assert!(
+            *share < MAX_SHARE,
+            "worker {w} used {:.0}% of a core while it waited only for its stalled log",
+            share * 100.0
+        );
+    }
+    let commits: u64 = results.iter().map(|(s, _)| s.total_commits()).sum();
+    assert!(commits > 0, "the run counted no commit");
+    drop(cl);
+    assert_eq!(locked_rows(&islands), [], "rows still locked after the run");
+    let (balances, _) = contents(&islands, ACCOUNTS_N);
+    assert_eq!(
+        balances.iter().sum::<i64>(),
+        INITIAL * ACCOUNTS_N as i64,
+        "money was created or destroyed"
+    );
+    shut_down_and_remove(islands, &dir);
+}
