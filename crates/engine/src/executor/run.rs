@@ -640,6 +640,38 @@ impl<W: Workload> Worker<'_, W> {
         self.spare.push(req);
     }
 
+    /// Ends the attempt in slot `s`, which waits for a remote reply: drops
+    /// its procedure, aborts its transaction and frees the slot (the caller
+    /// returns a block slot to its free list). Returns the request, its
+    /// attempt keeping its wait-die age for a retry.
+    fn abandon(&mut self, ex: &mut Executor, s: &mut Slot<W::Req>) -> Parked<W::Req> {
+        s.fut = None;
+        let at = Attempt {
+            ts: ex.timestamp_of(s.ctx),
+            ..s.at
+        };
+        ex.abort_home(s.ctx);
+        s.state = St::Free;
+        let req = self.take_req(&mut s.req);
+        Parked { req, at }
+    }
+
+    /// If slot `s` waits for a reply that would come from an island that is
+    /// down, its attempt fails now, as a call's transaction does
+    /// ([`Worker::island_down`]), and the slot is free; returns whether it
+    /// did. Slots of calls and of blocks alike.
+    fn fail_if_down(&mut self, ex: &mut Executor, s: &mut Slot<W::Req>) -> bool {
+        if s.state != St::Waiting {
+            return false;
+        }
+        let Some(island) = ex.waits_on_down(s.ctx) else {
+            return false;
+        };
+        let p = self.abandon(ex, s);
+        self.island_down(p, island);
+        true
+    }
+
     /// Runs attempts inline (see the module documentation) until a round's
     /// worth ran, the workload has no request to start, or there is no room.
     /// `cur` is the lane's request box. Returns whether any attempt ran, and
@@ -783,23 +815,10 @@ impl<W: Workload> Worker<'_, W> {
         let recheck = self.clock.ticks(LOCK_RECHECK);
         let mut cx = Context::from_waker(Waker::noop());
         for (i, s) in bs.slots.iter_mut().enumerate() {
-            if s.state == St::Waiting {
-                if let Some(island) = ex.waits_on_down(s.ctx) {
-                    // Its reply would come from an island that is down: it
-                    // fails now, as a call's transaction does.
-                    s.fut = None;
-                    let at = Attempt {
-                        ts: ex.timestamp_of(s.ctx),
-                        ..s.at
-                    };
-                    ex.abort_home(s.ctx);
-                    s.state = St::Free;
-                    bs.free.push(i as u32);
-                    let req = self.take_req(&mut s.req);
-                    self.island_down(Parked { req, at }, island);
-                    progressed = true;
-                    continue;
-                }
+            if self.fail_if_down(ex, s) {
+                bs.free.push(i as u32);
+                progressed = true;
+                continue;
             }
             match s.state {
                 St::Free => continue,
@@ -820,16 +839,9 @@ impl<W: Workload> Worker<'_, W> {
                     if now.saturating_sub(s.since) > op_timeout
                         && ex.reply_unanswered(s.ctx, s.since, now) =>
                 {
-                    s.fut = None;
-                    let at = Attempt {
-                        ts: ex.timestamp_of(s.ctx),
-                        ..s.at
-                    };
-                    ex.abort_home(s.ctx);
-                    s.state = St::Free;
+                    let p = self.abandon(ex, s);
                     bs.free.push(i as u32);
-                    let req = self.take_req(&mut s.req);
-                    self.aborted(Parked { req, at }, AbortReason::Remote, now, None);
+                    self.aborted(p, AbortReason::Remote, now, None);
                     progressed = true;
                     continue;
                 }
@@ -1167,19 +1179,8 @@ where
                 let mut active = slots.iter().filter(|s| s.state != St::Free).count() + busy;
                 let mut none_due = wk.retries.is_empty();
                 for (i, s) in slots.iter_mut().enumerate() {
-                    if s.state == St::Waiting {
-                        if let Some(island) = ex.waits_on_down(s.ctx) {
-                            s.fut = None;
-                            let at = Attempt {
-                                ts: ex.timestamp_of(s.ctx),
-                                ..s.at
-                            };
-                            ex.abort_home(s.ctx);
-                            s.state = St::Free;
-                            let req = wk.take_req(&mut s.req);
-                            wk.island_down(Parked { req, at }, island);
-                            active -= 1;
-                        }
+                    if wk.fail_if_down(&mut ex, s) {
+                        active -= 1;
                     }
                     match s.state {
                         St::Free if may_start => {
@@ -1244,15 +1245,8 @@ where
                             if now.saturating_sub(s.since) > op_timeout
                                 && ex.reply_unanswered(s.ctx, s.since, now) =>
                         {
-                            s.fut = None;
-                            let at = Attempt {
-                                ts: ex.timestamp_of(s.ctx),
-                                ..s.at
-                            };
-                            ex.abort_home(s.ctx);
-                            s.state = St::Free;
-                            let req = wk.take_req(&mut s.req);
-                            wk.aborted(Parked { req, at }, AbortReason::Remote, now, None);
+                            let p = wk.abandon(&mut ex, s);
+                            wk.aborted(p, AbortReason::Remote, now, None);
                         }
                         _ => {}
                     }
