@@ -3901,3 +3901,146 @@ fn workers_that_wait_only_for_a_stalled_log_sleep() {
     );
     shut_down_and_remove(islands, &dir);
 }
+
+/// Requests of island 1 of a cluster of 40 accounts (20..40 on island 1)
+/// beside a branch that holds accounts 20..24 there: the first `blocked`
+/// requests pay into one of those accounts from a free one, the rest move
+/// money between free accounts (24..40). Counts the commits of each kind.
+struct BesideDoubt {
+    blocked: u64,
+    requests: std::sync::atomic::AtomicU64,
+    blocked_commits: std::sync::atomic::AtomicU64,
+    free_commits: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Default)]
+struct BesideReq {
+    blocked: bool,
+    moves: [(u64, i64); 2],
+}
+
+impl BesideDoubt {
+    fn count(c: &std::sync::atomic::AtomicU64) -> u64 {
+        c.load(Ordering::Acquire)
+    }
+}
+
+impl Workload for BesideDoubt {
+    type Req = BesideReq;
+
+    fn types(&self) -> Vec<&'static str> {
+        vec!["blocked", "free"]
+    }
+
+    fn next(&self, _: usize, _: &mut FastRng, req: &mut BesideReq) -> usize {
+        let n = self.requests.fetch_add(1, Ordering::Relaxed);
+        req.blocked = n < self.blocked;
+        let free = 24 + n % 16;
+        req.moves = if req.blocked {
+            // The held account first: the attempt ends there.
+            [(20 + n % 4, 1), (free, -1)]
+        } else {
+            [(free, 1), (24 + (n + 1) % 16, -1)]
+        };
+        usize::from(!req.blocked)
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a BesideReq) -> Result<(), Abort> {
+        move_money(tx, &req.moves).await
+    }
+
+    fn finished(&self, _: usize, req: &mut BesideReq, outcome: crate::proc::Outcome) {
+        if matches!(outcome, crate::proc::Outcome::Committed) {
+            let kind = if req.blocked {
+                &self.blocked_commits
+            } else {
+                &self.free_commits
+            };
+            kind.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Retries that wait for rows held in doubt leave room for new work: T
+/// (home island 0) holds accounts 20..24 of island 1 in a prepared branch
+/// whose decision waits, unread, in the mailbox of that branch's worker,
+/// while island 1's other worker runs requests whose first ones (more than
+/// its window of begun transactions) pay into those accounts, and the rest
+/// move money between free accounts. The free ones commit while the
+/// blocked ones wait; once T's decision is read, the blocked ones commit
+/// too. Were the waiting retries counted whole against the window, they
+/// would fill it and nothing more would start until T's decision.
+#[test]
+fn retries_blocked_by_a_branch_in_doubt_leave_room_for_new_requests() {
+    let opts = ClusterOptions::default();
+    let window = opts.inflight + opts.commit_window;
+    let (cl, islands) = open_cluster_with_workers(&[1, 2], 40, opts);
+    let mut ex0 = cl.executor(0, 0).unwrap();
+    let ct = ex0.begin_home(false).unwrap();
+    let gtid = ex0.pool.ctx_ref(ct).dist.as_ref().unwrap().gtid;
+    let held_by = cl.branch_worker(1, gtid);
+    let mut branch = cl.executor(1, held_by).unwrap();
+    // SAFETY: the context outlives the procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *ex0.ctx_ptr(ct) };
+    let moves = [(0, -4), (20, 1), (21, 1), (22, 1), (23, 1)];
+    run_by_hand(&mut ex0, &mut [&mut branch], ct, move_money(tx, &moves)).unwrap();
+    let Ok(HomeCommit::Distributed(g)) = ex0.commit_home(ct) else {
+        panic!("T commits with 2PC");
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // The branch's worker runs before the home in each round, so that it
+    // does not read the decision the home sends once the vote is in.
+    while ex0.coord.missing_votes(g).is_some() {
+        assert!(std::time::Instant::now() < deadline, "no vote");
+        branch.pump().unwrap();
+        ex0.pump().unwrap();
+    }
+    // T's branch is prepared and holds accounts 20..24 until `branch` is
+    // pumped again.
+    let workload = Arc::new(BesideDoubt {
+        blocked: window as u64 + 4,
+        requests: Default::default(),
+        blocked_commits: Default::default(),
+        free_commits: Default::default(),
+    });
+    let stream = [ClusterWorker {
+        island: 1,
+        worker: 1 - held_by,
+        cpu: None,
+        limit: None,
+    }];
+    let bodies = super::run::executor_bodies(&cl, &stream, &workload, 3, 64).unwrap();
+    let (free_in_doubt, results) = run_while(bodies, || {
+        let limit = Duration::from_secs(10);
+        wait_for(
+            "no transaction on free rows committed beside the blocked retries",
+            limit,
+            || BesideDoubt::count(&workload.free_commits) >= 200,
+        );
+        let free_in_doubt = BesideDoubt::count(&workload.free_commits);
+        assert_eq!(
+            BesideDoubt::count(&workload.blocked_commits),
+            0,
+            "T's branch held its rows"
+        );
+        let deadline = std::time::Instant::now() + limit;
+        settle(&mut [&mut ex0, &mut branch], deadline);
+        wait_for(
+            "the blocked transactions did not commit once T's branch committed",
+            limit,
+            || BesideDoubt::count(&workload.blocked_commits) == workload.blocked,
+        );
+        free_in_doubt
+    });
+    for (_, r) in results {
+        r.unwrap();
+    }
+    eprintln!("{free_in_doubt} free-row commits while T was in doubt");
+    drop((ex0, branch));
+    drop(cl);
+    assert_eq!(locked_rows(&islands), [], "rows still locked after the run");
+    let (balances, _) = contents(&islands, 40);
+    assert_eq!(balances.iter().sum::<i64>(), INITIAL * 40);
+    assert_eq!(balances[0], INITIAL - 4, "T moved 4 out of account 0");
+}
