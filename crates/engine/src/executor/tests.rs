@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use std::sync::atomic::Ordering;
 
-use super::fault::{Faults, FaultyTransport};
+use super::fault::{Faults, FaultyTransport, Lossy};
 use super::run::{run_to_completion, ClusterWorker};
 use super::*;
 use crate::cc::CcKind;
@@ -2037,71 +2037,17 @@ fn a_user_abort_whose_branches_held_is_confirmed() {
     assert_eq!((balances[2], balances[9]), (INITIAL, INITIAL));
 }
 
-/// The in-process transport with island 1's process down at will: batches
-/// for it are lost, and `peer_down(1)` says so once the epoch moved. Its
-/// incarnation is `incarnation` (0: unknown).
-struct DownSwitch {
-    inner: crate::transport::InProc,
-    down: std::sync::atomic::AtomicBool,
-    epoch: std::sync::atomic::AtomicU64,
-    incarnation: std::sync::atomic::AtomicU64,
-}
-
-impl DownSwitch {
-    fn island_1_goes_down(&self) {
-        self.down.store(true, Ordering::Release);
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Island 1 dies and comes back as a new incarnation between two looks
-    /// of the executors: the epoch moved twice, and it is up.
-    fn island_1_restarts(&self) {
-        self.incarnation.fetch_add(1, Ordering::AcqRel);
-        self.epoch.fetch_add(2, Ordering::AcqRel);
-    }
-}
-
-impl Transport for DownSwitch {
-    fn send(
-        &self,
-        from: Endpoint,
-        to: Endpoint,
-        batch: Vec<u8>,
-    ) -> Result<(), crate::transport::Full> {
-        if to == Endpoint(1) && self.down.load(Ordering::Acquire) {
-            self.inner.recycle(batch);
-            return Ok(());
-        }
-        self.inner.send(from, to, batch)
-    }
-    fn recv(&self, me: Endpoint) -> Option<(Endpoint, Vec<u8>)> {
-        self.inner.recv(me)
-    }
-    fn buffer(&self) -> Vec<u8> {
-        self.inner.buffer()
-    }
-    fn recycle(&self, buf: Vec<u8>) {
-        self.inner.recycle(buf)
-    }
-    fn endpoints(&self) -> usize {
-        self.inner.endpoints()
-    }
-    fn bell(&self, me: Endpoint) -> &crate::transport::Bell {
-        self.inner.bell(me)
-    }
-    fn peer_down(&self, island: crate::route::IslandId) -> bool {
-        island == 1 && self.down.load(Ordering::Acquire)
-    }
-    fn peer_epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
-    }
-    fn peer_incarnation(&self, island: crate::route::IslandId) -> u64 {
-        if island == 1 {
-            self.incarnation.load(Ordering::Acquire)
-        } else {
-            0
-        }
-    }
+/// The in-process transport of two one-worker islands under a [`Lossy`],
+/// which can report island 1 down or restart it, and a switch that, once
+/// set, loses every batch for island 1 (its process is gone).
+fn island_1_at_will() -> (Arc<Lossy>, Arc<std::sync::atomic::AtomicBool>) {
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lose = Arc::clone(&gone);
+    let inner = Arc::new(crate::transport::InProc::new(2, 64));
+    let t = Lossy::new(inner, move |to, _| {
+        to == Endpoint(1) && lose.load(Ordering::Acquire)
+    });
+    (Arc::new(t), gone)
 }
 
 /// An ending's LOCK round that waits for the reply of an island whose
@@ -2111,12 +2057,7 @@ impl Transport for DownSwitch {
 /// hears `IslandDown` rather than a retry.
 #[test]
 fn a_lock_round_waiting_on_a_down_island_fails_in_the_round_that_sees_it() {
-    let t = Arc::new(DownSwitch {
-        inner: crate::transport::InProc::new(2, 64),
-        down: Default::default(),
-        epoch: Default::default(),
-        incarnation: Default::default(),
-    });
+    let (t, gone) = island_1_at_will();
     let opts = ClusterOptions {
         timeouts: coord::Timeouts {
             branch_idle_us: 60_000,
@@ -2130,7 +2071,8 @@ fn a_lock_round_waiting_on_a_down_island_fails_in_the_round_that_sees_it() {
     let mut home = cl.executor(0, 0).unwrap();
     let mut part = cl.executor(1, 0).unwrap();
     let c = user_abort_after_half_the_idle_timeout(&mut home, &mut part);
-    t.island_1_goes_down();
+    gone.store(true, Ordering::Release);
+    t.report_down(1);
     let g = home.end_home(c).expect("an old attempt asks its branches");
     assert_eq!(home.locking.len(), 1, "a LOCK round to island 1");
     home.pump().unwrap();
@@ -2149,12 +2091,9 @@ fn a_lock_round_waiting_on_a_down_island_fails_in_the_round_that_sees_it() {
 /// sees it. Island 1 counts as down for two rounds only.
 #[test]
 fn a_lock_round_waiting_on_an_island_that_restarted_unseen_fails_in_the_round_that_sees_it() {
-    let t = Arc::new(DownSwitch {
-        inner: crate::transport::InProc::new(2, 64),
-        down: Default::default(),
-        epoch: Default::default(),
-        incarnation: std::sync::atomic::AtomicU64::new(1),
-    });
+    let (t, _) = island_1_at_will();
+    // Its first incarnation, as the executors first see it.
+    t.restart(1);
     let opts = ClusterOptions {
         timeouts: coord::Timeouts {
             branch_idle_us: 60_000,
@@ -2180,7 +2119,7 @@ fn a_lock_round_waiting_on_an_island_that_restarted_unseen_fails_in_the_round_th
     assert!(matches!(ending, Err(Abort::User(_))), "{ending:?}");
     let g = home.end_home(c).expect("an old attempt asks its branches");
     assert_eq!(home.locking.len(), 1, "a LOCK round to island 1");
-    t.island_1_restarts();
+    t.restart(1);
     home.pump().unwrap();
     assert_eq!(
         home.confirmed,
