@@ -194,11 +194,15 @@ impl Transport for FaultyTransport {
 /// Picks the batches a [`Lossy`] loses, by destination and bytes.
 type LosePick = Box<dyn Fn(Endpoint, &[u8]) -> bool + Send + Sync>;
 
+/// Islands [`Lossy`] can report down or restarted: a bit each in a word.
+const LOSSY_ISLANDS: usize = 64;
+
 /// Wraps a transport (in-process, or one to other processes through
 /// `Options::wrap_transport`): loses, and counts, the batches its `lose`
-/// picks, and reports islands down at will besides those the inner
-/// transport does; everything else is the inner transport's. For tests
-/// that lose chosen batches or cut an island off.
+/// picks, reports islands down at will besides those the inner transport
+/// does, and restarts islands at will (a new incarnation); everything else
+/// is the inner transport's. For tests that lose chosen batches, cut an
+/// island off or bounce it.
 #[doc(hidden)]
 pub struct Lossy {
     inner: Arc<dyn Transport>,
@@ -206,8 +210,12 @@ pub struct Lossy {
     lost: AtomicU64,
     /// Islands reported down by [`Lossy::report_down`], a bit each.
     down: AtomicU64,
-    /// Moves with each [`Lossy::report_down`], on top of the inner epoch.
+    /// Moves with each [`Lossy::report_down`] and [`Lossy::restart`], on
+    /// top of the inner epoch.
     epoch: AtomicU64,
+    /// Restarts of each island ([`Lossy::restart`]), added to the inner
+    /// transport's incarnation.
+    restarts: [AtomicU64; LOSSY_ISLANDS],
 }
 
 impl Lossy {
@@ -221,6 +229,7 @@ impl Lossy {
             lost: AtomicU64::new(0),
             down: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
+            restarts: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
@@ -232,9 +241,27 @@ impl Lossy {
     /// From now on `peer_down(island)` holds (`island` below 64), and the
     /// peer epoch moves so that the executors look.
     pub fn report_down(&self, island: IslandId) {
-        assert!(island < 64, "island {island}: Lossy reports islands 0..64");
+        Self::check(island);
         self.down.fetch_or(1 << island, Ordering::SeqCst);
         self.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// `island`'s process dies and comes back, a new incarnation, between
+    /// two looks of the executors: from now on `peer_incarnation(island)`
+    /// says one more, and the peer epoch moves twice (down, then up), so
+    /// that the executors look. Before the executors' first look, it sets
+    /// the incarnation they take as the one they know.
+    pub fn restart(&self, island: IslandId) {
+        Self::check(island);
+        self.restarts[usize::from(island)].fetch_add(1, Ordering::SeqCst);
+        self.epoch.fetch_add(2, Ordering::SeqCst);
+    }
+
+    fn check(island: IslandId) {
+        assert!(
+            usize::from(island) < LOSSY_ISLANDS,
+            "island {island}: Lossy reports islands 0..{LOSSY_ISLANDS}"
+        );
     }
 }
 
@@ -269,7 +296,8 @@ impl Transport for Lossy {
         self.inner.syscalls()
     }
     fn peer_down(&self, island: IslandId) -> bool {
-        (island < 64 && self.down.load(Ordering::SeqCst) & (1 << island) != 0)
+        (usize::from(island) < LOSSY_ISLANDS
+            && self.down.load(Ordering::SeqCst) & (1 << island) != 0)
             || self.inner.peer_down(island)
     }
     fn peer_epoch(&self) -> u64 {
@@ -278,6 +306,10 @@ impl Transport for Lossy {
             .wrapping_add(self.inner.peer_epoch())
     }
     fn peer_incarnation(&self, island: IslandId) -> u64 {
-        self.inner.peer_incarnation(island)
+        let restarts = self
+            .restarts
+            .get(usize::from(island))
+            .map_or(0, |r| r.load(Ordering::SeqCst));
+        self.inner.peer_incarnation(island).wrapping_add(restarts)
     }
 }

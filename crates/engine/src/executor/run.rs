@@ -61,6 +61,12 @@
 //! Otherwise (a validation failure, a remote refusal, a 2PC abort) it backs
 //! off 20 µs, doubling per attempt up to about 5 ms. A retry keeps its first
 //! attempt's start (its latency covers every attempt) and its wait-die age.
+//! A retry that is due runs before any new request, but waiting retries fill
+//! at most three quarters of the worker's window of begun transactions: the
+//! rest stays for new requests, so that retries blocked on rows held for long
+//! (by prepared branches waiting for their decisions) do not stop the worker
+//! from starting transactions on free rows. Retries beyond that share still
+//! count against twice the window.
 //!
 //! At the end of a run (`STOP`) a worker starts nothing new, drops the
 //! retries it holds, and finishes what is in flight; what is acknowledged
@@ -290,6 +296,19 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_micros(20u64 << attempt.min(8))
 }
 
+/// The part of a worker's `window` (begun transactions) that its waiting
+/// retries may fill: all but a quarter (at least one), which new requests
+/// keep ([`Worker::room`]).
+fn retry_share(window: usize) -> usize {
+    window - (window / 4).max(1)
+}
+
+/// The most transactions a worker of window `window` keeps begun, retries
+/// beyond their share included: twice the window ([`Worker::room`]).
+fn begun_max(window: usize) -> usize {
+    2 * window
+}
+
 /// The longest a logging worker with nothing to run sleeps on its bell
 /// ([`Worker::park_for`]): the 2PC pump's timers run once a millisecond.
 const PARK_MAX: Duration = Duration::from_millis(1);
@@ -355,18 +374,35 @@ struct Worker<'a, W: Workload> {
     /// The run is over: start nothing, count nothing more.
     stopping: bool,
     /// Transactions a worker keeps begun and not finished (executing,
-    /// committing, or waiting for a retry).
+    /// committing, or waiting for a retry) before it starts no new one,
+    /// counting at most `retry_share` of its waiting retries
+    /// ([`Worker::room`]).
     window: usize,
+    /// The part of `window` that waiting retries may fill
+    /// ([`retry_share`]).
+    retry_share: usize,
     /// Commits a worker keeps waiting for their log batch.
     ack_window: usize,
     limit: Option<u64>,
 }
 
 impl<W: Workload> Worker<'_, W> {
-    /// Whether another transaction may begin while `active` are begun.
+    /// Whether a new request may begin while `active` transactions are
+    /// begun, [`Worker::retries`] among them. Waiting retries count for at
+    /// most `retry_share` of the window, so that new requests always have
+    /// the rest: retries blocked on rows that stay locked for long (held
+    /// by prepared branches until their decisions are durable) would
+    /// otherwise fill the window, and the worker would start nothing, not
+    /// even transactions on free rows. The retries beyond that share
+    /// still count against twice the window, which bounds what a worker
+    /// holds ([`begun_max`]). A retry that is due runs before any new
+    /// request (the caller looks for one first), whatever this says.
     #[inline]
     fn room(&self, active: usize) -> bool {
-        active < self.window
+        let waiting = self.retries.len();
+        let counted = active.saturating_sub(waiting) + waiting.min(self.retry_share);
+        counted < self.window
+            && active < begun_max(self.window)
             && self.pending.len() < self.ack_window
             && self
                 .limit
@@ -640,6 +676,38 @@ impl<W: Workload> Worker<'_, W> {
         self.spare.push(req);
     }
 
+    /// Ends the attempt in slot `s`, which waits for a remote reply: drops
+    /// its procedure, aborts its transaction and frees the slot (the caller
+    /// returns a block slot to its free list). Returns the request, its
+    /// attempt keeping its wait-die age for a retry.
+    fn abandon(&mut self, ex: &mut Executor, s: &mut Slot<W::Req>) -> Parked<W::Req> {
+        s.fut = None;
+        let at = Attempt {
+            ts: ex.timestamp_of(s.ctx),
+            ..s.at
+        };
+        ex.abort_home(s.ctx);
+        s.state = St::Free;
+        let req = self.take_req(&mut s.req);
+        Parked { req, at }
+    }
+
+    /// If slot `s` waits for a reply that would come from an island that is
+    /// down, its attempt fails now, as a call's transaction does
+    /// ([`Worker::island_down`]), and the slot is free; returns whether it
+    /// did. Slots of calls and of blocks alike.
+    fn fail_if_down(&mut self, ex: &mut Executor, s: &mut Slot<W::Req>) -> bool {
+        if s.state != St::Waiting {
+            return false;
+        }
+        let Some(island) = ex.waits_on_down(s.ctx) else {
+            return false;
+        };
+        let p = self.abandon(ex, s);
+        self.island_down(p, island);
+        true
+    }
+
     /// Runs attempts inline (see the module documentation) until a round's
     /// worth ran, the workload has no request to start, or there is no room.
     /// `cur` is the lane's request box. Returns whether any attempt ran, and
@@ -783,23 +851,10 @@ impl<W: Workload> Worker<'_, W> {
         let recheck = self.clock.ticks(LOCK_RECHECK);
         let mut cx = Context::from_waker(Waker::noop());
         for (i, s) in bs.slots.iter_mut().enumerate() {
-            if s.state == St::Waiting {
-                if let Some(island) = ex.waits_on_down(s.ctx) {
-                    // Its reply would come from an island that is down: it
-                    // fails now, as a call's transaction does.
-                    s.fut = None;
-                    let at = Attempt {
-                        ts: ex.timestamp_of(s.ctx),
-                        ..s.at
-                    };
-                    ex.abort_home(s.ctx);
-                    s.state = St::Free;
-                    bs.free.push(i as u32);
-                    let req = self.take_req(&mut s.req);
-                    self.island_down(Parked { req, at }, island);
-                    progressed = true;
-                    continue;
-                }
+            if self.fail_if_down(ex, s) {
+                bs.free.push(i as u32);
+                progressed = true;
+                continue;
             }
             match s.state {
                 St::Free => continue,
@@ -820,16 +875,9 @@ impl<W: Workload> Worker<'_, W> {
                     if now.saturating_sub(s.since) > op_timeout
                         && ex.reply_unanswered(s.ctx, s.since, now) =>
                 {
-                    s.fut = None;
-                    let at = Attempt {
-                        ts: ex.timestamp_of(s.ctx),
-                        ..s.at
-                    };
-                    ex.abort_home(s.ctx);
-                    s.state = St::Free;
+                    let p = self.abandon(ex, s);
                     bs.free.push(i as u32);
-                    let req = self.take_req(&mut s.req);
-                    self.aborted(Parked { req, at }, AbortReason::Remote, now, None);
+                    self.aborted(p, AbortReason::Remote, now, None);
                     progressed = true;
                     continue;
                 }
@@ -1033,6 +1081,7 @@ where
     let clock = Clock::new();
     let op_timeout = clock.ticks(cl.options().op_timeout);
     let linger = clock.ticks(Duration::from_millis(2));
+    let window = (cl.options().inflight + cl.options().commit_window).max(1);
     let mut rng = FastRng::new(seed);
     let mut wk = Worker {
         workload,
@@ -1053,7 +1102,8 @@ where
         logging: durability != Durability::Off,
         wait_ack: durability == Durability::Sync,
         stopping: false,
-        window: cl.options().inflight + cl.options().commit_window,
+        window,
+        retry_share: retry_share(window),
         ack_window: ack_window.max(1),
         limit,
         clock,
@@ -1167,19 +1217,8 @@ where
                 let mut active = slots.iter().filter(|s| s.state != St::Free).count() + busy;
                 let mut none_due = wk.retries.is_empty();
                 for (i, s) in slots.iter_mut().enumerate() {
-                    if s.state == St::Waiting {
-                        if let Some(island) = ex.waits_on_down(s.ctx) {
-                            s.fut = None;
-                            let at = Attempt {
-                                ts: ex.timestamp_of(s.ctx),
-                                ..s.at
-                            };
-                            ex.abort_home(s.ctx);
-                            s.state = St::Free;
-                            let req = wk.take_req(&mut s.req);
-                            wk.island_down(Parked { req, at }, island);
-                            active -= 1;
-                        }
+                    if wk.fail_if_down(&mut ex, s) {
+                        active -= 1;
                     }
                     match s.state {
                         St::Free if may_start => {
@@ -1244,15 +1283,8 @@ where
                             if now.saturating_sub(s.since) > op_timeout
                                 && ex.reply_unanswered(s.ctx, s.since, now) =>
                         {
-                            s.fut = None;
-                            let at = Attempt {
-                                ts: ex.timestamp_of(s.ctx),
-                                ..s.at
-                            };
-                            ex.abort_home(s.ctx);
-                            s.state = St::Free;
-                            let req = wk.take_req(&mut s.req);
-                            wk.aborted(Parked { req, at }, AbortReason::Remote, now, None);
+                            let p = wk.abandon(&mut ex, s);
+                            wk.aborted(p, AbortReason::Remote, now, None);
                         }
                         _ => {}
                     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use std::sync::atomic::Ordering;
 
-use super::fault::{Faults, FaultyTransport};
+use super::fault::{Faults, FaultyTransport, Lossy};
 use super::run::{run_to_completion, ClusterWorker};
 use super::*;
 use crate::cc::CcKind;
@@ -2037,71 +2037,17 @@ fn a_user_abort_whose_branches_held_is_confirmed() {
     assert_eq!((balances[2], balances[9]), (INITIAL, INITIAL));
 }
 
-/// The in-process transport with island 1's process down at will: batches
-/// for it are lost, and `peer_down(1)` says so once the epoch moved. Its
-/// incarnation is `incarnation` (0: unknown).
-struct DownSwitch {
-    inner: crate::transport::InProc,
-    down: std::sync::atomic::AtomicBool,
-    epoch: std::sync::atomic::AtomicU64,
-    incarnation: std::sync::atomic::AtomicU64,
-}
-
-impl DownSwitch {
-    fn island_1_goes_down(&self) {
-        self.down.store(true, Ordering::Release);
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Island 1 dies and comes back as a new incarnation between two looks
-    /// of the executors: the epoch moved twice, and it is up.
-    fn island_1_restarts(&self) {
-        self.incarnation.fetch_add(1, Ordering::AcqRel);
-        self.epoch.fetch_add(2, Ordering::AcqRel);
-    }
-}
-
-impl Transport for DownSwitch {
-    fn send(
-        &self,
-        from: Endpoint,
-        to: Endpoint,
-        batch: Vec<u8>,
-    ) -> Result<(), crate::transport::Full> {
-        if to == Endpoint(1) && self.down.load(Ordering::Acquire) {
-            self.inner.recycle(batch);
-            return Ok(());
-        }
-        self.inner.send(from, to, batch)
-    }
-    fn recv(&self, me: Endpoint) -> Option<(Endpoint, Vec<u8>)> {
-        self.inner.recv(me)
-    }
-    fn buffer(&self) -> Vec<u8> {
-        self.inner.buffer()
-    }
-    fn recycle(&self, buf: Vec<u8>) {
-        self.inner.recycle(buf)
-    }
-    fn endpoints(&self) -> usize {
-        self.inner.endpoints()
-    }
-    fn bell(&self, me: Endpoint) -> &crate::transport::Bell {
-        self.inner.bell(me)
-    }
-    fn peer_down(&self, island: crate::route::IslandId) -> bool {
-        island == 1 && self.down.load(Ordering::Acquire)
-    }
-    fn peer_epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
-    }
-    fn peer_incarnation(&self, island: crate::route::IslandId) -> u64 {
-        if island == 1 {
-            self.incarnation.load(Ordering::Acquire)
-        } else {
-            0
-        }
-    }
+/// The in-process transport of two one-worker islands under a [`Lossy`],
+/// which can report island 1 down or restart it, and a switch that, once
+/// set, loses every batch for island 1 (its process is gone).
+fn island_1_at_will() -> (Arc<Lossy>, Arc<std::sync::atomic::AtomicBool>) {
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lose = Arc::clone(&gone);
+    let inner = Arc::new(crate::transport::InProc::new(2, 64));
+    let t = Lossy::new(inner, move |to, _| {
+        to == Endpoint(1) && lose.load(Ordering::Acquire)
+    });
+    (Arc::new(t), gone)
 }
 
 /// An ending's LOCK round that waits for the reply of an island whose
@@ -2111,12 +2057,7 @@ impl Transport for DownSwitch {
 /// hears `IslandDown` rather than a retry.
 #[test]
 fn a_lock_round_waiting_on_a_down_island_fails_in_the_round_that_sees_it() {
-    let t = Arc::new(DownSwitch {
-        inner: crate::transport::InProc::new(2, 64),
-        down: Default::default(),
-        epoch: Default::default(),
-        incarnation: Default::default(),
-    });
+    let (t, gone) = island_1_at_will();
     let opts = ClusterOptions {
         timeouts: coord::Timeouts {
             branch_idle_us: 60_000,
@@ -2130,7 +2071,8 @@ fn a_lock_round_waiting_on_a_down_island_fails_in_the_round_that_sees_it() {
     let mut home = cl.executor(0, 0).unwrap();
     let mut part = cl.executor(1, 0).unwrap();
     let c = user_abort_after_half_the_idle_timeout(&mut home, &mut part);
-    t.island_1_goes_down();
+    gone.store(true, Ordering::Release);
+    t.report_down(1);
     let g = home.end_home(c).expect("an old attempt asks its branches");
     assert_eq!(home.locking.len(), 1, "a LOCK round to island 1");
     home.pump().unwrap();
@@ -2149,12 +2091,9 @@ fn a_lock_round_waiting_on_a_down_island_fails_in_the_round_that_sees_it() {
 /// sees it. Island 1 counts as down for two rounds only.
 #[test]
 fn a_lock_round_waiting_on_an_island_that_restarted_unseen_fails_in_the_round_that_sees_it() {
-    let t = Arc::new(DownSwitch {
-        inner: crate::transport::InProc::new(2, 64),
-        down: Default::default(),
-        epoch: Default::default(),
-        incarnation: std::sync::atomic::AtomicU64::new(1),
-    });
+    let (t, _) = island_1_at_will();
+    // Its first incarnation, as the executors first see it.
+    t.restart(1);
     let opts = ClusterOptions {
         timeouts: coord::Timeouts {
             branch_idle_us: 60_000,
@@ -2180,7 +2119,7 @@ fn a_lock_round_waiting_on_an_island_that_restarted_unseen_fails_in_the_round_th
     assert!(matches!(ending, Err(Abort::User(_))), "{ending:?}");
     let g = home.end_home(c).expect("an old attempt asks its branches");
     assert_eq!(home.locking.len(), 1, "a LOCK round to island 1");
-    t.island_1_restarts();
+    t.restart(1);
     home.pump().unwrap();
     assert_eq!(
         home.confirmed,
@@ -3641,4 +3580,406 @@ fn a_wait_on_a_frozen_worker_ends_at_busy_peer_max() {
     // end at its timeout.
     cl.publish_served_us(peer, since + timeout / 2);
     assert!(home.unanswered(peer, since, timeout, since + timeout));
+}
+
+/// [`Bank`]'s transfers, noting each worker's thread id and counting the
+/// acknowledged commits: for tests that watch the worker threads.
+struct WatchedBank {
+    bank: Arc<Bank>,
+    /// Each worker's thread id (0: not seen yet).
+    tids: Vec<std::sync::atomic::AtomicI32>,
+    acknowledged: std::sync::atomic::AtomicU64,
+}
+
+impl WatchedBank {
+    fn new(accounts: u64, workers: usize) -> Arc<WatchedBank> {
+        Arc::new(WatchedBank {
+            bank: bank(accounts),
+            tids: (0..workers).map(|_| Default::default()).collect(),
+            acknowledged: Default::default(),
+        })
+    }
+
+    fn acknowledged(&self) -> u64 {
+        self.acknowledged.load(Ordering::Acquire)
+    }
+
+    /// The worker threads' ids, once every worker has asked for a request.
+    fn tids(&self) -> Option<Vec<i32>> {
+        let tids: Vec<i32> = self
+            .tids
+            .iter()
+            .map(|t| t.load(Ordering::Acquire))
+            .collect();
+        tids.iter().all(|&t| t != 0).then_some(tids)
+    }
+}
+
+impl Workload for WatchedBank {
+    type Req = Transfer;
+
+    fn types(&self) -> Vec<&'static str> {
+        self.bank.types()
+    }
+
+    fn next(&self, worker: usize, rng: &mut FastRng, req: &mut Transfer) -> usize {
+        if self.tids[worker].load(Ordering::Relaxed) == 0 {
+            let tid = rustix::thread::gettid().as_raw_nonzero().get();
+            self.tids[worker].store(tid, Ordering::Release);
+        }
+        self.bank.next(worker, rng, req)
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a Transfer) -> Result<(), Abort> {
+        self.bank.run(tx, req).await
+    }
+
+    fn finished(&self, _: usize, _: &mut Transfer, outcome: crate::proc::Outcome) {
+        if matches!(outcome, crate::proc::Outcome::Committed) {
+            self.acknowledged.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Sets a run's phase to `FAILED` when dropped while it is still
+/// `MEASURE` (an assertion of the thread that runs the workers failed), so
+/// that the workers leave at once and the test ends.
+struct FailAtExit<'a>(&'a std::sync::atomic::AtomicU8);
+
+impl Drop for FailAtExit<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.compare_exchange(
+            crate::proc::run::MEASURE,
+            crate::proc::run::FAILED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+}
+
+/// A worker's statistics and result at the end of its run.
+type WorkerEnd = (crate::proc::stats::WorkerStats, Result<(), Error>);
+
+/// Runs `bodies` (workers from [`super::run::executor_bodies`]), a thread
+/// each, in the `MEASURE` phase while `drive` runs on this thread, then
+/// stops them (`STOP`) and joins them. Returns what `drive` returned, and
+/// each worker's statistics and result. Should `drive` fail an assertion,
+/// the workers leave at once.
+fn run_while<T>(
+    bodies: Vec<crate::proc::run::WorkerBody>,
+    drive: impl FnOnce() -> T,
+) -> (T, Vec<WorkerEnd>) {
+    let phase = std::sync::atomic::AtomicU8::new(crate::proc::run::MEASURE);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = bodies
+            .into_iter()
+            .map(|body| {
+                let phase = &phase;
+                s.spawn(move || body(phase, &crate::proc::stats::ProgressCounter::new()))
+            })
+            .collect();
+        let leave = FailAtExit(&phase);
+        let out = drive();
+        phase.store(crate::proc::run::STOP, Ordering::Release);
+        drop(leave);
+        let results = handles
+            .into_iter()
+            .map(|h| h.join().expect("no worker panicked"))
+            .collect();
+        (out, results)
+    })
+}
+
+/// Waits until `done` holds; fails, saying `what` did not happen, after
+/// `limit`.
+fn wait_for(what: &str, limit: Duration, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The CPU time (user and system) each thread of `tids` has used so far.
+fn threads_cpu(tids: &[i32]) -> Vec<Duration> {
+    tids.iter()
+        .map(|&tid| {
+            let t = crate::cpu::CpuTime::task_from_proc_stat(tid)
+                .unwrap_or_else(|e| panic!("CPU time of worker thread {tid}: {e}"));
+            t.user + t.system
+        })
+        .collect()
+}
+
+/// Rows of `islands`' accounts and receipts that a transaction still holds
+/// a lock on, as (island, table, key).
+fn locked_rows(islands: &[Island]) -> Vec<(usize, u16, u64)> {
+    let mut locked = Vec::new();
+    for (i, island) in islands.iter().enumerate() {
+        for table in [ACCOUNTS, RECEIPTS] {
+            let t = island.catalog().table(table);
+            let mut keys = Vec::new();
+            t.for_each_row(|k, _, _| keys.push(k));
+            for k in keys {
+                let held = t
+                    .lookup(k)
+                    .is_some_and(|rid| island.shared().cc.is_locked(t, rid, true));
+                if held {
+                    locked.push((i, table, k));
+                }
+            }
+        }
+    }
+    locked
+}
+
+/// Workers of a logged deployment of several islands that wait only for
+/// their log sleep rather than spin: here both islands' logs stall (their
+/// writes and fdatasyncs held back) for 300 ms, three times, under a
+/// `sync` bank whose transfers cross the islands, and over the stalls each
+/// worker thread may use at most 30% of a core. A worker that yielded in a
+/// loop instead kept a core busy, which on a machine with no more cores
+/// than busy threads starves the very `fdatasync` it waits for. After each
+/// stall the run commits again, and it ends with commits, no row locked and
+/// the money conserved.
+#[test]
+fn workers_that_wait_only_for_a_stalled_log_sleep() {
+    const ACCOUNTS_N: u64 = 64;
+    const STALLS: usize = 3;
+    const STALL: Duration = Duration::from_millis(300);
+    // The first part of each stall is not measured: the workers fill their
+    // windows with commits that wait for the log.
+    const SETTLE: Duration = Duration::from_millis(50);
+    const MAX_SHARE: f64 = 0.3;
+    let dir = fresh_dir("log-stall");
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opts = ClusterOptions::default();
+    let config = sync_island_config(&dir, opts.contexts_needed(1));
+    let defs = tables(ACCOUNTS_N);
+    let per = ACCOUNTS_N / 2;
+    let opened: Vec<(Island, RecoveryReport)> = (0..2u64)
+        .map(|i| {
+            let mut cfg = config(i as usize);
+            cfg.device = Some(Arc::new(GatedDevice {
+                hold: Arc::clone(&hold),
+            }));
+            let island = open_with_accounts(cfg, &defs, per * i..per * (i + 1));
+            (island, RecoveryReport::default())
+        })
+        .collect();
+    let islands: Vec<Island> = opened.iter().map(|(i, _)| i.clone()).collect();
+    let router = Arc::new(BankRouter {
+        per_island: per,
+        islands: 2,
+    });
+    let cl = Cluster::new(opened, vec![1, 1], router, opts).unwrap();
+    let workload = WatchedBank::new(ACCOUNTS_N, 2);
+    let workers: Vec<ClusterWorker> = (0..2)
+        .map(|island| ClusterWorker {
+            island,
+            worker: 0,
+            cpu: None,
+            limit: None,
+        })
+        .collect();
+    let bodies = super::run::executor_bodies(&cl, &workers, &workload, 11, 16).unwrap();
+    let mut cpu = [Duration::ZERO; 2];
+    let mut measured = Duration::ZERO;
+    let ((), results) = run_while(bodies, || {
+        // The logs go on before the workers leave (a worker that leaves
+        // may wait for its log), also after a failed assertion.
+        let _open = OpenGate(Arc::clone(&hold));
+        let limit = Duration::from_secs(30);
+        wait_for("no commit before the first stall", limit, || {
+            workload.acknowledged() >= 20 && workload.tids().is_some()
+        });
+        let tids = workload.tids().expect("every worker asked for a request");
+        for _ in 0..STALLS {
+            hold.store(true, Ordering::Release);
+            std::thread::sleep(SETTLE);
+            let (t0, cpu0) = (std::time::Instant::now(), threads_cpu(&tids));
+            std::thread::sleep(STALL - SETTLE);
+            let cpu1 = threads_cpu(&tids);
+            measured += t0.elapsed();
+            hold.store(false, Ordering::Release);
+            for (c, (c0, c1)) in cpu.iter_mut().zip(cpu0.iter().zip(&cpu1)) {
+                *c += c1.saturating_sub(*c0);
+            }
+            let before = workload.acknowledged();
+            wait_for("no commit after a stall", limit, || {
+                workload.acknowledged() > before + 10
+            });
+        }
+    });
+    for (w, (_, r)) in results.iter().enumerate() {
+        assert!(r.is_ok(), "worker {w} failed: {r:?}");
+    }
+    let shares: Vec<f64> = cpu
+        .iter()
+        .map(|c| c.as_secs_f64() / measured.as_secs_f64())
+        .collect();
+    eprintln!(
+        "worker CPU over {STALLS} stalls ({measured:?} measured): {cpu:?}, {shares:.3?} of a core"
+    );
+    for (w, share) in shares.iter().enumerate() {
+        assert!(
+            *share < MAX_SHARE,
+            "worker {w} used {:.0}% of a core while it waited only for its stalled log",
+            share * 100.0
+        );
+    }
+    let commits: u64 = results.iter().map(|(s, _)| s.total_commits()).sum();
+    assert!(commits > 0, "the run counted no commit");
+    drop(cl);
+    assert_eq!(locked_rows(&islands), [], "rows still locked after the run");
+    let (balances, _) = contents(&islands, ACCOUNTS_N);
+    assert_eq!(
+        balances.iter().sum::<i64>(),
+        INITIAL * ACCOUNTS_N as i64,
+        "money was created or destroyed"
+    );
+    shut_down_and_remove(islands, &dir);
+}
+
+/// Requests of island 1 of a cluster of 40 accounts (20..40 on island 1)
+/// beside a branch that holds accounts 20..24 there: the first `blocked`
+/// requests pay into one of those accounts from a free one, the rest move
+/// money between free accounts (24..40). Counts the commits of each kind.
+struct BesideDoubt {
+    blocked: u64,
+    requests: std::sync::atomic::AtomicU64,
+    blocked_commits: std::sync::atomic::AtomicU64,
+    free_commits: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Default)]
+struct BesideReq {
+    blocked: bool,
+    moves: [(u64, i64); 2],
+}
+
+impl BesideDoubt {
+    fn count(c: &std::sync::atomic::AtomicU64) -> u64 {
+        c.load(Ordering::Acquire)
+    }
+}
+
+impl Workload for BesideDoubt {
+    type Req = BesideReq;
+
+    fn types(&self) -> Vec<&'static str> {
+        vec!["blocked", "free"]
+    }
+
+    fn next(&self, _: usize, _: &mut FastRng, req: &mut BesideReq) -> usize {
+        let n = self.requests.fetch_add(1, Ordering::Relaxed);
+        req.blocked = n < self.blocked;
+        let free = 24 + n % 16;
+        req.moves = if req.blocked {
+            // The held account first: the attempt ends there.
+            [(20 + n % 4, 1), (free, -1)]
+        } else {
+            [(free, 1), (24 + (n + 1) % 16, -1)]
+        };
+        usize::from(!req.blocked)
+    }
+
+    async fn run<'a>(&'a self, tx: &'a mut Txn, req: &'a BesideReq) -> Result<(), Abort> {
+        move_money(tx, &req.moves).await
+    }
+
+    fn finished(&self, _: usize, req: &mut BesideReq, outcome: crate::proc::Outcome) {
+        if matches!(outcome, crate::proc::Outcome::Committed) {
+            let kind = if req.blocked {
+                &self.blocked_commits
+            } else {
+                &self.free_commits
+            };
+            kind.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Retries that wait for rows held in doubt leave room for new work: T
+/// (home island 0) holds accounts 20..24 of island 1 in a prepared branch
+/// whose decision waits, unread, in the mailbox of that branch's worker,
+/// while island 1's other worker runs requests whose first ones (more than
+/// its window of begun transactions) pay into those accounts, and the rest
+/// move money between free accounts. The free ones commit while the
+/// blocked ones wait; once T's decision is read, the blocked ones commit
+/// too. Were the waiting retries counted whole against the window, they
+/// would fill it and nothing more would start until T's decision.
+#[test]
+fn retries_blocked_by_a_branch_in_doubt_leave_room_for_new_requests() {
+    let opts = ClusterOptions::default();
+    let window = opts.inflight + opts.commit_window;
+    let (cl, islands) = open_cluster_with_workers(&[1, 2], 40, opts);
+    let mut ex0 = cl.executor(0, 0).unwrap();
+    let ct = ex0.begin_home(false).unwrap();
+    let gtid = ex0.pool.ctx_ref(ct).dist.as_ref().unwrap().gtid;
+    let held_by = cl.branch_worker(1, gtid);
+    let mut branch = cl.executor(1, held_by).unwrap();
+    // SAFETY: the context outlives the procedure, which runs to its end
+    // before the executor touches the context again.
+    let tx: &mut Txn = unsafe { &mut *ex0.ctx_ptr(ct) };
+    let moves = [(0, -4), (20, 1), (21, 1), (22, 1), (23, 1)];
+    run_by_hand(&mut ex0, &mut [&mut branch], ct, move_money(tx, &moves)).unwrap();
+    let Ok(HomeCommit::Distributed(g)) = ex0.commit_home(ct) else {
+        panic!("T commits with 2PC");
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // The branch's worker runs before the home in each round, so that it
+    // does not read the decision the home sends once the vote is in.
+    while ex0.coord.missing_votes(g).is_some() {
+        assert!(std::time::Instant::now() < deadline, "no vote");
+        branch.pump().unwrap();
+        ex0.pump().unwrap();
+    }
+    // T's branch is prepared and holds accounts 20..24 until `branch` is
+    // pumped again.
+    let workload = Arc::new(BesideDoubt {
+        blocked: window as u64 + 4,
+        requests: Default::default(),
+        blocked_commits: Default::default(),
+        free_commits: Default::default(),
+    });
+    let stream = [ClusterWorker {
+        island: 1,
+        worker: 1 - held_by,
+        cpu: None,
+        limit: None,
+    }];
+    let bodies = super::run::executor_bodies(&cl, &stream, &workload, 3, 64).unwrap();
+    let (free_in_doubt, results) = run_while(bodies, || {
+        let limit = Duration::from_secs(10);
+        wait_for(
+            "no transaction on free rows committed beside the blocked retries",
+            limit,
+            || BesideDoubt::count(&workload.free_commits) >= 200,
+        );
+        let free_in_doubt = BesideDoubt::count(&workload.free_commits);
+        assert_eq!(
+            BesideDoubt::count(&workload.blocked_commits),
+            0,
+            "T's branch held its rows"
+        );
+        let deadline = std::time::Instant::now() + limit;
+        settle(&mut [&mut ex0, &mut branch], deadline);
+        wait_for(
+            "the blocked transactions did not commit once T's branch committed",
+            limit,
+            || BesideDoubt::count(&workload.blocked_commits) == workload.blocked,
+        );
+        free_in_doubt
+    });
+    for (_, r) in results {
+        r.unwrap();
+    }
+    eprintln!("{free_in_doubt} free-row commits while T was in doubt");
+    drop((ex0, branch));
+    drop(cl);
+    assert_eq!(locked_rows(&islands), [], "rows still locked after the run");
+    let (balances, _) = contents(&islands, 40);
+    assert_eq!(balances.iter().sum::<i64>(), INITIAL * 40);
+    assert_eq!(balances[0], INITIAL - 4, "T moved 4 out of account 0");
 }
