@@ -1060,6 +1060,7 @@ mod code {
     pub const SHUT_DOWN: u8 = 12;
     pub const STOPPED: u8 = 13;
     pub const OUTCOME_UNKNOWN: u8 = 14;
+    pub const BUSY: u8 = 15;
 }
 
 /// `e` as the parts of a CALL_REPLY error, handed to `write`.
@@ -1091,6 +1092,7 @@ fn error_parts(e: &CallError, write: impl FnOnce(&ErrorParts<'_>)) {
             (code::TOO_MANY_BLOCKS, *island as u64, *limit as u64, "", "")
         }
         CallError::Elsewhere { island } => (code::ELSEWHERE, *island as u64, 0, "", ""),
+        CallError::Busy { island, waited_ms } => (code::BUSY, *island as u64, *waited_ms, "", ""),
         CallError::ShutDown => (code::SHUT_DOWN, 0, 0, "", ""),
         CallError::Stopped(why) => (code::STOPPED, 0, 0, why, ""),
         CallError::OutcomeUnknown {
@@ -1158,6 +1160,10 @@ fn error_of(p: &ErrorParts<'_>, procedure: &str, island: usize) -> CallError {
         code::ELSEWHERE => CallError::Elsewhere {
             island: p.a as usize,
         },
+        code::BUSY => CallError::Busy {
+            island: p.a as usize,
+            waited_ms: p.b,
+        },
         code::OUTCOME_UNKNOWN => CallError::OutcomeUnknown {
             procedure: s0,
             island: u16::try_from(p.a).unwrap_or(u16::MAX),
@@ -1219,6 +1225,10 @@ mod tests {
                 limit: 128,
             },
             CallError::Elsewhere { island: 3 },
+            CallError::Busy {
+                island: 2,
+                waited_ms: 10_000,
+            },
             CallError::OutcomeUnknown {
                 procedure: p(),
                 island: 1,

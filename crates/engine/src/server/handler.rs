@@ -115,6 +115,7 @@ fn call_error(e: CallError) -> PgWireError {
         CallError::Serialization { .. } => ("40001", false),
         CallError::Deadlock { .. } => ("40P01", false),
         CallError::TooManyBlocks { .. } => ("53000", false),
+        CallError::Busy { .. } => ("53000", false),
         CallError::Elsewhere { .. } => ("0A000", false),
         CallError::Canceled { .. } => ("57014", false),
         CallError::OutOfRange { .. } => ("22003", false),
