@@ -102,6 +102,28 @@ fn table_statements_homed_on_another_process_run_there() {
             assert!(Instant::now() < end, "the islands did not connect");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // Each peer's counters, by name: the shared-memory ones (parked
+        // batches, and the drops among `dropped` for an unlinked peer or a
+        // stale incarnation) are counted over uds as none.
+        for c in [&c0, &c1] {
+            for m in c.simple_query("SHOW peers").await.unwrap() {
+                if let SimpleQueryMessage::Row(r) = m {
+                    let n = |col: &str| -> u64 {
+                        let v = r
+                            .get(col)
+                            .unwrap_or_else(|| panic!("SHOW peers has no {col}"));
+                        v.parse()
+                            .unwrap_or_else(|_| panic!("SHOW peers: {col} = {v:?}"))
+                    };
+                    assert_eq!(
+                        (n("parked"), n("dropped_unlinked"), n("dropped_stale")),
+                        (0, 0, 0)
+                    );
+                    assert!(n("dropped") >= n("dropped_unlinked") + n("dropped_stale"));
+                    assert!(n("batches_out") > 0 && n("bytes_in") > 0);
+                }
+            }
+        }
         // The accounts island 1 holds: the bank puts account `id` on its
         // site `id % 64`, which wraps onto the deployment's `sites` as
         // `id % 64 % sites`; `SHOW islands` gives each island's sites as

@@ -382,6 +382,21 @@ fn sigkills(transport: &str) {
                 if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
                     assert_eq!(r.get("state"), Some("up"));
                     assert_ne!(r.get("island"), Some(k.to_string().as_str()));
+                    // The drops for an unlinked or stale peer (shm) are
+                    // among the drops, and the batches parked for it are
+                    // counted (any number: a peer just up drains them).
+                    let n = |col: &str| -> u64 {
+                        let v = r
+                            .get(col)
+                            .unwrap_or_else(|| panic!("SHOW peers has no {col}"));
+                        v.parse()
+                            .unwrap_or_else(|_| panic!("SHOW peers: {col} = {v:?}"))
+                    };
+                    assert!(
+                        n("dropped") >= n("dropped_unlinked") + n("dropped_stale"),
+                        "island {k}: SHOW peers"
+                    );
+                    let _ = n("parked");
                     peers += 1;
                 }
             }
