@@ -153,7 +153,6 @@ impl Forwarding for Forwarder {
             running: HashMap::new(),
             backlog: VecDeque::new(),
             scan_at_us: 0,
-            arrival_incarnation: 0,
             expired: Vec::new(),
             blocks: HashMap::new(),
             hosted: HashMap::new(),
@@ -258,6 +257,24 @@ struct Pending {
     commits: Option<u64>,
 }
 
+/// Where a CALL, STMT or BLOCK frame came from: the caller's island (as
+/// the transport authenticated it) and its process's incarnation as the
+/// transport knows it when the frame is handled (0: unknown).
+#[derive(Clone, Copy)]
+struct Origin {
+    island: IslandId,
+    incarnation: u64,
+}
+
+impl Origin {
+    fn of(island: IslandId, out: &Frames<'_>) -> Origin {
+        Origin {
+            island,
+            incarnation: out.transport().peer_incarnation(island),
+        }
+    }
+}
+
 /// A call of another process that this executor runs.
 struct Running {
     cancel: CancelFlag,
@@ -291,9 +308,6 @@ struct Port {
     /// The ids of the calls a scan found past their deadline (kept, so a
     /// scan allocates nothing once it has grown).
     expired: Vec<u64>,
-    /// The incarnation of the process whose frame is being handled (see
-    /// [`Running::incarnation`]).
-    arrival_incarnation: u64,
     /// Blocks of this process that it forwards: by block id, the executor
     /// of the other process that runs each, and its island.
     blocks: HashMap<u64, (Endpoint, usize)>,
@@ -482,7 +496,7 @@ impl Port {
     }
 
     /// A CALL or STMT from `from`: queued on this executor as a local call.
-    fn on_call(&mut self, from: Endpoint, island: IslandId, id: u64, what: What, args: Vec<Value>) {
+    fn on_call(&mut self, from: Endpoint, origin: Origin, id: u64, what: What, args: Vec<Value>) {
         let key = (from, id);
         if self.running.contains_key(&key) {
             // A copy: the call runs once.
@@ -499,8 +513,8 @@ impl Port {
             key,
             Running {
                 cancel: cancel.clone(),
-                island,
-                incarnation: self.arrival_incarnation,
+                island: origin.island,
+                incarnation: origin.incarnation,
                 what,
             },
         );
@@ -529,14 +543,14 @@ impl Port {
     fn on_stmt(
         &mut self,
         from: Endpoint,
-        island: IslandId,
+        origin: Origin,
         id: u64,
         sql: &str,
         params: Result<Vec<Value>, wire::WireError>,
         out: &mut Frames<'_>,
     ) {
         match self.compile(sql, params) {
-            Ok(stmt) => self.on_call(from, island, id, What::Stmt(stmt), Vec::new()),
+            Ok(stmt) => self.on_call(from, origin, id, What::Stmt(stmt), Vec::new()),
             Err(e) => self.answer(from, id, None, Err(e), out),
         }
     }
@@ -549,7 +563,7 @@ impl Port {
     fn on_block(
         &mut self,
         from: Endpoint,
-        from_island: IslandId,
+        origin: Origin,
         block_id: u64,
         id: u64,
         begins: bool,
@@ -619,7 +633,6 @@ impl Port {
         let home = Some(self.island);
         let inner = &self.inner;
         let mailbox = self.mailbox;
-        let arrival = self.arrival_incarnation;
         let period_us = self.period_us;
         let h = self.hosted.entry(key).or_insert_with(|| {
             let mut block = Client {
@@ -629,8 +642,8 @@ impl Port {
             block.prefer(mailbox);
             Hosted {
                 block,
-                island: from_island,
-                incarnation: arrival,
+                island: origin.island,
+                incarnation: origin.incarnation,
                 op: None,
                 touched: true,
                 since_us: 0,
@@ -887,7 +900,6 @@ impl ForwardPort for Port {
         frame: Frame<'_>,
         out: &mut Frames<'_>,
     ) {
-        self.arrival_incarnation = out.transport().peer_incarnation(from_island);
         match frame {
             Frame::Call { id, proc, n, args } => {
                 let checked = match self.inner.catalog.procs.get(proc as usize) {
@@ -901,7 +913,10 @@ impl ForwardPort for Port {
                     },
                 };
                 match checked {
-                    Ok(args) => self.on_call(from, from_island, id, What::Proc(proc), args),
+                    Ok(args) => {
+                        let origin = Origin::of(from_island, out);
+                        self.on_call(from, origin, id, What::Proc(proc), args)
+                    }
                     Err(e) => self.answer(from, id, Some(&What::Proc(proc)), Err(e), out),
                 }
             }
@@ -911,7 +926,8 @@ impl ForwardPort for Port {
                     return;
                 }
                 let params = wire::call_args(n, params);
-                self.on_stmt(from, from_island, id, sql, params, out);
+                let origin = Origin::of(from_island, out);
+                self.on_stmt(from, origin, id, sql, params, out);
             }
             Frame::CallReply { id, answer } => {
                 let Some(p) = self.pending.remove(&id) else {
@@ -926,7 +942,10 @@ impl ForwardPort for Port {
                 id,
                 begins,
                 op,
-            } => self.on_block(from, from_island, block, id, begins, op, out),
+            } => {
+                let origin = Origin::of(from_island, out);
+                self.on_block(from, origin, block, id, begins, op, out)
+            }
             Frame::Renew { period_ms, blocks } => self.on_renew(from, period_ms, blocks),
             Frame::CallCancel { id } => {
                 if let Some(r) = self.running.get(&(from, id)) {
