@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use islands_workloads::served::BANK_INITIAL;
 use tokio_postgres::SimpleQueryMessage;
 
-use super::common::{deployment_file, free_ports, spawn_island};
+use super::common::{deployment_file, free_ports, peer_count, spawn_island};
 use super::serve::{connect, runtime, temp, Served};
 
 const ACCOUNTS: i64 = 64;
@@ -108,13 +108,7 @@ fn table_statements_homed_on_another_process_run_there() {
         for c in [&c0, &c1] {
             for m in c.simple_query("SHOW peers").await.unwrap() {
                 if let SimpleQueryMessage::Row(r) = m {
-                    let n = |col: &str| -> u64 {
-                        let v = r
-                            .get(col)
-                            .unwrap_or_else(|| panic!("SHOW peers has no {col}"));
-                        v.parse()
-                            .unwrap_or_else(|_| panic!("SHOW peers: {col} = {v:?}"))
-                    };
+                    let n = |col: &str| peer_count(&r, col);
                     assert_eq!(
                         (n("parked"), n("dropped_unlinked"), n("dropped_stale")),
                         (0, 0, 0)

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use islands_workloads::served::BANK_INITIAL;
 use tokio_postgres::Client;
 
-use super::common::{deployment_file, free_ports, spawn_island};
+use super::common::{deployment_file, free_ports, peer_count, spawn_island};
 use super::serve::{code, connect, runtime, temp, Served};
 use super::serve_bank::{Attempt, Heard, Rng};
 
@@ -385,13 +385,7 @@ fn sigkills(transport: &str) {
                     // The drops for an unlinked or stale peer (shm) are
                     // among the drops, and the batches parked for it are
                     // counted (any number: a peer just up drains them).
-                    let n = |col: &str| -> u64 {
-                        let v = r
-                            .get(col)
-                            .unwrap_or_else(|| panic!("SHOW peers has no {col}"));
-                        v.parse()
-                            .unwrap_or_else(|_| panic!("SHOW peers: {col} = {v:?}"))
-                    };
+                    let n = |col: &str| peer_count(&r, col);
                     assert!(
                         n("dropped") >= n("dropped_unlinked") + n("dropped_stale"),
                         "island {k}: SHOW peers"

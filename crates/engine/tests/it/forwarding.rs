@@ -266,13 +266,7 @@ fn a_block_homed_on_another_process_runs_there_and_rolls_back_when_its_caller_go
     let client = a.client();
     let (from, to) = (N - 1, N - 2);
     assert_eq!((island_of(from), island_of(to)), (1, 1));
-    let transfer = |amount: i64| {
-        vec![
-            Value::Int(from as i64),
-            Value::Int(to as i64),
-            Value::Int(amount),
-        ]
-    };
+    let transfer = |amount: i64| transfer_args((from, to), amount);
     let before = (balance(&client, from), balance(&client, to));
     // Rolled back: nothing moved.
     let mut blk = client.begin();
@@ -336,6 +330,15 @@ fn a_block_homed_on_another_process_runs_there_and_rolls_back_when_its_caller_go
 }
 
 const K_BLOCK: u8 = 0x44;
+
+/// The arguments of a transfer of `amount` from account `from` to `to`.
+fn transfer_args((from, to): (u64, u64), amount: i64) -> Vec<Value> {
+    vec![
+        Value::Int(from as i64),
+        Value::Int(to as i64),
+        Value::Int(amount),
+    ]
+}
 
 /// Balances of accounts `from` and `to` as `home` reads them, once they
 /// read `want` (a block still holding their locks makes a read fail, and
@@ -416,13 +419,7 @@ fn every_step_of_a_forwarded_block_is_answered_within_the_bound_and_no_slot_leak
     assert!(capacity >= 2, "{capacity}");
     let (from, to) = (N - 1, N - 2);
     assert_eq!((island_of(from), island_of(to)), (1, 1));
-    let transfer = |amount: i64| {
-        vec![
-            Value::Int(from as i64),
-            Value::Int(to as i64),
-            Value::Int(amount),
-        ]
-    };
+    let transfer = |amount: i64| transfer_args((from, to), amount);
     let unknown = |r: Result<(), CallError>, took: Duration, what: &str| match r {
         Err(CallError::OutcomeUnknown {
             island: 1,
@@ -536,13 +533,7 @@ fn a_forwarded_block_whose_home_goes_down_fails_with_island_down() {
     );
     let client = a.client();
     let (from, to) = (N - 1, N - 2);
-    let transfer = |amount: i64| {
-        vec![
-            Value::Int(from as i64),
-            Value::Int(to as i64),
-            Value::Int(amount),
-        ]
-    };
+    let transfer = |amount: i64| transfer_args((from, to), amount);
     let mut blk = client.begin();
     block_on(blk.call("transfer", transfer(3), None)).unwrap();
     b.shutdown().unwrap();
@@ -619,11 +610,7 @@ fn open_leased(
 /// `to` (a block holding their locks makes it fail), at most 10 s.
 fn until_free(home: &islands::api::Client, (from, to): (u64, u64)) -> Duration {
     let t = Instant::now();
-    let args = [
-        Value::Int(from as i64),
-        Value::Int(to as i64),
-        Value::Int(1),
-    ];
+    let args = transfer_args((from, to), 1);
     loop {
         match home.call("transfer", &args) {
             Ok(_) => return t.elapsed(),
@@ -642,13 +629,7 @@ fn a_forwarded_block_whose_rollback_or_renewals_are_lost_lapses_within_its_lease
     let (client, home) = (a.client(), b.client());
     let (from, to) = (N - 1, N - 2);
     assert_eq!((island_of(from), island_of(to)), (1, 1));
-    let transfer = |amount: i64| {
-        vec![
-            Value::Int(from as i64),
-            Value::Int(to as i64),
-            Value::Int(amount),
-        ]
-    };
+    let transfer = |amount: i64| transfer_args((from, to), amount);
     let before = (balance(&home, from), balance(&home, to));
     // Lapse bound: the lease, a renewal period and a lease scan late, and
     // room for a loaded machine.
@@ -707,13 +688,7 @@ fn a_forwarded_block_idle_past_its_lease_keeps_its_locks_while_its_caller_renews
     let (a, b, _, _) = open_leased(&dir);
     let (client, home) = (a.client(), b.client());
     let (from, to) = (N - 1, N - 2);
-    let transfer = |amount: i64| {
-        vec![
-            Value::Int(from as i64),
-            Value::Int(to as i64),
-            Value::Int(amount),
-        ]
-    };
+    let transfer = |amount: i64| transfer_args((from, to), amount);
     let before = (balance(&home, from), balance(&home, to));
     let mut blk = client.begin();
     block_on(blk.call("transfer", transfer(5), None)).unwrap();
