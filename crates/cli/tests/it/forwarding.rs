@@ -114,7 +114,6 @@ fn table_statements_homed_on_another_process_run_there() {
                         (0, 0, 0)
                     );
                     assert!(n("dropped") >= n("dropped_unlinked") + n("dropped_stale"));
-                    assert!(n("batches_out") > 0 && n("bytes_in") > 0);
                 }
             }
         }
