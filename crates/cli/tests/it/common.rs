@@ -86,3 +86,13 @@ pub(super) fn spawn_island(cfg: &Path, dir: &Path, k: usize, args: &[&str]) -> S
     }
     Served::new(child)
 }
+
+/// Column `col` of a `SHOW peers` row, a count: panics naming it if the
+/// row lacks it or it is not one.
+pub(super) fn peer_count(r: &tokio_postgres::SimpleQueryRow, col: &str) -> u64 {
+    let v = r
+        .get(col)
+        .unwrap_or_else(|| panic!("SHOW peers has no {col}"));
+    v.parse()
+        .unwrap_or_else(|_| panic!("SHOW peers: {col} = {v:?}"))
+}

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use islands_workloads::served::BANK_INITIAL;
 use tokio_postgres::SimpleQueryMessage;
 
-use super::common::{deployment_file, free_ports, spawn_island};
+use super::common::{deployment_file, free_ports, peer_count, spawn_island};
 use super::serve::{connect, runtime, temp, Served};
 
 const ACCOUNTS: i64 = 64;
@@ -101,6 +101,21 @@ fn table_statements_homed_on_another_process_run_there() {
             }
             assert!(Instant::now() < end, "the islands did not connect");
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Each peer's counters, by name: the shared-memory ones (parked
+        // batches, and the drops among `dropped` for an unlinked peer or a
+        // stale incarnation) are counted over uds as none.
+        for c in [&c0, &c1] {
+            for m in c.simple_query("SHOW peers").await.unwrap() {
+                if let SimpleQueryMessage::Row(r) = m {
+                    let n = |col: &str| peer_count(&r, col);
+                    assert_eq!(
+                        (n("parked"), n("dropped_unlinked"), n("dropped_stale")),
+                        (0, 0, 0)
+                    );
+                    assert!(n("dropped") >= n("dropped_unlinked") + n("dropped_stale"));
+                }
+            }
         }
         // The accounts island 1 holds: the bank puts account `id` on its
         // site `id % 64`, which wraps onto the deployment's `sites` as

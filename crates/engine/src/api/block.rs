@@ -851,7 +851,7 @@ impl Remote {
                 (0, Vec::new(), None, Step::Rollback, reply, None)
             }
         };
-        let mut call = super::deployment::Call {
+        let call = super::deployment::Call {
             proc,
             args,
             stmt,
@@ -860,29 +860,10 @@ impl Remote {
             forward: Some(self.island),
             block: Some((self.id, step)),
         };
-        let mb = &inner.mailboxes[self.mailbox];
         // The forwards queue is bounded; an operation of a block must not be
-        // lost, so a full queue is waited out briefly, then refused.
-        for _ in 0..10_000 {
-            match mb.forwards.push(call) {
-                Ok(()) => {
-                    mb.notify();
-                    // Closed meanwhile: its executor may be gone.
-                    if !inner.open.load(Ordering::SeqCst) {
-                        inner.drain();
-                    }
-                    return Ok(());
-                }
-                Err(c) => {
-                    call = c;
-                    std::thread::yield_now();
-                }
-            }
-        }
-        Err(CallError::Failed {
-            procedure: "block".into(),
-            error: "the executor's queue of calls to other processes stays full".into(),
-        })
+        // lost, so a full queue is waited out (asleep) up to the forward
+        // timeout, then refused.
+        inner.forward(self.mailbox, call, self.island)
     }
 }
 

@@ -64,13 +64,20 @@ impl Client {
     pub fn call(&self, name: &str, args: &[Value]) -> Result<Vec<Row>, CallError> {
         let (tx, rx) = oneshot::channel();
         let (mut call, mailbox) = self.prepare(name, args.to_vec(), tx)?;
-        loop {
-            match self.push(mailbox, call) {
-                Ok(()) => break,
-                Err(c) => {
-                    call = c;
-                    // Back-pressure: the executor's queue is full.
-                    std::thread::sleep(Duration::from_micros(20));
+        if let Some(island) = call.forward {
+            // Back-pressure: the forwarding executor's queue is full; this
+            // thread sleeps until it takes calls, or fails past the forward
+            // timeout.
+            self.inner.forward(mailbox, call, island)?;
+        } else {
+            loop {
+                match self.push(mailbox, call) {
+                    Ok(()) => break,
+                    Err(c) => {
+                        call = c;
+                        // Back-pressure: the executor's queue is full.
+                        std::thread::sleep(Duration::from_micros(20));
+                    }
                 }
             }
         }
@@ -280,6 +287,39 @@ impl Client {
         // Closed meanwhile: its executors may be gone, so nobody would take it.
         if !self.inner.open.load(Ordering::SeqCst) {
             self.inner.drain();
+        }
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// Queues `call`, homed on island `island` of another process, for the
+    /// executor of `mailbox` to forward. A full queue is waited out, the
+    /// thread asleep until the executor takes calls from it
+    /// ([`super::deployment::Mailbox::push_forward_until`]), up to the
+    /// forward timeout: then nothing was sent, and the call fails with
+    /// [`CallError::Busy`].
+    pub(crate) fn forward(
+        &self,
+        mailbox: usize,
+        call: Call,
+        island: usize,
+    ) -> Result<(), CallError> {
+        let mb = &self.mailboxes[mailbox];
+        let start = std::time::Instant::now();
+        if mb
+            .push_forward_until(call, start + self.forward_timeout)
+            .is_err()
+        {
+            return Err(CallError::Busy {
+                island,
+                waited_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        mb.notify();
+        // Closed meanwhile: its executor may be gone, so nobody would take it.
+        if !self.open.load(Ordering::SeqCst) {
+            self.drain();
         }
         Ok(())
     }

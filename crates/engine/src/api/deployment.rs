@@ -438,6 +438,32 @@ impl Mailbox {
         self.room_waiters.store(wakers.len(), Ordering::SeqCst);
     }
 
+    /// Pushes `call` into the `forwards` queue, waiting while it is full
+    /// for its executor to take calls from it (the executor's pops wake the
+    /// waiters, [`Mailbox::popped`]), with this thread parked meanwhile,
+    /// until `deadline`: the call back if the queue is still full then.
+    pub(crate) fn push_forward_until(&self, call: Call, deadline: Instant) -> Result<(), Call> {
+        let mut call = match self.forwards.push(call) {
+            Ok(()) => return Ok(()),
+            Err(c) => c,
+        };
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        loop {
+            // Registered before the push is tried again: a pop after the
+            // failed push wakes this thread, or the retry finds its room.
+            self.wait_for_room(&waker);
+            call = match self.forwards.push(call) {
+                Ok(()) => return Ok(()),
+                Err(c) => c,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(call);
+            }
+            std::thread::park_timeout(deadline - now);
+        }
+    }
+
     /// A call was taken from the queue: wakes the callers waiting for room.
     /// One load when none waits (the executor's path).
     pub(crate) fn popped(&self) {
@@ -493,6 +519,20 @@ impl Mailbox {
     }
 }
 
+/// Wakes a thread that waits for room in a mailbox's queue, parked
+/// ([`Mailbox::push_forward_until`]).
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
 /// Idle rounds before an executor with nothing in flight parks, when its
 /// peers may message it: a batch rings its bell, but a sleeping executor
 /// takes a wake-up (a system call, a reschedule) to answer, so short bursts
@@ -537,6 +577,10 @@ pub(crate) struct Inner {
     /// [`Options::blocks_per_worker`] and [`Options::deadlock_timeout`].
     pub(crate) blocks_per_worker: usize,
     pub(crate) deadlock_timeout: Duration,
+    /// [`Options::forward_timeout`]: also how long a blocking call or an
+    /// operation of a block homed on another process's island waits for
+    /// room in the queue of the executor that forwards it.
+    pub(crate) forward_timeout: Duration,
     /// Idle rounds before an executor with nothing in flight parks
     /// ([`PARK_AFTER`], [`PARK_SOON`]).
     park_after: u32,
@@ -1365,6 +1409,7 @@ impl Deployment {
             max_attempts: opts.max_attempts,
             blocks_per_worker: opts.blocks_per_worker,
             deadlock_timeout: opts.deadlock_timeout,
+            forward_timeout: opts.forward_timeout,
             park_after: if n == 1 { PARK_SOON } else { PARK_AFTER },
             park_idle_ns: if n == 1 {
                 PARK_SOON_IDLE.as_nanos() as u64
@@ -1646,5 +1691,103 @@ impl Deployment {
 impl Drop for Deployment {
     fn drop(&mut self) {
         let _ = self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::InProc;
+
+    /// A mailbox of `depth` calls per queue, on a transport of its own.
+    fn mailbox(depth: usize) -> Mailbox {
+        Mailbox {
+            queue: ArrayQueue::new(depth),
+            blocks: ArrayQueue::new(1),
+            open_blocks: AtomicUsize::new(0),
+            transport: Arc::new(InProc::new(1, 4)),
+            endpoint: Endpoint(0),
+            idle: AtomicU32::new(0),
+            idle_since: AtomicU64::new(0),
+            room_waiters: AtomicUsize::new(0),
+            room_wakers: Mutex::new(Vec::new()),
+            parks: AtomicU64::new(0),
+            forwards: ArrayQueue::new(depth),
+            answers: SegQueue::new(),
+        }
+    }
+
+    fn call() -> Call {
+        Call {
+            proc: 0,
+            args: Vec::new(),
+            stmt: None,
+            reply: Reply::Caller(oneshot::channel().0),
+            cancel: None,
+            forward: Some(1),
+            block: None,
+        }
+    }
+
+    /// CPU time this thread has used.
+    fn thread_cpu() -> Duration {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    }
+
+    #[test]
+    fn a_full_forwards_queue_is_waited_out_asleep_until_room_or_the_deadline() {
+        let mb = Arc::new(mailbox(2));
+        for _ in 0..2 {
+            assert!(mb.forwards.push(call()).is_ok());
+        }
+        // A slow executor: it takes a call after 300 ms, as its round does.
+        let slow = Duration::from_millis(300);
+        let executor = {
+            let mb = Arc::clone(&mb);
+            std::thread::spawn(move || {
+                std::thread::sleep(slow);
+                assert!(mb.forwards.pop().is_some());
+                mb.popped();
+            })
+        };
+        let (t, cpu) = (Instant::now(), thread_cpu());
+        let pushed = mb.push_forward_until(call(), t + Duration::from_secs(20));
+        let (waited, used) = (t.elapsed(), thread_cpu() - cpu);
+        assert!(pushed.is_ok(), "no room after {waited:?}");
+        assert!(
+            waited >= slow * 9 / 10,
+            "pushed after {waited:?} into a full queue"
+        );
+        assert!(
+            waited < Duration::from_secs(10),
+            "{waited:?}: the pop did not wake it"
+        );
+        // A spinning or yielding waiter burns its core for the whole wait.
+        assert!(
+            used < Duration::from_millis(50),
+            "{used:?} of CPU to wait {waited:?}"
+        );
+        executor.join().unwrap();
+        assert_eq!(mb.forwards.len(), 2);
+
+        // Nobody takes a call: refused at the deadline, asleep meanwhile.
+        let deadline = Duration::from_millis(300);
+        let (t, cpu) = (Instant::now(), thread_cpu());
+        let pushed = mb.push_forward_until(call(), t + deadline);
+        let (waited, used) = (t.elapsed(), thread_cpu() - cpu);
+        assert!(pushed.is_err(), "pushed into a full queue");
+        assert!(
+            waited >= deadline,
+            "refused after {waited:?}, before its deadline"
+        );
+        assert!(
+            waited < deadline + Duration::from_secs(5),
+            "refused after {waited:?}"
+        );
+        assert!(
+            used < Duration::from_millis(50),
+            "{used:?} of CPU to wait {waited:?}"
+        );
     }
 }

@@ -33,6 +33,21 @@
 //! local call. Its answer goes into the mailbox's `answers` queue (see
 //! [`super::deployment::Reply`]), and the next round sends it back.
 //!
+//! Blocks: a block whose home island runs in another process runs there as
+//! a hosted block (see `block.rs`'s `Remote`), one operation at a time, on
+//! the executor its first operation reached. Its home holds its locks and
+//! slot until it ends, so a caller that goes silent must not keep them: a
+//! block lives on a lease. The forwarding executor renews the leases of all
+//! the blocks it has open every period P ([`lease_period`]: a tenth of the
+//! forward timeout, between 100 ms and 1 s), with one RENEW frame per
+//! executor that hosts some; the host rolls back a block (as when its
+//! caller's process goes down) that no RENEW and no operation touched for
+//! [`LEASE_PERIODS`] of the caller's periods. A block that only idles, its
+//! caller alive, keeps its lease; one whose ROLLBACK was lost, or whose
+//! caller's messages stop coming while its process still seems up, is
+//! rolled back within the lease. A later operation of a lapsed block finds
+//! none and fails as any block its home no longer holds.
+//!
 //! Nothing here is on the path of a call that is not forwarded: a process
 //! that runs every island has no port, and a port's round looks at two
 //! empty queues and two empty maps.
@@ -60,6 +75,20 @@ use crate::transport::{Endpoint, MAX_FRAME};
 /// How often (µs of the executor's clock) a port looks for canceled calls
 /// and for calls past their deadline.
 const SCAN_US: u64 = 100;
+
+/// How many of its caller's renewal periods a hosted block lives without a
+/// renewal or an operation before its home rolls it back.
+const LEASE_PERIODS: u64 = 5;
+
+/// How often (µs) a port looks for hosted blocks whose lease lapsed.
+const LEASE_SCAN_US: u64 = 10_000;
+
+/// The period at which a port renews the leases of the blocks it forwards,
+/// for a forward timeout of `timeout`: a tenth of it, between 100 ms and 1 s
+/// (1 s, and leases of 5 s, by default).
+fn lease_period(timeout: Duration) -> Duration {
+    (timeout / 10).clamp(Duration::from_millis(100), Duration::from_secs(1))
+}
 
 /// Builds, in the process of a statement's home island, the statement that
 /// another process forwarded as its SQL text and bound parameters
@@ -111,6 +140,7 @@ impl Forwarding for Forwarder {
         if first + worker >= *s.inner.first.get(island + 1)? {
             return None;
         }
+        let period_us = u64::try_from(lease_period(timeout).as_micros()).unwrap_or(u64::MAX);
         Some(Box::new(Port {
             inner: Arc::clone(&s.inner),
             island,
@@ -123,13 +153,18 @@ impl Forwarding for Forwarder {
             running: HashMap::new(),
             backlog: VecDeque::new(),
             scan_at_us: 0,
-            arrival_incarnation: 0,
             expired: Vec::new(),
             blocks: HashMap::new(),
             hosted: HashMap::new(),
             hosted_ops: 0,
             finished: Vec::new(),
             scratch: Vec::new(),
+            period_us,
+            renew_at_us: 0,
+            lease_scan_at_us: 0,
+            renewing: Vec::new(),
+            renew_ids: Vec::new(),
+            lapsed: Vec::new(),
         }))
     }
 }
@@ -160,6 +195,13 @@ struct Hosted {
     incarnation: u64,
     /// The operation under way (one at a time).
     op: Option<HostedOp>,
+    /// A RENEW or an operation came since the last lease scan.
+    touched: bool,
+    /// The scan that last found it touched (the executor's clock).
+    since_us: u64,
+    /// How long it lives untouched: [`LEASE_PERIODS`] of its caller's
+    /// renewal periods.
+    lease_us: u64,
 }
 
 impl Drop for Hosted {
@@ -215,6 +257,24 @@ struct Pending {
     commits: Option<u64>,
 }
 
+/// Where a CALL, STMT or BLOCK frame came from: the caller's island (as
+/// the transport authenticated it) and its process's incarnation as the
+/// transport knows it when the frame is handled (0: unknown).
+#[derive(Clone, Copy)]
+struct Origin {
+    island: IslandId,
+    incarnation: u64,
+}
+
+impl Origin {
+    fn of(island: IslandId, out: &Frames<'_>) -> Origin {
+        Origin {
+            island,
+            incarnation: out.transport().peer_incarnation(island),
+        }
+    }
+}
+
 /// A call of another process that this executor runs.
 struct Running {
     cancel: CancelFlag,
@@ -248,9 +308,6 @@ struct Port {
     /// The ids of the calls a scan found past their deadline (kept, so a
     /// scan allocates nothing once it has grown).
     expired: Vec<u64>,
-    /// The incarnation of the process whose frame is being handled (see
-    /// [`Running::incarnation`]).
-    arrival_incarnation: u64,
     /// Blocks of this process that it forwards: by block id, the executor
     /// of the other process that runs each, and its island.
     blocks: HashMap<u64, (Endpoint, usize)>,
@@ -263,6 +320,18 @@ struct Port {
     finished: Vec<Finished>,
     /// Where a frame is encoded before its size is checked.
     scratch: Vec<u8>,
+    /// The lease period ([`lease_period`]) at which it renews the blocks it
+    /// forwards, and which leases of blocks it hosts start with.
+    period_us: u64,
+    /// The clock at which it next renews the blocks it forwards.
+    renew_at_us: u64,
+    /// The clock at which it next looks for hosted blocks whose lease lapsed.
+    lease_scan_at_us: u64,
+    /// The blocks a renewal covers, by executor (kept, as `expired`).
+    renewing: Vec<(Endpoint, u64)>,
+    renew_ids: Vec<u64>,
+    /// Hosted blocks a lease scan found lapsed (kept, as `expired`).
+    lapsed: Vec<(Endpoint, u64)>,
 }
 
 impl Port {
@@ -427,7 +496,7 @@ impl Port {
     }
 
     /// A CALL or STMT from `from`: queued on this executor as a local call.
-    fn on_call(&mut self, from: Endpoint, island: IslandId, id: u64, what: What, args: Vec<Value>) {
+    fn on_call(&mut self, from: Endpoint, origin: Origin, id: u64, what: What, args: Vec<Value>) {
         let key = (from, id);
         if self.running.contains_key(&key) {
             // A copy: the call runs once.
@@ -444,8 +513,8 @@ impl Port {
             key,
             Running {
                 cancel: cancel.clone(),
-                island,
-                incarnation: self.arrival_incarnation,
+                island: origin.island,
+                incarnation: origin.incarnation,
                 what,
             },
         );
@@ -474,14 +543,14 @@ impl Port {
     fn on_stmt(
         &mut self,
         from: Endpoint,
-        island: IslandId,
+        origin: Origin,
         id: u64,
         sql: &str,
         params: Result<Vec<Value>, wire::WireError>,
         out: &mut Frames<'_>,
     ) {
         match self.compile(sql, params) {
-            Ok(stmt) => self.on_call(from, island, id, What::Stmt(stmt), Vec::new()),
+            Ok(stmt) => self.on_call(from, origin, id, What::Stmt(stmt), Vec::new()),
             Err(e) => self.answer(from, id, None, Err(e), out),
         }
     }
@@ -494,7 +563,7 @@ impl Port {
     fn on_block(
         &mut self,
         from: Endpoint,
-        from_island: IslandId,
+        origin: Origin,
         block_id: u64,
         id: u64,
         begins: bool,
@@ -509,15 +578,7 @@ impl Port {
                 procedure: "block".into(),
                 error: "an operation of the block is still running".into(),
             }),
-            None if !begins && !rollback => Some(CallError::Serialization {
-                procedure: "block".into(),
-                attempts: 1,
-                last: format!(
-                    "island {} holds no such block: it was rolled back (its caller's process \
-                     seemed down, or a message was lost)",
-                    self.island
-                ),
-            }),
+            None if !begins && !rollback => Some(no_such_block(self.island)),
             Some(_) if begins => Some(CallError::Failed {
                 procedure: "block".into(),
                 error: "the block had begun already".into(),
@@ -572,7 +633,7 @@ impl Port {
         let home = Some(self.island);
         let inner = &self.inner;
         let mailbox = self.mailbox;
-        let arrival = self.arrival_incarnation;
+        let period_us = self.period_us;
         let h = self.hosted.entry(key).or_insert_with(|| {
             let mut block = Client {
                 inner: Arc::clone(inner),
@@ -581,11 +642,15 @@ impl Port {
             block.prefer(mailbox);
             Hosted {
                 block,
-                island: from_island,
-                incarnation: arrival,
+                island: origin.island,
+                incarnation: origin.incarnation,
                 op: None,
+                touched: true,
+                since_us: 0,
+                lease_us: LEASE_PERIODS.saturating_mul(period_us),
             }
         });
+        h.touched = true;
         if let Some(running) = h.op.take() {
             // A rollback while a statement runs (its caller stopped
             // waiting): the statement is canceled, the rollback follows it.
@@ -743,6 +808,88 @@ impl Port {
         }
         self.expired = expired;
     }
+
+    /// Renews the lease of every block this executor forwards and that is
+    /// open: one RENEW frame (or more, past [`wire::RENEW_MAX`] blocks) to
+    /// each executor that hosts some.
+    fn renew(&mut self, now_us: u64, out: &mut Frames<'_>) {
+        self.renew_at_us = now_us.saturating_add(self.period_us);
+        let mut open = std::mem::take(&mut self.renewing);
+        open.clear();
+        open.extend(self.blocks.iter().map(|(&b, &(to, _))| (to, b)));
+        open.sort_unstable();
+        let period_ms = u32::try_from(self.period_us / 1000).unwrap_or(u32::MAX);
+        for host in open.chunk_by(|a, b| a.0 == b.0) {
+            for part in host.chunks(wire::RENEW_MAX) {
+                self.renew_ids.clear();
+                self.renew_ids.extend(part.iter().map(|&(_, b)| b));
+                let ids = &self.renew_ids;
+                out.push(part[0].0, |f| {
+                    wire::renew(f, period_ms, ids);
+                });
+            }
+        }
+        self.renewing = open;
+    }
+
+    /// A RENEW from `from`: the leases of its blocks listed that run here
+    /// are renewed for [`LEASE_PERIODS`] of its period.
+    fn on_renew(&mut self, from: Endpoint, period_ms: u32, blocks: &[u8]) {
+        let lease_us = LEASE_PERIODS.saturating_mul(u64::from(period_ms.max(1)) * 1000);
+        for id in wire::renewed(blocks) {
+            if let Some(h) = self.hosted.get_mut(&(from, id)) {
+                h.touched = true;
+                h.lease_us = lease_us;
+            }
+        }
+    }
+
+    /// Looks at the hosted blocks' leases (every [`LEASE_SCAN_US`]): a block
+    /// touched since the last look starts its lease again; one untouched
+    /// for its lease, and not ending already, is dropped (which cancels its
+    /// operation under way, whose caller is told, and rolls it back), so
+    /// its locks and its slot are free.
+    fn expire_leases(&mut self, now_us: u64, out: &mut Frames<'_>) {
+        self.lease_scan_at_us = now_us.saturating_add(LEASE_SCAN_US);
+        let mut lapsed = std::mem::take(&mut self.lapsed);
+        for (key, h) in self.hosted.iter_mut() {
+            if std::mem::take(&mut h.touched) {
+                h.since_us = now_us;
+            } else if h.op.as_ref().is_some_and(|op| op.ends) {
+                // Its commit or rollback is under way (its caller stopped
+                // renewing it when it sent it): it ends by itself, and a
+                // commit must not be answered as rolled back.
+            } else if now_us.saturating_sub(h.since_us) >= h.lease_us {
+                lapsed.push(*key);
+            }
+        }
+        for key in lapsed.drain(..) {
+            let Some(mut h) = self.hosted.remove(&key) else {
+                continue;
+            };
+            if let Some(op) = h.op.take() {
+                op.cancel.cancel();
+                self.hosted_ops -= 1;
+                let e = no_such_block(self.island);
+                self.answer(key.0, op.id, None, Err(e), out);
+            }
+            drop(h);
+        }
+        self.lapsed = lapsed;
+    }
+}
+
+/// The error of an operation of a block that island `island` does not hold
+/// (any more): it was rolled back there, so the whole block may be retried.
+fn no_such_block(island: usize) -> CallError {
+    CallError::Serialization {
+        procedure: "block".into(),
+        attempts: 1,
+        last: format!(
+            "island {island} holds no such block: it was rolled back there (its caller's process \
+             seemed down, its lease lapsed unrenewed, or a message was lost)"
+        ),
+    }
 }
 
 impl ForwardPort for Port {
@@ -753,7 +900,6 @@ impl ForwardPort for Port {
         frame: Frame<'_>,
         out: &mut Frames<'_>,
     ) {
-        self.arrival_incarnation = out.transport().peer_incarnation(from_island);
         match frame {
             Frame::Call { id, proc, n, args } => {
                 let checked = match self.inner.catalog.procs.get(proc as usize) {
@@ -767,7 +913,10 @@ impl ForwardPort for Port {
                     },
                 };
                 match checked {
-                    Ok(args) => self.on_call(from, from_island, id, What::Proc(proc), args),
+                    Ok(args) => {
+                        let origin = Origin::of(from_island, out);
+                        self.on_call(from, origin, id, What::Proc(proc), args)
+                    }
                     Err(e) => self.answer(from, id, Some(&What::Proc(proc)), Err(e), out),
                 }
             }
@@ -777,7 +926,8 @@ impl ForwardPort for Port {
                     return;
                 }
                 let params = wire::call_args(n, params);
-                self.on_stmt(from, from_island, id, sql, params, out);
+                let origin = Origin::of(from_island, out);
+                self.on_stmt(from, origin, id, sql, params, out);
             }
             Frame::CallReply { id, answer } => {
                 let Some(p) = self.pending.remove(&id) else {
@@ -792,7 +942,11 @@ impl ForwardPort for Port {
                 id,
                 begins,
                 op,
-            } => self.on_block(from, from_island, block, id, begins, op, out),
+            } => {
+                let origin = Origin::of(from_island, out);
+                self.on_block(from, origin, block, id, begins, op, out)
+            }
+            Frame::Renew { period_ms, blocks } => self.on_renew(from, period_ms, blocks),
             Frame::CallCancel { id } => {
                 if let Some(r) = self.running.get(&(from, id)) {
                     r.cancel.cancel();
@@ -820,6 +974,7 @@ impl ForwardPort for Port {
                 && self.pending.is_empty()
                 && self.running.is_empty()
                 && self.hosted.is_empty()
+                && self.blocks.is_empty()
         };
         if idle {
             // The round of an executor that forwards nothing: no shared
@@ -846,6 +1001,12 @@ impl ForwardPort for Port {
         }
         if self.hosted_ops > 0 {
             self.poll_hosted(out);
+        }
+        if !self.blocks.is_empty() && now_us >= self.renew_at_us {
+            self.renew(now_us, out);
+        }
+        if !self.hosted.is_empty() && now_us >= self.lease_scan_at_us {
+            self.expire_leases(now_us, out);
         }
         if self.pending.is_empty() && self.running.is_empty() && self.hosted.is_empty() {
             return;
@@ -918,6 +1079,7 @@ mod code {
     pub const SHUT_DOWN: u8 = 12;
     pub const STOPPED: u8 = 13;
     pub const OUTCOME_UNKNOWN: u8 = 14;
+    pub const BUSY: u8 = 15;
 }
 
 /// `e` as the parts of a CALL_REPLY error, handed to `write`.
@@ -949,6 +1111,7 @@ fn error_parts(e: &CallError, write: impl FnOnce(&ErrorParts<'_>)) {
             (code::TOO_MANY_BLOCKS, *island as u64, *limit as u64, "", "")
         }
         CallError::Elsewhere { island } => (code::ELSEWHERE, *island as u64, 0, "", ""),
+        CallError::Busy { island, waited_ms } => (code::BUSY, *island as u64, *waited_ms, "", ""),
         CallError::ShutDown => (code::SHUT_DOWN, 0, 0, "", ""),
         CallError::Stopped(why) => (code::STOPPED, 0, 0, why, ""),
         CallError::OutcomeUnknown {
@@ -1016,6 +1179,10 @@ fn error_of(p: &ErrorParts<'_>, procedure: &str, island: usize) -> CallError {
         code::ELSEWHERE => CallError::Elsewhere {
             island: p.a as usize,
         },
+        code::BUSY => CallError::Busy {
+            island: p.a as usize,
+            waited_ms: p.b,
+        },
         code::OUTCOME_UNKNOWN => CallError::OutcomeUnknown {
             procedure: s0,
             island: u16::try_from(p.a).unwrap_or(u16::MAX),
@@ -1077,6 +1244,10 @@ mod tests {
                 limit: 128,
             },
             CallError::Elsewhere { island: 3 },
+            CallError::Busy {
+                island: 2,
+                waited_ms: 10_000,
+            },
             CallError::OutcomeUnknown {
                 procedure: p(),
                 island: 1,

@@ -168,6 +168,13 @@ pub enum CallError {
         island: u16,
         waited_ms: u64,
     },
+    /// A blocking call, or an operation of a transaction block, homed on
+    /// island `island` of another process found the queue of this
+    /// process's executor that forwards it full, and no room came within
+    /// [`Options::forward_timeout`] (the executor is overloaded or stalled):
+    /// nothing was sent. A server answers SQLSTATE 53000.
+    #[error("too many operations queued for island {island} of another process: none left the forwarding executor's queue within {waited_ms} ms (the executor is overloaded or stalled)")]
+    Busy { island: usize, waited_ms: u64 },
     /// The deployment was shut down before the call finished (or began).
     #[error("the deployment is shut down")]
     ShutDown,

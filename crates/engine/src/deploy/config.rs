@@ -198,6 +198,16 @@ pub(super) fn parse_named(text: &str, path: &str) -> Result<(DeploySpec, Named),
         spec.checkpoint_every = Some(std::time::Duration::from_secs_f64(s));
     }
     spec.processes = processes(&d, &file.island, &spec).map_err(err)?;
+    // Every island's socket path fits, checked here when the file says how
+    // many islands there are (else when the deployment is planned).
+    let known = match &spec.islands {
+        Islands::Explicit(lists) => Some(lists.len()),
+        Islands::Count(n) => Some(*n as usize),
+        _ => None,
+    };
+    if let (Some(p), Some(n)) = (&spec.processes, known) {
+        p.check_endpoints(n)?;
+    }
     Ok((spec, named))
 }
 

@@ -67,6 +67,13 @@ pub enum DeployError {
     EmptyName { name: &'static str },
     #[error("deployment file {path}: {why}")]
     Config { path: String, why: String },
+    #[error("island {island}: its socket path {path} is {len} bytes, more than the {max} a Unix socket's path may hold (shorten run_dir, or give the island a shorter endpoint)")]
+    SocketPathTooLong {
+        island: usize,
+        path: String,
+        len: usize,
+        max: usize,
+    },
     #[error(transparent)]
     Topology(#[from] TopologyError),
 }
@@ -277,7 +284,31 @@ pub struct Processes {
     pub run_dir: PathBuf,
 }
 
+/// The longest path a Unix socket's address holds, in bytes: `sun_path` is
+/// 108 bytes on Linux (104 elsewhere), one of them the terminating NUL.
+pub const SOCKET_PATH_MAX: usize = if cfg!(target_os = "linux") { 107 } else { 103 };
+
 impl Processes {
+    /// Checks that the socket path of each of the deployment's `islands`
+    /// islands fits a Unix socket's address ([`SOCKET_PATH_MAX`]), so that
+    /// a path too long is refused when the deployment is read, not when an
+    /// island binds it.
+    pub fn check_endpoints(&self, islands: usize) -> Result<(), DeployError> {
+        for island in 0..islands {
+            let path = self.endpoint(island);
+            let len = path.as_os_str().len();
+            if len > SOCKET_PATH_MAX {
+                return Err(DeployError::SocketPathTooLong {
+                    island,
+                    path: path.display().to_string(),
+                    len,
+                    max: SOCKET_PATH_MAX,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The socket path of island `i`.
     pub fn endpoint(&self, i: usize) -> PathBuf {
         self.endpoints
@@ -537,6 +568,9 @@ fn finish(t: &Topology, spec: &DeploySpec, layout: Layout) -> Result<Plan, Deplo
     let n = layout.len();
     if n == 0 {
         return Err(DeployError::NoIslands);
+    }
+    if let Some(p) = &spec.processes {
+        p.check_endpoints(n)?;
     }
     let cores_total: usize = layout.iter().map(|(_, c)| c).sum();
     let sites = spec.sites.unwrap_or(cores_total as u32);

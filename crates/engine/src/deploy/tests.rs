@@ -669,3 +669,59 @@ fn toml_island_listen_addresses() {
         "{e}"
     );
 }
+
+#[test]
+fn a_socket_path_too_long_for_its_island_is_refused_with_the_island_the_path_and_the_limit() {
+    let head = "[deployment]\nid = \"000102030405060708090a0b0c0d0e0f\"\ntransport = \"uds\"\n\
+                secret_file = \"/s\"\n";
+    // `run_dir/island-1.sock` of exactly the limit fits; one byte more does
+    // not, and the default path of each island is checked.
+    let fits = format!(
+        "/{}",
+        "r".repeat(SOCKET_PATH_MAX - "/island-1.sock".len() - 1)
+    );
+    let two = "[[island]]\ncpus = \"0\"\n[[island]]\ncpus = \"1\"\n";
+    let s = DeploySpec::from_toml_str(&format!("{head}run_dir = \"{fits}\"\n{two}")).unwrap();
+    let p = s.processes.unwrap();
+    assert_eq!(p.endpoint(1).as_os_str().len(), SOCKET_PATH_MAX);
+    let over = format!("{fits}r");
+    let e = DeploySpec::from_toml_str(&format!("{head}run_dir = \"{over}\"\n{two}"))
+        .unwrap_err()
+        .to_string();
+    let want = format!(
+        "island 0: its socket path {over}/island-0.sock is {} bytes, more than the {SOCKET_PATH_MAX}",
+        SOCKET_PATH_MAX + 1
+    );
+    assert!(e.contains(&want), "{e}");
+    // A named endpoint: the island that names it.
+    let long = format!("/{}.sock", "e".repeat(SOCKET_PATH_MAX));
+    let e = DeploySpec::from_toml_str(&format!(
+        "{head}[[island]]\ncpus = \"0\"\nendpoint = \"/a.sock\"\n\
+         [[island]]\ncpus = \"1\"\nendpoint = \"{long}\"\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains(&format!("island 1: its socket path {long} is")),
+        "{e}"
+    );
+    // Islands counted only on the machine: refused when planned.
+    let s = DeploySpec::from_toml_str(&format!(
+        "{head}islands = \"per-core\"\nrun_dir = \"{fits}rrrrrr\"\n"
+    ))
+    .unwrap();
+    match plan(&topo("4x6"), &s) {
+        Err(DeployError::SocketPathTooLong {
+            island: 0,
+            len,
+            max,
+            ..
+        }) => {
+            assert_eq!((len, max), (SOCKET_PATH_MAX + 6, SOCKET_PATH_MAX))
+        }
+        r => panic!("planned islands whose socket paths are too long: {r:?}"),
+    }
+    let s = DeploySpec::from_toml_str(&format!("{head}islands = \"per-core\"\nrun_dir = \"/r\"\n"))
+        .unwrap();
+    assert_eq!(plan(&topo("4x6"), &s).unwrap().islands().len(), 24);
+}

@@ -5,10 +5,10 @@
 //! A deployment that runs some of its islands in other processes gives its
 //! cluster a [`Forwarding`] ([`super::ClusterOptions::forward`]); each
 //! executor takes a [`ForwardPort`] of its own from it when it is made, and
-//! hands the port the CALL, CALL_REPLY and CALL_CANCEL frames it receives
-//! and, once per round of its pump, the chance to send what it has. An
-//! executor without a port (every island in one process) pays one branch
-//! per round, and counts such frames as malformed.
+//! hands the port the CALL, CALL_REPLY, CALL_CANCEL, STMT, BLOCK and RENEW
+//! frames it receives and, once per round of its pump, the chance to send
+//! what it has. An executor without a port (every island in one process)
+//! pays one branch per round, and counts such frames as malformed.
 
 use crate::coord::IslandSet;
 use crate::route::IslandId;
@@ -25,8 +25,8 @@ pub trait Forwarding: Send + Sync {
 
 /// One executor's forwarded calls: it runs on the executor's thread only.
 pub trait ForwardPort: Send {
-    /// A CALL, CALL_REPLY or CALL_CANCEL frame from `from` (of island
-    /// `from_island`, as the transport authenticated it).
+    /// A CALL, CALL_REPLY, CALL_CANCEL, STMT, BLOCK or RENEW frame from
+    /// `from` (of island `from_island`, as the transport authenticated it).
     fn on_frame(
         &mut self,
         from: Endpoint,

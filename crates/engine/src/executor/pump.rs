@@ -602,7 +602,8 @@ impl Executor {
             | Frame::CallReply { .. }
             | Frame::CallCancel { .. }
             | Frame::Stmt { .. }
-            | Frame::Block { .. } => match self.forward.as_mut() {
+            | Frame::Block { .. }
+            | Frame::Renew { .. } => match self.forward.as_mut() {
                 Some(port) => {
                     let mut out = super::forward::Frames {
                         outbox: &mut self.outbox,

@@ -643,6 +643,27 @@ fn peer_families(out: &mut String, peers: &[crate::transport::peer::PeerStats]) 
     );
     family(
         out,
+        "islands_peer_dropped_unlinked_batches_total",
+        "counter",
+        "Of the dropped batches, those sent (shm) while the island was not linked yet, with as many batches as may wait for it already waiting.",
+        &each(|p| p.dropped_unlinked as f64),
+    );
+    family(
+        out,
+        "islands_peer_dropped_stale_batches_total",
+        "counter",
+        "Of the dropped batches, those that waited (shm) for the island's link and were meant for an incarnation of it that is gone.",
+        &each(|p| p.dropped_stale as f64),
+    );
+    family(
+        out,
+        "islands_peer_parked_batches",
+        "gauge",
+        "Batches waiting (shm) for the island's link now.",
+        &each(|p| p.parked as f64),
+    );
+    family(
+        out,
         "islands_peer_reconnects_total",
         "counter",
         "Connections to the island established after the first.",
@@ -700,7 +721,7 @@ mod tests {
     }
 
     #[test]
-    fn peer_figures_carry_each_island_s_goodbyes_refusals_and_reconnects() {
+    fn peer_figures_carry_each_island_s_goodbyes_refusals_reconnects_and_parked_batches() {
         use crate::transport::peer::{PeerState, PeerStats};
         let peer = |island, goodbyes, refusals| PeerStats {
             island,
@@ -709,10 +730,10 @@ mod tests {
             bytes_out: 20,
             batches_in: 1,
             batches_out: 2,
-            dropped: 0,
-            dropped_unlinked: 0,
-            dropped_stale: 0,
-            parked: 0,
+            dropped: 9 * u64::from(island),
+            dropped_unlinked: 5 * u64::from(island),
+            dropped_stale: 4 * u64::from(island),
+            parked: 3 * u64::from(island),
             reconnects: goodbyes,
             goodbyes,
             refusals,
@@ -728,6 +749,12 @@ mod tests {
             "islands_peer_goodbyes_total{island=\"2\"} 0",
             "islands_peer_refusals_total{island=\"2\"} 5",
             "islands_peer_reconnects_total{island=\"1\"} 3",
+            "islands_peer_dropped_batches_total{island=\"2\"} 18",
+            "# TYPE islands_peer_dropped_unlinked_batches_total counter",
+            "islands_peer_dropped_unlinked_batches_total{island=\"2\"} 10",
+            "islands_peer_dropped_stale_batches_total{island=\"1\"} 4",
+            "# TYPE islands_peer_parked_batches gauge",
+            "islands_peer_parked_batches{island=\"2\"} 6",
         ] {
             assert!(out.lines().any(|l| l == line), "no '{line}' in:\n{out}");
         }

@@ -28,8 +28,8 @@ use std::path::Path;
 
 /// The version of the handshake and of the stream format behind it (2: the
 /// HELLO names the transport kind, and frames of kind 0x44 carry forwarded
-/// blocks).
-pub const WIRE_VERSION: u16 = 2;
+/// blocks; 3: frames of kind 0x45 renew forwarded blocks' leases).
+pub const WIRE_VERSION: u16 = 3;
 /// Longest handshake message body.
 pub const MAX_MESSAGE: usize = 8 << 10;
 /// Longest build id carried.
@@ -637,12 +637,12 @@ mod tests {
         type Change = Box<dyn FnOnce(&mut Hello)>;
         let cases: Vec<(&str, Change)> = vec![
             (
-                "wire version: ours 2, theirs 3",
-                Box::new(|h| h.wire_version = 3),
+                "wire version: ours 3, theirs 4",
+                Box::new(|h| h.wire_version = 4),
             ),
             (
-                "wire version: ours 2, theirs 1",
-                Box::new(|h| h.wire_version = 1),
+                "wire version: ours 3, theirs 2",
+                Box::new(|h| h.wire_version = 2),
             ),
             (
                 "transport: ours uds, theirs shm",

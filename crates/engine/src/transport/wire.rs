@@ -30,6 +30,7 @@
 //!                  (call): [proc u32][n u16] n × value; op 1 (statement):
 //!                  [len u32][SQL: len bytes][n u16] n × value; op 2
 //!                  (commit), 3 (rollback): nothing
+//! RENEW       0x45 [period_ms u32][n u32] n × [block u64]
 //! value: [tag u8] then 0 null; 1 int [i64]; 2 float [f64 bits u64];
 //!        3 string [len u32][UTF-8: len bytes]; 4 ints [n u32] n × [i64]
 //! ```
@@ -58,6 +59,13 @@
 //! receiver does not hold is begun only by that). Its answer is a CALL_REPLY with the operation's
 //! `id` (a statement's with its count, as STMT's), and CALL_CANCEL with that
 //! id cancels a statement.
+//!
+//! RENEW renews the lease of the blocks it lists, all of the sending
+//! endpoint and run by the receiving executor: the sender keeps a block it
+//! forwards alive by sending RENEW every `period_ms` while the block is open,
+//! and the receiver rolls back a block that neither a RENEW nor an operation
+//! touched for a few such periods (see `api/forward.rs`). A block id the
+//! receiver does not hold is ignored.
 //!
 //! A request (GET, INSERT, SCAN, MGET) has bit [`CONTINUES`] of its kind set
 //! when its transaction sent an earlier request to the same island: the
@@ -126,6 +134,7 @@ const K_CALL_REPLY: u8 = 0x41;
 const K_CALL_CANCEL: u8 = 0x42;
 const K_STMT: u8 = 0x43;
 const K_BLOCK: u8 = 0x44;
+const K_RENEW: u8 = 0x45;
 /// Bytes of one entry of a LOCK frame.
 pub const LOCK_ENTRY_BYTES: usize = 2 + 8;
 
@@ -254,6 +263,12 @@ pub enum Frame<'a> {
         id: u64,
         begins: bool,
         op: BlockOp<'a>,
+    },
+    /// The lease of forwarded blocks renewed for `period_ms` periods:
+    /// `blocks` is their ids (read them with [`renewed`]).
+    Renew {
+        period_ms: u32,
+        blocks: &'a [u8],
     },
 }
 
@@ -658,6 +673,20 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, WireError> {
                 op,
             }
         }
+        K_RENEW => {
+            need(kind, b, 1 + 4 + 4, false)?;
+            let period_ms = c.u32();
+            let n = u64::from(c.u32());
+            let blocks = c.rest();
+            if blocks.len() as u64 != n * 8 {
+                return Err(WireError::BadLength {
+                    kind,
+                    want: (n as usize).saturating_mul(8).saturating_add(1 + 4 + 4),
+                    got: b.len(),
+                });
+            }
+            Frame::Renew { period_ms, blocks }
+        }
         k => return Err(WireError::UnknownKind(k)),
     })
 }
@@ -843,6 +872,32 @@ pub fn block(out: &mut Vec<u8>, block: u64, id: u64, begins: bool, ask: BlockAsk
         put_value(out, v);
     }
     true
+}
+
+/// Most block ids one RENEW frame carries (a sender with more sends
+/// several).
+pub const RENEW_MAX: usize = 4096;
+
+/// Appends a RENEW payload for `blocks` (at most [`RENEW_MAX`]; more is
+/// refused: `false`, nothing appended) and a lease period of `period_ms`.
+pub fn renew(out: &mut Vec<u8>, period_ms: u32, blocks: &[u64]) -> bool {
+    if blocks.len() > RENEW_MAX {
+        return false;
+    }
+    out.push(K_RENEW);
+    out.extend_from_slice(&period_ms.to_le_bytes());
+    out.extend_from_slice(&(blocks.len() as u32).to_le_bytes());
+    for b in blocks {
+        out.extend_from_slice(&b.to_le_bytes());
+    }
+    true
+}
+
+/// The block ids of a decoded RENEW ([`Frame::Renew`]'s `blocks`).
+pub fn renewed(blocks: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    blocks
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
 }
 
 /// The arguments of a decoded CALL ([`Frame::Call`]'s `n` and `args`), or
@@ -1476,6 +1531,41 @@ mod tests {
         assert!(decode(&many).is_err());
     }
 
+    #[test]
+    fn renewals_round_trip_and_refuse_bad_lengths() {
+        let ids = [3u64, u64::MAX, 0];
+        let mut b = Vec::new();
+        assert!(renew(&mut b, 1000, &ids));
+        match decode(&b).unwrap() {
+            Frame::Renew {
+                period_ms: 1000,
+                blocks,
+            } => assert_eq!(renewed(blocks).collect::<Vec<_>>(), ids),
+            f => panic!("decoded {f:?}"),
+        }
+        // One byte short or extra, or a count past the frame: refused.
+        assert!(decode(&b[..b.len() - 1]).is_err());
+        let mut extra = b.clone();
+        extra.push(0);
+        assert!(decode(&extra).is_err());
+        let mut many = b.clone();
+        many[5..9].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode(&many).is_err());
+        // None is a frame; more than a frame's share is refused.
+        b.clear();
+        assert!(renew(&mut b, 7, &[]));
+        assert!(matches!(
+            decode(&b),
+            Ok(Frame::Renew {
+                period_ms: 7,
+                blocks: []
+            })
+        ));
+        b.clear();
+        assert!(!renew(&mut b, 7, &vec![1; RENEW_MAX + 1]));
+        assert!(b.is_empty());
+    }
+
     fn value() -> impl Strategy<Value = Value> {
         prop_oneof![
             Just(Value::Null),
@@ -1506,7 +1596,7 @@ mod tests {
         /// decodes also reads (its arguments, its rows) without error.
         #[test]
         fn forwarded_call_garbage_never_panics(
-            kind in K_CALL..=K_BLOCK,
+            kind in K_CALL..=K_RENEW,
             bytes in proptest::collection::vec(any::<u8>(), 0..120),
         ) {
             let mut b = vec![kind];
@@ -1520,6 +1610,9 @@ mod tests {
                 }
                 Ok(Frame::CallReply { answer: Answer::Rows { rows, body }, .. }) => {
                     prop_assert!(call_rows(rows, body).is_ok());
+                }
+                Ok(Frame::Renew { blocks, .. }) => {
+                    prop_assert_eq!(renewed(blocks).count() * 8, blocks.len());
                 }
                 _ => {}
             }

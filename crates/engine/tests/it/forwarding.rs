@@ -6,7 +6,11 @@
 //! statement with a source is rebuilt and run at its home, and a block homed
 //! there runs there: each of its steps answered or failed within the bound,
 //! rolled back there when its client or its caller's process goes, failing
-//! with `IslandDown` when its home goes, and never keeping a block slot.
+//! with `IslandDown` when its home goes, and never keeping a block slot; a
+//! block lives on a lease its caller renews: one whose ROLLBACK was lost, or
+//! whose renewals stop, is rolled back at its home within the lease, and
+//! one that idles longer than the lease while its caller renews keeps its
+//! locks and commits.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -262,13 +266,7 @@ fn a_block_homed_on_another_process_runs_there_and_rolls_back_when_its_caller_go
     let client = a.client();
     let (from, to) = (N - 1, N - 2);
     assert_eq!((island_of(from), island_of(to)), (1, 1));
-    let transfer = |amount: i64| {
-        vec![
-            Value::Int(from as i64),
-            Value::Int(to as i64),
-            Value::Int(amount),
-        ]
-    };
+    let transfer = |amount: i64| transfer_args((from, to), amount);
     let before = (balance(&client, from), balance(&client, to));
     // Rolled back: nothing moved.
     let mut blk = client.begin();
@@ -332,6 +330,15 @@ fn a_block_homed_on_another_process_runs_there_and_rolls_back_when_its_caller_go
 }
 
 const K_BLOCK: u8 = 0x44;
+
+/// The arguments of a transfer of `amount` from account `from` to `to`.
+fn transfer_args((from, to): (u64, u64), amount: i64) -> Vec<Value> {
+    vec![
+        Value::Int(from as i64),
+        Value::Int(to as i64),
+        Value::Int(amount),
+    ]
+}
 
 /// Balances of accounts `from` and `to` as `home` reads them, once they
 /// read `want` (a block still holding their locks makes a read fail, and
@@ -412,13 +419,7 @@ fn every_step_of_a_forwarded_block_is_answered_within_the_bound_and_no_slot_leak
     assert!(capacity >= 2, "{capacity}");
     let (from, to) = (N - 1, N - 2);
     assert_eq!((island_of(from), island_of(to)), (1, 1));
-    let transfer = |amount: i64| {
-        vec![
-            Value::Int(from as i64),
-            Value::Int(to as i64),
-            Value::Int(amount),
-        ]
-    };
+    let transfer = |amount: i64| transfer_args((from, to), amount);
     let unknown = |r: Result<(), CallError>, took: Duration, what: &str| match r {
         Err(CallError::OutcomeUnknown {
             island: 1,
@@ -532,13 +533,7 @@ fn a_forwarded_block_whose_home_goes_down_fails_with_island_down() {
     );
     let client = a.client();
     let (from, to) = (N - 1, N - 2);
-    let transfer = |amount: i64| {
-        vec![
-            Value::Int(from as i64),
-            Value::Int(to as i64),
-            Value::Int(amount),
-        ]
-    };
+    let transfer = |amount: i64| transfer_args((from, to), amount);
     let mut blk = client.begin();
     block_on(blk.call("transfer", transfer(3), None)).unwrap();
     b.shutdown().unwrap();
@@ -558,5 +553,160 @@ fn a_forwarded_block_whose_home_goes_down_fails_with_island_down() {
     }
     drop((blk, client));
     a.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const K_RENEW: u8 = 0x45;
+
+/// The forward timeout of the lease tests: leases renewed every 100 ms
+/// (a tenth of it), lapsing after [`LEASE`] unrenewed.
+const LEASE_TIMEOUT: Duration = Duration::from_secs(1);
+const LEASE: Duration = Duration::from_millis(500);
+
+/// Two islands as processes whose forward timeout is [`LEASE_TIMEOUT`];
+/// island 0 loses, when armed, BLOCK frames (the first [`Lose`]) and
+/// RENEW frames (the second).
+fn open_leased(
+    dir: &std::path::Path,
+) -> (
+    islands::api::Deployment,
+    islands::api::Deployment,
+    Arc<Lose>,
+    Arc<Lose>,
+) {
+    write_secret(dir);
+    let slots: Slots = Arc::new([OnceLock::new(), OnceLock::new()]);
+    let s = Arc::clone(&slots);
+    let (a, b) = open_both_with(
+        dir,
+        Kind::Uds,
+        Expect::Either,
+        islands::wal::new_deployment_id(),
+        move |k, o| {
+            o.forward_timeout = LEASE_TIMEOUT;
+            o.max_attempts = 20;
+            if k == 0 {
+                let s = Arc::clone(&s);
+                o.wrap_transport = Some(Arc::new(
+                    move |inner: Arc<dyn Transport>| -> Arc<dyn Transport> {
+                        let blocks = Arc::new(Lose::new(inner, K_BLOCK));
+                        let renews = Arc::new(Lose::new(
+                            Arc::clone(&blocks.lossy) as Arc<dyn Transport>,
+                            K_RENEW,
+                        ));
+                        let _ = s[0].set(blocks);
+                        let _ = s[1].set(Arc::clone(&renews));
+                        Arc::clone(&renews.lossy) as Arc<dyn Transport>
+                    },
+                ));
+            }
+        },
+    );
+    let (blocks, renews) = (slots[0].get().unwrap(), slots[1].get().unwrap());
+    (a, b, Arc::clone(blocks), Arc::clone(renews))
+}
+
+/// How long until `home` can move one unit between accounts `from` and
+/// `to` (a block holding their locks makes it fail), at most 10 s.
+fn until_free(home: &islands::api::Client, (from, to): (u64, u64)) -> Duration {
+    let t = Instant::now();
+    let args = transfer_args((from, to), 1);
+    loop {
+        match home.call("transfer", &args) {
+            Ok(_) => return t.elapsed(),
+            Err(CallError::Serialization { .. }) if t.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            r => panic!("the rows stay locked after {:?}: {r:?}", t.elapsed()),
+        }
+    }
+}
+
+#[test]
+fn a_forwarded_block_whose_rollback_or_renewals_are_lost_lapses_within_its_lease() {
+    let dir = temp_dir("forwarding-lease-lost");
+    let (a, b, lose_block, lose_renew) = open_leased(&dir);
+    let (client, home) = (a.client(), b.client());
+    let (from, to) = (N - 1, N - 2);
+    assert_eq!((island_of(from), island_of(to)), (1, 1));
+    let transfer = |amount: i64| transfer_args((from, to), amount);
+    let before = (balance(&home, from), balance(&home, to));
+    // Lapse bound: the lease, a renewal period and a lease scan late, and
+    // room for a loaded machine.
+    let bound = LEASE + Duration::from_millis(1500);
+
+    // Its ROLLBACK lost, its caller alive: the caller stops renewing the
+    // block, and its home rolls it back once the lease lapses.
+    let mut blk = client.begin();
+    block_on(blk.call("transfer", transfer(5), None)).unwrap();
+    lose_block.arm(1);
+    drop(blk);
+    let took = until_free(&home, (from, to));
+    assert_eq!(lose_block.lossy.lost(), 1);
+    assert!(
+        took < bound,
+        "a block whose ROLLBACK was lost held its rows {took:?} (its lease is {LEASE:?})"
+    );
+    let moved = (before.0 - 1, before.1 + 1);
+    assert_eq!((balance(&home, from), balance(&home, to)), moved);
+
+    // Its renewals lost (its caller's messages stop, its process still
+    // up): the home rolls it back, and the block's next statement fails
+    // with the error of a block its home no longer holds.
+    let mut blk = client.begin();
+    block_on(blk.call("transfer", transfer(5), None)).unwrap();
+    lose_renew.arm(u32::MAX);
+    let took = until_free(&home, (from, to));
+    assert!(
+        took < bound,
+        "a block whose renewals were lost held its rows {took:?} (its lease is {LEASE:?})"
+    );
+    lose_renew.arm(0);
+    assert!(lose_renew.lossy.lost() >= 1);
+    match block_on(blk.call("transfer", transfer(1), None)) {
+        Err(CallError::Serialization { last, .. }) => {
+            assert!(
+                last.contains("holds no such block") && last.contains("lease"),
+                "{last}"
+            )
+        }
+        r => panic!("a statement of a lapsed block answered {r:?}"),
+    }
+    assert!(blk.is_aborted());
+    block_on(blk.rollback()).unwrap();
+    let moved = (moved.0 - 1, moved.1 + 1);
+    assert_eq!((balance(&home, from), balance(&home, to)), moved);
+    drop((client, home));
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_forwarded_block_idle_past_its_lease_keeps_its_locks_while_its_caller_renews() {
+    let dir = temp_dir("forwarding-lease-idle");
+    let (a, b, _, _) = open_leased(&dir);
+    let (client, home) = (a.client(), b.client());
+    let (from, to) = (N - 1, N - 2);
+    let transfer = |amount: i64| transfer_args((from, to), amount);
+    let before = (balance(&home, from), balance(&home, to));
+    let mut blk = client.begin();
+    block_on(blk.call("transfer", transfer(5), None)).unwrap();
+    // Its client thinks for four leases: the block stays, with its locks.
+    std::thread::sleep(LEASE * 4);
+    let locked = home.call("transfer", &transfer(1));
+    assert!(
+        matches!(locked, Err(CallError::Serialization { .. })),
+        "an idle block renewed by its caller lost its locks: {locked:?}"
+    );
+    block_on(blk.call("transfer", transfer(2), None)).unwrap();
+    block_on(blk.commit()).unwrap();
+    assert_eq!(
+        (balance(&home, from), balance(&home, to)),
+        (before.0 - 7, before.1 + 7)
+    );
+    drop((client, home));
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
