@@ -42,7 +42,7 @@ enum Command {
     /// --init into an empty data directory and recovered from it on every later start.
     Serve(Box<serve_cmd::ServeArgs>),
     /// Serve one island of a deployment run as processes (the deployment file's
-    /// transport, id and secret_file) over the PostgreSQL wire protocol, beside the
+    /// transport, id and secret_file or secret_env) over the PostgreSQL wire protocol, beside the
     /// other islands' processes: `islands up` starts one per island, or start each
     /// by hand. The island listens on its [[island]] entry's `listen` address, else
     /// on --listen's port + K. With --init WORKLOAD (and its size) the island starts

@@ -598,7 +598,7 @@ pub struct IslandArgs {
     #[arg(long)]
     pub(crate) id: u16,
     /// The deployment file (as `islands plan --config` reads it). It must run
-    /// islands as processes: `transport`, `id` and `secret_file` in
+    /// islands as processes: `transport`, `id` and `secret_file` (or `secret_env`) in
     /// [deployment]. Every island's process reads the same file.
     #[arg(long, value_name = "FILE.toml")]
     pub(crate) config: PathBuf,
@@ -657,7 +657,7 @@ pub(crate) fn process_spec(
     if spec.processes.is_none() {
         return Err(Error::Config(format!(
             "{}: the deployment does not run its islands as processes: give transport = \
-             \"uds\" (or \"shm\"), id and secret_file in [deployment]",
+             \"uds\" (or \"shm\"), id and secret_file or secret_env in [deployment]",
             config.display()
         )));
     }

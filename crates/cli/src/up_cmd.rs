@@ -28,7 +28,7 @@ use crate::serve_cmd::{self, DataSetArgs};
 #[derive(Args, Clone)]
 pub struct UpArgs {
     /// The deployment file; it must run islands as processes (`transport`, `id`
-    /// and `secret_file` in [deployment]).
+    /// and `secret_file` or `secret_env` in [deployment]).
     #[arg(long, value_name = "FILE.toml")]
     config: PathBuf,
     /// The deployment's data directory (served.toml and island-K/). Default:

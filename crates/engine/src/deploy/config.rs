@@ -18,6 +18,7 @@
 //! id = "5f0c…"                # the deployment id: 32 hex digits
 //! transport = "uds"           # uds | shm (inproc: one process)
 //! secret_file = "/etc/islands/secret"  # readable by its owner only
+//! # secret_env = "ISLANDS_SECRET"      # or: an environment variable of every island
 //! run_dir = "/run/islands"    # island-K.sock and shared memory files; default log_dir
 //!
 //! # Instead of `islands`, one entry per island:
@@ -32,7 +33,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::{DeployError, DeploySpec, Islands, Named, Processes};
+use super::{DeployError, DeploySpec, Islands, Named, Processes, SecretSource};
 use crate::transport::join::Kind;
 
 #[derive(Debug, Default, Deserialize)]
@@ -59,6 +60,7 @@ struct Deployment {
     id: Option<String>,
     transport: Option<String>,
     secret_file: Option<PathBuf>,
+    secret_env: Option<String>,
     run_dir: Option<PathBuf>,
 }
 
@@ -220,10 +222,15 @@ fn processes(
     let named_endpoints = entries.iter().any(|e| e.endpoint.is_some());
     let transport = match d.transport.as_deref() {
         None | Some("inproc") => {
-            if d.id.is_some() || d.secret_file.is_some() || d.run_dir.is_some() || named_endpoints {
+            if d.id.is_some()
+                || d.secret_file.is_some()
+                || d.secret_env.is_some()
+                || d.run_dir.is_some()
+                || named_endpoints
+            {
                 return Err(
-                    "id, secret_file, run_dir and endpoints are settings of islands as \
-                            processes: give transport = \"uds\" or \"shm\" too"
+                    "id, secret_file, secret_env, run_dir and endpoints are settings of islands \
+                     as processes: give transport = \"uds\" or \"shm\" too"
                         .to_string(),
                 );
             }
@@ -241,11 +248,28 @@ fn processes(
         ))
         }
     };
-    let Some(secret_file) = d.secret_file.clone() else {
-        return Err(format!(
-            "transport = \"{transport}\" runs islands as processes, which authenticate each other \
-             with a secret: give secret_file (a file readable by its owner only)"
-        ));
+    let secret = match (&d.secret_file, &d.secret_env) {
+        (Some(f), None) => SecretSource::File(f.clone()),
+        (None, Some(var)) if !var.is_empty() && !var.contains('=') && !var.contains('\0') => {
+            SecretSource::Env(var.clone())
+        }
+        (None, Some(var)) => {
+            return Err(format!(
+                "secret_env = {var:?} is not the name of an environment variable"
+            ))
+        }
+        (Some(_), Some(_)) => {
+            return Err(
+                "give secret_file or secret_env, not both: the secret has one source".to_string(),
+            )
+        }
+        (None, None) => {
+            return Err(format!(
+                "transport = \"{transport}\" runs islands as processes, which authenticate each \
+                 other with a secret: give secret_file (a file readable by its owner only) or \
+                 secret_env (an environment variable of every island's process)"
+            ))
+        }
     };
     if named_endpoints && entries.iter().any(|e| e.endpoint.is_none()) {
         return Err(
@@ -257,7 +281,7 @@ fn processes(
     Ok(Some(Processes {
         id,
         transport,
-        secret_file,
+        secret,
         endpoints: entries.iter().filter_map(|e| e.endpoint.clone()).collect(),
         run_dir,
     }))

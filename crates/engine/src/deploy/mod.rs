@@ -276,8 +276,9 @@ pub struct Processes {
     pub id: u128,
     /// [`Kind::Uds`] or [`Kind::Shm`] (`Shm` also sets its rings up over a socket).
     pub transport: crate::transport::join::Kind,
-    /// The deployment's secret (never on the command line or the wire).
-    pub secret_file: PathBuf,
+    /// Where the deployment's secret comes from (never the command line,
+    /// never the wire).
+    pub secret: SecretSource,
     /// Each island's socket path; empty: `run_dir/island-K.sock`.
     pub endpoints: Vec<PathBuf>,
     /// Where sockets and shared-memory files go.
@@ -287,6 +288,28 @@ pub struct Processes {
 /// The longest path a Unix socket's address holds, in bytes: `sun_path` is
 /// 108 bytes on Linux (104 elsewhere), one of them the terminating NUL.
 pub const SOCKET_PATH_MAX: usize = if cfg!(target_os = "linux") { 107 } else { 103 };
+
+/// Where the secret of islands as processes comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretSource {
+    /// A file readable by its owner only (`secret_file`).
+    File(PathBuf),
+    /// An environment variable of every island's process (`secret_env`).
+    Env(String),
+}
+
+impl SecretSource {
+    /// Reads and checks the secret.
+    pub fn read(
+        &self,
+    ) -> Result<crate::transport::handshake::Secret, crate::transport::handshake::SecretError> {
+        use crate::transport::handshake::Secret;
+        match self {
+            SecretSource::File(p) => Secret::from_file(p),
+            SecretSource::Env(var) => Secret::from_env(var),
+        }
+    }
+}
 
 impl Processes {
     /// Checks that the socket path of each of the deployment's `islands`

@@ -598,6 +598,29 @@ fn toml_islands_as_processes() {
     .unwrap();
     let p = s.processes.unwrap();
     assert_eq!(p.endpoint(1), std::path::PathBuf::from("/b.sock"));
+    assert_eq!(p.secret, super::SecretSource::File("/s".into()));
+    // The secret from an environment variable of every island's process.
+    let s = DeploySpec::from_toml_str(
+        "[deployment]\nid = \"000102030405060708090a0b0c0d0e0f\"\ntransport = \"uds\"\n\
+         secret_env = \"ISLANDS_TEST_DEPLOY_SECRET\"\n[[island]]\ncpus = \"0\"\n\
+         [[island]]\ncpus = \"1\"\n",
+    )
+    .unwrap();
+    let p = s.processes.unwrap();
+    assert_eq!(
+        p.secret,
+        super::SecretSource::Env("ISLANDS_TEST_DEPLOY_SECRET".into())
+    );
+    let e = p.secret.read().unwrap_err().to_string();
+    assert!(
+        e.contains("ISLANDS_TEST_DEPLOY_SECRET"),
+        "an unset variable is named: {e}"
+    );
+    std::env::set_var(
+        "ISLANDS_TEST_DEPLOY_SECRET",
+        "0123456789abcdef0123456789abcdef",
+    );
+    assert!(p.secret.read().is_ok(), "a set variable is read");
     // No run_dir: the log directory, which every process reading the file
     // agrees on (a process's own --data does not move it); no log_dir
     // either: the default log directory.
@@ -634,6 +657,17 @@ fn toml_islands_as_processes() {
         ),
         ("islands = 2\ntransport = \"tcp\"\n", "inproc, shm or uds"),
         ("islands = 2\nsecret_file = \"/s\"\n", "give transport"),
+        ("islands = 2\nsecret_env = \"S\"\n", "give transport"),
+        (
+            "islands = 2\ntransport = \"uds\"\nid = \"000102030405060708090a0b0c0d0e0f\"\n\
+             secret_file = \"/s\"\nsecret_env = \"S\"\n",
+            "not both",
+        ),
+        (
+            "islands = 2\ntransport = \"uds\"\nid = \"000102030405060708090a0b0c0d0e0f\"\n\
+             secret_env = \"A=B\"\n",
+            "not the name of an environment variable",
+        ),
     ] {
         let e = DeploySpec::from_toml_str(&format!("[deployment]\n{text}"))
             .unwrap_err()

@@ -15,6 +15,8 @@ pub mod btree;
 pub mod hash;
 mod mem;
 pub mod ordered;
+#[cfg(test)]
+mod ordered_model;
 pub mod schema;
 pub mod sole;
 

@@ -325,7 +325,7 @@ pub fn for_process_with(
             ))
         }
     }
-    let secret = Secret::from_file(&p.secret_file).map_err(|e| Error::Config(e.to_string()))?;
+    let secret = p.secret.read().map_err(|e| Error::Config(e.to_string()))?;
     let paths: Vec<_> = (0..workers.len()).map(|i| p.endpoint(i)).collect();
     if let Some(dir) = paths[usize::from(me)].parent() {
         std::fs::create_dir_all(dir)

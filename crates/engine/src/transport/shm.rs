@@ -50,7 +50,7 @@ use std::ops::Range;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -135,6 +135,16 @@ struct Peer {
     /// `tx.parked.len()`, readable without the lock: a drain pushes parked
     /// batches only when it is not 0.
     parked: AtomicU64,
+    /// Rings are linked: set before the incoming ring can be drained, and
+    /// cleared with the unlink. A batch is only ever delivered from a
+    /// linked peer, so the peer is up ([`Transport::peer_down`]) whenever
+    /// one of its batches arrives, even before its connection's handshake
+    /// has ended.
+    linked: AtomicBool,
+    /// The incarnation of the linked (or last linked) peer; 0: unknown.
+    /// Set with `linked`, so a batch's sender has its incarnation known
+    /// ([`Transport::peer_incarnation`]) when the batch arrives.
+    incarnation: AtomicU64,
 }
 
 /// How a drain of one ring ended.
@@ -249,6 +259,8 @@ impl Shm {
                         refusals: 0,
                     }),
                     parked: AtomicU64::new(0),
+                    linked: AtomicBool::new(false),
+                    incarnation: AtomicU64::new(0),
                 })
                 .collect(),
             tokens: AtomicU64::new(1),
@@ -371,7 +383,9 @@ impl Shm {
         }
         if incarnation != 0 {
             tx.incarnation = incarnation;
+            peer.incarnation.store(incarnation, Ordering::Release);
         }
+        peer.linked.store(true, Ordering::Release);
         rx.link = Some(RxLink {
             ring: ring_rx,
             _segment: segment,
@@ -438,6 +452,8 @@ impl Shm {
             rx.link = None;
             rx.scratch = None;
         }
+        peer.linked
+            .store(tx.link.is_some() && rx.link.is_some(), Ordering::Release);
     }
 
     pub fn layout(&self) -> &Layout {
@@ -720,11 +736,20 @@ impl Transport for Shm {
         )
     }
 
-    /// Islands as processes: as the [`Uds`] connection of the peer says
-    /// (closed, refused, or silent past its dead interval). Islands of one
-    /// process: never.
+    /// Islands as processes: not while its rings are linked (its batches
+    /// may arrive before its connection's handshake has ended), else as the
+    /// [`Uds`] connection of the peer says (closed, refused, or silent past
+    /// its dead interval; a closed connection unlinks the rings before it
+    /// says so). Islands of one process: never.
     fn peer_down(&self, island: IslandId) -> bool {
-        self.link.get().is_some_and(|u| u.peer_down(island))
+        let Some(u) = self.link.get() else {
+            return false;
+        };
+        let linked = self
+            .peers
+            .get(usize::from(island))
+            .is_some_and(|p| p.linked.load(Ordering::Acquire));
+        !linked && u.peer_down(island)
     }
 
     #[inline]
@@ -732,8 +757,18 @@ impl Transport for Shm {
         self.link.get().map_or(0, |u| u.peer_epoch())
     }
 
+    /// The incarnation its rings were linked with, known before any of its
+    /// batches arrives; else what its connection's handshake said.
     fn peer_incarnation(&self, island: IslandId) -> u64 {
-        self.link.get().map_or(0, |u| u.peer_incarnation(island))
+        let Some(u) = self.link.get() else {
+            return 0;
+        };
+        match self.peers.get(usize::from(island)) {
+            Some(p) if p.incarnation.load(Ordering::Acquire) != 0 => {
+                p.incarnation.load(Ordering::Acquire)
+            }
+            _ => u.peer_incarnation(island),
+        }
     }
 }
 
@@ -1539,7 +1574,6 @@ mod tests {
     /// sender never touches a mapping that was dropped (it would fault).
     #[test]
     fn a_restarted_process_gets_fresh_rings_and_a_closed_one_is_down() {
-        use std::sync::atomic::AtomicBool;
         let d = TestDir::new("restart");
         let secret = crate::transport::handshake::Secret::random();
         let a = process(&d.0, &secret, 0, 1);
@@ -1590,6 +1624,93 @@ mod tests {
         sender.join().unwrap();
         assert_eq!(a.unroutable(), 0);
         assert_eq!(a.peers()[0].refusals, 0, "{:?}", a.peers());
+    }
+
+    /// Every batch a restarted peer sends arrives while the transport says
+    /// that peer is up and names its new incarnation, even the batches it
+    /// sent before linking, which go into the ring as soon as the rings are
+    /// linked, before its connection's handshake has ended: what receives a
+    /// batch (a forwarded call, a 2PC message) never takes its sender for
+    /// down or for an earlier incarnation.
+    #[test]
+    fn a_batch_arrives_only_from_a_peer_that_is_up_in_its_new_incarnation() {
+        let d = TestDir::new("arrive-up");
+        let secret = crate::transport::handshake::Secret::random();
+        let b = process(&d.0, &secret, 1, 1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let checked = Arc::new(AtomicU64::new(0));
+        let receiver = {
+            let (b, stop, checked) = (Arc::clone(&b), Arc::clone(&stop), Arc::clone(&checked));
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let Some((from, got)) = b.recv(Endpoint(1)) else {
+                        std::hint::spin_loop();
+                        continue;
+                    };
+                    assert_eq!(from, Endpoint(0));
+                    // The sender's incarnation is the batch's number.
+                    let sent_by = seq_of(&got);
+                    let (down, inc) = (b.peer_down(0), b.peer_incarnation(0));
+                    assert!(
+                        !down && inc == sent_by,
+                        "a batch of incarnation {sent_by} arrived while its sender was \
+                         down: {down}, incarnation {inc}"
+                    );
+                    seen.push(sent_by);
+                    checked.fetch_add(1, Ordering::Release);
+                    b.recycle(got);
+                }
+                seen
+            })
+        };
+        for incarnation in 1..=12u64 {
+            let a = process(&d.0, &secret, 0, incarnation);
+            // Sent at once: parked until the rings link, then pushed in.
+            for _ in 0..4 {
+                a.send(Endpoint(0), Endpoint(1), batch(&a, incarnation, 24))
+                    .unwrap();
+            }
+            until("island 0 up at island 1", || {
+                !b.peer_down(0) && b.peers()[0].state == PeerState::Up
+            });
+            // Checked by the receiver before the sender goes away.
+            until("its batches arrive", || {
+                checked.load(Ordering::Acquire) >= 4 * incarnation
+            });
+            drop(a);
+            until("island 0 down at island 1", || b.peer_down(0));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let seen = receiver.join().unwrap();
+        assert_eq!(seen.len(), 4 * 12, "every batch arrived once");
+    }
+
+    /// Rings linked by a connection's handshake, before the handshake has
+    /// ended (the transport's connection still says the peer is down):
+    /// the peer is up, with the incarnation it linked as, because its
+    /// batches can arrive from then on; unlinked, it is down again as its
+    /// connection says.
+    #[test]
+    fn linked_rings_make_their_peer_up_before_its_handshake_ends() {
+        let d = TestDir::new("linked-up");
+        let secret = crate::transport::handshake::Secret::random();
+        let b = process(&d.0, &secret, 1, 1);
+        until("island 0, never connected, down at island 1", || {
+            b.peer_down(0)
+        });
+        let segment = Segment::create_memfd(0x5e7, 1, 0, 1 << 12).unwrap();
+        let bells = Bells::create_memfd(0x5e7, 0, 1).unwrap();
+        let token = b.attach_as(segment, bells, 7).unwrap();
+        assert!(!b.peer_down(0), "linked rings: the peer is up");
+        assert_eq!(
+            b.peer_incarnation(0),
+            7,
+            "with the incarnation it linked as"
+        );
+        b.detach(0, token);
+        assert!(b.peer_down(0), "unlinked: down, as its connection says");
+        assert_eq!(b.peer_incarnation(0), 7, "its last incarnation is kept");
     }
 
     /// A process sends to a peer that has not linked yet (it is starting,

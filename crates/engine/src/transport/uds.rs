@@ -548,10 +548,11 @@ fn close(p: &Peer, generation: Option<u64>) {
         // A new generation tells the send thread to drop its handle.
         l.generation += 1;
         p.generation.store(l.generation, Ordering::Release);
-        p.set_state(PeerState::Down);
+        // Unlinked first: whoever sees the epoch move then sees it down.
         if let Some(a) = &p.attach {
             a.closed(p.counters.island, l.token);
         }
+        p.set_state(PeerState::Down);
     }
     p.changed.notify_all();
     p.bell.ring();

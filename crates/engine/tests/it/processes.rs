@@ -41,7 +41,7 @@ pub(super) fn options(dir: &Path, kind: Kind, island: u16, expect: Expect, id: u
     o.spec.processes = Some(Processes {
         id,
         transport: kind,
-        secret_file: dir.join("secret"),
+        secret: islands::deploy::SecretSource::File(dir.join("secret")),
         endpoints: Vec::new(),
         run_dir: dir.join("run"),
     });
@@ -652,6 +652,38 @@ fn a_run_dir_that_cannot_be_made_is_refused_naming_it() {
             .contains(&format!("cannot create {}", run.display())),
         "{e}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Islands that read the secret from an environment variable
+/// (`secret_env`) connect and serve each other's calls; an island whose
+/// variable is not set is refused at its open, naming the variable.
+#[test]
+fn islands_with_the_secret_in_an_environment_variable_connect() {
+    const VAR: &str = "ISLANDS_IT_PROCESSES_SECRET";
+    let dir = temp_dir("secret-env");
+    let id = islands::wal::new_deployment_id();
+    let env_options = |k: u16| {
+        let mut o = options(&dir, Kind::Uds, k, Expect::Either, id);
+        o.spec.processes.as_mut().unwrap().secret =
+            islands::deploy::SecretSource::Env(VAR.to_string());
+        o
+    };
+    match Deployment::open(env_options(0), bank(), |l| load_site_accounts(l, ACCOUNTS)) {
+        Err(e) => assert!(e.to_string().contains(VAR), "{e}"),
+        Ok(_) => panic!("opened without the secret's variable set"),
+    }
+    std::env::set_var(
+        VAR,
+        "a secret of more than sixteen bytes, from the environment",
+    );
+    let (a, b) = open_both_opts(env_options);
+    let client = a.client();
+    // An account of the other process's island: the call is forwarded.
+    let far = (0..N).find(|&k| island_of(k) == 1).unwrap();
+    assert_eq!(balance(&client, far), INITIAL);
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
