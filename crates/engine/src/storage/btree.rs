@@ -1138,19 +1138,30 @@ mod finger_tests {
     /// and unlinked (its range, up to no bound, went to the leaf before it,
     /// whose upper fence stayed where it was): every append but the one
     /// that opens each new leaf goes in through the finger.
-    #[test]
-    fn appends_after_an_unlink_take_the_finger() {
+    /// The key of order `o` of one district.
+    fn order(o: usize) -> u128 {
+        (o as u128) << 64
+    }
+
+    /// Three full leaves of appended keys, the third then emptied and
+    /// unlinked: its range, up to no bound, went to the second leaf.
+    fn last_of_three_leaves_unlinked() -> BTree {
         let t = BTree::new();
-        let key = |o: usize| (o as u128) << 64;
         let full = 3 * LEAF_CAP;
         for o in 0..full {
-            assert_eq!(t.insert(key(o), o as u64), None);
+            assert_eq!(t.insert(order(o), o as u64), None);
         }
-        // The third leaf holds the last LEAF_CAP keys: empty it.
         for o in 2 * LEAF_CAP..full {
-            assert!(t.remove(key(o)));
+            assert!(t.remove(order(o)));
         }
         assert_eq!(t.retired.load(Ordering::SeqCst), 1, "one leaf unlinked");
+        t
+    }
+
+    #[test]
+    fn appends_after_an_unlink_take_the_finger() {
+        let t = last_of_three_leaves_unlinked();
+        let key = order;
         let appends = 10 * LEAF_CAP;
         let before = t.finger_inserts.load(Ordering::Relaxed);
         for o in 2 * LEAF_CAP..2 * LEAF_CAP + appends {
@@ -1169,15 +1180,8 @@ mod finger_tests {
     /// into it and widens its fences, so the next ones take the finger.
     #[test]
     fn a_descent_widens_fences_an_unlink_left_narrow() {
-        let t = BTree::new();
-        let key = |o: usize| (o as u128) << 64;
-        let full = 3 * LEAF_CAP;
-        for o in 0..full {
-            assert_eq!(t.insert(key(o), o as u64), None);
-        }
-        for o in 2 * LEAF_CAP..full {
-            assert!(t.remove(key(o)));
-        }
+        let t = last_of_three_leaves_unlinked();
+        let key = order;
         // Room for three appends in the second leaf.
         for o in LEAF_CAP..LEAF_CAP + 3 {
             assert!(t.remove(key(o)));
