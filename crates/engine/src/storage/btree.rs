@@ -312,6 +312,18 @@ impl Inner {
     fn child_index(&self, k: u128, n: usize) -> usize {
         self.keys.search(k, n, true)
     }
+    /// Narrows `(lo, hi)`, a descent's key range so far, to child `i`'s (of
+    /// `n` separators): the separators on either side of it, where there
+    /// are some.
+    #[inline]
+    fn narrow(&self, i: usize, n: usize, range: &mut (Option<u128>, Option<u128>)) {
+        if i > 0 {
+            range.0 = Some(self.keys.get(i - 1));
+        }
+        if i < n {
+            range.1 = Some(self.keys.get(i));
+        }
+    }
     /// Links `right`, split from the child that holds `sep`, after it. The
     /// caller holds the lock and the node has room.
     fn insert_child(&self, sep: u128, right: *mut Header) {
@@ -536,17 +548,12 @@ impl BTree {
     /// Descends to the leaf whose range holds `k`.
     fn find<'g>(&self, k: u128, g: &'g Guard) -> Step<Found<'g>> {
         let (mut node, mut v) = self.root(g)?;
-        let (mut lo, mut hi) = (None, None);
+        let mut range = (None, None);
         while !node.leaf {
             let inner = as_inner(node);
             let n = inner.count();
             let i = inner.child_index(k, n);
-            if i > 0 {
-                lo = Some(inner.keys.get(i - 1));
-            }
-            if i < n {
-                hi = Some(inner.keys.get(i));
-            }
+            inner.narrow(i, n, &mut range);
             let kid = inner.kid(i);
             inner.h.version.check(v)?;
             // SAFETY: `kid` was a child of `inner` at a validated version,
@@ -562,8 +569,8 @@ impl BTree {
         Ok(Found {
             leaf: as_leaf(node),
             version: v,
-            lo,
-            hi,
+            lo: range.0,
+            hi: range.1,
         })
     }
 
@@ -599,7 +606,7 @@ impl BTree {
         let (mut node, mut v) = self.root(g)?;
         let mut parent: Option<(&Inner, u64)> = None;
         // The leaf's key range as the path shows it (as in `find`).
-        let (mut lo, mut hi) = (None, None);
+        let mut range = (None, None);
         while !node.leaf {
             let inner = as_inner(node);
             let n = inner.count();
@@ -609,12 +616,7 @@ impl BTree {
                 return Err(Restart);
             }
             let i = inner.child_index(k, n);
-            if i > 0 {
-                lo = Some(inner.keys.get(i - 1));
-            }
-            if i < n {
-                hi = Some(inner.keys.get(i));
-            }
+            inner.narrow(i, n, &mut range);
             let kid = inner.kid(i);
             inner.h.version.check(v)?;
             // SAFETY: as in `find`.
@@ -625,6 +627,7 @@ impl BTree {
             node = child;
             v = cv;
         }
+        let (lo, hi) = range;
         let leaf = as_leaf(node);
         let n = leaf.count();
         let pos = leaf.keys.search(k, n, false);
