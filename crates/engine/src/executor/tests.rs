@@ -2037,6 +2037,20 @@ fn a_user_abort_whose_branches_held_is_confirmed() {
     assert_eq!((balances[2], balances[9]), (INITIAL, INITIAL));
 }
 
+/// Options whose timeouts (a branch idle 60 ms, an operation a minute) never
+/// end a wait that an island going down should end, over `t`.
+fn slow_timeouts_over(t: &Arc<Lossy>) -> ClusterOptions {
+    ClusterOptions {
+        timeouts: coord::Timeouts {
+            branch_idle_us: 60_000,
+            ..Default::default()
+        },
+        op_timeout: Duration::from_secs(60),
+        transport: Some(Arc::clone(t) as Arc<dyn Transport>),
+        ..Default::default()
+    }
+}
+
 /// The in-process transport of two one-worker islands under a [`Lossy`],
 /// which can report island 1 down or restart it, and a switch that, once
 /// set, loses every batch for island 1 (its process is gone).
@@ -2058,15 +2072,7 @@ fn island_1_at_will() -> (Arc<Lossy>, Arc<std::sync::atomic::AtomicBool>) {
 #[test]
 fn a_lock_round_waiting_on_a_down_island_fails_in_the_round_that_sees_it() {
     let (t, gone) = island_1_at_will();
-    let opts = ClusterOptions {
-        timeouts: coord::Timeouts {
-            branch_idle_us: 60_000,
-            ..Default::default()
-        },
-        op_timeout: Duration::from_secs(60),
-        transport: Some(Arc::clone(&t) as Arc<dyn Transport>),
-        ..Default::default()
-    };
+    let opts = slow_timeouts_over(&t);
     let (cl, _islands) = open_cluster(2, 10, opts);
     let mut home = cl.executor(0, 0).unwrap();
     let mut part = cl.executor(1, 0).unwrap();
@@ -2094,15 +2100,7 @@ fn a_lock_round_waiting_on_an_island_that_restarted_unseen_fails_in_the_round_th
     let (t, _) = island_1_at_will();
     // Its first incarnation, as the executors first see it.
     t.restart(1);
-    let opts = ClusterOptions {
-        timeouts: coord::Timeouts {
-            branch_idle_us: 60_000,
-            ..Default::default()
-        },
-        op_timeout: Duration::from_secs(60),
-        transport: Some(Arc::clone(&t) as Arc<dyn Transport>),
-        ..Default::default()
-    };
+    let opts = slow_timeouts_over(&t);
     let (cl, _islands) = open_cluster(2, 10, opts);
     let mut home = cl.executor(0, 0).unwrap();
     let mut part = cl.executor(1, 0).unwrap();
